@@ -1,0 +1,246 @@
+//! `CacheBuilder`: by-value setters, checked once at `build()`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::cache::{Cache, Inner, Tier};
+use crate::clock::{Clock, CoarseClock};
+use crate::codec::{Codec, Postcard};
+use crate::error::ConfigError;
+use crate::flight::FlightTable;
+use crate::key::valid_name;
+use crate::local::LocalTier;
+use crate::policy::Policy;
+use crate::stats::Counters;
+use crate::store::Store;
+use crate::sync::Mutex;
+
+/// The bound of the in-process tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// At most this many entries.
+    Entries(u64),
+    /// At most this many bytes of keys plus encoded values (each insert
+    /// encodes the value once to weigh it).
+    Bytes(u64),
+}
+
+/// Builds a [`Cache`]. Every setter takes and returns the builder by value;
+/// [`build`](CacheBuilder::build) checks the whole configuration.
+///
+/// Defaults: TTL 60 s, no jitter, 10,000 entries in process, hard fill
+/// timeout 30 s, postcard codec, schema version 0, values up to 8 MiB
+/// encoded; with a shared store: lease 3 s (renewed every second while a
+/// fill runs), waiters poll every 250 ms as a fallback to notifications,
+/// store calls time out after 1 s.
+#[must_use]
+pub struct CacheBuilder<V> {
+    name: String,
+    version: u32,
+    policy: Policy,
+    capacity: Capacity,
+    codec: Arc<dyn Codec<V>>,
+    store: Option<Arc<dyn Store>>,
+    clock: Option<Arc<dyn Clock>>,
+    seed: Option<u64>,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> std::fmt::Debug for CacheBuilder<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheBuilder")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("policy", &self.policy)
+            .field("capacity", &self.capacity)
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V> CacheBuilder<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            version: 0,
+            policy: Policy::default(),
+            capacity: Capacity::Entries(10_000),
+            codec: Arc::new(Postcard),
+            store: None,
+            clock: None,
+            seed: None,
+            _value: PhantomData,
+        }
+    }
+
+    /// The schema version of `V`. Bump it when `V` changes shape: a deploy
+    /// with a new version reads and writes its own keys and never decodes
+    /// the old bytes.
+    pub fn version(mut self, version: u32) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// How long a filled value is fresh. Must be greater than zero.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.policy.ttl = ttl;
+        self
+    }
+
+    /// Spreads expiries: each stored TTL is drawn uniformly from
+    /// `[ttl·(1−fraction), ttl·(1+fraction)]` (at least 1 ms), so keys
+    /// filled together do not expire together. `fraction` must be in
+    /// `[0, 1]`; NaN, negative or larger values make
+    /// [`build`](CacheBuilder::build) fail.
+    pub fn jitter(mut self, fraction: f64) -> Self {
+        self.policy.jitter = fraction;
+        self
+    }
+
+    /// The bound of the in-process tier (ignored with a shared store).
+    pub fn capacity(mut self, capacity: Capacity) -> Self {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Shorthand for `capacity(Capacity::Entries(entries))`.
+    pub fn max_entries(self, entries: u64) -> Self {
+        self.capacity(Capacity::Entries(entries))
+    }
+
+    /// Shorthand for `capacity(Capacity::Bytes(bytes))`.
+    pub fn max_bytes(self, bytes: u64) -> Self {
+        self.capacity(Capacity::Bytes(bytes))
+    }
+
+    /// The hard bound of a flight: when it passes, callers get
+    /// [`Error::Timeout`](crate::Error::Timeout), the fill is dropped and the
+    /// key is free for a new fill. Nothing the stopped fill produced is
+    /// stored.
+    pub fn fill_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.fill_timeout = timeout;
+        self
+    }
+
+    /// How long a fill lease lives in a shared store unless renewed (at least
+    /// 30 ms). The leader renews it every third of this while its fill runs;
+    /// if the leader dies, another process takes over after at most this.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.policy.lease_ttl = ttl;
+        self
+    }
+
+    /// How often a process waiting for another's fill re-checks the store
+    /// when no notification arrives.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.policy.poll_interval = interval;
+        self
+    }
+
+    /// The bound of each shared-store call made by the cache.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.store_timeout = timeout;
+        self
+    }
+
+    /// The largest encoded value stored or decoded (default 8 MiB). Larger
+    /// stored bytes are a counted miss; larger filled values are returned
+    /// but not stored; [`Cache::set`] refuses them.
+    pub fn max_value_bytes(mut self, bytes: usize) -> Self {
+        self.policy.max_value_bytes = bytes;
+        self
+    }
+
+    /// The codec of values in shared stores (default [`Postcard`]).
+    pub fn codec(mut self, codec: impl Codec<V>) -> Self {
+        self.codec = Arc::new(codec);
+        self
+    }
+
+    /// Keeps values in a shared store ([`MemoryStore`](crate::MemoryStore),
+    /// `RedisStore`) instead of in process: one fill per key across every
+    /// cache sharing the store.
+    pub fn store(mut self, store: impl Store) -> Self {
+        self.store = Some(Arc::new(store));
+        self
+    }
+
+    /// [`store`](CacheBuilder::store) for a store already shared as an `Arc`.
+    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The clock that expires in-process entries (default [`CoarseClock`];
+    /// use [`TokioClock`](crate::clock::TokioClock) under paused time).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Seeds the instance's random source (TTL jitter), for reproducible
+    /// tests.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Builds the cache.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for an invalid name, a zero TTL or timeout, a jitter
+    /// outside `[0, 1]`, a zero capacity or a lease TTL under 30 ms.
+    pub fn build(self) -> Result<Cache<V>, ConfigError> {
+        if !valid_name(&self.name) {
+            return Err(ConfigError::new(format!(
+                "cache name {:?} must be 1 to 64 characters from A-Z a-z 0-9 _ - .",
+                self.name
+            )));
+        }
+        self.policy.validate()?;
+        let (estimated_items, weight_capacity, weigh_by_bytes) = match self.capacity {
+            Capacity::Entries(0) | Capacity::Bytes(0) => {
+                return Err(ConfigError::new("capacity must be greater than zero"));
+            }
+            Capacity::Entries(entries) => (usize::try_from(entries).unwrap_or(usize::MAX), entries, false),
+            Capacity::Bytes(bytes) => (
+                usize::try_from(bytes / 256).unwrap_or(usize::MAX).clamp(16, 1 << 20),
+                bytes,
+                true,
+            ),
+        };
+        let tier = match self.store {
+            Some(store) => Tier::Shared(store),
+            None => {
+                let clock = self.clock.unwrap_or_else(|| Arc::new(CoarseClock::new()));
+                Tier::Local(LocalTier::new(estimated_items.min(1 << 24), weight_capacity, clock))
+            }
+        };
+        let rng = match self.seed {
+            Some(seed) => fastrand::Rng::with_seed(seed),
+            None => fastrand::Rng::new(),
+        };
+        Ok(Cache {
+            inner: Arc::new(Inner {
+                namespace: format!("{}:v{}", self.name, self.version).into(),
+                name: self.name.into(),
+                schema: self.version,
+                policy: self.policy,
+                codec: self.codec,
+                tier,
+                flights: Arc::new(FlightTable::new()),
+                counters: Counters::new(),
+                rng: Mutex::new(rng),
+                weigh_by_bytes,
+            }),
+        })
+    }
+}

@@ -1,0 +1,281 @@
+//! The envelope: the bytes corral writes to a shared store.
+//!
+//! ```text
+//! offset size field
+//!  0     4    magic  b"CRL\0"
+//!  4     1    envelope format version (1)
+//!  5     1    codec id
+//!  6     2    flags (must be 0 in format 1)
+//!  8     4    the cache's schema version (u32 LE)
+//! 12     8    fresh TTL in ms (u64 LE): fresh while age < this
+//! 20     8    stale TTL in ms (u64 LE): servable while age < this
+//! 28     8    physical TTL in ms (u64 LE): the store keeps the bytes this long
+//! 36     4    value length (u32 LE)
+//! 40     n    value bytes (the codec's encoding)
+//! ```
+//!
+//! Decoding is strict: wrong magic, format, codec, flags or schema version, a
+//! length that does not match, or a value over the cache's size limit are all
+//! rejected, and the caller treats them as a counted miss.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::clock::millis;
+use crate::codec::Codec;
+
+const MAGIC: [u8; 4] = *b"CRL\0";
+const FORMAT: u8 = 1;
+/// Size of the envelope header in bytes.
+pub const HEADER_LEN: usize = 40;
+
+/// The freshness TTLs written with a value. The age of an entry is judged by
+/// the store's own clock (its remaining time to live), never by a timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttls {
+    /// Fresh while younger than this.
+    pub fresh: Duration,
+    /// Servable (stale) while younger than this; at least `fresh`.
+    pub stale: Duration,
+    /// Kept physically this long; at least `stale`.
+    pub physical: Duration,
+}
+
+impl Ttls {
+    /// TTLs for an entry that is fresh for `ttl` and then gone.
+    pub fn simple(ttl: Duration) -> Self {
+        Self {
+            fresh: ttl,
+            stale: ttl,
+            physical: ttl,
+        }
+    }
+}
+
+/// Why an envelope was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than the header.
+    Truncated,
+    /// Not written by corral.
+    BadMagic,
+    /// Written by another envelope format.
+    UnknownFormat(u8),
+    /// Written with another codec.
+    CodecMismatch {
+        /// The codec id found.
+        found: u8,
+    },
+    /// Flags this version does not understand.
+    UnknownFlags(u16),
+    /// Written for another schema version of the cache.
+    SchemaMismatch {
+        /// The schema version found.
+        found: u32,
+    },
+    /// The value length does not match the bytes.
+    LengthMismatch,
+    /// The value is larger than allowed.
+    TooLarge {
+        /// The value's length.
+        len: usize,
+    },
+    /// TTLs out of order.
+    BadTtls,
+    /// The codec rejected the value bytes.
+    Codec(String),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "undecodable entry: {self:?}")
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A decoded envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded<V> {
+    /// The value.
+    pub value: V,
+    /// The TTLs it was written with.
+    pub ttls: Ttls,
+}
+
+/// Encodes `value` into an envelope, refusing values larger than
+/// `max_value_bytes`.
+pub fn encode<V: 'static>(
+    codec: &dyn Codec<V>,
+    schema: u32,
+    ttls: Ttls,
+    value: &V,
+    max_value_bytes: usize,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(HEADER_LEN + 32);
+    out.extend_from_slice(&MAGIC);
+    out.push(FORMAT);
+    out.push(codec.id());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&schema.to_le_bytes());
+    out.extend_from_slice(&millis(ttls.fresh).to_le_bytes());
+    out.extend_from_slice(&millis(ttls.stale).to_le_bytes());
+    out.extend_from_slice(&millis(ttls.physical).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    codec
+        .encode(value, &mut out)
+        .map_err(|e| format!("encode failed: {e}"))?;
+    let len = out.len() - HEADER_LEN;
+    if len > max_value_bytes {
+        return Err(format!(
+            "value is {len} bytes encoded, the limit is {max_value_bytes}"
+        ));
+    }
+    let len32 = u32::try_from(len).map_err(|_| format!("value is {len} bytes encoded"))?;
+    out[36..40].copy_from_slice(&len32.to_le_bytes());
+    Ok(out)
+}
+
+/// Decodes an envelope strictly. Never panics, whatever the bytes.
+pub fn decode<V: 'static>(
+    codec: &dyn Codec<V>,
+    schema: u32,
+    bytes: &[u8],
+    max_value_bytes: usize,
+) -> Result<Decoded<V>, DecodeError> {
+    let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::Truncated)?;
+    if header[0..4] != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    if header[4] != FORMAT {
+        return Err(DecodeError::UnknownFormat(header[4]));
+    }
+    if header[5] != codec.id() {
+        return Err(DecodeError::CodecMismatch { found: header[5] });
+    }
+    let flags = u16::from_le_bytes([header[6], header[7]]);
+    if flags != 0 {
+        return Err(DecodeError::UnknownFlags(flags));
+    }
+    let found_schema = u32::from_le_bytes(word(header, 8));
+    if found_schema != schema {
+        return Err(DecodeError::SchemaMismatch {
+            found: found_schema,
+        });
+    }
+    let ttls = Ttls {
+        fresh: Duration::from_millis(u64::from_le_bytes(dword(header, 12))),
+        stale: Duration::from_millis(u64::from_le_bytes(dword(header, 20))),
+        physical: Duration::from_millis(u64::from_le_bytes(dword(header, 28))),
+    };
+    if ttls.fresh > ttls.stale || ttls.stale > ttls.physical {
+        return Err(DecodeError::BadTtls);
+    }
+    let len = u32::from_le_bytes(word(header, 36)) as usize;
+    if len > max_value_bytes {
+        return Err(DecodeError::TooLarge { len });
+    }
+    let body = &bytes[HEADER_LEN..];
+    if body.len() != len {
+        return Err(DecodeError::LengthMismatch);
+    }
+    let value = codec
+        .decode(body)
+        .map_err(|e| DecodeError::Codec(e.to_string()))?;
+    Ok(Decoded { value, ttls })
+}
+
+fn word(header: &[u8], at: usize) -> [u8; 4] {
+    let mut out = [0; 4];
+    out.copy_from_slice(&header[at..at + 4]);
+    out
+}
+
+fn dword(header: &[u8], at: usize) -> [u8; 8] {
+    let mut out = [0; 8];
+    out.copy_from_slice(&header[at..at + 8]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::{Json, Postcard};
+    use proptest::prelude::*;
+
+    const MAX: usize = 1 << 20;
+
+    fn roundtrip(codec: &dyn Codec<String>) {
+        let ttls = Ttls {
+            fresh: Duration::from_secs(1),
+            stale: Duration::from_secs(2),
+            physical: Duration::from_secs(3),
+        };
+        let bytes = encode(codec, 7, ttls, &"hello".to_string(), MAX).expect("encodes");
+        let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
+        assert_eq!(decoded.value, "hello");
+        assert_eq!(decoded.ttls, ttls);
+    }
+
+    #[test]
+    fn roundtrips_with_both_codecs() {
+        roundtrip(&Postcard);
+        roundtrip(&Json);
+    }
+
+    #[test]
+    fn rejects_other_schema_codec_and_oversize() {
+        let ttls = Ttls::simple(Duration::from_secs(1));
+        let bytes = encode(&Postcard, 1, ttls, &"v".to_string(), MAX).expect("encodes");
+        assert_eq!(
+            decode::<String>(&Postcard, 2, &bytes, MAX),
+            Err(DecodeError::SchemaMismatch { found: 1 })
+        );
+        assert_eq!(
+            decode::<String>(&Json, 1, &bytes, MAX),
+            Err(DecodeError::CodecMismatch { found: 1 })
+        );
+        assert!(decode::<String>(&Postcard, 1, &bytes, 1).is_err());
+        assert!(encode(&Postcard, 1, ttls, &"long value".to_string(), 4).is_err());
+    }
+
+    #[test]
+    fn rejects_truncation_and_trailing_bytes() {
+        let ttls = Ttls::simple(Duration::from_secs(1));
+        let bytes = encode(&Postcard, 1, ttls, &"value".to_string(), MAX).expect("encodes");
+        for cut in 0..bytes.len() {
+            assert!(decode::<String>(&Postcard, 1, &bytes[..cut], MAX).is_err());
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(
+            decode::<String>(&Postcard, 1, &longer, MAX),
+            Err(DecodeError::LengthMismatch)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode::<String>(&Postcard, 1, &bytes, MAX);
+            let _ = decode::<Vec<u64>>(&Json, 1, &bytes, MAX);
+        }
+
+        #[test]
+        fn corrupted_envelopes_never_panic(value in ".{0,40}", flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
+            let mut bytes = encode(&Postcard, 1, Ttls::simple(Duration::from_secs(5)), &value, MAX).expect("encodes");
+            for (at, byte) in flips {
+                let at = at % bytes.len();
+                bytes[at] ^= byte;
+            }
+            let _ = decode::<String>(&Postcard, 1, &bytes, MAX);
+        }
+
+        #[test]
+        fn roundtrip_any_string(value in ".{0,100}", fresh in 0u64..1_000_000) {
+            let ttls = Ttls { fresh: Duration::from_millis(fresh), stale: Duration::from_millis(fresh), physical: Duration::from_millis(fresh) };
+            let bytes = encode(&Postcard, 3, ttls, &value, MAX).expect("encodes");
+            prop_assert_eq!(decode::<String>(&Postcard, 3, &bytes, MAX).expect("decodes").value, value);
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! corral's one error type and its parts.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a key was rejected. See [`validate_key`](crate::validate_key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InvalidKey {
+    /// The key is the empty string.
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+    },
+    /// The key contains a control character.
+    ControlCharacter {
+        /// Where the first one starts.
+        byte_offset: usize,
+    },
+}
+
+impl fmt::Display for InvalidKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => f.write_str("invalid key: empty"),
+            Self::TooLong { len } => write!(
+                f,
+                "invalid key: {len} bytes, the limit is {}",
+                crate::MAX_KEY_LEN
+            ),
+            Self::ControlCharacter { byte_offset } => {
+                write!(f, "invalid key: control character at byte {byte_offset}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InvalidKey {}
+
+/// A failure of the shared store (Redis or the in-memory store).
+#[derive(Debug, Clone)]
+pub struct StoreError {
+    kind: StoreErrorKind,
+    message: Arc<str>,
+}
+
+/// What kind of store failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The call did not answer within the store's operation timeout.
+    Timeout,
+    /// The store could not be reached (connection refused, reset, closed).
+    Unavailable,
+    /// The store answered with an error or an unexpected reply.
+    Protocol,
+}
+
+impl StoreError {
+    /// A new store error.
+    pub fn new(kind: StoreErrorKind, message: impl Into<Arc<str>>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
+    }
+
+    /// Whether the call timed out.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == StoreErrorKind::Timeout
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store {:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// An error from a corral operation.
+///
+/// `E` is the error type of the fill passed to
+/// [`get_or_fill`](crate::Cache::get_or_fill); operations without a fill use
+/// `Error` (that is, `Error<Infallible>`).
+///
+/// Every caller coalesced onto one fill receives the same error: a fill error
+/// arrives as [`Error::Fill`] holding the leader's `Arc<E>`, never flattened
+/// to a string.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error<E = Infallible> {
+    /// The key was rejected before anything ran.
+    InvalidKey(InvalidKey),
+    /// The fill returned this error.
+    Fill(Arc<E>),
+    /// The fill that served this call returned an error of another type than
+    /// this caller's `E` (two callers of one key passed fills with different
+    /// error types, and the other one led the flight).
+    FillErrorOfOtherType {
+        /// `std::any::type_name` of the leader's error type.
+        type_name: &'static str,
+    },
+    /// The fill panicked.
+    FillPanicked {
+        /// The panic payload when it was a string.
+        message: Arc<str>,
+    },
+    /// The flight passed its hard `fill_timeout`: the fill was stopped and
+    /// nothing it produced is stored.
+    Timeout {
+        /// The timeout that passed.
+        after: Duration,
+    },
+    /// The flight was stopped before it produced an outcome (its runtime shut
+    /// down).
+    Aborted,
+    /// The value could not be encoded or is larger than the cache's
+    /// `max_value_bytes`.
+    Encode {
+        /// What went wrong.
+        message: Arc<str>,
+    },
+    /// The shared store failed (only operations that write report this;
+    /// `get_or_fill` fails open).
+    Store(StoreError),
+    /// The operation was called outside a tokio runtime.
+    NoRuntime,
+}
+
+impl<E> Error<E> {
+    /// Whether the hard fill timeout passed.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. }) || matches!(self, Self::Store(e) if e.is_timeout())
+    }
+
+    /// Whether the key was rejected.
+    pub fn is_invalid_key(&self) -> bool {
+        matches!(self, Self::InvalidKey(_))
+    }
+
+    /// Whether the fill returned an error (of this or another type).
+    pub fn is_fill_error(&self) -> bool {
+        matches!(self, Self::Fill(_) | Self::FillErrorOfOtherType { .. })
+    }
+
+    /// Whether the fill panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self, Self::FillPanicked { .. })
+    }
+
+    /// Whether the shared store failed.
+    pub fn is_store(&self) -> bool {
+        matches!(self, Self::Store(_))
+    }
+
+    /// The fill's error, when the fill returned one of this caller's type.
+    pub fn fill_error(&self) -> Option<&Arc<E>> {
+        match self {
+            Self::Fill(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for Error<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidKey(e) => e.fmt(f),
+            Self::Fill(e) => write!(f, "fill failed: {e}"),
+            Self::FillErrorOfOtherType { type_name } => {
+                write!(f, "fill failed with an error of type {type_name}")
+            }
+            Self::FillPanicked { message } => write!(f, "fill panicked: {message}"),
+            Self::Timeout { after } => write!(f, "fill timed out after {after:?}"),
+            Self::Aborted => f.write_str("fill aborted before it finished"),
+            Self::Encode { message } => write!(f, "value not storable: {message}"),
+            Self::Store(e) => e.fmt(f),
+            Self::NoRuntime => f.write_str("corral needs a tokio runtime"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for Error<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidKey(e) => Some(e),
+            Self::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<InvalidKey> for Error<E> {
+    fn from(e: InvalidKey) -> Self {
+        Self::InvalidKey(e)
+    }
+}
+
+impl<E> From<StoreError> for Error<E> {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+/// A builder setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid cache configuration: {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}

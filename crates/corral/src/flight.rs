@@ -1,0 +1,251 @@
+//! In-process single-flight: one table per cache instance, keyed by the full
+//! key, in which the first caller of a missing key becomes the leader and
+//! every later caller joins its flight.
+//!
+//! Invariants:
+//! - A key has at most one flight in the table; only its [`Leadership`]
+//!   removes it, and only while it is still the one in the table (matched by
+//!   id), or [`FlightTable::detach`] removes it for a newer write.
+//! - A flight's outcome is published exactly once; a [`Leadership`] dropped
+//!   before publishing publishes [`Failure::Aborted`], so no waiter hangs.
+//! - A flight's leader writes into the in-process tier only while its flight
+//!   is still the table's flight for the key, checked under the table lock
+//!   (the same lock `detach` holds while a newer write lands).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::sync::{lock, Mutex};
+
+/// What a flight hands each of its callers.
+#[derive(Debug, Clone)]
+pub(crate) enum Outcome<V> {
+    Value(V),
+    Failed(Failure),
+}
+
+/// Why a flight produced no value.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// The fill's own error, typed, with the name of its type.
+    Fill {
+        error: Arc<dyn Any + Send + Sync>,
+        type_name: &'static str,
+    },
+    Panicked(Arc<str>),
+    TimedOut(Duration),
+    Aborted,
+}
+
+/// One fill in progress and the callers waiting for it.
+pub(crate) struct Flight<V> {
+    id: u64,
+    slot: Mutex<Slot<V>>,
+}
+
+struct Slot<V> {
+    outcome: Option<Outcome<V>>,
+    wakers: Vec<Waker>,
+}
+
+impl<V: Clone> Flight<V> {
+    fn new(id: u64) -> Self {
+        Self {
+            id,
+            slot: Mutex::new(Slot {
+                outcome: None,
+                wakers: Vec::new(),
+            }),
+        }
+    }
+
+    /// Waits for the flight's outcome. Dropping the future only stops this
+    /// caller's wait.
+    pub(crate) fn wait(self: &Arc<Self>) -> Wait<V> {
+        Wait {
+            flight: Arc::clone(self),
+            waker_index: None,
+        }
+    }
+
+    fn publish(&self, outcome: Outcome<V>) {
+        let wakers = {
+            let mut slot = lock(&self.slot);
+            if slot.outcome.is_some() {
+                return;
+            }
+            slot.outcome = Some(outcome);
+            std::mem::take(&mut slot.wakers)
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+}
+
+/// The future of [`Flight::wait`].
+pub(crate) struct Wait<V> {
+    flight: Arc<Flight<V>>,
+    waker_index: Option<usize>,
+}
+
+impl<V: Clone> Future for Wait<V> {
+    type Output = Outcome<V>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome<V>> {
+        let this = &mut *self;
+        let mut slot = lock(&this.flight.slot);
+        if let Some(outcome) = &slot.outcome {
+            return Poll::Ready(outcome.clone());
+        }
+        match this.waker_index {
+            Some(index) if index < slot.wakers.len() => {
+                if !slot.wakers[index].will_wake(cx.waker()) {
+                    slot.wakers[index] = cx.waker().clone();
+                }
+            }
+            _ => {
+                slot.wakers.push(cx.waker().clone());
+                this.waker_index = Some(slot.wakers.len() - 1);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+type FlightMap<V> = HashMap<Box<str>, Arc<Flight<V>>, foldhash::fast::RandomState>;
+
+/// The single-flight table of one cache instance.
+pub(crate) struct FlightTable<V> {
+    next_id: AtomicU64,
+    flights: Mutex<FlightMap<V>>,
+}
+
+/// The result of [`FlightTable::claim`].
+pub(crate) enum Claim<V: Clone> {
+    /// This caller leads a new flight and must complete it.
+    Lead(Leadership<V>),
+    /// A flight for the key is running; wait for it.
+    Join(Arc<Flight<V>>),
+    /// No flight, but the recheck found a value (a flight finished between
+    /// the caller's first look and its claim).
+    Ready(V),
+}
+
+impl<V: Clone> FlightTable<V> {
+    pub(crate) fn new() -> Self {
+        Self {
+            next_id: AtomicU64::new(1),
+            flights: Mutex::new(HashMap::default()),
+        }
+    }
+
+    /// Joins the key's flight, or — when `recheck`, run under the table
+    /// lock, finds no value — starts one and returns its leadership.
+    ///
+    /// Leaders write and retire under the same lock, so a caller never
+    /// starts a second fill for a value that landed after its first look.
+    pub(crate) fn claim(self: &Arc<Self>, key: &str, recheck: impl FnOnce() -> Option<V>) -> Claim<V> {
+        let mut flights = lock(&self.flights);
+        if let Some(flight) = flights.get(key) {
+            return Claim::Join(Arc::clone(flight));
+        }
+        if let Some(value) = recheck() {
+            return Claim::Ready(value);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let flight = Arc::new(Flight::new(id));
+        flights.insert(key.into(), Arc::clone(&flight));
+        Claim::Lead(Leadership {
+            table: Arc::downgrade(self),
+            key: key.into(),
+            flight,
+            published: false,
+            retired: false,
+        })
+    }
+
+    /// Removes the key's flight, if any, so later calls start a new one, and
+    /// runs `newer_write` under the table lock. The detached flight still
+    /// publishes its outcome to its callers but no longer writes.
+    pub(crate) fn detach<R>(&self, key: &str, newer_write: impl FnOnce() -> R) -> R {
+        let mut flights = lock(&self.flights);
+        flights.remove(key);
+        newer_write()
+    }
+
+    /// How many flights are in progress.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.flights).len()
+    }
+}
+
+/// The right and the duty to finish one flight.
+pub(crate) struct Leadership<V: Clone> {
+    table: Weak<FlightTable<V>>,
+    key: Box<str>,
+    flight: Arc<Flight<V>>,
+    published: bool,
+    retired: bool,
+}
+
+impl<V: Clone> Leadership<V> {
+    /// The flight this leadership finishes.
+    pub(crate) fn flight(&self) -> &Arc<Flight<V>> {
+        &self.flight
+    }
+
+    /// Hands the outcome to every caller of the flight, present and future.
+    pub(crate) fn publish(&mut self, outcome: Outcome<V>) {
+        self.published = true;
+        self.flight.publish(outcome);
+    }
+
+    /// Removes the flight from the table. `if_current` runs under the table
+    /// lock, and only if no newer write detached the flight meanwhile; it
+    /// returns whether it ran.
+    pub(crate) fn retire(mut self, if_current: impl FnOnce()) -> bool {
+        self.retired = true;
+        let Some(table) = self.table.upgrade() else {
+            return false;
+        };
+        let mut flights = lock(&table.flights);
+        let current = flights
+            .get(&*self.key)
+            .is_some_and(|flight| flight.id == self.flight.id);
+        if current {
+            if_current();
+            flights.remove(&*self.key);
+        }
+        current
+    }
+}
+
+impl<V: Clone> Drop for Leadership<V> {
+    fn drop(&mut self) {
+        if !self.retired {
+            if let Some(table) = self.table.upgrade() {
+                let mut flights = lock(&table.flights);
+                if flights
+                    .get(&*self.key)
+                    .is_some_and(|flight| flight.id == self.flight.id)
+                {
+                    flights.remove(&*self.key);
+                }
+            }
+        }
+        if !self.published {
+            self.flight.publish(Outcome::Failed(Failure::Aborted));
+        }
+    }
+}
+
+#[cfg(all(test, shuttle))]
+#[path = "flight_model.rs"]
+mod model;

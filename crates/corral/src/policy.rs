@@ -1,0 +1,140 @@
+//! Time-to-live, jitter, timeouts and lease settings.
+
+use std::time::Duration;
+
+use crate::error::ConfigError;
+
+/// The settings a cache instance applies to every fill unless a call
+/// overrides them with [`FillOptions`].
+#[derive(Debug, Clone)]
+pub(crate) struct Policy {
+    pub(crate) ttl: Duration,
+    pub(crate) jitter: f64,
+    pub(crate) fill_timeout: Duration,
+    pub(crate) lease_ttl: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) store_timeout: Duration,
+    pub(crate) max_value_bytes: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(60),
+            jitter: 0.0,
+            fill_timeout: Duration::from_secs(30),
+            lease_ttl: Duration::from_secs(3),
+            poll_interval: Duration::from_millis(250),
+            store_timeout: Duration::from_secs(1),
+            max_value_bytes: 8 << 20,
+        }
+    }
+}
+
+impl Policy {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.ttl.is_zero() {
+            return Err(ConfigError::new("ttl must be greater than zero"));
+        }
+        validate_jitter(self.jitter)?;
+        for (name, value) in [
+            ("fill_timeout", self.fill_timeout),
+            ("lease_ttl", self.lease_ttl),
+            ("poll_interval", self.poll_interval),
+            ("store_timeout", self.store_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::new(format!("{name} must be greater than zero")));
+            }
+        }
+        if self.lease_ttl < Duration::from_millis(30) {
+            return Err(ConfigError::new("lease_ttl must be at least 30 ms"));
+        }
+        Ok(())
+    }
+
+    /// How long a fence outlives its lease grant: a leader may commit until
+    /// its hard timeout, even if a renewal was lost.
+    pub(crate) fn fence_ttl(&self, fill_timeout: Duration) -> Duration {
+        fill_timeout.saturating_add(self.lease_ttl)
+    }
+}
+
+/// Checks a jitter fraction: a number in `[0, 1]`.
+pub(crate) fn validate_jitter(jitter: f64) -> Result<(), ConfigError> {
+    if jitter.is_nan() || !(0.0..=1.0).contains(&jitter) {
+        return Err(ConfigError::new(format!(
+            "jitter must be a fraction in [0, 1], got {jitter}"
+        )));
+    }
+    Ok(())
+}
+
+/// Draws a TTL uniformly from `[ttl·(1−jitter), ttl·(1+jitter)]`, using
+/// `unit`, a number in `[0, 1)`. The result is never zero (at least 1 ms).
+pub(crate) fn jittered(ttl: Duration, jitter: f64, unit: f64) -> Duration {
+    if jitter <= 0.0 || jitter.is_nan() {
+        return ttl.max(Duration::from_millis(1));
+    }
+    let factor = 1.0 - jitter + 2.0 * jitter * unit.clamp(0.0, 1.0);
+    ttl.mul_f64(factor.max(0.0)).max(Duration::from_millis(1))
+}
+
+/// Per-call settings for [`get_or_fill_with`](crate::Cache::get_or_fill_with).
+///
+/// When concurrent calls on one key pass different options, the options of
+/// the call that leads the flight (the first one) apply to the fill; the
+/// others only wait for its outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[must_use]
+pub struct FillOptions {
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) fill_timeout: Option<Duration>,
+}
+
+impl FillOptions {
+    /// The cache's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The TTL of the filled value (jitter still applies).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// The hard timeout of this fill.
+    pub fn fill_timeout(mut self, timeout: Duration) -> Self {
+        self.fill_timeout = Some(timeout);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn jitter_validation() {
+        assert!(validate_jitter(0.0).is_ok());
+        assert!(validate_jitter(1.0).is_ok());
+        assert!(validate_jitter(f64::NAN).is_err());
+        assert!(validate_jitter(-0.1).is_err());
+        assert!(validate_jitter(1.01).is_err());
+        assert!(validate_jitter(f64::INFINITY).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn jittered_ttl_stays_in_bounds(ttl_ms in 1u64..10_000_000, jitter in 0.0f64..=1.0, unit in 0.0f64..1.0) {
+            let ttl = Duration::from_millis(ttl_ms);
+            let drawn = jittered(ttl, jitter, unit);
+            let low = ttl.mul_f64(1.0 - jitter).max(Duration::from_millis(1));
+            let high = ttl.mul_f64(1.0 + jitter).max(Duration::from_millis(1));
+            prop_assert!(drawn + Duration::from_nanos(1) >= low, "{drawn:?} < {low:?}");
+            prop_assert!(drawn <= high + Duration::from_nanos(1), "{drawn:?} > {high:?}");
+        }
+    }
+}

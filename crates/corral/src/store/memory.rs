@@ -1,0 +1,283 @@
+//! An in-process shared store: the embedded stand-in for Redis when several
+//! cache instances in one process should share values and leases (tests,
+//! single-process deployments that want leases). Its one clock is tokio's,
+//! so it follows `tokio::time::pause()`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{
+    BoxFuture, Commit, Lease, LeaseRequest, Listener, Lookup, Notifier, Store, StoreKey, Stored,
+};
+use crate::error::StoreError;
+
+#[derive(Debug, Default)]
+struct Slot {
+    value: Option<(Vec<u8>, Instant)>,
+    lease: Option<(Arc<str>, Instant)>,
+    fence: Option<(Arc<str>, Instant)>,
+}
+
+impl Slot {
+    fn expire(&mut self, now: Instant) {
+        if self.value.as_ref().is_some_and(|(_, at)| *at <= now) {
+            self.value = None;
+        }
+        if self.lease.as_ref().is_some_and(|(_, at)| *at <= now) {
+            self.lease = None;
+        }
+        if self.fence.as_ref().is_some_and(|(_, at)| *at <= now) {
+            self.fence = None;
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.value.is_none() && self.lease.is_none() && self.fence.is_none()
+    }
+
+    fn owns_lease(&self, token: &str) -> bool {
+        self.lease.as_ref().is_some_and(|(t, _)| &**t == token)
+    }
+}
+
+#[derive(Debug)]
+struct State {
+    slots: HashMap<StoreKey, Slot>,
+    rng: fastrand::Rng,
+}
+
+/// An in-process [`Store`] with leases, fences and notifications, bounded to
+/// `max_keys` keys (when full, expired keys are dropped first, then
+/// arbitrary ones).
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    state: Arc<Mutex<State>>,
+    notifier: Notifier,
+    max_keys: usize,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A store bounded to 100,000 keys.
+    pub fn new() -> Self {
+        Self::with_max_keys(100_000)
+    }
+
+    /// A store bounded to `max_keys` keys (at least 1).
+    pub fn with_max_keys(max_keys: usize) -> Self {
+        let seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
+        Self {
+            state: Arc::new(Mutex::new(State {
+                slots: HashMap::new(),
+                rng: fastrand::Rng::with_seed(seed),
+            })),
+            notifier: Notifier::new(),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// Writes raw bytes as the value of `key`, bypassing fences and
+    /// notifications: for tests that plant foreign or corrupt bytes.
+    pub fn put_raw(&self, key: &StoreKey, bytes: Vec<u8>, ttl: Duration) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.slots.entry(key.clone()).or_default().value = Some((bytes, now + ttl));
+    }
+
+    /// The raw value bytes of `key`, if present.
+    pub fn raw(&self, key: &StoreKey) -> Option<Vec<u8>> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let slot = state.slots.get_mut(key)?;
+        slot.expire(now);
+        slot.value.as_ref().map(|(bytes, _)| bytes.clone())
+    }
+
+    /// Number of keys holding a value, lease or fence.
+    pub fn len(&self) -> usize {
+        self.lock().slots.len()
+    }
+
+    /// Whether the store holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn id(key: &StoreKey) -> Arc<str> {
+        format!("{}\u{0}{}", key.namespace(), key.key()).into()
+    }
+
+    /// Runs `op` on the key's slot after expiring it, then drops the slot if
+    /// it became empty and enforces the key bound.
+    fn with_slot<R>(&self, key: &StoreKey, op: impl FnOnce(&mut Slot, &mut fastrand::Rng, Instant) -> R) -> R {
+        let now = Instant::now();
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let slot = state.slots.entry(key.clone()).or_default();
+        slot.expire(now);
+        let result = op(slot, &mut state.rng, now);
+        if slot.is_empty() {
+            state.slots.remove(key);
+        } else if state.slots.len() > self.max_keys {
+            evict(&mut state.slots, key, now, self.max_keys);
+        }
+        result
+    }
+}
+
+fn evict(slots: &mut HashMap<StoreKey, Slot>, keep: &StoreKey, now: Instant, max: usize) {
+    slots.retain(|_, slot| {
+        slot.expire(now);
+        !slot.is_empty()
+    });
+    while slots.len() > max {
+        let Some(victim) = slots.keys().find(|k| *k != keep).cloned() else {
+            return;
+        };
+        slots.remove(&victim);
+    }
+}
+
+fn token(rng: &mut fastrand::Rng) -> Arc<str> {
+    format!("{:032x}", rng.u128(..)).into()
+}
+
+fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
+    Box::pin(std::future::ready(value))
+}
+
+impl Store for MemoryStore {
+    fn get_or_lease<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        request: LeaseRequest,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
+        let lookup = self.with_slot(key, |slot, rng, now| {
+            if let (Some((bytes, expires)), false) = (&slot.value, request.ignore_value) {
+                return Lookup::Hit(Stored {
+                    bytes: bytes.clone(),
+                    remaining: Some(expires.saturating_duration_since(now)),
+                });
+            }
+            if let Some((_, expires)) = &slot.lease {
+                return Lookup::Held {
+                    remaining: Some(expires.saturating_duration_since(now)),
+                };
+            }
+            let token = token(rng);
+            slot.lease = Some((token.clone(), now + request.lease_ttl));
+            slot.fence = Some((token.clone(), now + request.fence_ttl));
+            Lookup::Granted(Lease::new(token))
+        });
+        ready(Ok(lookup))
+    }
+
+    fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        let stored = self.with_slot(key, |slot, _, now| {
+            slot.value.as_ref().map(|(bytes, expires)| Stored {
+                bytes: bytes.clone(),
+                remaining: Some(expires.saturating_duration_since(now)),
+            })
+        });
+        ready(Ok(stored))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        request: LeaseRequest,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let renewed = self.with_slot(key, |slot, _, now| {
+            if !slot.owns_lease(lease.token()) {
+                return false;
+            }
+            slot.lease = Some((lease.token.clone(), now + request.lease_ttl));
+            if slot.fence.as_ref().is_some_and(|(t, _)| **t == *lease.token()) {
+                slot.fence = Some((lease.token.clone(), now + request.fence_ttl));
+            }
+            true
+        });
+        ready(Ok(renewed))
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        bytes: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        let commit = self.with_slot(key, |slot, _, now| {
+            let fenced = slot.fence.as_ref().is_some_and(|(t, _)| **t == *lease.token());
+            if slot.owns_lease(lease.token()) {
+                slot.lease = None;
+            }
+            if fenced {
+                slot.value = Some((bytes.to_vec(), now + ttl));
+                slot.fence = None;
+                Commit::Stored
+            } else {
+                Commit::Refused
+            }
+        });
+        self.notifier.notify(&Self::id(key));
+        ready(Ok(commit))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.with_slot(key, |slot, _, _| {
+            if slot.owns_lease(lease.token()) {
+                slot.lease = None;
+            }
+            if slot.fence.as_ref().is_some_and(|(t, _)| **t == *lease.token()) {
+                slot.fence = None;
+            }
+        });
+        self.notifier.notify(&Self::id(key));
+        ready(Ok(()))
+    }
+
+    fn set<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        bytes: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.with_slot(key, |slot, _, now| {
+            slot.value = Some((bytes.to_vec(), now + ttl));
+            slot.lease = None;
+            slot.fence = None;
+        });
+        self.notifier.notify(&Self::id(key));
+        ready(Ok(()))
+    }
+
+    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.with_slot(key, |slot, _, _| {
+            *slot = Slot::default();
+        });
+        self.notifier.notify(&Self::id(key));
+        ready(Ok(()))
+    }
+
+    fn listen(&self, key: &StoreKey) -> Listener {
+        self.notifier.listen(Self::id(key))
+    }
+}

@@ -1,0 +1,196 @@
+//! Shared stores: the bytes tier that several cache instances — in one
+//! process or in many — read and fill through, with fill leases, fences and
+//! notifications.
+//!
+//! A store holds, per logical key, three things:
+//! - the **value**: an envelope ([`crate::entry`]) with a time to live;
+//! - the **lease**: the token of the one fill allowed to run for the key,
+//!   with its own time to live, renewed while the fill runs;
+//! - the **fence**: the token of the last lease grant. Granting a lease sets
+//!   it; `set` and `invalidate` delete it. A commit carries the token it was
+//!   granted and is refused unless the fence still holds that token, so a
+//!   fill that started before a newer write, or whose lease lapsed and was
+//!   granted to another leader, cannot overwrite newer data. Tokens are
+//!   random, so a store that loses its data (a restart without persistence,
+//!   an eviction) refuses old commits instead of matching them again.
+//!
+//! Each store judges time by one clock of its own: Redis by the server's
+//! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
+//! written by one host is compared with another host's clock.
+
+mod memory;
+mod notify;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use memory::MemoryStore;
+pub use notify::{Listener, Notifier};
+
+use crate::error::StoreError;
+
+/// A boxed, sendable future: what store methods return, so stores can be
+/// used as `Arc<dyn Store>`.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The address of one logical key in a shared store: the cache's namespace
+/// (its name and schema version) and the user's key. Stores lay it out as
+/// they need; the pair is unique per cache, version and key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoreKey {
+    namespace: Arc<str>,
+    key: Box<str>,
+}
+
+impl StoreKey {
+    /// The address of `key` in `namespace`.
+    pub fn new(namespace: impl Into<Arc<str>>, key: &str) -> Self {
+        Self {
+            namespace: namespace.into(),
+            key: key.into(),
+        }
+    }
+
+    /// The namespace (`name` and schema `version` of the cache, as
+    /// `name:v{version}`).
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The user's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+/// A fill lease granted to one leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    token: Arc<str>,
+}
+
+impl Lease {
+    /// A lease with this token (also the fence its commit must match).
+    pub fn new(token: impl Into<Arc<str>>) -> Self {
+        Self {
+            token: token.into(),
+        }
+    }
+
+    /// The lease's token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// How to ask for a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// How long the lease lives unless renewed.
+    pub lease_ttl: Duration,
+    /// How long the fence of a granted lease lives (the longest a leader
+    /// may take to commit).
+    pub fence_ttl: Duration,
+    /// Grant a lease even when a value is present (the value could not be
+    /// decoded and must be overwritten).
+    pub ignore_value: bool,
+}
+
+/// A value read from a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored {
+    /// The envelope bytes.
+    pub bytes: Vec<u8>,
+    /// The value's remaining time to live, by the store's clock.
+    pub remaining: Option<Duration>,
+}
+
+/// The answer of [`Store::get_or_lease`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// A value is present.
+    Hit(Stored),
+    /// No value; this caller holds the lease and should fill.
+    Granted(Lease),
+    /// No value; another fill holds the lease.
+    Held {
+        /// The lease's remaining time to live, if known.
+        remaining: Option<Duration>,
+    },
+}
+
+/// The answer of [`Store::commit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Commit {
+    /// The value was written.
+    Stored,
+    /// The fence moved (a newer write, an invalidation or a new lease
+    /// grant): nothing was written.
+    Refused,
+}
+
+/// A shared bytes store with fill leases, fenced commits and notifications.
+///
+/// Every method is one round trip to the store. Implementations bound each
+/// call by their own operation timeout and report failures as
+/// [`StoreError`]; they never panic.
+pub trait Store: Send + Sync + Debug + 'static {
+    /// Returns the value, or grants the lease to this caller, or reports it
+    /// held by another — atomically.
+    fn get_or_lease<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        request: LeaseRequest,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>>;
+
+    /// Reads the value.
+    fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;
+
+    /// Extends the lease and its fence if `lease` still owns them; returns
+    /// whether it did.
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        request: LeaseRequest,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Writes `bytes` for `ttl` if the fence still holds the lease's token,
+    /// releases the lease if still owned, and notifies listeners — atomically.
+    fn commit<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        bytes: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Commit, StoreError>>;
+
+    /// Gives up a lease without writing (the fill failed), if still owned,
+    /// and notifies listeners so a waiter can take over.
+    fn release<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Writes `bytes` for `ttl` unconditionally, moves the fence (so fills in
+    /// flight cannot overwrite it), drops any lease and notifies listeners.
+    fn set<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        bytes: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Deletes the value, moves the fence, drops any lease and notifies
+    /// listeners.
+    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Starts listening for changes of `key` (commits, releases, writes).
+    /// Listen before reading, so a change between the read and the wait is
+    /// not missed.
+    fn listen(&self, key: &StoreKey) -> Listener;
+}

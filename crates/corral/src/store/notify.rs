@@ -1,0 +1,84 @@
+//! Dispatch of "this key changed" notices to the waiters of one store.
+
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// How many notices a slow listener may fall behind before it is told to
+/// re-check everything.
+const CAPACITY: usize = 1024;
+
+#[derive(Debug, Clone)]
+enum Notice {
+    Key(Arc<str>),
+    All,
+}
+
+/// Fans notices out to the listeners of one store. At most one flight per
+/// key and process waits on a store, so listeners filter by key.
+#[derive(Debug, Clone)]
+pub struct Notifier {
+    sender: broadcast::Sender<Notice>,
+}
+
+impl Default for Notifier {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Notifier {
+    /// A notifier with no listeners.
+    pub fn new() -> Self {
+        let (sender, _) = broadcast::channel(CAPACITY);
+        Self { sender }
+    }
+
+    /// A listener for the notices of `id` (a store-specific key identity).
+    pub fn listen(&self, id: Arc<str>) -> Listener {
+        Listener {
+            id,
+            receiver: self.sender.subscribe(),
+        }
+    }
+
+    /// Tells the listeners of `id` that it changed.
+    pub fn notify(&self, id: &str) {
+        if self.sender.receiver_count() > 0 {
+            let _ = self.sender.send(Notice::Key(id.into()));
+        }
+    }
+
+    /// Tells every listener to re-check (notices may have been lost, for
+    /// example while a subscription reconnected).
+    pub fn notify_all(&self) {
+        let _ = self.sender.send(Notice::All);
+    }
+}
+
+/// Waits for a change of one key. See [`Store::listen`](super::Store::listen).
+#[derive(Debug)]
+pub struct Listener {
+    id: Arc<str>,
+    receiver: broadcast::Receiver<Notice>,
+}
+
+impl Listener {
+    /// A listener that is never notified (for stores without notifications:
+    /// waiters then poll).
+    pub fn never() -> Self {
+        Notifier::new().listen("".into())
+    }
+
+    /// Resolves when the key may have changed: a notice for it, a notice to
+    /// re-check everything, or lost notices. Cancel-safe.
+    pub async fn changed(&mut self) {
+        loop {
+            match self.receiver.recv().await {
+                Ok(Notice::Key(id)) if id == self.id => return,
+                Ok(Notice::Key(_)) => continue,
+                Ok(Notice::All) | Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Err(broadcast::error::RecvError::Closed) => std::future::pending::<()>().await,
+            }
+        }
+    }
+}
