@@ -1,0 +1,77 @@
+//! Real-server test fixtures for corral.
+//!
+//! Tests run against a real `redis-server`, never a mock (see DESIGN.md §5).
+//! [`RedisServer`] spawns one on a free loopback port with persistence off,
+//! waits until it answers `PING`, and kills it on drop — also when the test
+//! panics. It can freeze (`SIGSTOP`), thaw, kill and restart the server on the
+//! same port for fault tests, and reads `INFO commandstats` so tests can count
+//! the commands an operation sent. [`RedisCluster`] starts a three-master
+//! cluster with `redis-cli --cluster create`.
+//!
+//! Every failure panics with the tail of the server log(s) in the message.
+//!
+//! The binaries are found on `PATH` as `redis-server` and `redis-cli`; set
+//! `CORRAL_REDIS_SERVER` / `CORRAL_REDIS_CLI` to use others. Everything binds
+//! and connects to `127.0.0.1` only.
+//!
+//! ```no_run
+//! use corral_testkit::RedisServer;
+//!
+//! let server = RedisServer::start();
+//! assert_eq!(server.cli(&["PING"]), "PONG");
+//! server.reset_stats();
+//! server.cli(&["SET", "k", "v"]);
+//! assert_eq!(server.command_stats().get("set"), Some(&1));
+//! ```
+
+mod cluster;
+mod process;
+mod resp;
+mod server;
+
+pub use cluster::RedisCluster;
+pub use server::RedisServer;
+
+/// How many lines [`log_tail`] keeps.
+pub const LOG_TAIL_LINES: usize = 60;
+
+/// Formats the tail of a server log (its last [`LOG_TAIL_LINES`] lines) for a
+/// failure message, noting how many lines were left out.
+pub fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let skip = lines.len().saturating_sub(LOG_TAIL_LINES);
+    let mut out = String::new();
+    if skip > 0 {
+        out.push_str(&format!("[... {skip} earlier log lines left out ...]\n"));
+    }
+    for line in &lines[skip..] {
+        out.push_str(line);
+        out.push('\n');
+    }
+    if lines.is_empty() {
+        out.push_str("[log is empty]\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{log_tail, LOG_TAIL_LINES};
+
+    #[test]
+    fn log_tail_keeps_the_last_lines() {
+        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let tail = log_tail(&log);
+        assert!(tail.starts_with("[... 40 earlier log lines left out ...]\n"));
+        assert!(tail.contains("line 40\n"));
+        assert!(!tail.contains("line 39\n"));
+        assert!(tail.ends_with("line 99\n"));
+        assert_eq!(tail.lines().count(), LOG_TAIL_LINES + 1);
+    }
+
+    #[test]
+    fn log_tail_of_short_and_empty_logs() {
+        assert_eq!(log_tail("a\nb"), "a\nb\n");
+        assert_eq!(log_tail(""), "[log is empty]\n");
+    }
+}

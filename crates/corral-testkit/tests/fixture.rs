@@ -1,0 +1,151 @@
+//! The fixture against real `redis-server` processes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use corral_testkit::{RedisCluster, RedisServer};
+
+/// Sends an inline `PING` over a raw TCP connection and reports whether
+/// `+PONG` came back within `timeout` (independent of the fixture's client).
+fn raw_ping(port: u16, timeout: Duration) -> bool {
+    let attempt = || -> std::io::Result<bool> {
+        let addr = ("127.0.0.1", port);
+        let mut stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut buf = [0_u8; 7];
+        stream.read_exact(&mut buf)?;
+        Ok(&buf == b"+PONG\r\n")
+    };
+    attempt().unwrap_or(false)
+}
+
+#[test]
+fn starts_and_answers_ping() {
+    let server = RedisServer::start();
+    assert!(server.is_running());
+    assert_eq!(server.cli(&["PING"]), "PONG");
+    assert_eq!(
+        server.url(),
+        format!("redis://127.0.0.1:{}/", server.port())
+    );
+    assert_eq!(server.cli(&["CONFIG", "GET", "save"]), "save");
+    assert_eq!(
+        server.cli(&["CONFIG", "GET", "appendonly"]),
+        "appendonly\nno"
+    );
+    assert!(server.log().contains("Ready to accept connections"));
+}
+
+#[test]
+fn start_with_passes_extra_args() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    assert_eq!(
+        server.cli(&["CONFIG", "GET", "maxmemory-policy"]),
+        "maxmemory-policy\nallkeys-lru"
+    );
+}
+
+#[test]
+fn freeze_stops_answers_and_thaw_resumes_them() {
+    let server = RedisServer::start();
+    let timeout = Duration::from_millis(300);
+    assert!(raw_ping(server.port(), timeout));
+
+    server.freeze();
+    assert!(server.is_running(), "a frozen server is still running");
+    assert!(!raw_ping(server.port(), timeout), "frozen server answered");
+    assert!(!server.ping_within(timeout), "frozen server answered");
+
+    server.thaw();
+    assert!(raw_ping(server.port(), Duration::from_secs(5)));
+    assert_eq!(server.cli(&["PING"]), "PONG");
+}
+
+#[test]
+fn drop_kills_a_frozen_server() {
+    let server = RedisServer::start();
+    let port = server.port();
+    let dir = server.dir().to_owned();
+    server.freeze();
+    drop(server);
+    assert!(!raw_ping(port, Duration::from_millis(300)));
+    assert!(!dir.exists(), "temp dir {} was left behind", dir.display());
+}
+
+#[test]
+fn kill_then_restart_on_the_same_port_with_empty_data() {
+    let mut server = RedisServer::start();
+    let port = server.port();
+    assert_eq!(server.cli(&["SET", "before-restart", "1"]), "OK");
+    assert_eq!(server.cli(&["EXISTS", "before-restart"]), "1");
+
+    server.kill();
+    assert!(!server.is_running());
+    assert_eq!(server.pid(), None);
+    assert!(!server.ping_within(Duration::from_millis(300)));
+    assert!(server.try_cli(&["PING"]).is_err());
+    server.kill(); // idempotent
+
+    server.restart();
+    assert!(server.is_running());
+    assert_eq!(server.port(), port);
+    assert_eq!(server.cli(&["PING"]), "PONG");
+    assert_eq!(server.cli(&["EXISTS", "before-restart"]), "0");
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+
+    // Restarting a running server works too.
+    server.restart();
+    assert_eq!(server.port(), port);
+    assert_eq!(server.cli(&["PING"]), "PONG");
+}
+
+#[test]
+fn command_stats_count_commands() {
+    let server = RedisServer::start();
+    server.cli(&["SET", "a", "1"]);
+    server.reset_stats();
+    assert_eq!(server.command_stats().get("set"), None);
+
+    for key in ["a", "b", "c"] {
+        assert_eq!(server.cli(&["SET", key, "1"]), "OK");
+    }
+    server.cli(&["GET", "a"]);
+    let stats = server.command_stats();
+    assert_eq!(stats.get("set"), Some(&3), "{stats:?}");
+    assert_eq!(stats.get("get"), Some(&1), "{stats:?}");
+}
+
+#[test]
+fn cluster_starts_healthy_and_hash_tags_share_a_slot() {
+    let cluster = RedisCluster::start();
+    assert_eq!(cluster.nodes().len(), 3);
+    assert_eq!(cluster.urls().len(), 3);
+    for node in cluster.nodes() {
+        let info = node.cli(&["CLUSTER", "INFO"]);
+        assert!(
+            info.lines().any(|l| l.trim() == "cluster_state:ok"),
+            "node {}: {info}",
+            node.port()
+        );
+    }
+
+    let node = &cluster.nodes()[0];
+    let slot_x = node.cli(&["CLUSTER", "KEYSLOT", "{a}x"]);
+    let slot_y = node.cli(&["CLUSTER", "KEYSLOT", "{a}y"]);
+    assert_eq!(slot_x, slot_y);
+
+    cluster.reset_stats();
+    assert_eq!(node.cli(&["-c", "SET", "{a}x", "1"]), "OK");
+    assert_eq!(node.cli(&["-c", "SET", "{a}y", "2"]), "OK");
+    let holders: Vec<u16> = cluster
+        .nodes()
+        .iter()
+        .filter(|n| n.cli(&["CLUSTER", "COUNTKEYSINSLOT", &slot_x]) == "2")
+        .map(RedisServer::port)
+        .collect();
+    assert_eq!(holders.len(), 1, "both keys on one node: {holders:?}");
+    assert_eq!(cluster.command_stats().get("set"), Some(&2));
+}
