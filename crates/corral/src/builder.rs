@@ -217,8 +217,12 @@ where
                 true,
             ),
         };
+        let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
         let tier = match self.store {
-            Some(store) => Tier::Shared(store),
+            Some(store) => {
+                store.attach(&namespace);
+                Tier::Shared(store)
+            }
             None => {
                 let clock = self.clock.unwrap_or_else(|| Arc::new(CoarseClock::new()));
                 Tier::Local(LocalTier::new(estimated_items.min(1 << 24), weight_capacity, clock))
@@ -230,7 +234,7 @@ where
         };
         Ok(Cache {
             inner: Arc::new(Inner {
-                namespace: format!("{}:v{}", self.name, self.version).into(),
+                namespace,
                 name: self.name.into(),
                 schema: self.version,
                 policy: self.policy,

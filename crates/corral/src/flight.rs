@@ -8,6 +8,9 @@
 //!   id), or [`FlightTable::detach`] removes it for a newer write.
 //! - A flight's outcome is published exactly once; a [`Leadership`] dropped
 //!   before publishing publishes [`Failure::Aborted`], so no waiter hangs.
+//! - A leader retires its flight before publishing the outcome, so a caller
+//!   that receives an error and calls again starts a new flight rather than
+//!   joining the finished one.
 //! - A flight's leader writes into the in-process tier only while its flight
 //!   is still the table's flight for the key, checked under the table lock
 //!   (the same lock `detach` holds while a newer write lands).
@@ -210,7 +213,7 @@ impl<V: Clone> Leadership<V> {
     /// Removes the flight from the table. `if_current` runs under the table
     /// lock, and only if no newer write detached the flight meanwhile; it
     /// returns whether it ran.
-    pub(crate) fn retire(mut self, if_current: impl FnOnce()) -> bool {
+    pub(crate) fn retire(&mut self, if_current: impl FnOnce()) -> bool {
         self.retired = true;
         let Some(table) = self.table.upgrade() else {
             return false;

@@ -29,8 +29,8 @@ async fn read_through(table: Arc<FlightTable<u32>>, tier: Tier, leads: Arc<Atomi
         Claim::Lead(mut leadership) => {
             leads.fetch_add(1, SeqCst);
             yield_now().await;
-            leadership.publish(Outcome::Value(7));
             leadership.retire(|| *lock(&tier) = Some(7));
+            leadership.publish(Outcome::Value(7));
             Some(7)
         }
     }
@@ -72,7 +72,15 @@ fn an_abandoned_leader_wakes_its_waiters_and_frees_the_key() {
                     let table = Arc::clone(&table);
                     spawn(async move {
                         match table.claim("k", || None) {
-                            Claim::Join(flight) => matches!(flight.wait().await, Outcome::Failed(_)),
+                            Claim::Join(flight) => {
+                                let failed = matches!(flight.wait().await, Outcome::Failed(_));
+                                // A caller told of the failure never rejoins the failed flight.
+                                let rejoined = match table.claim("k", || None) {
+                                    Claim::Join(again) => again.id == flight.id,
+                                    Claim::Lead(_) | Claim::Ready(_) => false,
+                                };
+                                failed && !rejoined
+                            }
                             // Claimed after the abandoned flight was removed.
                             Claim::Lead(_) | Claim::Ready(_) => true,
                         }
@@ -107,8 +115,8 @@ fn a_write_during_a_flight_is_never_overwritten_by_it() {
                     };
                     claimed.store(true, SeqCst);
                     yield_now().await;
-                    leadership.publish(Outcome::Value(7));
                     leadership.retire(|| *lock(&tier) = Some(7));
+                    leadership.publish(Outcome::Value(7));
                 })
             };
             let writer = {

@@ -51,43 +51,43 @@ where
         fill,
     } = job;
     let led = tokio::time::timeout(fill_timeout, lead(&inner, &key, fill_timeout, fill)).await;
-    let Some(cache) = inner.upgrade() else {
-        leadership.publish(match led {
-            Ok(Ok(filled)) => Outcome::Value(filled.value),
-            Ok(Err(failure)) => Outcome::Failed(failure),
-            Err(_) => Outcome::Failed(Failure::TimedOut(fill_timeout)),
-        });
-        return;
-    };
+    let cache = inner.upgrade();
     let filled = match led {
         Ok(Ok(filled)) => filled,
         Ok(Err(failure)) => {
-            leadership.publish(Outcome::Failed(failure));
             leadership.retire(|| ());
+            leadership.publish(Outcome::Failed(failure));
             return;
         }
         Err(_) => {
-            Counters::bump(&cache.counters.fill_timeouts);
-            leadership.publish(Outcome::Failed(Failure::TimedOut(fill_timeout)));
+            if let Some(cache) = &cache {
+                Counters::bump(&cache.counters.fill_timeouts);
+            }
             leadership.retire(|| ());
+            leadership.publish(Outcome::Failed(Failure::TimedOut(fill_timeout)));
             return;
         }
+    };
+    let Some(cache) = cache else {
+        leadership.retire(|| ());
+        leadership.publish(Outcome::Value(filled.value));
+        return;
     };
     let ttl = cache.draw_ttl(ttl);
     match (&cache.tier, filled.lease) {
         (Tier::Local(local), _) => {
-            let weight = weight(&cache, &key, &filled.value);
-            leadership.publish(Outcome::Value(filled.value.clone()));
-            if let Ok(weight) = weight {
-                leadership.retire(|| local.insert(&key, filled.value, millis(ttl), weight));
+            if let Ok(weight) = weight(&cache, &key, &filled.value) {
+                let value = filled.value.clone();
+                leadership.retire(|| local.insert(&key, value, millis(ttl), weight));
             } else {
                 leadership.retire(|| ());
             }
         }
         (Tier::Shared(_), Some(lease)) => {
-            let bytes = cache.encode(&filled.value, ttl);
-            leadership.publish(Outcome::Value(filled.value));
-            match bytes {
+            // Commit before retiring and publishing, so a caller that gets
+            // the value can read it back, and a caller arriving after the
+            // flight retired finds it in the store.
+            match cache.encode(&filled.value, ttl) {
                 Ok(bytes) => lease.commit(&cache, &bytes, ttl).await,
                 Err(message) => {
                     Counters::bump(&cache.counters.encode_failures);
@@ -97,10 +97,10 @@ where
             leadership.retire(|| ());
         }
         (Tier::Shared(_), None) => {
-            leadership.publish(Outcome::Value(filled.value));
             leadership.retire(|| ());
         }
     }
+    leadership.publish(Outcome::Value(filled.value));
 }
 
 /// The weight of a value in the in-process tier: 1 when it is bounded by

@@ -189,6 +189,13 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// listeners.
     fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// Called once by each cache built on this store, with its namespace,
+    /// so the store can subscribe to the namespace's notifications before
+    /// the first waiter needs them. The default does nothing.
+    fn attach(&self, namespace: &str) {
+        let _ = namespace;
+    }
+
     /// Starts listening for changes of `key` (commits, releases, writes).
     /// Listen before reading, so a change between the read and the wait is
     /// not missed.
