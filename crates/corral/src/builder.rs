@@ -210,9 +210,15 @@ where
             Capacity::Entries(0) | Capacity::Bytes(0) => {
                 return Err(ConfigError::new("capacity must be greater than zero"));
             }
-            Capacity::Entries(entries) => (usize::try_from(entries).unwrap_or(usize::MAX), entries, false),
+            Capacity::Entries(entries) => (
+                usize::try_from(entries).unwrap_or(usize::MAX),
+                entries,
+                false,
+            ),
             Capacity::Bytes(bytes) => (
-                usize::try_from(bytes / 256).unwrap_or(usize::MAX).clamp(16, 1 << 20),
+                usize::try_from(bytes / 256)
+                    .unwrap_or(usize::MAX)
+                    .clamp(16, 1 << 20),
                 bytes,
                 true,
             ),
@@ -225,7 +231,11 @@ where
             }
             None => {
                 let clock = self.clock.unwrap_or_else(|| Arc::new(CoarseClock::new()));
-                Tier::Local(LocalTier::new(estimated_items.min(1 << 24), weight_capacity, clock))
+                Tier::Local(LocalTier::new(
+                    estimated_items.min(1 << 24),
+                    weight_capacity,
+                    clock,
+                ))
             }
         };
         let rng = match self.seed {

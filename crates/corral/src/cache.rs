@@ -70,7 +70,12 @@ impl<V: 'static> Inner<V> {
 
     /// Decodes an envelope; undecodable bytes are counted and yield `None`.
     pub(crate) fn decode(&self, bytes: &[u8]) -> Option<V> {
-        match entry::decode(&*self.codec, self.schema, bytes, self.policy.max_value_bytes) {
+        match entry::decode(
+            &*self.codec,
+            self.schema,
+            bytes,
+            self.policy.max_value_bytes,
+        ) {
             Ok(decoded) => Some(decoded.value),
             Err(error) => {
                 Counters::bump(&self.counters.decode_failures);
@@ -322,7 +327,8 @@ where
     ///
     /// As [`set`](Cache::set); a zero `ttl` is stored for 1 ms.
     pub async fn set_with_ttl(&self, key: &str, value: V, ttl: Duration) -> Result<(), Error> {
-        self.write(key, value, ttl.max(Duration::from_millis(1))).await
+        self.write(key, value, ttl.max(Duration::from_millis(1)))
+            .await
     }
 
     async fn write(&self, key: &str, value: V, ttl: Duration) -> Result<(), Error> {

@@ -154,7 +154,11 @@ impl<V: Clone> FlightTable<V> {
     ///
     /// Leaders write and retire under the same lock, so a caller never
     /// starts a second fill for a value that landed after its first look.
-    pub(crate) fn claim(self: &Arc<Self>, key: &str, recheck: impl FnOnce() -> Option<V>) -> Claim<V> {
+    pub(crate) fn claim(
+        self: &Arc<Self>,
+        key: &str,
+        recheck: impl FnOnce() -> Option<V>,
+    ) -> Claim<V> {
         let mut flights = lock(&self.flights);
         if let Some(flight) = flights.get(key) {
             return Claim::Join(Arc::clone(flight));

@@ -16,7 +16,11 @@ const ITERATIONS: usize = 2_000;
 /// The in-process tier of the model: one slot for one key.
 type Tier = Arc<Mutex<Option<u32>>>;
 
-async fn read_through(table: Arc<FlightTable<u32>>, tier: Tier, leads: Arc<AtomicUsize>) -> Option<u32> {
+async fn read_through(
+    table: Arc<FlightTable<u32>>,
+    tier: Tier,
+    leads: Arc<AtomicUsize>,
+) -> Option<u32> {
     if let Some(value) = *lock(&tier) {
         return Some(value);
     }
@@ -44,7 +48,13 @@ fn concurrent_callers_share_one_fill_and_leave_the_table_empty() {
             let tier: Tier = Arc::new(Mutex::new(None));
             let leads = Arc::new(AtomicUsize::new(0));
             let callers: Vec<_> = (0..4)
-                .map(|_| spawn(read_through(Arc::clone(&table), Arc::clone(&tier), Arc::clone(&leads))))
+                .map(|_| {
+                    spawn(read_through(
+                        Arc::clone(&table),
+                        Arc::clone(&tier),
+                        Arc::clone(&leads),
+                    ))
+                })
                 .collect();
             block_on(async {
                 for caller in callers {
@@ -108,7 +118,8 @@ fn a_write_during_a_flight_is_never_overwritten_by_it() {
             let tier: Tier = Arc::new(Mutex::new(None));
             let claimed = Arc::new(AtomicBool::new(false));
             let leader = {
-                let (table, tier, claimed) = (Arc::clone(&table), Arc::clone(&tier), Arc::clone(&claimed));
+                let (table, tier, claimed) =
+                    (Arc::clone(&table), Arc::clone(&tier), Arc::clone(&claimed));
                 spawn(async move {
                     let Claim::Lead(mut leadership) = table.claim("k", || None) else {
                         panic!("first claim leads");

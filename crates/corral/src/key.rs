@@ -55,7 +55,9 @@ mod tests {
         assert_eq!(validate_key(""), Err(InvalidKey::Empty));
         assert_eq!(
             validate_key(&"k".repeat(MAX_KEY_LEN + 1)),
-            Err(InvalidKey::TooLong { len: MAX_KEY_LEN + 1 })
+            Err(InvalidKey::TooLong {
+                len: MAX_KEY_LEN + 1
+            })
         );
         assert_eq!(
             validate_key("ab\ncd"),

@@ -37,8 +37,11 @@ struct Filled<V> {
 /// Runs one flight to its end: publishes exactly one outcome and retires the
 /// flight on every path (its `Leadership` does so even if this task is
 /// dropped).
-pub(crate) async fn run<V, F, Fut, E>(inner: Weak<Inner<V>>, mut leadership: Leadership<V>, job: Job<F>)
-where
+pub(crate) async fn run<V, F, Fut, E>(
+    inner: Weak<Inner<V>>,
+    mut leadership: Leadership<V>,
+    job: Job<F>,
+) where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<V, E>> + Send + 'static,
@@ -141,7 +144,9 @@ where
         let counters_owner = cache;
         Counters::bump(&counters_owner.counters.fills);
         drop(counters_owner);
-        return call_fill(inner, fill).await.map(|value| Filled { value, lease: None });
+        return call_fill(inner, fill)
+            .await
+            .map(|value| Filled { value, lease: None });
     };
     let store = Arc::clone(store);
     let skey = cache.store_key(key);
@@ -203,7 +208,9 @@ where
                 Counters::bump(&cache.counters.fills);
                 tracing::warn!(cache = %cache.name, %error, "store unreachable: filling without a lease");
                 drop(cache);
-                return call_fill(inner, fill).await.map(|value| Filled { value, lease: None });
+                return call_fill(inner, fill)
+                    .await
+                    .map(|value| Filled { value, lease: None });
             }
         }
     }

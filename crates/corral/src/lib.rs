@@ -58,7 +58,7 @@ mod sync;
 #[cfg(feature = "redis")]
 mod redis;
 
-pub use builder::{Capacity, CacheBuilder};
+pub use builder::{CacheBuilder, Capacity};
 pub use cache::Cache;
 pub use error::{ConfigError, Error, InvalidKey, StoreError, StoreErrorKind};
 pub use key::{validate_key, MAX_KEY_LEN};

@@ -35,7 +35,11 @@ pub(crate) struct LocalTier<V> {
 impl<V: Clone> LocalTier<V> {
     pub(crate) fn new(estimated_items: usize, weight_capacity: u64, clock: Arc<dyn Clock>) -> Self {
         Self {
-            map: Map::with_weighter(estimated_items.max(1), weight_capacity.max(1), EntryWeighter),
+            map: Map::with_weighter(
+                estimated_items.max(1),
+                weight_capacity.max(1),
+                EntryWeighter,
+            ),
             clock,
         }
     }

@@ -44,7 +44,9 @@ impl Policy {
             ("store_timeout", self.store_timeout),
         ] {
             if value.is_zero() {
-                return Err(ConfigError::new(format!("{name} must be greater than zero")));
+                return Err(ConfigError::new(format!(
+                    "{name} must be greater than zero"
+                )));
             }
         }
         if self.lease_ttl < Duration::from_millis(30) {

@@ -13,5 +13,7 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 /// its data consistent before any call that could panic.
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -70,10 +70,15 @@ impl Fixture {
         );
         match self {
             Self::Local => unreachable!("no bytes in the in-process tier"),
-            Self::Memory(store) => store.put_raw(&store_key, bytes.to_vec(), Duration::from_secs(60)),
+            Self::Memory(store) => {
+                store.put_raw(&store_key, bytes.to_vec(), Duration::from_secs(60))
+            }
             Self::Redis(server, _) => {
                 let client = redis::Client::open(server.url()).expect("client");
-                let mut conn = client.get_multiplexed_async_connection().await.expect("conn");
+                let mut conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("conn");
                 let _: () = conn.set_ex(&name, bytes, 60).await.expect("SET");
             }
             Self::Cluster(cluster, _) => {
@@ -119,7 +124,11 @@ struct SourceDown(u32);
 
 type Fill = std::pin::Pin<Box<dyn Future<Output = Result<String, SourceDown>> + Send>>;
 
-fn gated(fills: &Arc<AtomicUsize>, gate: &Gate, value: &str) -> impl FnOnce() -> Fill + Send + 'static {
+fn gated(
+    fills: &Arc<AtomicUsize>,
+    gate: &Gate,
+    value: &str,
+) -> impl FnOnce() -> Fill + Send + 'static {
     let (fills, gate, value) = (Arc::clone(fills), gate.clone(), value.to_owned());
     move || {
         Box::pin(async move {
@@ -150,7 +159,10 @@ async fn many_callers_one_fill(fx: &Fixture) {
             tokio::spawn(async move { cache.get_or_fill("hot", fill).await })
         })
         .collect();
-    until("all callers joined", || cache.stats().coalesced == CALLERS as u64 - 1).await;
+    until("all callers joined", || {
+        cache.stats().coalesced == CALLERS as u64 - 1
+    })
+    .await;
     gate.open();
     for caller in callers {
         assert_eq!(caller.await.expect("task").expect("value"), "v");
@@ -185,7 +197,9 @@ async fn typed_errors_are_shared_and_retried(fx: &Fixture) {
         }
     }
     assert_eq!(cache.get("k").await.expect("get"), None);
-    let value = cache.get_or_fill("k", || async { Ok::<_, SourceDown>("ok".into()) }).await;
+    let value = cache
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".into()) })
+        .await;
     assert_eq!(value.expect("retry"), "ok");
     until("flights retired", || cache.flights_in_progress() == 0).await;
 }
@@ -201,7 +215,9 @@ async fn panics_are_typed_and_retried(fx: &Fixture) {
         })
         .await;
     assert!(result.expect_err("panicked").is_panic());
-    let value = cache.get_or_fill("k", || async { Ok::<_, SourceDown>("ok".into()) }).await;
+    let value = cache
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".into()) })
+        .await;
     assert_eq!(value.expect("retry"), "ok");
     assert_eq!(cache.stats().fill_panics, 1);
 }
@@ -265,11 +281,16 @@ async fn fill_timeout_frees_the_key(fx: &Fixture) {
         .await;
     let elapsed = started.elapsed();
     assert!(result.expect_err("timed out").is_timeout());
-    assert!(elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3), "{elapsed:?}");
+    assert!(
+        elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
     until("the fill was dropped", || dropped.load(SeqCst)).await;
     until("flights retired", || cache.flights_in_progress() == 0).await;
     assert_eq!(cache.get("k").await.expect("get"), None);
-    let value = cache.get_or_fill("k", || async { Ok::<_, SourceDown>("fresh".into()) }).await;
+    let value = cache
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("fresh".into()) })
+        .await;
     assert_eq!(value.expect("a new fill"), "fresh");
 }
 
@@ -297,7 +318,10 @@ async fn writes_during_a_flight_win(fx: &Fixture) {
         gate.open();
         assert_eq!(flight.await.expect("task").expect("value"), "old");
         until("flights retired", || cache.flights_in_progress() == 0).await;
-        assert_eq!(cache.get("k").await.expect("get").as_deref(), Some(expected));
+        assert_eq!(
+            cache.get("k").await.expect("get").as_deref(),
+            Some(expected)
+        );
     }
 }
 
@@ -316,15 +340,34 @@ async fn invalid_keys_are_rejected(fx: &Fixture) {
     let cache = fx.cache("keys");
     let long = "k".repeat(MAX_KEY_LEN + 1);
     for key in ["", "a\rb", long.as_str()] {
-        let result = cache.get_or_fill(key, || async { Ok::<_, SourceDown>("x".to_owned()) }).await;
+        let result = cache
+            .get_or_fill(key, || async { Ok::<_, SourceDown>("x".to_owned()) })
+            .await;
         assert!(result.expect_err("rejected").is_invalid_key());
-        assert!(cache.set(key, "v".into()).await.expect_err("rejected").is_invalid_key());
+        assert!(cache
+            .set(key, "v".into())
+            .await
+            .expect_err("rejected")
+            .is_invalid_key());
     }
-    for key in ["}starts-with-brace", "{tag}inside", "a}b{c", &"k".repeat(MAX_KEY_LEN)] {
-        cache.set(key, format!("value of {key}")).await.expect("set");
-        assert_eq!(cache.get(key).await.expect("get"), Some(format!("value of {key}")));
+    for key in [
+        "}starts-with-brace",
+        "{tag}inside",
+        "a}b{c",
+        &"k".repeat(MAX_KEY_LEN),
+    ] {
+        cache
+            .set(key, format!("value of {key}"))
+            .await
+            .expect("set");
+        assert_eq!(
+            cache.get(key).await.expect("get"),
+            Some(format!("value of {key}"))
+        );
         cache.invalidate(key).await.expect("invalidate");
-        let value = cache.get_or_fill(key, || async { Ok::<_, SourceDown>("filled".to_owned()) }).await;
+        let value = cache
+            .get_or_fill(key, || async { Ok::<_, SourceDown>("filled".to_owned()) })
+            .await;
         assert_eq!(value.expect("fill"), "filled");
     }
 }
@@ -335,7 +378,9 @@ async fn corrupt_bytes_are_a_counted_miss(fx: &Fixture) {
         let key = format!("k{i}");
         fx.plant(&cache, &key, garbage).await;
         assert_eq!(cache.get(&key).await.expect("get"), None);
-        let value = cache.get_or_fill(&key, || async { Ok::<_, SourceDown>("fixed".to_owned()) }).await;
+        let value = cache
+            .get_or_fill(&key, || async { Ok::<_, SourceDown>("fixed".to_owned()) })
+            .await;
         assert_eq!(value.expect("fill over garbage"), "fixed");
         assert_eq!(cache.get(&key).await.expect("get"), Some("fixed".into()));
     }
@@ -355,11 +400,26 @@ async fn step(fx: &Fixture, name: &str, scenario: impl Future<Output = ()>) {
 
 async fn run(fx: Fixture) {
     step(&fx, "many_callers_one_fill", many_callers_one_fill(&fx)).await;
-    step(&fx, "typed_errors", typed_errors_are_shared_and_retried(&fx)).await;
+    step(
+        &fx,
+        "typed_errors",
+        typed_errors_are_shared_and_retried(&fx),
+    )
+    .await;
     step(&fx, "panics", panics_are_typed_and_retried(&fx)).await;
-    step(&fx, "cancelled_callers", cancelled_callers_do_not_cancel_the_fill(&fx)).await;
+    step(
+        &fx,
+        "cancelled_callers",
+        cancelled_callers_do_not_cancel_the_fill(&fx),
+    )
+    .await;
     step(&fx, "fill_timeout", fill_timeout_frees_the_key(&fx)).await;
-    step(&fx, "writes_during_a_flight", writes_during_a_flight_win(&fx)).await;
+    step(
+        &fx,
+        "writes_during_a_flight",
+        writes_during_a_flight_win(&fx),
+    )
+    .await;
     step(&fx, "entries_expire", entries_expire(&fx)).await;
     step(&fx, "invalid_and_odd_keys", invalid_keys_are_rejected(&fx)).await;
     if fx.shared() {

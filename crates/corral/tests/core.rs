@@ -58,8 +58,9 @@ fn counting_fill(
     fills: &Arc<AtomicUsize>,
     gate: &Gate,
     value: &str,
-) -> impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, SourceDown>> + Send>>
-       + Send
+) -> impl FnOnce() -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<String, SourceDown>> + Send>,
+> + Send
        + 'static {
     let fills = Arc::clone(fills);
     let gate = gate.clone();
@@ -96,7 +97,10 @@ async fn ten_thousand_callers_on_a_cold_key_run_one_fill() {
     assert_eq!(stats.fills, 1);
     assert_eq!(stats.misses, CALLERS as u64);
     assert_eq!(cache.flights_in_progress(), 0);
-    assert_eq!(cache.get("hot").await.expect("get"), Some("value".to_owned()));
+    assert_eq!(
+        cache.get("hot").await.expect("get"),
+        Some("value".to_owned())
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -125,7 +129,9 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
         let cache = cache.clone();
         tokio::spawn(async move {
             cache
-                .get_or_fill("k", || async { Err::<String, std::io::Error>(std::io::Error::other("never runs")) })
+                .get_or_fill("k", || async {
+                    Err::<String, std::io::Error>(std::io::Error::other("never runs"))
+                })
                 .await
         })
     };
@@ -139,7 +145,10 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
         }
     }
     assert_eq!(*errors[0], SourceDown { code: 503 });
-    assert!(errors.iter().all(|e| Arc::ptr_eq(e, &errors[0])), "one shared error");
+    assert!(
+        errors.iter().all(|e| Arc::ptr_eq(e, &errors[0])),
+        "one shared error"
+    );
     match other.await.expect("task") {
         Err(Error::FillErrorOfOtherType { type_name }) => assert!(type_name.contains("SourceDown")),
         other => panic!("expected FillErrorOfOtherType, got {other:?}"),
@@ -147,9 +156,15 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
     assert_eq!(fills.load(SeqCst), 1);
     assert_eq!(cache.stats().fill_errors, 1);
     assert_eq!(cache.flights_in_progress(), 0);
-    assert_eq!(cache.get("k").await.expect("get"), None, "an error stores nothing");
+    assert_eq!(
+        cache.get("k").await.expect("get"),
+        None,
+        "an error stores nothing"
+    );
     let value = cache
-        .get_or_fill("k", || async { Ok::<_, SourceDown>("recovered".to_owned()) })
+        .get_or_fill("k", || async {
+            Ok::<_, SourceDown>("recovered".to_owned())
+        })
         .await
         .expect("retry");
     assert_eq!(value, "recovered");
@@ -170,7 +185,10 @@ async fn a_panicking_fill_is_a_typed_error_and_stores_nothing() {
         Err(Error::FillPanicked { message }) => assert_eq!(&*message, "source exploded"),
         other => panic!("expected FillPanicked, got {other:?}"),
     }
-    assert!(cache.get_or_fill("k", || async { Ok::<_, SourceDown>("ok".to_owned()) }).await.is_ok());
+    assert!(cache
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".to_owned()) })
+        .await
+        .is_ok());
     let stats = cache.stats();
     assert_eq!((stats.fill_panics, stats.fills), (1, 2));
     assert_eq!(cache.flights_in_progress(), 0);
@@ -212,7 +230,13 @@ async fn a_leader_cancelled_before_its_first_poll_starts_nothing() {
     gate.open();
     drop(cache.get_or_fill("k", counting_fill(&fills, &gate, "v")));
     assert_eq!(cache.flights_in_progress(), 0);
-    assert_eq!(cache.get_or_fill("k", counting_fill(&fills, &gate, "v")).await.expect("value"), "v");
+    assert_eq!(
+        cache
+            .get_or_fill("k", counting_fill(&fills, &gate, "v"))
+            .await
+            .expect("value"),
+        "v"
+    );
     assert_eq!(fills.load(SeqCst), 1);
 }
 
@@ -273,7 +297,11 @@ async fn fill_timeout_aborts_the_fill_frees_the_key_and_stores_nothing() {
     until(|| dropped.load(SeqCst)).await;
     assert_eq!(cache.flights_in_progress(), 0);
     tokio::time::sleep(Duration::from_secs(20)).await;
-    assert_eq!(cache.get("k").await.expect("get"), None, "the aborted fill stored nothing");
+    assert_eq!(
+        cache.get("k").await.expect("get"),
+        None,
+        "the aborted fill stored nothing"
+    );
     let fresh = cache
         .get_or_fill("k", || async { Ok::<_, SourceDown>("fresh".to_owned()) })
         .await
@@ -290,7 +318,7 @@ async fn a_hung_fill_never_pins_the_key() {
         .expect("config");
     for _ in 0..3 {
         let result = cache
-            .get_or_fill("k", || std::future::pending::<Result<String, SourceDown>>())
+            .get_or_fill("k", std::future::pending::<Result<String, SourceDown>>)
             .await;
         assert!(result.expect_err("times out").is_timeout());
         assert_eq!(cache.flights_in_progress(), 0);
@@ -319,8 +347,16 @@ async fn invalidate_during_a_flight_wins() {
         .expect("a call after invalidate starts a new flight");
     assert_eq!(new, "new");
     old_gate.open();
-    assert_eq!(old.await.expect("task").expect("value"), "old", "its callers still get it");
-    assert_eq!(cache.get("k").await.expect("get"), Some("new".into()), "old did not overwrite");
+    assert_eq!(
+        old.await.expect("task").expect("value"),
+        "old",
+        "its callers still get it"
+    );
+    assert_eq!(
+        cache.get("k").await.expect("get"),
+        Some("new".into()),
+        "old did not overwrite"
+    );
     assert_eq!(fills.load(SeqCst), 2);
 }
 
@@ -358,7 +394,11 @@ async fn entries_expire_after_their_ttl() {
     assert_eq!(cache.stats().fills, 2);
     // A per-call TTL applies to that fill.
     cache
-        .get_or_fill_with("short", FillOptions::new().ttl(Duration::from_secs(1)), fill)
+        .get_or_fill_with(
+            "short",
+            FillOptions::new().ttl(Duration::from_secs(1)),
+            fill,
+        )
         .await
         .expect("fill");
     tokio::time::advance(Duration::from_millis(1_010)).await;
@@ -386,24 +426,44 @@ async fn jittered_ttls_stay_within_bounds_and_spread() {
         n
     };
     tokio::time::advance(Duration::from_millis(79_990)).await;
-    assert_eq!(live(cache.clone(), keys.clone()).await, 200, "none before ttl·0.8");
+    assert_eq!(
+        live(cache.clone(), keys.clone()).await,
+        200,
+        "none before ttl·0.8"
+    );
     tokio::time::advance(Duration::from_secs(20)).await;
     let middle = live(cache.clone(), keys.clone()).await;
-    assert!((20..180).contains(&middle), "about half expire by ttl: {middle}");
+    assert!(
+        (20..180).contains(&middle),
+        "about half expire by ttl: {middle}"
+    );
     tokio::time::advance(Duration::from_millis(20_020)).await;
-    assert_eq!(live(cache.clone(), keys.clone()).await, 0, "all gone after ttl·1.2");
+    assert_eq!(
+        live(cache.clone(), keys.clone()).await,
+        0,
+        "all gone after ttl·1.2"
+    );
 }
 
 #[test]
 fn bad_configuration_is_rejected() {
     for jitter in [f64::NAN, -0.1, 1.5, f64::INFINITY] {
-        let error = Cache::<String>::builder("c").jitter(jitter).build().expect_err("rejected");
+        let error = Cache::<String>::builder("c")
+            .jitter(jitter)
+            .build()
+            .expect_err("rejected");
         assert!(error.to_string().contains("jitter"), "{error}");
     }
-    assert!(Cache::<String>::builder("c").ttl(Duration::ZERO).build().is_err());
+    assert!(Cache::<String>::builder("c")
+        .ttl(Duration::ZERO)
+        .build()
+        .is_err());
     assert!(Cache::<String>::builder("bad{name}").build().is_err());
     assert!(Cache::<String>::builder("").build().is_err());
-    assert!(Cache::<String>::builder("c").max_entries(0).build().is_err());
+    assert!(Cache::<String>::builder("c")
+        .max_entries(0)
+        .build()
+        .is_err());
     assert!(Cache::<String>::builder("c").jitter(1.0).build().is_ok());
 }
 
@@ -413,12 +473,22 @@ async fn invalid_keys_are_rejected_before_anything_runs() {
     let long = "k".repeat(MAX_KEY_LEN + 1);
     for key in ["", "a\nb", "nul\0", long.as_str()] {
         let result = cache
-            .get_or_fill(key, || async { Ok::<String, SourceDown>("must not run".into()) })
+            .get_or_fill(key, || async {
+                Ok::<String, SourceDown>("must not run".into())
+            })
             .await;
         assert!(result.expect_err("rejected").is_invalid_key(), "{key:?}");
         assert!(cache.get(key).await.expect_err("rejected").is_invalid_key());
-        assert!(cache.set(key, "v".into()).await.expect_err("rejected").is_invalid_key());
-        assert!(cache.invalidate(key).await.expect_err("rejected").is_invalid_key());
+        assert!(cache
+            .set(key, "v".into())
+            .await
+            .expect_err("rejected")
+            .is_invalid_key());
+        assert!(cache
+            .invalidate(key)
+            .await
+            .expect_err("rejected")
+            .is_invalid_key());
     }
     assert_eq!(cache.stats().fills, 0);
     let longest = "k".repeat(MAX_KEY_LEN);
@@ -464,8 +534,16 @@ async fn corrupt_bytes_in_the_store_are_a_counted_miss_and_get_overwritten() {
 #[tokio::test(start_paused = true)]
 async fn a_schema_version_reads_only_its_own_keys() {
     let store = MemoryStore::new();
-    let v1 = Cache::<String>::builder("schema").version(1).store(store.clone()).build().expect("config");
-    let v2 = Cache::<u64>::builder("schema").version(2).store(store.clone()).build().expect("config");
+    let v1 = Cache::<String>::builder("schema")
+        .version(1)
+        .store(store.clone())
+        .build()
+        .expect("config");
+    let v2 = Cache::<u64>::builder("schema")
+        .version(2)
+        .store(store.clone())
+        .build()
+        .expect("config");
     v1.set("k", "text".into()).await.expect("set");
     assert_eq!(v2.get("k").await.expect("get"), None);
     assert_eq!(v2.stats().decode_failures, 0, "not even read");
@@ -482,7 +560,9 @@ async fn caches_sharing_a_store_run_one_fill_between_them() {
         for _ in 0..100 {
             let cache = replica.clone();
             let fill = counting_fill(&fills, &gate, "shared");
-            callers.push(tokio::spawn(async move { cache.get_or_fill("k", fill).await }));
+            callers.push(tokio::spawn(
+                async move { cache.get_or_fill("k", fill).await },
+            ));
         }
     }
     until(|| {
@@ -513,13 +593,18 @@ async fn a_dropped_cache_goes_away_while_its_fill_runs() {
     caller.abort();
     let _ = caller.await;
     drop(cache);
-    assert!(weak.upgrade().is_none(), "the fill task does not keep the cache alive");
+    assert!(
+        weak.upgrade().is_none(),
+        "the fill task does not keep the cache alive"
+    );
     gate.open();
 }
 
 #[test]
 fn get_or_fill_outside_a_runtime_is_an_error_not_a_panic() {
-    let cache = Cache::<String>::builder("no-runtime").build().expect("config");
+    let cache = Cache::<String>::builder("no-runtime")
+        .build()
+        .expect("config");
     let result = block_on_without_runtime(
         cache.get_or_fill("k", || async { Ok::<_, SourceDown>("v".to_owned()) }),
     );

@@ -47,7 +47,9 @@ fn worker() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         let url = env("CORRAL_WORKER_URL");
-        let store = RedisStore::connect(&url, RedisConfig::default()).await.expect("connect");
+        let store = RedisStore::connect(&url, RedisConfig::default())
+            .await
+            .expect("connect");
         let cache = Cache::<String>::builder("procs")
             .store(store)
             .ttl(Duration::from_secs(60))
@@ -56,7 +58,10 @@ fn worker() {
             .build()
             .expect("config");
         let client = redis::Client::open(url).expect("client");
-        let counters = client.get_multiplexed_async_connection().await.expect("connection");
+        let counters = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
         println!("@ready");
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
@@ -67,27 +72,50 @@ fn worker() {
     });
 }
 
-async fn run_command(words: &[String], cache: Cache<String>, counters: redis::aio::MultiplexedConnection) {
+async fn run_command(
+    words: &[String],
+    cache: Cache<String>,
+    counters: redis::aio::MultiplexedConnection,
+) {
     match words.first().map(String::as_str) {
         // stampede <key> <callers> <fill_ms> <counter key>
         Some("stampede") => {
-            let (key, callers, fill_ms, counter) =
-                (words[1].clone(), words[2].parse::<usize>().expect("callers"), words[3].parse::<u64>().expect("ms"), words[4].clone());
+            let (key, callers, fill_ms, counter) = (
+                words[1].clone(),
+                words[2].parse::<usize>().expect("callers"),
+                words[3].parse::<u64>().expect("ms"),
+                words[4].clone(),
+            );
             let tasks: Vec<_> = (0..callers)
                 .map(|_| {
-                    let (cache, key, counter, mut counters) = (cache.clone(), key.clone(), counter.clone(), counters.clone());
+                    let (cache, key, counter, mut counters) = (
+                        cache.clone(),
+                        key.clone(),
+                        counter.clone(),
+                        counters.clone(),
+                    );
                     tokio::spawn(async move {
                         cache
                             .get_or_fill(&key, move || async move {
-                                let n: u64 = counters.incr(&counter, 1).await.map_err(|e| e.to_string())?;
+                                let n: u64 = counters
+                                    .incr(&counter, 1)
+                                    .await
+                                    .map_err(|e| e.to_string())?;
                                 tokio::time::sleep(Duration::from_millis(fill_ms)).await;
-                                Ok::<_, String>(format!("filled by {} (fill #{n})", std::process::id()))
+                                Ok::<_, String>(format!(
+                                    "filled by {} (fill #{n})",
+                                    std::process::id()
+                                ))
                             })
                             .await
                     })
                 })
                 .collect();
-            let mut report = Report { ok: 0, values: BTreeSet::new(), errors: Vec::new() };
+            let mut report = Report {
+                ok: 0,
+                values: BTreeSet::new(),
+                errors: Vec::new(),
+            };
             for task in tasks {
                 match task.await.expect("caller task") {
                     Ok(value) => {
@@ -102,11 +130,18 @@ async fn run_command(words: &[String], cache: Cache<String>, counters: redis::ai
         // fill <key> <started key> <delay_us>: one fill that marks its start,
         // then waits the delay before returning "old".
         Some("fill") => {
-            let (key, started, delay) = (words[1].clone(), words[2].clone(), words[3].parse::<u64>().expect("us"));
+            let (key, started, delay) = (
+                words[1].clone(),
+                words[2].clone(),
+                words[3].parse::<u64>().expect("us"),
+            );
             let mut counters = counters.clone();
             let result = cache
                 .get_or_fill(&key, move || async move {
-                    let _: u64 = counters.incr(&started, 1).await.map_err(|e| e.to_string())?;
+                    let _: u64 = counters
+                        .incr(&started, 1)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     tokio::time::sleep(Duration::from_micros(delay)).await;
                     Ok::<_, String>("old".to_owned())
                 })
@@ -115,7 +150,10 @@ async fn run_command(words: &[String], cache: Cache<String>, counters: redis::ai
         }
         Some("stats") => {
             let stats = cache.stats();
-            let stats = WorkerStats { lease_waits: stats.lease_waits, fills: stats.fills };
+            let stats = WorkerStats {
+                lease_waits: stats.lease_waits,
+                fills: stats.fills,
+            };
             println!("@stats {}", serde_json::to_string(&stats).expect("json"));
         }
         other => panic!("unknown worker command {other:?}"),
@@ -133,7 +171,13 @@ struct Worker {
 impl Worker {
     async fn start(server: &RedisServer, lease: Duration) -> Self {
         let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", "worker", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "worker",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("CORRAL_WORKER_URL", server.url())
             .env("CORRAL_WORKER_LEASE_MS", lease.as_millis().to_string())
             .stdin(Stdio::piped())
@@ -143,13 +187,20 @@ impl Worker {
             .expect("spawn worker");
         let stdin = child.stdin.take().expect("stdin");
         let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut worker = Self { child, stdin, lines };
+        let mut worker = Self {
+            child,
+            stdin,
+            lines,
+        };
         worker.expect("@ready").await;
         worker
     }
 
     async fn send(&mut self, command: &str) {
-        self.stdin.write_all(format!("{command}\n").as_bytes()).await.expect("write command");
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("write command");
         self.stdin.flush().await.expect("flush");
     }
 
@@ -157,14 +208,21 @@ impl Worker {
     async fn expect(&mut self, prefix: &str) -> String {
         let read = async {
             loop {
-                let line = self.lines.next_line().await.expect("read").expect("worker exited");
+                let line = self
+                    .lines
+                    .next_line()
+                    .await
+                    .expect("read")
+                    .expect("worker exited");
                 // The harness may print "test worker ... " before the first answer.
                 if let Some((_, rest)) = line.split_once(prefix) {
                     return rest.trim().to_owned();
                 }
             }
         };
-        tokio::time::timeout(Duration::from_secs(60), read).await.expect("worker answered in time")
+        tokio::time::timeout(Duration::from_secs(60), read)
+            .await
+            .expect("worker answered in time")
     }
 
     async fn report(&mut self) -> Report {
@@ -179,11 +237,17 @@ impl Worker {
 
 async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(server.url()).expect("client");
-    client.get_multiplexed_async_connection().await.expect("connection")
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection")
 }
 
 async fn counter(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
-    conn.get::<_, Option<u64>>(key).await.expect("GET").unwrap_or(0)
+    conn.get::<_, Option<u64>>(key)
+        .await
+        .expect("GET")
+        .unwrap_or(0)
 }
 
 async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Duration) {
@@ -199,13 +263,25 @@ async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Durat
     let mut values = BTreeSet::new();
     for worker in &mut workers {
         let report = worker.report().await;
-        assert!(report.errors.is_empty(), "{:?}\n{}", report.errors, server.log());
+        assert!(
+            report.errors.is_empty(),
+            "{:?}\n{}",
+            report.errors,
+            server.log()
+        );
         assert_eq!(report.ok, callers);
         values.extend(report.values);
     }
     let fills = counter(&mut redis_conn(&server).await, "fills").await;
-    assert_eq!(fills, 1, "one fill across {processes} processes; values {values:?}");
-    assert_eq!(values.len(), 1, "every caller got the one value: {values:?}");
+    assert_eq!(
+        fills, 1,
+        "one fill across {processes} processes; values {values:?}"
+    );
+    assert_eq!(
+        values.len(),
+        1,
+        "every caller got the one value: {values:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +291,13 @@ async fn four_processes_of_250_callers_run_one_fill() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fill_lasting_three_leases_is_renewed_and_still_runs_once() {
-    stampede(4, 250, Duration::from_millis(900), Duration::from_millis(300)).await;
+    stampede(
+        4,
+        250,
+        Duration::from_millis(900),
+        Duration::from_millis(300),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,7 +312,10 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
         assert!(Instant::now() < deadline, "the first fill never started");
         tokio::task::yield_now().await;
     }
-    let mut survivors = vec![Worker::start(&server, lease).await, Worker::start(&server, lease).await];
+    let mut survivors = vec![
+        Worker::start(&server, lease).await,
+        Worker::start(&server, lease).await,
+    ];
     for worker in &mut survivors {
         worker.send("stampede k 50 100 fills").await;
     }
@@ -238,7 +323,10 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     for worker in &mut survivors {
         let deadline = Instant::now() + Duration::from_secs(10);
         while worker.stats().await.lease_waits == 0 {
-            assert!(Instant::now() < deadline, "a survivor never waited on the lease");
+            assert!(
+                Instant::now() < deadline,
+                "a survivor never waited on the lease"
+            );
         }
     }
     let killed_at = Instant::now();
@@ -251,7 +339,11 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
         values.extend(report.values);
     }
     let took_over = killed_at.elapsed();
-    assert_eq!(counter(&mut conn, "fills").await, 2, "exactly one survivor filled");
+    assert_eq!(
+        counter(&mut conn, "fills").await,
+        2,
+        "exactly one survivor filled"
+    );
     assert_eq!(values.len(), 1, "{values:?}");
     let fills: u64 = {
         let mut total = 0;
@@ -262,7 +354,10 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     };
     assert_eq!(fills, 1);
     eprintln!("takeover after the leader died: {took_over:?} (lease {lease:?})");
-    assert!(took_over < lease * 3 + Duration::from_secs(2), "{took_over:?}");
+    assert!(
+        took_over < lease * 3 + Duration::from_secs(2),
+        "{took_over:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,18 +366,28 @@ async fn an_invalidation_during_another_processs_fill_always_wins() {
     let server = RedisServer::start();
     let mut conn = redis_conn(&server).await;
     let mut filler = Worker::start(&server, Duration::from_secs(3)).await;
-    let store = RedisStore::connect(&server.url(), RedisConfig::default()).await.expect("connect");
-    let here = Cache::<String>::builder("procs").store(store).build().expect("config");
+    let store = RedisStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .expect("connect");
+    let here = Cache::<String>::builder("procs")
+        .store(store)
+        .build()
+        .expect("config");
     let mut rng = fastrand::Rng::with_seed(0xC0FFEE);
     for run in 0..RUNS {
         let key = format!("race-{run}");
         let started = format!("started-{run}");
         let fill_delay = rng.u64(0..3_000);
         let invalidate_delay = rng.u64(0..3_000);
-        filler.send(&format!("fill {key} {started} {fill_delay}")).await;
+        filler
+            .send(&format!("fill {key} {started} {fill_delay}"))
+            .await;
         let deadline = Instant::now() + Duration::from_secs(10);
         while counter(&mut conn, &started).await < 1 {
-            assert!(Instant::now() < deadline, "run {run}: the fill never started");
+            assert!(
+                Instant::now() < deadline,
+                "run {run}: the fill never started"
+            );
         }
         tokio::time::sleep(Duration::from_micros(invalidate_delay)).await;
         here.invalidate(&key).await.expect("invalidate");

@@ -73,7 +73,8 @@ impl MemoryStore {
 
     /// A store bounded to `max_keys` keys (at least 1).
     pub fn with_max_keys(max_keys: usize) -> Self {
-        let seed = std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
+        let seed =
+            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Self {
             state: Arc::new(Mutex::new(State {
                 slots: HashMap::new(),
@@ -121,7 +122,11 @@ impl MemoryStore {
 
     /// Runs `op` on the key's slot after expiring it, then drops the slot if
     /// it became empty and enforces the key bound.
-    fn with_slot<R>(&self, key: &StoreKey, op: impl FnOnce(&mut Slot, &mut fastrand::Rng, Instant) -> R) -> R {
+    fn with_slot<R>(
+        &self,
+        key: &StoreKey,
+        op: impl FnOnce(&mut Slot, &mut fastrand::Rng, Instant) -> R,
+    ) -> R {
         let now = Instant::now();
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -205,7 +210,11 @@ impl Store for MemoryStore {
                 return false;
             }
             slot.lease = Some((lease.token.clone(), now + request.lease_ttl));
-            if slot.fence.as_ref().is_some_and(|(t, _)| **t == *lease.token()) {
+            if slot
+                .fence
+                .as_ref()
+                .is_some_and(|(t, _)| **t == *lease.token())
+            {
                 slot.fence = Some((lease.token.clone(), now + request.fence_ttl));
             }
             true
@@ -221,7 +230,10 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         let commit = self.with_slot(key, |slot, _, now| {
-            let fenced = slot.fence.as_ref().is_some_and(|(t, _)| **t == *lease.token());
+            let fenced = slot
+                .fence
+                .as_ref()
+                .is_some_and(|(t, _)| **t == *lease.token());
             if slot.owns_lease(lease.token()) {
                 slot.lease = None;
             }
@@ -246,7 +258,11 @@ impl Store for MemoryStore {
             if slot.owns_lease(lease.token()) {
                 slot.lease = None;
             }
-            if slot.fence.as_ref().is_some_and(|(t, _)| **t == *lease.token()) {
+            if slot
+                .fence
+                .as_ref()
+                .is_some_and(|(t, _)| **t == *lease.token())
+            {
                 slot.fence = None;
             }
         });

@@ -1,0 +1,151 @@
+//! The command connection (standalone or cluster), script invocation under
+//! the operation timeout, and the mapping of redis-rs errors to
+//! [`StoreError`].
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use ::redis::aio::ConnectionManager;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+
+use super::keys::KeyNames;
+use super::scripts::{self, Lua};
+use crate::error::{StoreError, StoreErrorKind};
+
+/// A multiplexed command connection that reconnects by itself. Clones share
+/// the connection.
+#[derive(Clone)]
+pub(super) enum Connection {
+    /// One server, through a [`ConnectionManager`].
+    Standalone(ConnectionManager),
+    /// A cluster: one multiplexed connection per node, routed by slot.
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Standalone(_) => f.write_str("Connection::Standalone"),
+            Self::Cluster(_) => f.write_str("Connection::Cluster"),
+        }
+    }
+}
+
+impl Connection {
+    /// Sends one command and reads its reply (server errors become `Err`).
+    async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
+        match self {
+            Self::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
+            Self::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+        }
+    }
+
+    /// Loads every script (`SCRIPT LOAD`; on a cluster, on every master), so
+    /// steady state sends only `EVALSHA`.
+    pub(super) async fn load_scripts(&self, timeout: Duration) -> Result<(), StoreError> {
+        bounded(timeout, "SCRIPT LOAD", async {
+            for lua in scripts::all() {
+                let mut load = ::redis::cmd("SCRIPT");
+                load.arg("LOAD").arg(lua.source());
+                self.query(&load).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Runs `lua` on the three keys of `names` with `args`: `EVALSHA`, or —
+    /// when the server lost its script cache (a restart, `SCRIPT FLUSH`, a
+    /// failover) — `EVAL` with the source, which also caches it again. The
+    /// whole exchange is bounded by `timeout`.
+    pub(super) async fn invoke(
+        &self,
+        lua: &Lua,
+        names: &KeyNames,
+        args: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
+        bounded(timeout, "script", async {
+            let evalsha = eval_cmd("EVALSHA", lua.hash().as_bytes(), names, args);
+            match self.query(&evalsha).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    let eval = eval_cmd("EVAL", lua.source().as_bytes(), names, args);
+                    self.query(&eval).await
+                }
+                reply => reply,
+            }
+        })
+        .await
+    }
+}
+
+fn eval_cmd(verb: &str, script: &[u8], names: &KeyNames, args: &[&[u8]]) -> Cmd {
+    let mut cmd = ::redis::cmd(verb);
+    cmd.arg(script)
+        .arg(3)
+        .arg(names.value.as_bytes())
+        .arg(names.lease.as_bytes())
+        .arg(names.fence.as_bytes());
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+/// Runs `call` for at most `timeout`, mapping a redis-rs error or the
+/// timeout to a [`StoreError`].
+pub(super) async fn bounded<T>(
+    timeout: Duration,
+    what: &str,
+    call: impl Future<Output = Result<T, RedisError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(store_error(what, &e)),
+        Err(_) => Err(StoreError::new(
+            StoreErrorKind::Timeout,
+            format!("redis {what}: no answer within {timeout:?}"),
+        )),
+    }
+}
+
+/// Classifies a redis-rs error: timeouts, unreachable or not-ready servers
+/// (refused, reset, loading, cluster down) and everything else.
+pub(super) fn store_error(what: &str, e: &RedisError) -> StoreError {
+    let kind = if e.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_cluster_error()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                )
+        )
+    {
+        StoreErrorKind::Unavailable
+    } else {
+        StoreErrorKind::Protocol
+    };
+    StoreError::new(kind, format!("redis {what}: {e}"))
+}
+
+/// A reply of a shape the scripts never send.
+pub(super) fn unexpected(what: &str, reply: &Value) -> StoreError {
+    let mut shown = format!("{reply:?}");
+    if let Some((cut, _)) = shown.char_indices().nth(200) {
+        shown.truncate(cut);
+        shown.push_str("...");
+    }
+    StoreError::new(
+        StoreErrorKind::Protocol,
+        format!("redis {what}: unexpected reply {shown}"),
+    )
+}

@@ -1,0 +1,153 @@
+//! Where a logical key lives in Redis: the names of its value, lease and
+//! fence keys, and the channel its namespace is notified on. The layout is
+//! described on [`RedisStore`](super::RedisStore).
+
+use std::fmt::Write as _;
+
+use crate::store::StoreKey;
+
+/// Prefix of every key and channel corral writes.
+const PREFIX: &str = "corral:";
+
+/// 64-bit FNV-1a of `bytes`: fixed by its specification, so every process
+/// and version of corral derives the same hash tag for a key (unlike `std`'s
+/// `DefaultHasher`, whose algorithm may change).
+pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
+}
+
+/// The three Redis keys of one logical key; they share a hash slot.
+///
+/// They share everything up to the marker, so the first `{...}` of each is
+/// the same whatever the namespace holds: co-location never depends on the
+/// namespace. Uniqueness relies on namespaces without `{` (cache names
+/// allow none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct KeyNames {
+    /// `corral:<namespace>:{<h>}:v:<key>`: the envelope bytes.
+    pub(super) value: String,
+    /// `corral:<namespace>:{<h>}:l:<key>`: the token of the fill lease.
+    pub(super) lease: String,
+    /// `corral:<namespace>:{<h>}:f:<key>`: the token of the last grant.
+    pub(super) fence: String,
+}
+
+impl KeyNames {
+    /// The names for `key`.
+    pub(super) fn new(key: &StoreKey) -> Self {
+        let raw = key.key();
+        let mut head = String::with_capacity(PREFIX.len() + key.namespace().len() + 20);
+        head.push_str(PREFIX);
+        head.push_str(key.namespace());
+        // Writing to a String cannot fail.
+        let _ = write!(head, ":{{{:016x}}}:", fnv1a64(raw.as_bytes()));
+        let name = |marker: &str| {
+            let mut name = String::with_capacity(head.len() + 2 + raw.len());
+            name.push_str(&head);
+            name.push_str(marker);
+            name.push_str(raw);
+            name
+        };
+        Self {
+            value: name("v:"),
+            lease: name("l:"),
+            fence: name("f:"),
+        }
+    }
+}
+
+/// The channel on which changes of keys in `namespace` are published:
+/// `corral:<namespace>:filled`. The message is the value key's name, which
+/// is also the id listeners are registered under.
+pub(super) fn channel(namespace: &str) -> String {
+    let mut channel = String::with_capacity(PREFIX.len() + namespace.len() + 7);
+    channel.push_str(PREFIX);
+    channel.push_str(namespace);
+    channel.push_str(":filled");
+    channel
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hash slot Redis Cluster computes for `key` (CRC16/XMODEM of the
+    /// hash tag, or of the whole key when there is no usable tag).
+    fn slot(key: &str) -> u16 {
+        let bytes = key.as_bytes();
+        let tagged = bytes
+            .iter()
+            .position(|&b| b == b'{')
+            .and_then(|open| {
+                let rest = &bytes[open + 1..];
+                let close = rest.iter().position(|&b| b == b'}')?;
+                (close > 0).then(|| &rest[..close])
+            })
+            .unwrap_or(bytes);
+        let mut crc: u16 = 0;
+        for &byte in tagged {
+            crc ^= u16::from(byte) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc % 16384
+    }
+
+    #[test]
+    fn fnv1a64_matches_the_reference_vectors() {
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn layout_is_documented_shape() {
+        let names = KeyNames::new(&StoreKey::new("users:v1", "user:42"));
+        let h = format!("{:016x}", fnv1a64(b"user:42"));
+        assert_eq!(names.value, format!("corral:users:v1:{{{h}}}:v:user:42"));
+        assert_eq!(names.lease, format!("corral:users:v1:{{{h}}}:l:user:42"));
+        assert_eq!(names.fence, format!("corral:users:v1:{{{h}}}:f:user:42"));
+        assert_eq!(channel("users:v1"), "corral:users:v1:filled");
+    }
+
+    #[test]
+    fn braces_in_keys_do_not_split_slots() {
+        for raw in [
+            "plain",
+            "}",
+            "}leading",
+            "{",
+            "a{b}c",
+            "{}",
+            "}{x}{",
+            "ключ{}",
+        ] {
+            let names = KeyNames::new(&StoreKey::new("ns:v3", raw));
+            let want = slot(&names.value);
+            assert_eq!(slot(&names.lease), want, "{raw:?}");
+            assert_eq!(slot(&names.fence), want, "{raw:?}");
+            let h = format!("{:016x}", fnv1a64(raw.as_bytes()));
+            assert_eq!(want, slot(&format!("{{{h}}}")), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn user_keys_cannot_name_internal_keys() {
+        // A user key that spells another key's lease name still gets its own
+        // tag, so its value key differs from that lease key.
+        let victim = KeyNames::new(&StoreKey::new("ns:v1", "k"));
+        let suffix = victim.lease.trim_start_matches("corral:ns:v1:");
+        let forged = KeyNames::new(&StoreKey::new("ns:v1", suffix));
+        assert_ne!(forged.value, victim.lease);
+        assert_ne!(forged.value, victim.fence);
+    }
+}

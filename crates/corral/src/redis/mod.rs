@@ -1,0 +1,641 @@
+//! The Redis store, [`RedisStore`]: standalone Redis or Redis Cluster
+//! through redis-rs and tokio. Key layout, notifications, fences and what it
+//! needs from Redis are documented on [`RedisStore`] (this module is
+//! private).
+
+mod conn;
+mod keys;
+mod scripts;
+mod subscriber;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::{Client, Value};
+
+use self::conn::{bounded, store_error, unexpected, Connection};
+use self::keys::KeyNames;
+use self::subscriber::{Settings, Subscriber};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::store::{
+    BoxFuture, Commit, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey, Stored,
+};
+
+/// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
+/// ones are capped.
+const MAX_TTL_MS: u64 = 1 << 42;
+/// How many times the standalone connection retries a reconnect before a
+/// call reports the server unavailable (the next call tries again).
+const RECONNECT_RETRIES: usize = 2;
+/// The first delay between reconnect attempts.
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
+
+/// Settings of a [`RedisStore`].
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let config = corral::RedisConfig::default().op_timeout(Duration::from_millis(250));
+/// assert_eq!(config.op_timeout, Duration::from_millis(250));
+/// assert_eq!(config.connect_timeout, Duration::from_secs(1));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisConfig {
+    /// The longest one call may take, from sending the command to its reply
+    /// (including a `NOSCRIPT` retry and waiting for a reconnect); the call
+    /// then fails with [`StoreErrorKind::Timeout`]. Also the connection's
+    /// own response timeout, and the subscriber's bound on `SUBSCRIBE` and
+    /// `PING`. Default: **1 s**.
+    ///
+    /// A call that timed out may still take effect when a slow server gets
+    /// to it; the fences keep that safe (a late commit whose fence moved is
+    /// refused).
+    pub op_timeout: Duration,
+    /// The longest one connection attempt may take (the initial connect, a
+    /// reconnect, the subscriber's connect). Default: **1 s**.
+    pub connect_timeout: Duration,
+    /// The longest pause between reconnect attempts (they start at 50 ms
+    /// and double, with jitter). Default: **1 s**.
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            op_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            reconnect_max_delay: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RedisConfig {
+    /// Sets [`op_timeout`](Self::op_timeout) (at least 1 ms is used).
+    #[must_use]
+    pub fn op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = timeout;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout) (at least 1 ms is
+    /// used).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`reconnect_max_delay`](Self::reconnect_max_delay).
+    #[must_use]
+    pub fn reconnect_max_delay(mut self, delay: Duration) -> Self {
+        self.reconnect_max_delay = delay;
+        self
+    }
+
+    fn normalized(mut self) -> Self {
+        let floor = Duration::from_millis(1);
+        self.op_timeout = self.op_timeout.max(floor);
+        self.connect_timeout = self.connect_timeout.max(floor);
+        self.reconnect_max_delay = self.reconnect_max_delay.max(RECONNECT_MIN_DELAY);
+        self
+    }
+}
+
+/// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
+/// commits and pub/sub wake-ups, one round trip per operation (Redis 7;
+/// Valkey works the same).
+///
+/// Cheap to clone (the clones share the connections). The background
+/// subscriber task ends when the last clone is dropped. Works on a
+/// current-thread runtime; nothing blocks a runtime thread.
+///
+/// # Key layout
+///
+/// A [`StoreKey`] is a cache's namespace (`name:v<version>`, the name from
+/// `A-Z a-z 0-9 _ - .`) and the user's key. With `h` the 64-bit FNV-1a hash
+/// of the key's UTF-8 bytes as 16 lowercase hex digits, it lives in:
+///
+/// | key | holds | time to live |
+/// |---|---|---|
+/// | `corral:<namespace>:{<h>}:v:<key>` | the value (envelope bytes) | the value's TTL |
+/// | `corral:<namespace>:{<h>}:l:<key>` | the fill lease's token | the lease TTL, renewed while the fill runs |
+/// | `corral:<namespace>:{<h>}:f:<key>` | the fence: the token of the last grant | the fence TTL (the longest a leader may take to commit) |
+///
+/// - **One slot per key.** The namespace holds no brace, so the first `{`
+///   opens the hash tag `{<h>}`: the three keys of one logical key always
+///   share a cluster slot, whatever the key holds — `{`, `}`, or a leading
+///   `}` cannot move the tag.
+/// - **No collisions.** The tag has a fixed length and is followed by a
+///   one-letter marker (`v`, `l`, `f`), so a user's key can never name
+///   another key's value, lease or fence; the full key follows, so two keys
+///   with the same hash stay apart.
+/// - FNV-1a is fixed by its specification, so every process and every
+///   version of corral computes the same names (`std`'s `DefaultHasher` may
+///   change between Rust releases).
+///
+/// # Notifications
+///
+/// Every commit, release, `set` and `invalidate` publishes the value key's
+/// name on the namespace's channel `corral:<namespace>:filled`. Each
+/// `RedisStore` keeps **one** subscriber connection. A cache built on the
+/// store subscribes its namespace's channel when it is built
+/// ([`Store::attach`]), before any waiter needs it; [`Store::listen`]
+/// registers the waiter locally at once (and subscribes the channel too, if
+/// nothing attached it). When a subscription is confirmed, and after every
+/// reconnect of the subscriber, all local listeners are woken to re-check
+/// (notices may have been missed meanwhile). Waiters poll as a fallback, so
+/// a lost notice costs at most one poll interval.
+///
+/// # Fences survive restarts and eviction
+///
+/// Lease tokens (and so fences) are random 128-bit values drawn per grant
+/// from a per-store generator seeded from OS randomness, not counters: a
+/// Redis that restarts without persistence, or loses a fence, has no fence
+/// for an old token and refuses its commit instead of matching it again.
+///
+/// # `maxmemory-policy`
+///
+/// Every key corral writes carries a TTL. Use `noeviction` or a `volatile-*`
+/// policy (`volatile-lru`, `volatile-lfu`, `volatile-ttl`, ...). Under an
+/// `allkeys-*` policy corral stays safe but works harder: an evicted value is
+/// a miss (one more fill); an evicted fence makes its leader's commit be
+/// refused (the value is not stored, the next caller fills again); an evicted
+/// lease lets a second leader start a duplicate fill — still never a stale
+/// overwrite, because each commit is fenced to its own grant.
+///
+/// # Round trips and timeouts
+///
+/// Every operation is one Lua script run with `EVALSHA` (the scripts are
+/// loaded with `SCRIPT LOAD` at connect, on every master of a cluster). A
+/// server that lost its script cache (restart, failover) answers `NOSCRIPT`
+/// once per script, and the store sends that call again as `EVAL`, which
+/// caches the script again. Every call — including such a retry — is bounded
+/// by [`RedisConfig::op_timeout`] and reports [`StoreErrorKind::Timeout`]
+/// when it passes; unreachable servers give [`StoreErrorKind::Unavailable`].
+/// Connections reconnect by themselves, with backoff.
+///
+/// # What it needs from Redis
+///
+/// Tested against Redis 7.0. Nothing is specific to Redis 7: Lua scripting
+/// with effect replication (the default since 5.0, the only mode since 7.0),
+/// `SET ... NX PX`, `PTTL`, and plain `PUBLISH`, which on a cluster is
+/// broadcast to every node, so the subscriber may listen on any one node.
+/// (Sharded pub/sub, `SPUBLISH`, is not used: it would need a channel per
+/// slot instead of one per namespace.)
+///
+/// # Example
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use corral::{Cache, RedisConfig, RedisStore};
+///
+/// let store = RedisStore::connect("redis://127.0.0.1/", RedisConfig::default()).await?;
+/// // Or: RedisStore::connect_cluster(&node_urls, RedisConfig::default()).await?
+/// let users = Cache::<String>::builder("users").store(store.clone()).build()?;
+/// let name = users
+///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_string()) })
+///     .await?;
+/// # let _ = name;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    target: String,
+    connection: Connection,
+    config: RedisConfig,
+    rng: Mutex<fastrand::Rng>,
+    subscriber: Subscriber,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("target", &self.inner.target)
+            .field("connection", &self.inner.connection)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to one Redis server (`redis://[user:password@]host[:port][/db]`,
+    /// `rediss://` with TLS features of redis-rs, or `unix://`), loads the
+    /// scripts and starts the subscriber. Must be called within a tokio
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreErrorKind::Protocol`] for a malformed URL;
+    /// [`StoreErrorKind::Unavailable`] or [`StoreErrorKind::Timeout`] when the
+    /// server cannot be reached within `config.connect_timeout` (plus
+    /// `config.op_timeout` to load the scripts);
+    /// [`StoreErrorKind::Unavailable`] outside a tokio runtime.
+    pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let client = Client::open(url).map_err(|e| store_error("connect", &e))?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.op_timeout))
+            .set_number_of_retries(RECONNECT_RETRIES)
+            .set_min_delay(RECONNECT_MIN_DELAY)
+            .set_max_delay(config.reconnect_max_delay);
+        let manager = bounded(
+            config.connect_timeout,
+            "connect",
+            ConnectionManager::new_with_config(client.clone(), manager_config),
+        )
+        .await?;
+        Self::finish(
+            redact(url),
+            Connection::Standalone(manager),
+            vec![client],
+            config,
+            &runtime,
+        )
+        .await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`urls` are
+    /// seeds, as in [`connect`](Self::connect)), loads the scripts on every
+    /// master and starts the subscriber (on one node at a time, trying the
+    /// seeds in turn). Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); also [`StoreErrorKind::Protocol`] when
+    /// `urls` is empty.
+    pub async fn connect_cluster(urls: &[String], config: RedisConfig) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        if urls.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                "redis cluster: no node URLs given",
+            ));
+        }
+        let clients = urls
+            .iter()
+            .map(|url| Client::open(url.as_str()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| store_error("connect", &e))?;
+        let cluster = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.op_timeout)
+            .build()
+            .map_err(|e| store_error("connect", &e))?;
+        let connection = bounded(
+            config.connect_timeout,
+            "connect",
+            cluster.get_async_connection(),
+        )
+        .await?;
+        let target = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
+        Self::finish(
+            format!("cluster[{target}]"),
+            Connection::Cluster(connection),
+            clients,
+            config,
+            &runtime,
+        )
+        .await
+    }
+
+    async fn finish(
+        target: String,
+        connection: Connection,
+        clients: Vec<Client>,
+        config: RedisConfig,
+        runtime: &tokio::runtime::Handle,
+    ) -> Result<Self, StoreError> {
+        connection.load_scripts(config.op_timeout).await?;
+        let subscriber = Subscriber::spawn(
+            runtime,
+            Settings {
+                clients,
+                connect_timeout: config.connect_timeout,
+                op_timeout: config.op_timeout,
+                max_backoff: config.reconnect_max_delay,
+            },
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                target,
+                connection,
+                config,
+                rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
+                subscriber,
+            }),
+        })
+    }
+
+    /// The settings this store runs with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.inner.config
+    }
+
+    /// A fresh random lease token: 128 bits as 32 hex digits.
+    fn token(&self) -> String {
+        let mut rng = self
+            .inner
+            .rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        format!("{:032x}", rng.u128(..))
+    }
+
+    async fn run(
+        &self,
+        lua: &scripts::Lua,
+        names: &KeyNames,
+        args: &[&[u8]],
+    ) -> Result<Value, StoreError> {
+        self.inner
+            .connection
+            .invoke(lua, names, args, self.inner.config.op_timeout)
+            .await
+    }
+}
+
+/// The tokio runtime the store's connections and subscriber run on.
+fn runtime() -> Result<tokio::runtime::Handle, StoreError> {
+    tokio::runtime::Handle::try_current().map_err(|_| {
+        StoreError::new(
+            StoreErrorKind::Unavailable,
+            "RedisStore: connect must be called within a tokio runtime",
+        )
+    })
+}
+
+/// A seed from the OS-seeded keys of `std`'s `RandomState`.
+pub(super) fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0x636f_7272_616c_u64)
+}
+
+/// `url` without its password, for `Debug` output.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
+            Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+            None => url.to_owned(),
+        },
+        _ => url.to_owned(),
+    }
+}
+
+/// Milliseconds for `PX`/`PEXPIRE`: at least 1, at most [`MAX_TTL_MS`].
+fn millis(duration: Duration) -> String {
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    ms.clamp(1, MAX_TTL_MS).to_string()
+}
+
+/// A `PTTL` reply as a remaining time (`None` for "no expiry").
+fn remaining(pttl: &Value) -> Option<Duration> {
+    match pttl {
+        Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+        _ => None,
+    }
+}
+
+fn int(what: &str, reply: &Value) -> Result<i64, StoreError> {
+    match reply {
+        Value::Int(n) => Ok(*n),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+impl Store for RedisStore {
+    fn get_or_lease<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        request: LeaseRequest,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let token = self.token();
+            let lease_ms = millis(request.lease_ttl);
+            let fence_ms = millis(request.fence_ttl);
+            let ignore: &[u8] = if request.ignore_value { b"1" } else { b"0" };
+            let reply = self
+                .run(
+                    &scripts::GET_OR_LEASE,
+                    &names,
+                    &[
+                        token.as_bytes(),
+                        lease_ms.as_bytes(),
+                        fence_ms.as_bytes(),
+                        ignore,
+                    ],
+                )
+                .await?;
+            match reply {
+                Value::Array(mut items) => match items.as_mut_slice() {
+                    [Value::Int(1), Value::BulkString(bytes), pttl] => Ok(Lookup::Hit(Stored {
+                        bytes: std::mem::take(bytes),
+                        remaining: remaining(pttl),
+                    })),
+                    [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
+                    [Value::Int(3), pttl] => Ok(Lookup::Held {
+                        remaining: remaining(pttl),
+                    }),
+                    _ => Err(unexpected("get_or_lease", &Value::Array(items))),
+                },
+                other => Err(unexpected("get_or_lease", &other)),
+            }
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            match self.run(&scripts::GET, &names, &[]).await? {
+                Value::Array(mut items) => match items.as_mut_slice() {
+                    [] => Ok(None),
+                    [Value::BulkString(bytes), pttl] => Ok(Some(Stored {
+                        bytes: std::mem::take(bytes),
+                        remaining: remaining(pttl),
+                    })),
+                    _ => Err(unexpected("get", &Value::Array(items))),
+                },
+                Value::Nil => Ok(None),
+                other => Err(unexpected("get", &other)),
+            }
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        request: LeaseRequest,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let lease_ms = millis(request.lease_ttl);
+            let fence_ms = millis(request.fence_ttl);
+            let reply = self
+                .run(
+                    &scripts::RENEW,
+                    &names,
+                    &[
+                        lease.token().as_bytes(),
+                        lease_ms.as_bytes(),
+                        fence_ms.as_bytes(),
+                    ],
+                )
+                .await?;
+            Ok(int("renew", &reply)? == 1)
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        bytes: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let channel = keys::channel(key.namespace());
+            let ttl_ms = millis(ttl);
+            let reply = self
+                .run(
+                    &scripts::COMMIT,
+                    &names,
+                    &[
+                        lease.token().as_bytes(),
+                        bytes,
+                        ttl_ms.as_bytes(),
+                        channel.as_bytes(),
+                    ],
+                )
+                .await?;
+            Ok(if int("commit", &reply)? == 1 {
+                Commit::Stored
+            } else {
+                Commit::Refused
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let channel = keys::channel(key.namespace());
+            let reply = self
+                .run(
+                    &scripts::RELEASE,
+                    &names,
+                    &[lease.token().as_bytes(), channel.as_bytes()],
+                )
+                .await?;
+            int("release", &reply).map(drop)
+        })
+    }
+
+    fn set<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        bytes: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let channel = keys::channel(key.namespace());
+            let ttl_ms = millis(ttl);
+            let reply = self
+                .run(
+                    &scripts::SET,
+                    &names,
+                    &[bytes, ttl_ms.as_bytes(), channel.as_bytes()],
+                )
+                .await?;
+            int("set", &reply).map(drop)
+        })
+    }
+
+    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let channel = keys::channel(key.namespace());
+            let reply = self
+                .run(&scripts::INVALIDATE, &names, &[channel.as_bytes()])
+                .await?;
+            int("invalidate", &reply).map(drop)
+        })
+    }
+
+    fn attach(&self, namespace: &str) {
+        self.inner.subscriber.subscribe(&keys::channel(namespace));
+    }
+
+    fn listen(&self, key: &StoreKey) -> Listener {
+        let names = KeyNames::new(key);
+        let channel = keys::channel(key.namespace());
+        self.inner.subscriber.listen(&channel, names.value.into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_is_clamped() {
+        assert_eq!(millis(Duration::ZERO), "1");
+        assert_eq!(millis(Duration::from_micros(1500)), "1");
+        assert_eq!(millis(Duration::from_secs(2)), "2000");
+        assert_eq!(millis(Duration::MAX), MAX_TTL_MS.to_string());
+    }
+
+    #[test]
+    fn remaining_reads_pttl() {
+        assert_eq!(
+            remaining(&Value::Int(1500)),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(remaining(&Value::Int(-1)), None);
+        assert_eq!(remaining(&Value::Int(-2)), None);
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(redact("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
+        assert_eq!(
+            redact("redis://user:secret@host:1/0"),
+            "redis://user:***@host:1/0"
+        );
+        assert_eq!(redact("redis://:secret@host"), "redis://:***@host");
+        assert_eq!(redact("redis://user@host"), "redis://user@host");
+    }
+
+    #[test]
+    fn config_defaults_are_documented_ones() {
+        let config = RedisConfig::default();
+        assert_eq!(config.op_timeout, Duration::from_secs(1));
+        assert_eq!(config.connect_timeout, Duration::from_secs(1));
+        assert_eq!(config.reconnect_max_delay, Duration::from_secs(1));
+        let zero = RedisConfig::default()
+            .op_timeout(Duration::ZERO)
+            .connect_timeout(Duration::ZERO)
+            .normalized();
+        assert_eq!(zero.op_timeout, Duration::from_millis(1));
+        assert_eq!(zero.connect_timeout, Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,176 @@
+//! The Lua scripts: one per store operation, each one round trip.
+//!
+//! Every script takes the same three keys — `KEYS[1]` value, `KEYS[2]`
+//! lease, `KEYS[3]` fence, all in one hash slot — so cluster routing sees
+//! them, and every script that changes a key publishes the value key's name
+//! on the namespace channel (`ARGV[#ARGV]`), so a waiter listening by that
+//! name wakes up. Times are milliseconds, at least 1.
+
+use std::sync::LazyLock;
+
+use ::redis::Script;
+
+/// A Lua script: its source (sent with `EVAL` when a server lacks it) and
+/// its SHA1 (sent with `EVALSHA`).
+#[derive(Debug)]
+pub(super) struct Lua {
+    source: &'static str,
+    script: Script,
+}
+
+impl Lua {
+    fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            script: Script::new(source),
+        }
+    }
+
+    /// The Lua source.
+    pub(super) fn source(&self) -> &'static str {
+        self.source
+    }
+
+    /// The SHA1 of the source, as `EVALSHA` wants it.
+    pub(super) fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+}
+
+/// Value if present (and not ignored), else a lease grant, else "held".
+///
+/// ARGV: token, lease_ms, fence_ms, ignore_value ("1"/"0").
+/// Returns `{1, bytes, pttl}` (hit), `{2}` (granted) or `{3, pttl}` (held).
+pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+if ARGV[4] ~= '1' then
+  local value = redis.call('GET', KEYS[1])
+  if value then
+    return {1, value, redis.call('PTTL', KEYS[1])}
+  end
+end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  return {2}
+end
+return {3, redis.call('PTTL', KEYS[2])}
+",
+    )
+});
+
+/// The value and its remaining time to live.
+///
+/// No ARGV. Returns `{bytes, pttl}` or `{}` (miss).
+pub(super) static GET: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if value then
+  return {value, redis.call('PTTL', KEYS[1])}
+end
+return {}
+",
+    )
+});
+
+/// Extends the lease, and the fence if it still holds the token, when the
+/// lease is still owned.
+///
+/// ARGV: token, lease_ms, fence_ms. Returns 1 (renewed) or 0 (not owned).
+pub(super) static RENEW: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
+end
+return 1
+",
+    )
+});
+
+/// Fenced write, owner-checked unlock and notification.
+///
+/// ARGV: token, bytes, ttl_ms, channel. Returns 1 (stored) or 0 (refused:
+/// the fence moved or expired).
+pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local fenced = redis.call('GET', KEYS[3]) == ARGV[1]
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+if fenced then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('DEL', KEYS[3])
+end
+redis.call('PUBLISH', ARGV[4], KEYS[1])
+if fenced then
+  return 1
+end
+return 0
+",
+    )
+});
+
+/// Owner-checked release of the lease and its fence, and notification.
+///
+/// ARGV: token, channel. Returns 0.
+pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+end
+if redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
+end
+redis.call('PUBLISH', ARGV[2], KEYS[1])
+return 0
+",
+    )
+});
+
+/// Unconditional write that drops the lease and moves the fence.
+///
+/// ARGV: bytes, ttl_ms, channel. Returns 0.
+pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('PUBLISH', ARGV[3], KEYS[1])
+return 0
+",
+    )
+});
+
+/// Deletes value, lease and fence.
+///
+/// ARGV: channel. Returns 0.
+pub(super) static INVALIDATE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('PUBLISH', ARGV[1], KEYS[1])
+return 0
+",
+    )
+});
+
+/// Every script, for loading them all at connect.
+pub(super) fn all() -> [&'static Lua; 7] {
+    [
+        &*GET_OR_LEASE,
+        &*GET,
+        &*RENEW,
+        &*COMMIT,
+        &*RELEASE,
+        &*SET,
+        &*INVALIDATE,
+    ]
+}

@@ -1,0 +1,226 @@
+//! The one subscriber connection of a store: it subscribes to the channel of
+//! every namespace this process listens on and turns each message into a
+//! wake-up of the local listeners of that key.
+//!
+//! [`Subscriber::listen`] is synchronous: it registers the listener with the
+//! store's [`Notifier`] at once and, the first time a namespace is seen
+//! (there or in [`Subscriber::subscribe`], called when a cache attaches to
+//! the store), hands its channel to the background task, which sends
+//! `SUBSCRIBE`. Once a
+//! subscription is confirmed — a new channel, or all of them after a
+//! (re)connect — the task wakes every listener ([`Notifier::notify_all`]),
+//! because a notice published before the subscription landed was not seen.
+//!
+//! The task ends when the last clone of the store is dropped (the request
+//! channel closes). When Redis goes away it reconnects with jittered,
+//! doubling backoff, trying the configured nodes in turn, and re-subscribes
+//! every channel. A `PING` every [`PING_INTERVAL`] finds connections that
+//! died silently.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ::redis::aio::PubSubSink;
+use ::redis::{Client, Msg, Value};
+use futures_util::StreamExt as _;
+use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
+
+use crate::store::{Listener, Notifier};
+
+/// How often the subscriber pings an idle connection.
+pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
+/// The first reconnect delay; it doubles up to the configured maximum.
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+
+/// What the store keeps: the listeners' notifier and the way to ask the
+/// task for a subscription. Dropping it stops the task.
+#[derive(Debug)]
+pub(super) struct Subscriber {
+    shared: Arc<Shared>,
+    requests: mpsc::UnboundedSender<Arc<str>>,
+}
+
+/// What the store and the task share.
+#[derive(Debug)]
+struct Shared {
+    notifier: Notifier,
+    /// Every channel asked for so far; subscribed again after a reconnect.
+    channels: Mutex<BTreeSet<Arc<str>>>,
+}
+
+impl Shared {
+    fn channels(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Settings of the subscriber task.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    /// Nodes to connect to, tried in turn (on a cluster, a plain `PUBLISH`
+    /// reaches subscribers on every node).
+    pub(super) clients: Vec<Client>,
+    pub(super) connect_timeout: Duration,
+    pub(super) op_timeout: Duration,
+    pub(super) max_backoff: Duration,
+}
+
+impl Subscriber {
+    /// Spawns the task on `runtime`.
+    pub(super) fn spawn(runtime: &tokio::runtime::Handle, settings: Settings) -> Self {
+        let shared = Arc::new(Shared {
+            notifier: Notifier::new(),
+            channels: Mutex::new(BTreeSet::new()),
+        });
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let task = Task {
+            shared: Arc::clone(&shared),
+            requests: receiver,
+            settings,
+            rng: fastrand::Rng::with_seed(super::random_seed()),
+        };
+        drop(runtime.spawn(task.run()));
+        Self { shared, requests }
+    }
+
+    /// A listener for notices published with message `id` on `channel`;
+    /// subscribes to `channel` if this is its first use.
+    pub(super) fn listen(&self, channel: &str, id: Arc<str>) -> Listener {
+        let listener = self.shared.notifier.listen(id);
+        self.subscribe(channel);
+        listener
+    }
+
+    /// Subscribes to `channel` (in the background) unless it already is.
+    pub(super) fn subscribe(&self, channel: &str) {
+        let mut channels = self.shared.channels();
+        if !channels.contains(channel) {
+            let channel: Arc<str> = channel.into();
+            channels.insert(Arc::clone(&channel));
+            drop(channels);
+            // Fails only when the task has ended (its runtime shut down);
+            // listeners then rely on polling.
+            let _ = self.requests.send(channel);
+        }
+    }
+}
+
+/// Why a session with one connection ended.
+enum Ended {
+    /// The store was dropped.
+    StoreDropped,
+    /// The connection failed; `established` tells whether it had been
+    /// subscribed (then the backoff starts again from the minimum).
+    Lost { established: bool },
+}
+
+struct Task {
+    shared: Arc<Shared>,
+    requests: mpsc::UnboundedReceiver<Arc<str>>,
+    settings: Settings,
+    rng: fastrand::Rng,
+}
+
+impl Task {
+    async fn run(mut self) {
+        let mut backoff = MIN_BACKOFF;
+        let mut node = 0usize;
+        loop {
+            let Some(client) = self
+                .settings
+                .clients
+                .get(node % self.settings.clients.len().max(1))
+            else {
+                return;
+            };
+            let client = client.clone();
+            node = node.wrapping_add(1);
+            match self.session(&client).await {
+                Ended::StoreDropped => return,
+                Ended::Lost { established } => {
+                    if established {
+                        backoff = MIN_BACKOFF;
+                    }
+                    tracing::debug!("corral: redis subscriber connection lost; reconnecting");
+                }
+            }
+            let pause = backoff.mul_f64(0.5 + self.rng.f64() * 0.5);
+            backoff = (backoff * 2).min(self.settings.max_backoff.max(MIN_BACKOFF));
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = drain_until_closed(&mut self.requests) => return,
+            }
+        }
+    }
+
+    /// Connects, subscribes every channel asked for so far, wakes every
+    /// listener, then dispatches messages and new subscriptions until the
+    /// connection fails or the store is dropped.
+    async fn session(&mut self, client: &Client) -> Ended {
+        let connect =
+            tokio::time::timeout(self.settings.connect_timeout, client.get_async_pubsub());
+        let pubsub = tokio::select! {
+            connected = connect => match connected {
+                Ok(Ok(pubsub)) => pubsub,
+                Ok(Err(_)) | Err(_) => return Ended::Lost { established: false },
+            },
+            () = drain_until_closed(&mut self.requests) => return Ended::StoreDropped,
+        };
+        let (mut sink, mut stream) = pubsub.split();
+
+        let wanted: Vec<Arc<str>> = self.shared.channels().iter().cloned().collect();
+        if !wanted.is_empty() && !self.subscribe(&mut sink, &wanted).await {
+            return Ended::Lost { established: false };
+        }
+        self.shared.notifier.notify_all();
+
+        let mut ping = tokio::time::interval(PING_INTERVAL);
+        ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                request = self.requests.recv() => match request {
+                    None => return Ended::StoreDropped,
+                    Some(channel) => {
+                        if !self.subscribe(&mut sink, &[channel]).await {
+                            return Ended::Lost { established: true };
+                        }
+                        self.shared.notifier.notify_all();
+                    }
+                },
+                message = stream.next() => match message {
+                    None => return Ended::Lost { established: true },
+                    Some(message) => self.dispatch(&message),
+                },
+                _ = ping.tick() => {
+                    let pong = tokio::time::timeout(self.settings.op_timeout, sink.ping::<Value>()).await;
+                    if !matches!(pong, Ok(Ok(_))) {
+                        return Ended::Lost { established: true };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Subscribes `channels`; whether Redis confirmed in time.
+    async fn subscribe(&self, sink: &mut PubSubSink, channels: &[Arc<str>]) -> bool {
+        let names: Vec<&str> = channels.iter().map(|c| &**c).collect();
+        let subscribed =
+            tokio::time::timeout(self.settings.op_timeout, sink.subscribe(names)).await;
+        matches!(subscribed, Ok(Ok(())))
+    }
+
+    fn dispatch(&self, message: &Msg) {
+        if let Ok(id) = std::str::from_utf8(message.get_payload_bytes()) {
+            self.shared.notifier.notify(id);
+        }
+    }
+}
+
+/// Consumes requests (their channels are already in the shared set) until
+/// the store is dropped.
+async fn drain_until_closed(requests: &mut mpsc::UnboundedReceiver<Arc<str>>) {
+    while requests.recv().await.is_some() {}
+}

@@ -1,0 +1,819 @@
+//! Contract tests of `RedisStore` against a real `redis-server` and a
+//! three-master Redis Cluster (DESIGN.md §5): values, leases, fences,
+//! notifications, round trips, and faults (frozen, killed and restarted
+//! servers). Real time with short TTLs; every wait is bounded. All tests run
+//! on tokio's current-thread runtime.
+#![cfg(feature = "redis")]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use corral::store::{Commit, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey};
+use corral::{RedisConfig, RedisStore, StoreErrorKind, MAX_KEY_LEN};
+use corral_testkit::{log_tail, RedisCluster, RedisServer};
+
+/// Operation timeout of the stores under test.
+const OP_TIMEOUT: Duration = Duration::from_millis(300);
+/// Slack allowed over `OP_TIMEOUT` for a call that times out.
+const SLACK: Duration = Duration::from_millis(250);
+/// Bound on any wait that should end promptly (a notification, a reconnect).
+const PROMPT: Duration = Duration::from_secs(5);
+
+fn config() -> RedisConfig {
+    RedisConfig::default()
+        .op_timeout(OP_TIMEOUT)
+        .connect_timeout(Duration::from_millis(500))
+        .reconnect_max_delay(Duration::from_millis(200))
+}
+
+fn request(lease: Duration) -> LeaseRequest {
+    LeaseRequest {
+        lease_ttl: lease,
+        fence_ttl: Duration::from_secs(10),
+        ignore_value: false,
+    }
+}
+
+const LEASE: Duration = Duration::from_secs(5);
+const TTL: Duration = Duration::from_secs(30);
+
+fn key(namespace: &str, key: &str) -> StoreKey {
+    StoreKey::new(namespace, key)
+}
+
+async fn connect(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(&server.url(), config())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", log_tail(&server.log())))
+}
+
+async fn connect_cluster(cluster: &RedisCluster) -> RedisStore {
+    RedisStore::connect_cluster(&cluster.urls(), config())
+        .await
+        .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()))
+}
+
+/// Awaits `future`, failing the test if it takes longer than `limit`.
+async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what}: not done within {limit:?}"),
+    }
+}
+
+async fn grant(store: &RedisStore, k: &StoreKey, lease: Duration) -> Lease {
+    match store.get_or_lease(k, request(lease)).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected a grant for {:?}, got {other:?}", k.key()),
+    }
+}
+
+async fn value(store: &RedisStore, k: &StoreKey) -> Option<Vec<u8>> {
+    store
+        .get(k)
+        .await
+        .unwrap_or_else(|e| panic!("get {:?}: {e}", k.key()))
+        .map(|stored| stored.bytes)
+}
+
+/// A listener for `k` whose namespace channel is subscribed: a probe key of
+/// the namespace is invalidated until the probe's listener wakes (by the
+/// subscription's own wake-up or by the published notice), so any later
+/// wake-up of the returned listener comes from a notice about `k`.
+async fn subscribed_listener(store: &RedisStore, k: &StoreKey) -> Listener {
+    let probe = key(k.namespace(), "probe\u{1f50e}");
+    let mut probe_listener = store.listen(&probe);
+    within(PROMPT, "namespace subscribed", async {
+        loop {
+            store.invalidate(&probe).await.expect("invalidate probe");
+            if tokio::time::timeout(Duration::from_millis(50), probe_listener.changed())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+    })
+    .await;
+    store.listen(k)
+}
+
+/// Whether `listener` has a wake-up waiting (without waiting for one).
+async fn is_woken(listener: &mut Listener) -> bool {
+    tokio::time::timeout(Duration::from_millis(1), listener.changed())
+        .await
+        .is_ok()
+}
+
+// ---------------------------------------------------------------------------
+// The contract, written once and run against a server and a cluster.
+// ---------------------------------------------------------------------------
+
+async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "hgh");
+    let lease = grant(a, &k, LEASE).await;
+    assert_eq!(lease.token().len(), 32, "128-bit hex token");
+    match b.get_or_lease(&k, request(LEASE)).await {
+        Ok(Lookup::Held {
+            remaining: Some(left),
+        }) => {
+            assert!(
+                left <= LEASE && left > LEASE / 2,
+                "lease remaining {left:?}"
+            )
+        }
+        other => panic!("expected held, got {other:?}"),
+    }
+    assert_eq!(
+        a.commit(&k, &lease, b"v1", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    match b.get_or_lease(&k, request(LEASE)).await {
+        Ok(Lookup::Hit(stored)) => {
+            assert_eq!(stored.bytes, b"v1");
+            let left = stored.remaining.unwrap_or_default();
+            assert!(left <= TTL && left > TTL / 2, "value remaining {left:?}");
+        }
+        other => panic!("expected a hit, got {other:?}"),
+    }
+    // A value that cannot be decoded is overwritten: ignore_value grants.
+    let ignore = LeaseRequest {
+        ignore_value: true,
+        ..request(LEASE)
+    };
+    let second = match b.get_or_lease(&k, ignore).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected a grant with ignore_value, got {other:?}"),
+    };
+    assert_ne!(second.token(), lease.token(), "tokens are fresh per grant");
+    assert_eq!(
+        b.commit(&k, &second, b"v2", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    assert_eq!(value(a, &k).await.as_deref(), Some(&b"v2"[..]));
+}
+
+async fn check_commit_notifies(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "notify");
+    let other = key(ns, "notify-other");
+    let mut listener = subscribed_listener(b, &k).await;
+    let mut bystander = b.listen(&other);
+    let lease = grant(a, &k, LEASE).await;
+    assert_eq!(
+        a.commit(&k, &lease, b"v", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    within(PROMPT, "listener woken by commit", listener.changed()).await;
+    assert!(
+        !is_woken(&mut bystander).await,
+        "another key's listener stayed asleep"
+    );
+    assert_eq!(value(b, &k).await.as_deref(), Some(&b"v"[..]));
+}
+
+async fn check_release_and_notify(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "release");
+    let lease = grant(a, &k, LEASE).await;
+    let mut listener = subscribed_listener(b, &k).await;
+    assert!(matches!(
+        b.get_or_lease(&k, request(LEASE)).await,
+        Ok(Lookup::Held { .. })
+    ));
+    a.release(&k, &lease).await.expect("release");
+    within(PROMPT, "listener woken by release", listener.changed()).await;
+    let next = grant(b, &k, LEASE).await;
+    // The old lease no longer owns anything: releasing it again is a no-op.
+    a.release(&k, &lease).await.expect("stale release");
+    assert!(matches!(
+        a.get_or_lease(&k, request(LEASE)).await,
+        Ok(Lookup::Held { .. })
+    ));
+    assert_eq!(
+        b.commit(&k, &next, b"after-release", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    // Its commit is refused: its fence was dropped by the release.
+    assert_eq!(
+        a.commit(&k, &lease, b"stale", TTL).await.ok(),
+        Some(Commit::Refused)
+    );
+    assert_eq!(value(a, &k).await.as_deref(), Some(&b"after-release"[..]));
+}
+
+async fn check_refused_after_invalidate(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "refused-invalidate");
+    let lease = grant(a, &k, LEASE).await;
+    let mut listener = subscribed_listener(a, &k).await;
+    b.invalidate(&k).await.expect("invalidate");
+    within(PROMPT, "listener woken by invalidate", listener.changed()).await;
+    assert_eq!(
+        a.commit(&k, &lease, b"stale", TTL).await.ok(),
+        Some(Commit::Refused)
+    );
+    assert_eq!(value(a, &k).await, None, "the invalidation won");
+    // The invalidation dropped the lease too: the next caller is granted.
+    let next = grant(b, &k, LEASE).await;
+    assert_eq!(
+        b.commit(&k, &next, b"fresh", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+}
+
+async fn check_refused_after_set(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "refused-set");
+    let lease = grant(a, &k, LEASE).await;
+    let mut listener = subscribed_listener(a, &k).await;
+    b.set(&k, b"written", TTL).await.expect("set");
+    within(PROMPT, "listener woken by set", listener.changed()).await;
+    assert_eq!(
+        a.commit(&k, &lease, b"stale", TTL).await.ok(),
+        Some(Commit::Refused)
+    );
+    assert_eq!(value(a, &k).await.as_deref(), Some(&b"written"[..]));
+    // The set dropped the lease: its renewal fails.
+    assert_eq!(a.renew(&k, &lease, request(LEASE)).await.ok(), Some(false));
+}
+
+async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "refused-lapse");
+    let short = Duration::from_millis(100);
+    let lapsed = grant(a, &k, short).await;
+    // Sleep past the lease's TTL (Redis expires it by its own clock).
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    let next = grant(b, &k, LEASE).await;
+    assert_eq!(a.renew(&k, &lapsed, request(LEASE)).await.ok(), Some(false));
+    assert_eq!(
+        a.commit(&k, &lapsed, b"late", TTL).await.ok(),
+        Some(Commit::Refused)
+    );
+    // The refused commit did not release the next leader's lease.
+    assert!(matches!(
+        a.get_or_lease(&k, request(LEASE)).await,
+        Ok(Lookup::Held { .. })
+    ));
+    assert_eq!(
+        b.commit(&k, &next, b"next", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    assert_eq!(value(a, &k).await.as_deref(), Some(&b"next"[..]));
+    // A lapsed leader whose fence is still current may commit (nobody else
+    // took over): the fence, not the lease, decides.
+    let k2 = key(ns, "lapse-uncontended");
+    let alone = grant(a, &k2, short).await;
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    assert_eq!(
+        a.commit(&k2, &alone, b"late-ok", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+}
+
+async fn check_renew(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "renew");
+    let short = Duration::from_millis(400);
+    let lease = grant(a, &k, short).await;
+    let intruder = Lease::new("0123456789abcdef0123456789abcdef");
+    assert_eq!(
+        b.renew(&k, &intruder, request(LEASE)).await.ok(),
+        Some(false)
+    );
+    assert_eq!(a.renew(&k, &lease, request(LEASE)).await.ok(), Some(true));
+    // Past the original TTL the renewed lease still holds.
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    match b.get_or_lease(&k, request(LEASE)).await {
+        Ok(Lookup::Held {
+            remaining: Some(left),
+        }) => {
+            assert!(left > short, "renewed lease has {left:?} left")
+        }
+        other => panic!("expected the renewed lease held, got {other:?}"),
+    }
+    assert_eq!(
+        a.commit(&k, &lease, b"renewed", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    assert_eq!(
+        a.renew(&k, &lease, request(LEASE)).await.ok(),
+        Some(false),
+        "committed leases are gone"
+    );
+}
+
+async fn check_set_invalidate(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "set-invalidate");
+    assert_eq!(value(a, &k).await, None);
+    a.set(&k, b"one", TTL).await.expect("set");
+    assert_eq!(value(b, &k).await.as_deref(), Some(&b"one"[..]));
+    b.set(&k, b"two", TTL).await.expect("set again");
+    assert_eq!(value(a, &k).await.as_deref(), Some(&b"two"[..]));
+    a.invalidate(&k).await.expect("invalidate");
+    assert_eq!(value(b, &k).await, None);
+    b.invalidate(&k).await.expect("invalidate a missing key");
+    // Binary values and a short TTL that Redis expires.
+    let binary: Vec<u8> = (0..=255u8).collect();
+    a.set(&k, &binary, Duration::from_millis(150))
+        .await
+        .expect("set binary");
+    let stored = b.get(&k).await.expect("get").expect("present");
+    assert_eq!(stored.bytes, binary);
+    assert!(stored.remaining.unwrap_or_default() <= Duration::from_millis(150));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(value(b, &k).await, None, "expired by Redis");
+}
+
+/// Keys that would break a naive hash tag, and the longest key: full cycle.
+async fn check_odd_keys(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let longest = "}{".repeat(MAX_KEY_LEN / 2);
+    let longest_multibyte = "é".repeat(MAX_KEY_LEN / 2);
+    let odd = [
+        "plain",
+        "{",
+        "}",
+        "}leading",
+        "a{b}c",
+        "{}",
+        "{tag}rest",
+        "}{x}{",
+        "ключ {with} spaces:colons",
+        longest.as_str(),
+        longest_multibyte.as_str(),
+    ];
+    assert_eq!(longest.len(), MAX_KEY_LEN);
+    assert_eq!(longest_multibyte.len(), MAX_KEY_LEN);
+    for raw in odd {
+        let k = key(ns, raw);
+        let mut listener = subscribed_listener(b, &k).await;
+        let lease = grant(a, &k, LEASE).await;
+        assert!(
+            matches!(
+                b.get_or_lease(&k, request(LEASE)).await,
+                Ok(Lookup::Held { .. })
+            ),
+            "{raw:?}"
+        );
+        assert_eq!(
+            a.renew(&k, &lease, request(LEASE)).await.ok(),
+            Some(true),
+            "{raw:?}"
+        );
+        assert_eq!(
+            a.commit(&k, &lease, raw.as_bytes(), TTL).await.ok(),
+            Some(Commit::Stored),
+            "{raw:?}"
+        );
+        within(PROMPT, "listener of an odd key", listener.changed()).await;
+        assert_eq!(
+            value(b, &k).await.as_deref(),
+            Some(raw.as_bytes()),
+            "{raw:?}"
+        );
+        b.set(&k, b"set", TTL).await.expect("set");
+        a.invalidate(&k).await.expect("invalidate");
+        assert_eq!(value(a, &k).await, None, "{raw:?}");
+        let next = grant(b, &k, LEASE).await;
+        b.release(&k, &next).await.expect("release");
+    }
+    // Keys are distinct: none of them read another's value.
+    for (i, raw) in odd.iter().enumerate() {
+        a.set(&key(ns, raw), i.to_string().as_bytes(), TTL)
+            .await
+            .expect("set");
+    }
+    for (i, raw) in odd.iter().enumerate() {
+        assert_eq!(
+            value(b, &key(ns, raw)).await,
+            Some(i.to_string().into_bytes()),
+            "{raw:?}"
+        );
+    }
+}
+
+/// Namespaces are separate: the same user key in two namespaces.
+async fn check_namespaces(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let one = key(&format!("{ns}1"), "shared");
+    let two = key(&format!("{ns}2"), "shared");
+    a.set(&one, b"one", TTL).await.expect("set");
+    assert_eq!(value(b, &two).await, None);
+    let mut listener = subscribed_listener(b, &two).await;
+    let lease = grant(a, &two, LEASE).await;
+    a.invalidate(&one).await.expect("invalidate");
+    assert!(!is_woken(&mut listener).await);
+    assert_eq!(
+        a.commit(&two, &lease, b"two", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    within(
+        PROMPT,
+        "listener in the second namespace",
+        listener.changed(),
+    )
+    .await;
+}
+
+// ---------------------------------------------------------------------------
+// Standalone server.
+// ---------------------------------------------------------------------------
+
+macro_rules! standalone_contract {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let server = RedisServer::start();
+            let a = connect(&server).await;
+            let b = connect(&server).await;
+            within(Duration::from_secs(30), stringify!($name), super::$name(&a, &b, "test:v1")).await;
+        }
+    )*};
+}
+
+mod standalone {
+    use super::*;
+
+    standalone_contract!(
+        check_hit_granted_held,
+        check_commit_notifies,
+        check_release_and_notify,
+        check_refused_after_invalidate,
+        check_refused_after_set,
+        check_refused_after_lapse,
+        check_renew,
+        check_set_invalidate,
+        check_odd_keys,
+        check_namespaces,
+    );
+}
+
+/// After warm-up every operation is exactly one `EVALSHA`: no `EVAL`, no
+/// `SCRIPT LOAD`, no `NOSCRIPT` retry.
+#[tokio::test]
+async fn one_evalsha_per_operation() {
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    server.reset_stats();
+    let ops = run_every_operation(&store, "stats:v1").await;
+    let stats = server.command_stats();
+    assert_one_evalsha_each(&stats, ops, &server.log());
+}
+
+/// Runs each store operation once on a fresh key; returns how many calls.
+async fn run_every_operation(store: &RedisStore, ns: &str) -> u64 {
+    let k = key(ns, "ops");
+    let lease = grant(store, &k, LEASE).await; // 1
+    assert_eq!(
+        store.renew(&k, &lease, request(LEASE)).await.ok(),
+        Some(true)
+    ); // 2
+    assert_eq!(
+        store.commit(&k, &lease, b"v", TTL).await.ok(),
+        Some(Commit::Stored)
+    ); // 3
+    assert!(matches!(
+        store.get_or_lease(&k, request(LEASE)).await,
+        Ok(Lookup::Hit(_))
+    )); // 4
+    assert!(value(store, &k).await.is_some()); // 5
+    store.set(&k, b"w", TTL).await.expect("set"); // 6
+    store.invalidate(&k).await.expect("invalidate"); // 7
+    let again = grant(store, &k, LEASE).await; // 8
+    store.release(&k, &again).await.expect("release"); // 9
+    9
+}
+
+fn assert_one_evalsha_each(stats: &std::collections::BTreeMap<String, u64>, ops: u64, log: &str) {
+    let context = || format!("commandstats {stats:?}\n{}", log_tail(log));
+    assert_eq!(stats.get("evalsha").copied(), Some(ops), "{}", context());
+    for name in [
+        "eval",
+        "eval_ro",
+        "evalsha_ro",
+        "script|load",
+        "script|exists",
+    ] {
+        assert_eq!(stats.get(name), None, "{name} after warm-up: {}", context());
+    }
+}
+
+/// A frozen server: every call reports a timeout within the op timeout;
+/// once thawed, calls work again.
+#[tokio::test]
+async fn frozen_server_times_out_promptly() {
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    let k = key("frozen:v1", "k");
+    let lease = grant(&store, &k, LEASE).await;
+    server.freeze();
+    let started = Instant::now();
+    let mut worst = Duration::ZERO;
+    for op in 0..7 {
+        let begun = Instant::now();
+        let result = match op {
+            0 => store.get_or_lease(&k, request(LEASE)).await.map(drop),
+            1 => store.get(&k).await.map(drop),
+            2 => store.renew(&k, &lease, request(LEASE)).await.map(drop),
+            3 => store.commit(&k, &lease, b"v", TTL).await.map(drop),
+            4 => store.release(&k, &lease).await,
+            5 => store.set(&k, b"v", TTL).await,
+            _ => store.invalidate(&k).await,
+        };
+        let took = begun.elapsed();
+        worst = worst.max(took);
+        let error = result.expect_err("a frozen server cannot answer");
+        assert_eq!(error.kind(), StoreErrorKind::Timeout, "op {op}: {error}");
+        assert!(took <= OP_TIMEOUT + SLACK, "op {op} took {took:?}");
+    }
+    // listen() never waits for Redis.
+    let begun = Instant::now();
+    let _listener = store.listen(&key("frozen:v2", "k"));
+    assert!(begun.elapsed() < Duration::from_millis(50));
+    server.thaw();
+    let recovered = recover(&store, &k).await;
+    eprintln!(
+        "frozen: 7 calls timed out in {:?} (worst {worst:?}, op timeout {OP_TIMEOUT:?}); \
+         recovered {recovered:?} after thaw",
+        started.elapsed()
+    );
+}
+
+/// Retries `get` until it succeeds (at most [`PROMPT`]); returns the time.
+async fn recover(store: &RedisStore, k: &StoreKey) -> Duration {
+    let begun = Instant::now();
+    let mut last = None;
+    while begun.elapsed() < PROMPT {
+        match store.get(k).await {
+            Ok(_) => return begun.elapsed(),
+            Err(e) => {
+                assert!(
+                    matches!(
+                        e.kind(),
+                        StoreErrorKind::Timeout | StoreErrorKind::Unavailable
+                    ),
+                    "{e}"
+                );
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    panic!("store did not recover within {PROMPT:?}; last error: {last:?}");
+}
+
+/// A killed server: calls fail (unavailable or timeout) promptly; after a
+/// restart they work again by themselves, the subscriber reconnects and
+/// wakes its listeners, the scripts are cached again with one `EVAL` each,
+/// and a commit with a token granted before the restart is refused.
+#[tokio::test]
+async fn killed_and_restarted_server() {
+    let mut server = RedisServer::start();
+    let store = connect(&server).await;
+    let other = connect(&server).await;
+    let k = key("kill:v1", "k");
+    let old = grant(&store, &k, LEASE).await;
+    let mut listener = subscribed_listener(&other, &k).await;
+
+    server.kill();
+    for attempt in 0..3 {
+        let begun = Instant::now();
+        let error = store.get(&k).await.expect_err("the server is dead");
+        let took = begun.elapsed();
+        assert!(
+            matches!(
+                error.kind(),
+                StoreErrorKind::Unavailable | StoreErrorKind::Timeout
+            ),
+            "attempt {attempt}: {error}"
+        );
+        assert!(
+            took <= OP_TIMEOUT + SLACK,
+            "attempt {attempt} took {took:?}"
+        );
+        let error = store
+            .set(&k, b"v", TTL)
+            .await
+            .expect_err("writes report failure");
+        assert!(matches!(
+            error.kind(),
+            StoreErrorKind::Unavailable | StoreErrorKind::Timeout
+        ));
+    }
+    assert!(
+        !is_woken(&mut listener).await,
+        "no wake-up while Redis is down"
+    );
+
+    let restart = Instant::now();
+    server.restart();
+    let restarted_in = restart.elapsed();
+    let recovered = recover(&store, &k).await;
+    let woken = Instant::now();
+    within(
+        PROMPT,
+        "listener woken after the subscriber reconnected",
+        listener.changed(),
+    )
+    .await;
+    let woken_after = woken.elapsed() + recovered;
+    eprintln!(
+        "killed: server restarted in {restarted_in:?}; calls worked again {recovered:?} later; \
+         subscriber woke its listener within {woken_after:?} of the restart"
+    );
+
+    // Data is gone, and so is the fence of the old grant.
+    assert_eq!(
+        store.commit(&k, &old, b"pre-restart", TTL).await.ok(),
+        Some(Commit::Refused)
+    );
+    assert_eq!(value(&store, &k).await, None);
+
+    // The restarted server lost its script cache: each script costs one
+    // EVAL (after one NOSCRIPT), then EVALSHA only.
+    run_every_operation(&store, "kill:v2").await;
+    server.reset_stats();
+    let ops = run_every_operation(&store, "kill:v3").await;
+    assert_one_evalsha_each(&server.command_stats(), ops, &server.log());
+}
+
+/// The subscriber task and both connections end when the last store clone
+/// is dropped.
+#[tokio::test]
+async fn dropping_the_store_closes_its_connections() {
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    let clone = store.clone();
+    let k = key("drop:v1", "k");
+    let listener = subscribed_listener(&store, &k).await;
+    assert_eq!(
+        subscribers(&server),
+        1,
+        "{}",
+        server.cli(&["CLIENT", "LIST"])
+    );
+    drop(store);
+    assert!(clone.get(&k).await.is_ok(), "a clone keeps working");
+    drop((clone, listener));
+    let begun = Instant::now();
+    loop {
+        // Only redis-cli's own connection is left.
+        let clients = server.cli(&["CLIENT", "LIST"]);
+        if clients.lines().count() == 1 {
+            break;
+        }
+        assert!(
+            begun.elapsed() < PROMPT,
+            "connections left open:\n{clients}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `attach` subscribes a namespace before any listener exists.
+#[tokio::test]
+async fn attach_subscribes_the_namespace_channel() {
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    store.attach("attached:v1");
+    store.attach("attached:v1");
+    let begun = Instant::now();
+    loop {
+        let numsub = server.cli(&["PUBSUB", "NUMSUB", "corral:attached:v1:filled"]);
+        if numsub.lines().nth(1) == Some("1") {
+            break;
+        }
+        assert!(begun.elapsed() < PROMPT, "not subscribed: {numsub:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!("attach: subscribed within {:?}", begun.elapsed());
+    assert_eq!(
+        subscribers(&server),
+        1,
+        "one subscriber connection per store"
+    );
+}
+
+/// Number of clients subscribed to at least one channel.
+fn subscribers(server: &RedisServer) -> usize {
+    server
+        .cli(&["CLIENT", "LIST"])
+        .lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|field| field.starts_with("sub=") && field != "sub=0")
+        })
+        .count()
+}
+
+/// A store that cannot connect reports it.
+#[tokio::test]
+async fn connect_to_nothing_fails() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let begun = Instant::now();
+    let error = RedisStore::connect(&url, config())
+        .await
+        .expect_err("nothing listens");
+    assert!(
+        matches!(
+            error.kind(),
+            StoreErrorKind::Unavailable | StoreErrorKind::Timeout
+        ),
+        "{error}"
+    );
+    assert!(
+        begun.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        begun.elapsed()
+    );
+    let bad = RedisStore::connect("not a url", config())
+        .await
+        .expect_err("bad url");
+    assert_eq!(bad.kind(), StoreErrorKind::Protocol, "{bad}");
+    let none = RedisStore::connect_cluster(&[], config())
+        .await
+        .expect_err("no nodes");
+    assert_eq!(none.kind(), StoreErrorKind::Protocol, "{none}");
+}
+
+/// Outside a tokio runtime `connect` reports an error instead of panicking.
+#[test]
+fn connect_outside_a_runtime_is_an_error() {
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    let mut connect = pin!(RedisStore::connect("redis://127.0.0.1:1/", config()));
+    match connect
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(Err(e)) => assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}"),
+        Poll::Ready(Ok(store)) => panic!("connected without a runtime: {store:?}"),
+        Poll::Pending => panic!("connect waited outside a runtime"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Cluster: the whole contract on one three-master cluster.
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn cluster_contract() {
+    let cluster = RedisCluster::start();
+    let a = connect_cluster(&cluster).await;
+    let b = connect_cluster(&cluster).await;
+    let ns = "cluster:v1";
+    let begun = Instant::now();
+    within(Duration::from_secs(60), "cluster contract", async {
+        check_hit_granted_held(&a, &b, ns).await;
+        check_commit_notifies(&a, &b, ns).await;
+        check_release_and_notify(&a, &b, ns).await;
+        check_refused_after_invalidate(&a, &b, ns).await;
+        check_refused_after_set(&a, &b, ns).await;
+        check_refused_after_lapse(&a, &b, ns).await;
+        check_renew(&a, &b, ns).await;
+        check_set_invalidate(&a, &b, ns).await;
+        check_odd_keys(&a, &b, ns).await;
+        check_namespaces(&a, &b, ns).await;
+    })
+    .await;
+    eprintln!("cluster contract ran in {:?}", begun.elapsed());
+
+    // Notices reach a subscriber on one node from keys on every node.
+    let mut listeners = Vec::new();
+    for i in 0..24 {
+        let k = key("spread:v1", &format!("key-{i}"));
+        let listener = subscribed_listener(&b, &k).await;
+        listeners.push((k, listener));
+    }
+    for (k, listener) in &mut listeners {
+        let lease = grant(&a, k, LEASE).await;
+        assert_eq!(
+            a.commit(k, &lease, b"v", TTL).await.ok(),
+            Some(Commit::Stored)
+        );
+        within(PROMPT, "cross-node notice", listener.changed()).await;
+    }
+    let owners: std::collections::BTreeSet<u16> =
+        listeners.iter().map(|(k, _)| owner(&cluster, k)).collect();
+    assert_eq!(
+        owners.len(),
+        3,
+        "the keys spread over every master: {owners:?}"
+    );
+
+    cluster.reset_stats();
+    let ops = run_every_operation(&a, "cluster-stats:v1").await;
+    assert_one_evalsha_each(&cluster.command_stats(), ops, &cluster.logs());
+}
+
+/// The port of the master holding `k`'s value key (found by asking each
+/// node whether it holds the key).
+fn owner(cluster: &RedisCluster, k: &StoreKey) -> u16 {
+    for node in cluster.nodes() {
+        let keys = node.cli(&["--raw", "KEYS", &format!("corral:{}:*", k.namespace())]);
+        if keys
+            .lines()
+            .any(|line| line.ends_with(&format!(":v:{}", k.key())))
+        {
+            return node.port();
+        }
+    }
+    panic!("no node holds {:?}", k.key());
+}
