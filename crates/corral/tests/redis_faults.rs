@@ -1,0 +1,380 @@
+//! Round trips and failure behaviour of a Redis-backed cache against a real
+//! `redis-server`: commands counted with `INFO commandstats`, the server
+//! killed, restarted and frozen with SIGSTOP.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corral::{Cache, RedisConfig, RedisStore};
+use corral_testkit::RedisServer;
+use redis::AsyncCommands;
+use tokio::sync::watch;
+
+#[derive(Clone)]
+struct Gate(watch::Sender<bool>);
+
+impl Gate {
+    fn new() -> Self {
+        Self(watch::channel(false).0)
+    }
+    fn open(&self) {
+        self.0.send_replace(true);
+    }
+    async fn wait(&self) {
+        let _ = self.0.subscribe().wait_for(|open| *open).await;
+    }
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::task::yield_now().await;
+    }
+}
+
+const OP_TIMEOUT: Duration = Duration::from_millis(300);
+
+async fn store(server: &RedisServer) -> RedisStore {
+    let config = RedisConfig::default()
+        .op_timeout(OP_TIMEOUT)
+        .connect_timeout(OP_TIMEOUT);
+    RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect")
+}
+
+fn cache(store: &RedisStore, lease: Duration) -> Cache<String> {
+    Cache::<String>::builder("faults")
+        .store(store.clone())
+        .ttl(Duration::from_secs(60))
+        .lease_ttl(lease)
+        .store_timeout(OP_TIMEOUT)
+        .fill_timeout(Duration::from_secs(10))
+        .build()
+        .expect("config")
+}
+
+/// Commands Redis counts when corral's scripts run them: not round trips.
+const INSIDE_SCRIPTS: [&str; 6] = ["get", "set", "del", "pexpire", "pttl", "publish"];
+/// Not corral's traffic: the subscriber connection's keep-alive pings and
+/// the fixture's own `CONFIG RESETSTAT`.
+const NOT_OPERATIONS: [&str; 3] = ["ping", "subscribe", "config|resetstat"];
+
+/// Top-level commands (round trips) since the last reset.
+fn round_trips(stats: &BTreeMap<String, u64>) -> u64 {
+    stats
+        .iter()
+        .filter(|(name, _)| {
+            !INSIDE_SCRIPTS.contains(&name.as_str()) && !NOT_OPERATIONS.contains(&name.as_str())
+        })
+        .map(|(_, calls)| calls)
+        .sum()
+}
+
+fn ok(value: &str) -> impl FnOnce() -> std::future::Ready<Result<String, String>> + Send + 'static {
+    let value = value.to_owned();
+    move || std::future::ready(Ok(value))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_operation() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let cache = cache(&store, Duration::from_secs(3));
+    cache
+        .get_or_fill("warm-up", ok("v"))
+        .await
+        .expect("warm-up");
+
+    server.reset_stats();
+    cache.get_or_fill("cold", ok("v")).await.expect("cold miss");
+    let stats = server.command_stats();
+    assert_eq!(
+        round_trips(&stats),
+        2,
+        "leader cold miss: lease + commit; {stats:?}"
+    );
+    assert_eq!(stats.get("evalsha"), Some(&2));
+
+    server.reset_stats();
+    cache.get_or_fill("cold", ok("other")).await.expect("hit");
+    assert_eq!(round_trips(&server.command_stats()), 1, "L2 hit");
+
+    // 10,000 concurrent callers in one process: only the flight's leader
+    // talks to Redis.
+    server.reset_stats();
+    let gate = Gate::new();
+    let callers: Vec<_> = (0..10_000)
+        .map(|_| {
+            let (cache, gate) = (cache.clone(), gate.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_fill("herd", move || async move {
+                        gate.wait().await;
+                        Ok::<_, String>("v".to_owned())
+                    })
+                    .await
+            })
+        })
+        .collect();
+    until("every caller joined", || cache.stats().coalesced >= 9_999).await;
+    gate.open();
+    for caller in callers {
+        assert_eq!(caller.await.expect("task").expect("value"), "v");
+    }
+    let herd = round_trips(&server.command_stats());
+    assert!(herd <= 3, "10,000 callers cost {herd} round trips");
+    eprintln!("10,000 concurrent callers on one cold key: {herd} round trips");
+
+    // A waiter in another process (another store, another connection).
+    let other = cache_on_new_store(&server).await;
+    server.reset_stats();
+    let gate = Gate::new();
+    let leader = {
+        let (cache, gate) = (cache.clone(), gate.clone());
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("shared", move || async move {
+                    gate.wait().await;
+                    Ok::<_, String>("from the leader".to_owned())
+                })
+                .await
+        })
+    };
+    until("the leader holds the lease", || cache.stats().fills == 4).await;
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move { other.get_or_fill("shared", ok("never")).await })
+    };
+    until("the waiter found the lease held", || {
+        other.stats().lease_waits == 1
+    })
+    .await;
+    gate.open();
+    assert_eq!(
+        waiter.await.expect("task").expect("value"),
+        "from the leader"
+    );
+    assert_eq!(
+        leader.await.expect("task").expect("value"),
+        "from the leader"
+    );
+    let total = round_trips(&server.command_stats());
+    assert!(total <= 4, "leader 2 + waiter ≤ 2, got {total}");
+    eprintln!("waiter in another process: {} round trips", total - 2);
+}
+
+async fn cache_on_new_store(server: &RedisServer) -> Cache<String> {
+    let store = store(server).await;
+    cache(&store, Duration::from_secs(3))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_fill_costs_two_round_trips_plus_renewals() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let cache = cache(&store, Duration::from_millis(150));
+    cache
+        .get_or_fill("warm-up", ok("v"))
+        .await
+        .expect("warm-up");
+    server.reset_stats();
+    let value = cache
+        .get_or_fill("slow", || async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok::<_, String>("v".to_owned())
+        })
+        .await;
+    assert_eq!(value.expect("value"), "v");
+    let renewals = cache.stats().lease_renewals;
+    assert!(renewals >= 3, "a fill of 3+ leases was renewed: {renewals}");
+    assert_eq!(round_trips(&server.command_stats()), 2 + renewals);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_fill_then_restarted() {
+    let mut server = RedisServer::start();
+    let store = store(&server).await;
+    let cache = cache(&store, Duration::from_secs(3));
+    let gate = Gate::new();
+    let fills = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..100)
+        .map(|_| {
+            let (cache, gate, fills) = (cache.clone(), gate.clone(), Arc::clone(&fills));
+            tokio::spawn(async move {
+                cache
+                    .get_or_fill("k", move || async move {
+                        fills.fetch_add(1, SeqCst);
+                        gate.wait().await;
+                        Ok::<_, String>("v".to_owned())
+                    })
+                    .await
+            })
+        })
+        .collect();
+    until("the fill started", || fills.load(SeqCst) == 1).await;
+    server.kill();
+    gate.open();
+    for caller in callers {
+        assert_eq!(caller.await.expect("task").expect("fail-open value"), "v");
+    }
+    assert!(
+        cache.stats().store_errors >= 1,
+        "the failed commit is counted"
+    );
+
+    // Writes do not pretend while Redis is down.
+    let started = Instant::now();
+    assert!(cache
+        .set("k", "x".into())
+        .await
+        .expect_err("down")
+        .is_store());
+    assert!(cache.invalidate("k").await.expect_err("down").is_store());
+    assert!(cache.get("k").await.expect_err("down").is_store());
+    assert!(started.elapsed() < OP_TIMEOUT * 3 + Duration::from_secs(1));
+    // Reads still answer, by filling without a lease.
+    let value = cache.get_or_fill("down", ok("fail-open")).await;
+    assert_eq!(value.expect("fail-open"), "fail-open");
+    assert!(cache.stats().fail_open_fills >= 1);
+
+    server.restart();
+    let restarted = Instant::now();
+    loop {
+        let value = cache.get_or_fill("after", ok("v")).await.expect("value");
+        assert_eq!(value, "v");
+        if cache.get("after").await.ok().flatten().is_some() {
+            break;
+        }
+        assert!(
+            restarted.elapsed() < Duration::from_secs(10),
+            "never recovered"
+        );
+        tokio::task::yield_now().await;
+    }
+    eprintln!(
+        "calls worked again {:?} after the restart",
+        restarted.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_frozen_for_five_seconds_bounds_every_call() {
+    const FILL: Duration = Duration::from_millis(50);
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let cache = cache(&store, Duration::from_secs(3));
+    cache
+        .get_or_fill("warm-up", ok("v"))
+        .await
+        .expect("warm-up");
+    // The bound: one store call (lease attempt) times out, then the fill
+    // runs without a lease; nothing else waits on the frozen server.
+    let bound = OP_TIMEOUT + FILL + Duration::from_millis(500);
+    server.freeze();
+    let frozen_at = Instant::now();
+    let calls: Vec<_> = (0..200)
+        .map(|i| {
+            let cache = cache.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = cache
+                    .get_or_fill(&format!("k{}", i % 5), || async {
+                        tokio::time::sleep(FILL).await;
+                        Ok::<_, String>("v".to_owned())
+                    })
+                    .await;
+                (result, started.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for call in calls {
+        let (result, took) = call.await.expect("task");
+        assert_eq!(result.expect("fail-open value"), "v");
+        slowest = slowest.max(took);
+    }
+    assert!(
+        slowest <= bound,
+        "slowest read {slowest:?} > bound {bound:?}"
+    );
+    let started = Instant::now();
+    assert!(cache
+        .set("k0", "x".into())
+        .await
+        .expect_err("frozen")
+        .is_timeout());
+    assert!(started.elapsed() <= OP_TIMEOUT + Duration::from_millis(500));
+    eprintln!("frozen: slowest read {slowest:?} (bound {bound:?})");
+    // Keep the server frozen for the full 5 s, then it serves again.
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(frozen_at.elapsed())).await;
+    server.thaw();
+    let thawed = Instant::now();
+    loop {
+        if cache.set("k0", "after".into()).await.is_ok() {
+            break;
+        }
+        assert!(thawed.elapsed() < Duration::from_secs(5), "never recovered");
+    }
+    assert_eq!(cache.get("k0").await.expect("get"), Some("after".into()));
+    eprintln!("thawed: writes work again after {:?}", thawed.elapsed());
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lapsed_leaders_late_commit_is_refused() {
+    let server = RedisServer::start();
+    let first = cache(&store(&server).await, Duration::from_secs(3));
+    let second = cache(&store(&server).await, Duration::from_secs(3));
+    let gate = Gate::new();
+    let late = {
+        let (first, gate) = (first.clone(), gate.clone());
+        tokio::spawn(async move {
+            first
+                .get_or_fill("k", move || async move {
+                    gate.wait().await;
+                    Ok::<_, String>("late".to_owned())
+                })
+                .await
+        })
+    };
+    until("the first leader holds the lease", || {
+        first.stats().fills == 1
+    })
+    .await;
+    // The first leader's lease lapses (as if it had stalled past its TTL).
+    let tag = format!("corral:{}:{{{:016x}}}", first.namespace(), fnv1a64(b"k"));
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("conn");
+    let _: () = conn
+        .del(&[format!("{tag}:l:k"), format!("{tag}:f:k")])
+        .await
+        .expect("DEL");
+    let next = second
+        .get_or_fill("k", ok("next"))
+        .await
+        .expect("next leader");
+    assert_eq!(next, "next");
+    gate.open();
+    assert_eq!(
+        late.await.expect("task").expect("its callers get it"),
+        "late"
+    );
+    until("the late flight retired", || {
+        first.flights_in_progress() == 0
+    })
+    .await;
+    assert_eq!(first.stats().commits_refused, 1);
+    assert_eq!(second.get("k").await.expect("get"), Some("next".into()));
+}
