@@ -18,6 +18,7 @@ use crate::policy::Policy;
 use crate::stats::Counters;
 use crate::store::Store;
 use crate::sync::Mutex;
+use tokio::sync::Semaphore;
 
 /// The bound of the in-process tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,8 @@ pub struct CacheBuilder<V> {
     store: Option<Arc<dyn Store>>,
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
+    refresh_limiter: Option<Arc<Semaphore>>,
+    refresh_limit: usize,
     _value: PhantomData<fn() -> V>,
 }
 
@@ -76,6 +79,8 @@ where
             store: None,
             clock: None,
             seed: None,
+            refresh_limiter: None,
+            refresh_limit: 16,
             _value: PhantomData,
         }
     }
@@ -158,6 +163,75 @@ where
         self
     }
 
+    /// Stale-while-revalidate: for `grace` after its TTL an entry is still
+    /// served (as [`Freshness::Stale`](crate::Freshness::Stale)) at once,
+    /// while one background refresh per key — across every process sharing
+    /// the store — fetches a new value. Past TTL + grace the key is a miss.
+    /// Default: zero (off).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.policy.grace = grace;
+        self
+    }
+
+    /// Eager refresh: once an entry has lived `fraction` of its TTL (in
+    /// `(0, 1)`), the next read starts the one background refresh before the
+    /// entry goes stale. Default: off.
+    pub fn eager_refresh(mut self, fraction: f64) -> Self {
+        self.policy.eager_refresh = Some(fraction);
+        self
+    }
+
+    /// Fail-safe: keep entries physically for `max` after their TTL. When a
+    /// fill or refresh fails (error, panic or hard timeout) and such a value
+    /// exists, callers get it (as
+    /// [`Freshness::FailSafe`](crate::Freshness::FailSafe)) instead of the
+    /// error, and it is re-cached for the throttle window — fenced like any
+    /// write, never past its original end. Default: zero (off).
+    pub fn fail_safe(mut self, max: Duration) -> Self {
+        self.policy.fail_safe_max = max;
+        self
+    }
+
+    /// How long a fail-safe value is re-cached after a failed fill, so a
+    /// failing source is not called on every read. Default 30 s.
+    pub fn fail_safe_throttle(mut self, throttle: Duration) -> Self {
+        self.policy.fail_safe_throttle = throttle;
+        self
+    }
+
+    /// Soft timeout: when an expired value kept for fail-safe is at hand,
+    /// callers wait at most this long for the fill and then get that value
+    /// (as stale) while the fill goes on in the background, up to the hard
+    /// `fill_timeout`, and updates the cache. Must be less than
+    /// `fill_timeout`. Default: off.
+    pub fn soft_timeout(mut self, timeout: Duration) -> Self {
+        self.policy.soft_timeout = Some(timeout);
+        self
+    }
+
+    /// How long a "not found" answer is cached (see
+    /// [`Cache::get_or_fill_optional`]). Default 60 s.
+    pub fn negative_ttl(mut self, ttl: Duration) -> Self {
+        self.policy.negative_ttl = ttl;
+        self
+    }
+
+    /// At most `limit` background refreshes of this cache run at once (at
+    /// least 1); when full, a refresh is skipped and a later read tries
+    /// again. Default 16.
+    pub fn refresh_limit(mut self, limit: usize) -> Self {
+        self.refresh_limit = limit.max(1);
+        self
+    }
+
+    /// Shares a refresh limiter between caches: their background refreshes
+    /// together take at most the semaphore's permits. Overrides
+    /// [`refresh_limit`](CacheBuilder::refresh_limit).
+    pub fn refresh_limiter(mut self, limiter: Arc<Semaphore>) -> Self {
+        self.refresh_limiter = Some(limiter);
+        self
+    }
+
     /// The codec of values in shared stores (default [`Postcard`]).
     pub fn codec(mut self, codec: impl Codec<V>) -> Self {
         self.codec = Arc::new(codec);
@@ -197,7 +271,9 @@ where
     /// # Errors
     ///
     /// [`ConfigError`] for an invalid name, a zero TTL or timeout, a jitter
-    /// outside `[0, 1]`, a zero capacity or a lease TTL under 30 ms.
+    /// outside `[0, 1]`, an eager-refresh fraction outside `(0, 1)`, a soft
+    /// timeout not below the fill timeout, a zero capacity or a lease TTL
+    /// under 30 ms.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         if !valid_name(&self.name) {
             return Err(ConfigError::new(format!(
@@ -235,6 +311,7 @@ where
                     estimated_items.min(1 << 24),
                     weight_capacity,
                     clock,
+                    self.policy.eager_refresh,
                 ))
             }
         };
@@ -254,6 +331,9 @@ where
                 counters: Counters::new(),
                 rng: Mutex::new(rng),
                 weigh_by_bytes,
+                refresh_limiter: self
+                    .refresh_limiter
+                    .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
             }),
         })
     }

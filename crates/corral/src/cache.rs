@@ -9,14 +9,17 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::builder::CacheBuilder;
-use crate::clock::millis;
+use tokio::runtime::Handle;
+use tokio::sync::Semaphore;
+
 use crate::codec::Codec;
-use crate::entry::{self, Ttls};
+use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, StoreError, StoreErrorKind};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
+use crate::freshness::{standing, Answer, Cached, Fetched, Freshness, Standing};
 use crate::key::validate_key;
-use crate::leader::{self, Job};
-use crate::local::LocalTier;
+use crate::leader::{self, Fallback, Job};
+use crate::local::{LocalEntry, LocalTier};
 use crate::policy::{jittered, FillOptions, Policy};
 use crate::stats::{Counters, Stats};
 use crate::store::{Store, StoreKey};
@@ -38,12 +41,15 @@ pub(crate) struct Inner<V> {
     pub(crate) policy: Policy,
     pub(crate) codec: Arc<dyn Codec<V>>,
     pub(crate) tier: Tier<V>,
-    pub(crate) flights: Arc<FlightTable<V>>,
+    pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
     /// Whether the in-process tier is bounded by bytes (entries weigh their
     /// encoded size) rather than by entries.
     pub(crate) weigh_by_bytes: bool,
+    /// Caps the background refreshes of this cache (or of every cache
+    /// sharing the injected semaphore).
+    pub(crate) refresh_limiter: Arc<Semaphore>,
 }
 
 impl<V: 'static> Inner<V> {
@@ -57,26 +63,32 @@ impl<V: 'static> Inner<V> {
         StoreKey::new(Arc::clone(&self.namespace), key)
     }
 
-    /// The envelope of `value` written for `ttl`.
-    pub(crate) fn encode(&self, value: &V, ttl: Duration) -> Result<Vec<u8>, String> {
+    /// The envelope of `value` (`None`: "not found") written with `ttls`.
+    pub(crate) fn encode(
+        &self,
+        value: Option<&V>,
+        ttls: Ttls,
+        flags: u16,
+    ) -> Result<Vec<u8>, String> {
         entry::encode(
             &*self.codec,
             self.schema,
-            Ttls::simple(ttl),
+            ttls,
+            flags,
             value,
             self.policy.max_value_bytes,
         )
     }
 
     /// Decodes an envelope; undecodable bytes are counted and yield `None`.
-    pub(crate) fn decode(&self, bytes: &[u8]) -> Option<V> {
+    pub(crate) fn decode(&self, bytes: &[u8]) -> Option<Decoded<V>> {
         match entry::decode(
             &*self.codec,
             self.schema,
             bytes,
             self.policy.max_value_bytes,
         ) {
-            Ok(decoded) => Some(decoded.value),
+            Ok(decoded) => Some(decoded),
             Err(error) => {
                 Counters::bump(&self.counters.decode_failures);
                 tracing::warn!(cache = %self.name, %error, "undecodable entry treated as a miss");
@@ -112,7 +124,7 @@ pub(crate) async fn store_call<T>(
 ///
 /// `Cache` is a cheap handle: clones share one instance (its values, its
 /// flights, its counters). Nothing is global: two caches never share state
-/// unless they share a [`Store`].
+/// unless they share a [`Store`] or an injected refresh limiter.
 ///
 /// # Concurrent calls on the same key
 ///
@@ -127,6 +139,16 @@ pub(crate) async fn store_call<T>(
 /// a caller that is cancelled does not cancel the fill; the other callers
 /// and the cache still get its value, and if every caller is gone the fill
 /// still completes and stores its value, within the hard `fill_timeout`.
+///
+/// # Freshness
+///
+/// An entry is fresh for its TTL. With a `grace` period it is then served
+/// stale while one background refresh runs (at most one per key across every
+/// process sharing the store, under the cache's refresh limit); with
+/// `eager_refresh` that refresh starts before the TTL ends. With fail-safe
+/// (`fail_safe_max`), an expired entry is kept that much longer and served
+/// if the fill fails, and — with a `soft_timeout` — if the fill is slow.
+/// [`fetch`](Cache::fetch) tells the caller which of these it got.
 pub struct Cache<V> {
     pub(crate) inner: Arc<Inner<V>>,
 }
@@ -148,6 +170,18 @@ impl<V> std::fmt::Debug for Cache<V> {
     }
 }
 
+/// What a caller found in the in-process tier before any flight.
+enum Local<V> {
+    /// Serve this and return.
+    Serve(Fetched<V>),
+    /// Serve this and refresh in the background.
+    ServeAndRefresh(Fetched<V>, Fallback<V>),
+    /// Fill; this value is the fail-safe fallback.
+    FillWithFallback(Fallback<V>),
+    /// Fill.
+    Miss,
+}
+
 impl<V> Cache<V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
@@ -162,10 +196,11 @@ where
     /// Returns the cached value of `key`, or runs `fill` once — however many
     /// callers ask at once — caches its value and returns it to all of them.
     ///
-    /// See [`Cache`] for what concurrent callers see. Reads fail open: if the
-    /// shared store is unreachable, the fill runs without a lease and its
-    /// value is returned (not stored); the failure is counted in
-    /// [`Stats::store_errors`] and [`Stats::fail_open_fills`].
+    /// See [`Cache`] for what concurrent callers see and how stale and
+    /// fail-safe values are served. Reads fail open: if the shared store is
+    /// unreachable, the fill runs without a lease and its value is returned
+    /// (not stored); the failure is counted in [`Stats::store_errors`] and
+    /// [`Stats::fail_open_fills`].
     ///
     /// # Errors
     ///
@@ -176,9 +211,14 @@ where
     /// - [`Error::FillPanicked`] if the fill panicked;
     /// - [`Error::Timeout`] if the flight passed the hard `fill_timeout` (the
     ///   fill was dropped; nothing it produced is stored);
+    /// - [`Error::NotFound`] if the key holds a cached "not found" (written
+    ///   by [`get_or_fill_optional`](Cache::get_or_fill_optional) or
+    ///   [`fetch`](Cache::fetch));
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     ///
-    /// After any error nothing is stored and the next call runs a new fill.
+    /// With fail-safe on and an expired value kept, a failed fill returns that
+    /// value instead of the error. After an error nothing is stored and the
+    /// next call runs a new fill.
     pub async fn get_or_fill<F, Fut, E>(&self, key: &str, fill: F) -> Result<V, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
@@ -188,7 +228,8 @@ where
         if let Some(value) = self.local_hit(key) {
             return Ok(value);
         }
-        Box::pin(self.fill_slow(key, FillOptions::default(), fill)).await
+        self.get_or_fill_with(key, FillOptions::default(), fill)
+            .await
     }
 
     /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
@@ -214,7 +255,57 @@ where
         if let Some(value) = self.local_hit(key) {
             return Ok(value);
         }
-        Box::pin(self.fill_slow(key, options, fill)).await
+        let answer = move || async move { fill().await.map(Answer::value) };
+        let fetched = Box::pin(self.fetch_slow(key, options, answer)).await?;
+        fetched.value.ok_or(Error::NotFound)
+    }
+
+    /// Like [`get_or_fill`](Cache::get_or_fill) for a source that may have
+    /// nothing for the key: a `None` answer is cached for the negative TTL
+    /// and returned as `None`, so a missing row is not fetched again on
+    /// every call.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
+    pub async fn get_or_fill_optional<F, Fut, E>(
+        &self,
+        key: &str,
+        fill: F,
+    ) -> Result<Option<V>, Error<E>>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Option<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        if let Some(value) = self.local_hit(key) {
+            return Ok(Some(value));
+        }
+        let answer = move || async move { fill().await.map(Answer::from_option) };
+        let fetched = Box::pin(self.fetch_slow(key, FillOptions::default(), answer)).await?;
+        Ok(fetched.value)
+    }
+
+    /// The general read-through call: the fill answers an [`Answer`] — a
+    /// value or "not found", with its own TTL or not to be cached at all —
+    /// and the caller gets the value with its [`Freshness`] (fresh, stale,
+    /// or fail-safe). Single-flight holds whatever the answer says.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
+    pub async fn fetch<F, Fut, E>(
+        &self,
+        key: &str,
+        options: FillOptions,
+        fill: F,
+    ) -> Result<Fetched<V>, Error<E>>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        Box::pin(self.fetch_slow(key, options, fill)).await
     }
 
     #[inline]
@@ -222,52 +313,95 @@ where
         let Tier::Local(local) = &self.inner.tier else {
             return None;
         };
-        let value = local.get(key)?;
+        let value = local.get_quiet(key)?;
         self.inner.counters.hits.incr();
         Some(value)
     }
 
-    async fn fill_slow<F, Fut, E>(
+    /// Judges the key's in-process entry.
+    fn local_standing(&self, key: &str) -> Local<V> {
+        let Tier::Local(local) = &self.inner.tier else {
+            return Local::Miss;
+        };
+        let Some((entry, now)) = local.get(key) else {
+            return Local::Miss;
+        };
+        let fetched = |freshness| Fetched {
+            value: entry.value.clone(),
+            freshness: if entry.fail_safe {
+                Freshness::FailSafe
+            } else {
+                freshness
+            },
+        };
+        let fallback = || Fallback {
+            value: entry.value.clone(),
+            remaining: entry.remaining(now),
+        };
+        let eager = if entry.fail_safe {
+            None
+        } else {
+            self.inner.policy.eager_refresh
+        };
+        match entry.standing(now, eager) {
+            Standing::Fresh => Local::Serve(fetched(Freshness::Fresh)),
+            Standing::RefreshDue => Local::ServeAndRefresh(fetched(Freshness::Fresh), fallback()),
+            Standing::Stale => Local::ServeAndRefresh(fetched(Freshness::Stale), fallback()),
+            Standing::FailSafeOnly => Local::FillWithFallback(fallback()),
+            Standing::Gone => Local::Miss,
+        }
+    }
+
+    async fn fetch_slow<F, Fut, E>(
         &self,
         key: &str,
         options: FillOptions,
         fill: F,
-    ) -> Result<V, Error<E>>
+    ) -> Result<Fetched<V>, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
         validate_key(key)?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let inner = &self.inner;
+        let local = matches!(inner.tier, Tier::Local(_));
+        let fallback = match self.local_standing(key) {
+            Local::Serve(fetched) => {
+                count_served(&inner.counters, fetched.freshness);
+                return Ok(fetched);
+            }
+            Local::ServeAndRefresh(fetched, fallback) => {
+                count_served(&inner.counters, fetched.freshness);
+                self.refresh_in_background(&runtime, key, options, fill, fallback);
+                return Ok(fetched);
+            }
+            Local::FillWithFallback(fallback) => Some(fallback),
+            Local::Miss => None,
+        };
         let recheck = || match &inner.tier {
-            Tier::Local(local) => local.get(key),
+            Tier::Local(tier) => tier.get_fresh(key).map(|entry| fetched_fresh(&entry)),
             Tier::Shared(_) => None,
         };
         let flight = match inner.flights.claim(key, recheck) {
-            Claim::Ready(value) => {
+            Claim::Ready(fetched) => {
                 inner.counters.hits.incr();
-                return Ok(value);
+                return Ok(fetched);
             }
             Claim::Join(flight) => {
                 Counters::bump(&inner.counters.coalesced);
-                if matches!(inner.tier, Tier::Local(_)) {
+                if local {
                     Counters::bump(&inner.counters.misses);
                 }
                 flight
             }
             Claim::Lead(leadership) => {
-                if matches!(inner.tier, Tier::Local(_)) {
+                if local {
                     Counters::bump(&inner.counters.misses);
                 }
                 let flight = Arc::clone(leadership.flight());
-                let job = Job {
-                    key: key.into(),
-                    ttl: options.ttl.unwrap_or(inner.policy.ttl),
-                    fill_timeout: options.fill_timeout.unwrap_or(inner.policy.fill_timeout),
-                    fill,
-                };
+                let job = self.job(key, options, fill, fallback, None);
                 runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
                 flight
             }
@@ -275,7 +409,61 @@ where
         outcome_to_result(flight.wait().await)
     }
 
-    /// Returns the cached value of `key`, if any; never fills.
+    fn job<F>(
+        &self,
+        key: &str,
+        options: FillOptions,
+        fill: F,
+        fallback: Option<Fallback<V>>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Job<F, V> {
+        let policy = &self.inner.policy;
+        Job {
+            key: key.into(),
+            ttl: options.ttl.unwrap_or(policy.ttl),
+            fill_timeout: options.fill_timeout.unwrap_or(policy.fill_timeout),
+            soft_timeout: options.soft_timeout.or(policy.soft_timeout),
+            fallback,
+            permit,
+            fill,
+        }
+    }
+
+    /// Starts one background refresh of `key` unless one is running (then
+    /// it stands down) or the refresh limiter is full (then it is skipped; a
+    /// later read tries again).
+    fn refresh_in_background<F, Fut, E>(
+        &self,
+        runtime: &Handle,
+        key: &str,
+        options: FillOptions,
+        fill: F,
+        fallback: Fallback<V>,
+    ) where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        let inner = &self.inner;
+        let Ok(permit) = Arc::clone(&inner.refresh_limiter).try_acquire_owned() else {
+            Counters::bump(&inner.counters.refreshes_skipped);
+            return;
+        };
+        match inner.flights.claim(key, || None) {
+            Claim::Lead(leadership) => {
+                Counters::bump(&inner.counters.refreshes);
+                let job = self.job(key, options, fill, Some(fallback), Some(permit));
+                runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
+            }
+            Claim::Join(_) | Claim::Ready(_) => {
+                Counters::bump(&inner.counters.refreshes_stood_down);
+            }
+        }
+    }
+
+    /// Returns the cached value of `key`, if any is servable (fresh, or stale
+    /// within the grace period); never fills. A cached "not found" is `None`
+    /// too: use [`lookup`](Cache::lookup) to tell them apart.
     ///
     /// # Errors
     ///
@@ -285,31 +473,77 @@ where
         if let Some(value) = self.local_hit(key) {
             return Ok(Some(value));
         }
-        validate_key(key)?;
-        let inner = &self.inner;
-        let value = match &inner.tier {
-            Tier::Local(_) => None,
-            Tier::Shared(store) => {
-                let skey = inner.store_key(key);
-                let stored = inner.store_call(store.get(&skey)).await.inspect_err(|_| {
-                    Counters::bump(&inner.counters.store_errors);
-                })?;
-                stored.and_then(|stored| inner.decode(&stored.bytes))
-            }
-        };
-        match &value {
-            Some(_) => inner.counters.hits.incr(),
-            None => Counters::bump(&inner.counters.misses),
-        }
-        Ok(value)
+        Ok(match self.lookup(key).await? {
+            Cached::Value { value, .. } => Some(value),
+            Cached::NotFound { .. } | Cached::Miss => None,
+        })
     }
 
-    /// Stores `value` under `key` for the cache's TTL (with jitter).
+    /// What the cache holds for `key`: a servable value, a cached "not
+    /// found", or nothing (an entry kept only for fail-safe is a miss here).
+    /// Never fills, never refreshes.
     ///
-    /// A fill of `key` in flight — in this or, with a shared store, any
-    /// process — still hands its value to its callers but does not store it
-    /// over this write; calls made after this one returns start a new flight
-    /// or read this value.
+    /// # Errors
+    ///
+    /// As [`get`](Cache::get).
+    pub async fn lookup(&self, key: &str) -> Result<Cached<V>, Error> {
+        validate_key(key)?;
+        let inner = &self.inner;
+        let found = match &inner.tier {
+            Tier::Local(_) => match self.local_standing(key) {
+                Local::Serve(fetched) | Local::ServeAndRefresh(fetched, _) => Some(fetched),
+                Local::FillWithFallback(_) | Local::Miss => None,
+            },
+            Tier::Shared(store) => {
+                let skey = inner.store_key(key);
+                let stored = inner
+                    .store_call(store.get(&skey))
+                    .await
+                    .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+                stored.and_then(|stored| {
+                    let decoded = inner.decode(&stored.bytes)?;
+                    let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
+                    let age = decoded.ttls.physical.saturating_sub(remaining);
+                    let freshness = match standing(age, decoded.ttls, None) {
+                        Standing::Fresh | Standing::RefreshDue => Freshness::Fresh,
+                        Standing::Stale => Freshness::Stale,
+                        Standing::FailSafeOnly | Standing::Gone => return None,
+                    };
+                    let freshness = if decoded.flags & entry::FLAG_FAIL_SAFE != 0 {
+                        Freshness::FailSafe
+                    } else {
+                        freshness
+                    };
+                    Some(Fetched {
+                        value: decoded.value,
+                        freshness,
+                    })
+                })
+            }
+        };
+        let Some(found) = found else {
+            Counters::bump(&inner.counters.misses);
+            return Ok(Cached::Miss);
+        };
+        count_served(&inner.counters, found.freshness);
+        Ok(match found.value {
+            Some(value) => Cached::Value {
+                value,
+                freshness: found.freshness,
+            },
+            None => Cached::NotFound {
+                freshness: found.freshness,
+            },
+        })
+    }
+
+    /// Stores `value` under `key` for the cache's TTL (with jitter, grace and
+    /// fail-safe as configured).
+    ///
+    /// A fill or refresh of `key` in flight — in this or, with a shared
+    /// store, any process — still hands its value to its callers but does not
+    /// store it over this write; calls made after this one returns start a
+    /// new flight or read this value.
     ///
     /// # Errors
     ///
@@ -321,7 +555,7 @@ where
         self.write(key, value, ttl).await
     }
 
-    /// Stores `value` under `key` for exactly `ttl` (no jitter).
+    /// Stores `value` under `key` fresh for exactly `ttl` (no jitter).
     ///
     /// # Errors
     ///
@@ -334,15 +568,16 @@ where
     async fn write(&self, key: &str, value: V, ttl: Duration) -> Result<(), Error> {
         validate_key(key)?;
         let inner = &self.inner;
+        let ttls = inner.policy.ttls(ttl);
         match &inner.tier {
             Tier::Local(local) => {
-                let weight = leader::weight(inner, key, &value)?;
+                let weight = leader::weight(inner, key, Some(&value))?;
                 inner
                     .flights
-                    .detach(key, || local.insert(key, value, millis(ttl), weight));
+                    .detach(key, || local.insert(key, Some(value), ttls, false, weight));
             }
             Tier::Shared(store) => {
-                let bytes = inner.encode(&value, ttl).map_err(|message| {
+                let bytes = inner.encode(Some(&value), ttls, 0).map_err(|message| {
                     Counters::bump(&inner.counters.encode_failures);
                     Error::Encode {
                         message: message.into(),
@@ -350,7 +585,7 @@ where
                 })?;
                 let skey = inner.store_key(key);
                 inner
-                    .store_call(store.set(&skey, &bytes, ttl))
+                    .store_call(store.set(&skey, &bytes, ttls.physical))
                     .await
                     .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
                 inner.flights.detach(key, || ());
@@ -359,9 +594,10 @@ where
         Ok(())
     }
 
-    /// Removes `key`. Fills of `key` already in flight — in any process
-    /// sharing the store — do not store their value afterwards, and calls
-    /// made after this one returns start a new flight.
+    /// Removes `key`: no grace, no fail-safe value survives it. Fills and
+    /// refreshes of `key` already in flight — in any process sharing the
+    /// store — do not store their value afterwards, and calls made after this
+    /// one returns start a new flight.
     ///
     /// # Errors
     ///
@@ -407,8 +643,9 @@ where
         }
     }
 
-    /// Number of flights in progress. Zero whenever no fill is running: the
-    /// flight table leaks nothing on error, panic, timeout or cancellation.
+    /// Number of flights (fills and refreshes) in progress. Zero whenever
+    /// none runs: the flight table leaks nothing on error, panic, timeout or
+    /// cancellation.
     #[doc(hidden)]
     pub fn flights_in_progress(&self) -> usize {
         self.inner.flights.len()
@@ -421,9 +658,30 @@ where
     }
 }
 
-fn outcome_to_result<V, E: Send + Sync + 'static>(outcome: Outcome<V>) -> Result<V, Error<E>> {
+fn fetched_fresh<V: Clone>(entry: &LocalEntry<V>) -> Fetched<V> {
+    Fetched {
+        value: entry.value.clone(),
+        freshness: if entry.fail_safe {
+            Freshness::FailSafe
+        } else {
+            Freshness::Fresh
+        },
+    }
+}
+
+fn count_served(counters: &Counters, freshness: Freshness) {
+    match freshness {
+        Freshness::Fresh => counters.hits.incr(),
+        Freshness::Stale => Counters::bump(&counters.stale_hits),
+        Freshness::FailSafe => Counters::bump(&counters.fail_safe_hits),
+    }
+}
+
+fn outcome_to_result<V, E: Send + Sync + 'static>(
+    outcome: Outcome<Fetched<V>>,
+) -> Result<Fetched<V>, Error<E>> {
     match outcome {
-        Outcome::Value(value) => Ok(value),
+        Outcome::Value(fetched) => Ok(fetched),
         Outcome::Failed(Failure::Fill { error, type_name }) => match error.downcast::<E>() {
             Ok(error) => Err(Error::Fill(error)),
             Err(_) => Err(Error::FillErrorOfOtherType { type_name }),

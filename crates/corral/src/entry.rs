@@ -5,7 +5,8 @@
 //!  0     4    magic  b"CRL\0"
 //!  4     1    envelope format version (1)
 //!  5     1    codec id
-//!  6     2    flags (must be 0 in format 1)
+//!  6     2    flags: bit 0 "not found" (no value bytes), bit 1 "kept by
+//!             fail-safe"; other bits must be 0 in format 1
 //!  8     4    the cache's schema version (u32 LE)
 //! 12     8    fresh TTL in ms (u64 LE): fresh while age < this
 //! 20     8    stale TTL in ms (u64 LE): servable while age < this
@@ -52,6 +53,12 @@ impl Ttls {
     }
 }
 
+/// Flag: the entry is a cached "not found" and carries no value bytes.
+pub const FLAG_NOT_FOUND: u16 = 1;
+/// Flag: the entry was re-cached by fail-safe after its source failed.
+pub const FLAG_FAIL_SAFE: u16 = 2;
+const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE;
+
 /// Why an envelope was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecodeError {
@@ -97,34 +104,41 @@ impl std::error::Error for DecodeError {}
 /// A decoded envelope.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decoded<V> {
-    /// The value.
-    pub value: V,
+    /// The value; `None` for a cached "not found".
+    pub value: Option<V>,
     /// The TTLs it was written with.
     pub ttls: Ttls,
+    /// Its flags ([`FLAG_NOT_FOUND`], [`FLAG_FAIL_SAFE`]).
+    pub flags: u16,
 }
 
-/// Encodes `value` into an envelope, refusing values larger than
-/// `max_value_bytes`.
+/// Encodes `value` (`None`: a cached "not found") into an envelope,
+/// refusing values larger than `max_value_bytes`. `flags` may carry
+/// [`FLAG_FAIL_SAFE`]; [`FLAG_NOT_FOUND`] is set from `value`.
 pub fn encode<V: 'static>(
     codec: &dyn Codec<V>,
     schema: u32,
     ttls: Ttls,
-    value: &V,
+    flags: u16,
+    value: Option<&V>,
     max_value_bytes: usize,
 ) -> Result<Vec<u8>, String> {
+    let flags = (flags & FLAG_FAIL_SAFE) | if value.is_none() { FLAG_NOT_FOUND } else { 0 };
     let mut out = Vec::with_capacity(HEADER_LEN + 32);
     out.extend_from_slice(&MAGIC);
     out.push(FORMAT);
     out.push(codec.id());
-    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&schema.to_le_bytes());
     out.extend_from_slice(&millis(ttls.fresh).to_le_bytes());
     out.extend_from_slice(&millis(ttls.stale).to_le_bytes());
     out.extend_from_slice(&millis(ttls.physical).to_le_bytes());
     out.extend_from_slice(&[0; 4]);
-    codec
-        .encode(value, &mut out)
-        .map_err(|e| format!("encode failed: {e}"))?;
+    if let Some(value) = value {
+        codec
+            .encode(value, &mut out)
+            .map_err(|e| format!("encode failed: {e}"))?;
+    }
     let len = out.len() - HEADER_LEN;
     if len > max_value_bytes {
         return Err(format!(
@@ -154,7 +168,7 @@ pub fn decode<V: 'static>(
         return Err(DecodeError::CodecMismatch { found: header[5] });
     }
     let flags = u16::from_le_bytes([header[6], header[7]]);
-    if flags != 0 {
+    if flags & !KNOWN_FLAGS != 0 {
         return Err(DecodeError::UnknownFlags(flags));
     }
     let found_schema = u32::from_le_bytes(word(header, 8));
@@ -179,10 +193,24 @@ pub fn decode<V: 'static>(
     if body.len() != len {
         return Err(DecodeError::LengthMismatch);
     }
+    if flags & FLAG_NOT_FOUND != 0 {
+        if !body.is_empty() {
+            return Err(DecodeError::LengthMismatch);
+        }
+        return Ok(Decoded {
+            value: None,
+            ttls,
+            flags,
+        });
+    }
     let value = codec
         .decode(body)
         .map_err(|e| DecodeError::Codec(e.to_string()))?;
-    Ok(Decoded { value, ttls })
+    Ok(Decoded {
+        value: Some(value),
+        ttls,
+        flags,
+    })
 }
 
 fn word(header: &[u8], at: usize) -> [u8; 4] {
@@ -211,10 +239,23 @@ mod tests {
             stale: Duration::from_secs(2),
             physical: Duration::from_secs(3),
         };
-        let bytes = encode(codec, 7, ttls, &"hello".to_string(), MAX).expect("encodes");
+        let bytes = encode(
+            codec,
+            7,
+            ttls,
+            FLAG_FAIL_SAFE,
+            Some(&"hello".to_string()),
+            MAX,
+        )
+        .expect("encodes");
         let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
-        assert_eq!(decoded.value, "hello");
+        assert_eq!(decoded.value.as_deref(), Some("hello"));
         assert_eq!(decoded.ttls, ttls);
+        assert_eq!(decoded.flags, FLAG_FAIL_SAFE);
+        let bytes = encode::<String>(codec, 7, ttls, 0, None, MAX).expect("encodes");
+        let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
+        assert_eq!(decoded.value, None);
+        assert_eq!(decoded.flags, FLAG_NOT_FOUND);
     }
 
     #[test]
@@ -226,7 +267,7 @@ mod tests {
     #[test]
     fn rejects_other_schema_codec_and_oversize() {
         let ttls = Ttls::simple(Duration::from_secs(1));
-        let bytes = encode(&Postcard, 1, ttls, &"v".to_string(), MAX).expect("encodes");
+        let bytes = encode(&Postcard, 1, ttls, 0, Some(&"v".to_string()), MAX).expect("encodes");
         assert_eq!(
             decode::<String>(&Postcard, 2, &bytes, MAX),
             Err(DecodeError::SchemaMismatch { found: 1 })
@@ -236,13 +277,14 @@ mod tests {
             Err(DecodeError::CodecMismatch { found: 1 })
         );
         assert!(decode::<String>(&Postcard, 1, &bytes, 1).is_err());
-        assert!(encode(&Postcard, 1, ttls, &"long value".to_string(), 4).is_err());
+        assert!(encode(&Postcard, 1, ttls, 0, Some(&"long value".to_string()), 4).is_err());
     }
 
     #[test]
     fn rejects_truncation_and_trailing_bytes() {
         let ttls = Ttls::simple(Duration::from_secs(1));
-        let bytes = encode(&Postcard, 1, ttls, &"value".to_string(), MAX).expect("encodes");
+        let bytes =
+            encode(&Postcard, 1, ttls, 0, Some(&"value".to_string()), MAX).expect("encodes");
         for cut in 0..bytes.len() {
             assert!(decode::<String>(&Postcard, 1, &bytes[..cut], MAX).is_err());
         }
@@ -263,7 +305,7 @@ mod tests {
 
         #[test]
         fn corrupted_envelopes_never_panic(value in ".{0,40}", flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
-            let mut bytes = encode(&Postcard, 1, Ttls::simple(Duration::from_secs(5)), &value, MAX).expect("encodes");
+            let mut bytes = encode(&Postcard, 1, Ttls::simple(Duration::from_secs(5)), 0, Some(&value), MAX).expect("encodes");
             for (at, byte) in flips {
                 let at = at % bytes.len();
                 bytes[at] ^= byte;
@@ -274,8 +316,8 @@ mod tests {
         #[test]
         fn roundtrip_any_string(value in ".{0,100}", fresh in 0u64..1_000_000) {
             let ttls = Ttls { fresh: Duration::from_millis(fresh), stale: Duration::from_millis(fresh), physical: Duration::from_millis(fresh) };
-            let bytes = encode(&Postcard, 3, ttls, &value, MAX).expect("encodes");
-            prop_assert_eq!(decode::<String>(&Postcard, 3, &bytes, MAX).expect("decodes").value, value);
+            let bytes = encode(&Postcard, 3, ttls, 0, Some(&value), MAX).expect("encodes");
+            prop_assert_eq!(decode::<String>(&Postcard, 3, &bytes, MAX).expect("decodes").value, Some(value));
         }
     }
 }

@@ -125,6 +125,10 @@ pub enum Error<E = Infallible> {
     /// The flight was stopped before it produced an outcome (its runtime shut
     /// down).
     Aborted,
+    /// The key holds a cached "not found" (a negative answer of
+    /// [`get_or_fill_optional`](crate::Cache::get_or_fill_optional) or
+    /// [`fetch`](crate::Cache::fetch)); those calls return it as `None`.
+    NotFound,
     /// The value could not be encoded or is larger than the cache's
     /// `max_value_bytes`.
     Encode {
@@ -152,6 +156,11 @@ impl<E> Error<E> {
     /// Whether the fill returned an error (of this or another type).
     pub fn is_fill_error(&self) -> bool {
         matches!(self, Self::Fill(_) | Self::FillErrorOfOtherType { .. })
+    }
+
+    /// Whether the key holds a cached "not found".
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound)
     }
 
     /// Whether the fill panicked.
@@ -184,6 +193,7 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
             Self::FillPanicked { message } => write!(f, "fill panicked: {message}"),
             Self::Timeout { after } => write!(f, "fill timed out after {after:?}"),
             Self::Aborted => f.write_str("fill aborted before it finished"),
+            Self::NotFound => f.write_str("the key is cached as not found"),
             Self::Encode { message } => write!(f, "value not storable: {message}"),
             Self::Store(e) => e.fmt(f),
             Self::NoRuntime => f.write_str("corral needs a tokio runtime"),

@@ -208,7 +208,18 @@ impl<V: Clone> Leadership<V> {
         &self.flight
     }
 
+    /// The key of the flight.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether an outcome was published already.
+    pub(crate) fn has_published(&self) -> bool {
+        self.published
+    }
+
     /// Hands the outcome to every caller of the flight, present and future.
+    /// Only the first outcome published counts.
     pub(crate) fn publish(&mut self, outcome: Outcome<V>) {
         self.published = true;
         self.flight.publish(outcome);

@@ -1,5 +1,7 @@
-//! The leader's side of a flight: the task that looks up the shared store,
-//! takes the lease or waits for its holder, runs the fill, and commits.
+//! The leader's side of a flight: the task that finds the value in the
+//! shared store or takes the lease (or waits for its holder), runs the fill
+//! — serving a stale value at the soft timeout and a fail-safe value when it
+//! fails — and stores the answer.
 //!
 //! The task holds only a `Weak` to the cache, upgraded for each step, so a
 //! dropped cache goes away while its last fills finish.
@@ -12,223 +14,494 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 
 use crate::cache::{store_call, Inner, Tier};
-use crate::clock::millis;
+use crate::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
+use crate::freshness::{standing, Answer, Fetched, Freshness, Standing};
 use crate::stats::Counters;
 use crate::store::{Commit, Lease, LeaseRequest, Lookup, Store, StoreKey};
 
+/// A value that may be served if the fill is slow or fails: the entry's
+/// value and how long it may still be kept.
+#[derive(Clone)]
+pub(crate) struct Fallback<V> {
+    pub(crate) value: Option<V>,
+    pub(crate) remaining: Duration,
+}
+
 /// What a leader needs to run one flight.
-pub(crate) struct Job<F> {
+pub(crate) struct Job<F, V> {
     pub(crate) key: Box<str>,
     pub(crate) ttl: Duration,
     pub(crate) fill_timeout: Duration,
+    pub(crate) soft_timeout: Option<Duration>,
+    /// A value found before the flight started (in-process tier).
+    pub(crate) fallback: Option<Fallback<V>>,
+    /// A background refresh: its callers were served already; it holds a
+    /// permit of the cache's refresh limiter.
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
     pub(crate) fill: F,
 }
 
-/// A value ready to publish, with the lease to commit it under, if any.
-struct Filled<V> {
-    value: V,
-    lease: Option<LeaseGuard>,
-}
+type Flight<V> = Leadership<Fetched<V>>;
 
 /// Runs one flight to its end: publishes exactly one outcome and retires the
 /// flight on every path (its `Leadership` does so even if this task is
 /// dropped).
-pub(crate) async fn run<V, F, Fut, E>(
-    inner: Weak<Inner<V>>,
-    mut leadership: Leadership<V>,
-    job: Job<F>,
-) where
+pub(crate) async fn run<V, F, Fut, E>(inner: Weak<Inner<V>>, mut flight: Flight<V>, job: Job<F, V>)
+where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let Job {
         key,
         ttl,
         fill_timeout,
+        soft_timeout,
+        mut fallback,
+        mut permit,
         fill,
     } = job;
-    let led = tokio::time::timeout(fill_timeout, lead(&inner, &key, fill_timeout, fill)).await;
-    let cache = inner.upgrade();
-    let filled = match led {
-        Ok(Ok(filled)) => filled,
-        Ok(Err(failure)) => {
-            leadership.retire(|| ());
-            leadership.publish(Outcome::Failed(failure));
-            return;
-        }
-        Err(_) => {
-            if let Some(cache) = &cache {
-                Counters::bump(&cache.counters.fill_timeouts);
-            }
-            leadership.retire(|| ());
-            leadership.publish(Outcome::Failed(Failure::TimedOut(fill_timeout)));
-            return;
-        }
-    };
-    let Some(cache) = cache else {
-        leadership.retire(|| ());
-        leadership.publish(Outcome::Value(filled.value));
+    let started = Instant::now();
+    let deadline = started + fill_timeout;
+    let Some(cache) = inner.upgrade() else {
         return;
     };
-    let ttl = cache.draw_ttl(ttl);
-    match (&cache.tier, filled.lease) {
-        (Tier::Local(local), _) => {
-            if let Ok(weight) = weight(&cache, &key, &filled.value) {
-                let value = filled.value.clone();
-                leadership.retire(|| local.insert(&key, value, millis(ttl), weight));
-            } else {
-                leadership.retire(|| ());
+    let store = match &cache.tier {
+        Tier::Shared(store) => Some(Arc::clone(store)),
+        Tier::Local(_) => None,
+    };
+    let skey = cache.store_key(&key);
+    let policy = cache.policy.clone();
+    drop(cache);
+
+    let mut lease = None;
+    if let Some(store) = store {
+        let request = LeaseRequest {
+            lease_ttl: policy.lease_ttl,
+            fence_ttl: policy.fence_ttl(fill_timeout),
+            ignore_value: fallback.is_some(),
+        };
+        let finder = Finder {
+            inner: &inner,
+            store,
+            key: &skey,
+            request,
+            soft_deadline: soft_timeout.map(|soft| started + soft),
+        };
+        let found = tokio::time::timeout_at(
+            deadline,
+            finder.find(&mut flight, &mut fallback, &mut permit),
+        )
+        .await;
+        match found {
+            Ok(Found::Lease(guard)) => lease = Some(guard),
+            Ok(Found::FailOpen) => {}
+            Ok(Found::Done) => {
+                flight.retire(|| ());
+                return;
             }
-        }
-        (Tier::Shared(_), Some(lease)) => {
-            // Commit before retiring and publishing, so a caller that gets
-            // the value can read it back, and a caller arriving after the
-            // flight retired finds it in the store.
-            match cache.encode(&filled.value, ttl) {
-                Ok(bytes) => lease.commit(&cache, &bytes, ttl).await,
-                Err(message) => {
-                    Counters::bump(&cache.counters.encode_failures);
-                    tracing::warn!(cache = %cache.name, %message, "filled value not stored");
-                }
+            Err(_) => {
+                fail(
+                    &inner,
+                    &mut flight,
+                    fallback,
+                    None,
+                    Failure::TimedOut(fill_timeout),
+                )
+                .await;
+                return;
             }
-            leadership.retire(|| ());
-        }
-        (Tier::Shared(_), None) => {
-            leadership.retire(|| ());
         }
     }
-    leadership.publish(Outcome::Value(filled.value));
+
+    if let Some(cache) = inner.upgrade() {
+        Counters::bump(&cache.counters.fills);
+    }
+    // The fill is dropped at the end of this block: at the hard timeout it
+    // is stopped, and nothing it would have produced is stored.
+    let result = {
+        let filling = fill_renewing(&inner, fill, lease.as_ref());
+        tokio::pin!(filling);
+        let soft = soft_timeout.filter(|_| fallback.is_some() && !flight.has_published());
+        match soft {
+            Some(soft) => {
+                tokio::select! {
+                    result = tokio::time::timeout_at(deadline, &mut filling) => result,
+                    () = tokio::time::sleep_until(started + soft) => {
+                        serve_fallback(&inner, &mut flight, fallback.as_ref(), Freshness::Stale);
+                        if let Some(cache) = inner.upgrade() {
+                            Counters::bump(&cache.counters.soft_timeouts);
+                        }
+                        tokio::time::timeout_at(deadline, &mut filling).await
+                    }
+                }
+            }
+            None => tokio::time::timeout_at(deadline, &mut filling).await,
+        }
+    };
+    match result {
+        Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, lease).await,
+        Ok(Err(failure)) => fail(&inner, &mut flight, fallback, lease, failure).await,
+        Err(_) => {
+            if let Some(cache) = inner.upgrade() {
+                Counters::bump(&cache.counters.fill_timeouts);
+            }
+            fail(
+                &inner,
+                &mut flight,
+                fallback,
+                lease,
+                Failure::TimedOut(fill_timeout),
+            )
+            .await;
+        }
+    }
+    drop(permit);
+}
+
+/// Publishes the fallback to the flight's callers, if there is one.
+fn serve_fallback<V: Clone>(
+    inner: &Weak<Inner<V>>,
+    flight: &mut Flight<V>,
+    fallback: Option<&Fallback<V>>,
+    freshness: Freshness,
+) {
+    let Some(fallback) = fallback else {
+        return;
+    };
+    if flight.has_published() {
+        return;
+    }
+    if let Some(cache) = inner.upgrade() {
+        match freshness {
+            Freshness::FailSafe => Counters::bump(&cache.counters.fail_safe_hits),
+            Freshness::Stale => Counters::bump(&cache.counters.stale_hits),
+            Freshness::Fresh => cache.counters.hits.incr(),
+        }
+    }
+    flight.publish(Outcome::Value(Fetched {
+        value: fallback.value.clone(),
+        freshness,
+    }));
+}
+
+/// Stores the fill's answer (unless it asked not to be cached), retires the
+/// flight and hands the answer to its callers.
+async fn succeed<V>(
+    inner: &Weak<Inner<V>>,
+    flight: &mut Flight<V>,
+    key: &str,
+    ttl: Duration,
+    answer: Answer<V>,
+    lease: Option<LeaseGuard>,
+) where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let Answer {
+        value,
+        ttl: answer_ttl,
+        cache: keep,
+    } = answer;
+    if let (Some(cache), true) = (inner.upgrade(), keep) {
+        let base = match (&value, answer_ttl) {
+            (_, Some(ttl)) => ttl,
+            (Some(_), None) => ttl,
+            (None, None) => cache.policy.negative_ttl,
+        };
+        let ttls = cache.policy.ttls(cache.draw_ttl(base));
+        keep_value(&cache, flight, key, value.clone(), ttls, false, lease).await;
+    } else {
+        flight.retire(|| ());
+    }
+    flight.publish(Outcome::Value(Fetched {
+        value,
+        freshness: Freshness::Fresh,
+    }));
+}
+
+/// The fill failed: with a fallback and fail-safe on, re-caches the fallback
+/// for the throttle window (fenced like any write, never past its physical
+/// end) and serves it; otherwise hands the failure to the callers.
+async fn fail<V>(
+    inner: &Weak<Inner<V>>,
+    flight: &mut Flight<V>,
+    fallback: Option<Fallback<V>>,
+    lease: Option<LeaseGuard>,
+    failure: Failure,
+) where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let cache = inner.upgrade();
+    let fail_safe = cache
+        .as_ref()
+        .is_some_and(|cache| !cache.policy.fail_safe_max.is_zero());
+    match (cache, fallback) {
+        (Some(cache), Some(fallback)) if fail_safe => {
+            if fallback.remaining >= Duration::from_millis(1) {
+                let ttls = cache.policy.fail_safe_ttls(fallback.remaining);
+                let key = flight.key().to_owned();
+                keep_value(
+                    &cache,
+                    flight,
+                    &key,
+                    fallback.value.clone(),
+                    ttls,
+                    true,
+                    lease,
+                )
+                .await;
+            } else {
+                flight.retire(|| ());
+            }
+            serve_fallback(inner, flight, Some(&fallback), Freshness::FailSafe);
+        }
+        _ => {
+            drop(lease);
+            flight.retire(|| ());
+            flight.publish(Outcome::Failed(failure));
+        }
+    }
+}
+
+/// Writes an answer into the cache's tier — in process only if no newer
+/// write detached the flight; in a shared store only under the lease, fenced
+/// — and retires the flight.
+async fn keep_value<V>(
+    cache: &Inner<V>,
+    flight: &mut Flight<V>,
+    key: &str,
+    value: Option<V>,
+    ttls: Ttls,
+    fail_safe: bool,
+    lease: Option<LeaseGuard>,
+) where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    match &cache.tier {
+        Tier::Local(local) => match weight(cache, key, value.as_ref()) {
+            Ok(weight) => {
+                flight.retire(|| local.insert(key, value, ttls, fail_safe, weight));
+            }
+            Err(_) => {
+                flight.retire(|| ());
+            }
+        },
+        Tier::Shared(_) => {
+            if let Some(lease) = lease {
+                let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
+                match cache.encode(value.as_ref(), ttls, flags) {
+                    Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
+                    Err(message) => {
+                        Counters::bump(&cache.counters.encode_failures);
+                        tracing::warn!(cache = %cache.name, %message, "filled value not stored");
+                    }
+                }
+            }
+            flight.retire(|| ());
+        }
+    }
 }
 
 /// The weight of a value in the in-process tier: 1 when it is bounded by
 /// entries, the key and encoded value size when it is bounded by bytes.
-pub(crate) fn weight<V: 'static>(inner: &Inner<V>, key: &str, value: &V) -> Result<u32, Error> {
+pub(crate) fn weight<V: 'static>(
+    inner: &Inner<V>,
+    key: &str,
+    value: Option<&V>,
+) -> Result<u32, Error> {
     if !inner.weigh_by_bytes {
         return Ok(1);
     }
     let mut bytes = Vec::new();
-    inner.codec.encode(value, &mut bytes).map_err(|e| {
-        Counters::bump(&inner.counters.encode_failures);
-        Error::Encode {
-            message: e.to_string().into(),
-        }
-    })?;
+    if let Some(value) = value {
+        inner.codec.encode(value, &mut bytes).map_err(|e| {
+            Counters::bump(&inner.counters.encode_failures);
+            Error::Encode {
+                message: e.to_string().into(),
+            }
+        })?;
+    }
     Ok(u32::try_from(key.len() + bytes.len()).unwrap_or(u32::MAX))
 }
 
-/// Finds the value in the shared store, or takes the lease and fills, or
-/// waits for the lease holder; fills directly when there is no shared store
-/// or it is unreachable.
-async fn lead<V, F, Fut, E>(
-    inner: &Weak<Inner<V>>,
-    key: &str,
-    fill_timeout: Duration,
-    fill: F,
-) -> Result<Filled<V>, Failure>
+/// How a shared-store lookup ended.
+enum Found {
+    /// This leader holds the lease and must fill.
+    Lease(LeaseGuard),
+    /// The store is unreachable: fill without a lease, store nothing.
+    FailOpen,
+    /// Callers were served from the store and no refresh is to run here.
+    Done,
+}
+
+/// Looks the key up in the shared store until it can serve a value, holds
+/// the lease, or must fill without one.
+struct Finder<'a, V> {
+    inner: &'a Weak<Inner<V>>,
+    store: Arc<dyn Store>,
+    key: &'a StoreKey,
+    request: LeaseRequest,
+    soft_deadline: Option<Instant>,
+}
+
+impl<V> Finder<'_, V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
-    E: Send + Sync + 'static,
 {
-    let Some(cache) = inner.upgrade() else {
-        return Err(Failure::Aborted);
-    };
-    let Tier::Shared(store) = &cache.tier else {
-        let counters_owner = cache;
-        Counters::bump(&counters_owner.counters.fills);
-        drop(counters_owner);
-        return call_fill(inner, fill)
-            .await
-            .map(|value| Filled { value, lease: None });
-    };
-    let store = Arc::clone(store);
-    let skey = cache.store_key(key);
-    let policy = cache.policy.clone();
-    drop(cache);
-    let mut request = LeaseRequest {
-        lease_ttl: policy.lease_ttl,
-        fence_ttl: policy.fence_ttl(fill_timeout),
-        ignore_value: false,
-    };
-    loop {
-        let mut listener = store.listen(&skey);
-        let lookup = store_call(policy.store_timeout, store.get_or_lease(&skey, request)).await;
-        let Some(cache) = inner.upgrade() else {
-            return Err(Failure::Aborted);
+    async fn find(
+        mut self,
+        flight: &mut Flight<V>,
+        fallback: &mut Option<Fallback<V>>,
+        permit: &mut Option<OwnedSemaphorePermit>,
+    ) -> Found {
+        let Some(cache) = self.inner.upgrade() else {
+            return Found::Done;
         };
-        match lookup {
-            Ok(Lookup::Hit(stored)) => {
-                if let Some(value) = cache.decode(&stored.bytes) {
-                    cache.counters.hits.incr();
-                    return Ok(Filled { value, lease: None });
+        let (store_timeout, poll_interval) =
+            (cache.policy.store_timeout, cache.policy.poll_interval);
+        drop(cache);
+        loop {
+            let mut listener = self.store.listen(self.key);
+            let lookup = store_call(
+                store_timeout,
+                self.store.get_or_lease(self.key, self.request),
+            )
+            .await;
+            let Some(cache) = self.inner.upgrade() else {
+                return Found::Done;
+            };
+            match lookup {
+                Ok(Lookup::Hit(stored)) => {
+                    let Some(decoded) = cache.decode(&stored.bytes) else {
+                        self.request.ignore_value = true;
+                        continue;
+                    };
+                    let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
+                    let age = decoded.ttls.physical.saturating_sub(remaining);
+                    let fail_safe = decoded.flags & FLAG_FAIL_SAFE != 0;
+                    let found = Fallback {
+                        value: decoded.value,
+                        remaining,
+                    };
+                    let eager = if fail_safe {
+                        None
+                    } else {
+                        cache.policy.eager_refresh
+                    };
+                    let place = standing(age, decoded.ttls, eager);
+                    let freshness = match place {
+                        _ if fail_safe => Freshness::FailSafe,
+                        Standing::Stale => Freshness::Stale,
+                        _ => Freshness::Fresh,
+                    };
+                    match place {
+                        Standing::Fresh => {
+                            serve_fallback(self.inner, flight, Some(&found), freshness);
+                            return Found::Done;
+                        }
+                        Standing::RefreshDue | Standing::Stale => {
+                            serve_fallback(self.inner, flight, Some(&found), freshness);
+                            match Arc::clone(&cache.refresh_limiter).try_acquire_owned() {
+                                Ok(granted) => {
+                                    Counters::bump(&cache.counters.refreshes);
+                                    *permit = Some(granted);
+                                }
+                                Err(_) => {
+                                    Counters::bump(&cache.counters.refreshes_skipped);
+                                    return Found::Done;
+                                }
+                            }
+                        }
+                        Standing::FailSafeOnly | Standing::Gone => {}
+                    }
+                    *fallback = Some(found);
+                    self.request.ignore_value = true;
                 }
-                request.ignore_value = true;
-            }
-            Ok(Lookup::Granted(lease)) => {
-                Counters::bump(&cache.counters.misses);
-                Counters::bump(&cache.counters.fills);
-                drop(cache);
-                let guard = LeaseGuard {
-                    store: Arc::clone(&store),
-                    key: skey,
-                    lease,
-                    request,
-                    store_timeout: policy.store_timeout,
-                    armed: true,
-                };
-                let value = fill_renewing(inner, fill, &guard).await?;
-                return Ok(Filled {
-                    value,
-                    lease: Some(guard),
-                });
-            }
-            Ok(Lookup::Held { remaining }) => {
-                Counters::bump(&cache.counters.lease_waits);
-                drop(cache);
-                let lapse = remaining
-                    .unwrap_or(policy.poll_interval)
-                    .saturating_add(Duration::from_millis(1));
-                let wait = policy.poll_interval.min(lapse);
-                tokio::select! {
-                    () = listener.changed() => {}
-                    () = tokio::time::sleep(wait) => {}
+                Ok(Lookup::Granted(lease)) => {
+                    if !flight.has_published() {
+                        Counters::bump(&cache.counters.misses);
+                    }
+                    return Found::Lease(LeaseGuard {
+                        store: Arc::clone(&self.store),
+                        key: self.key.clone(),
+                        lease,
+                        request: self.request,
+                        store_timeout,
+                        armed: true,
+                    });
                 }
-            }
-            Err(error) => {
-                Counters::bump(&cache.counters.store_errors);
-                Counters::bump(&cache.counters.fail_open_fills);
-                Counters::bump(&cache.counters.misses);
-                Counters::bump(&cache.counters.fills);
-                tracing::warn!(cache = %cache.name, %error, "store unreachable: filling without a lease");
-                drop(cache);
-                return call_fill(inner, fill)
-                    .await
-                    .map(|value| Filled { value, lease: None });
+                Ok(Lookup::Held { remaining }) => {
+                    if flight.has_published() {
+                        // A refresh stands down: another process is filling.
+                        Counters::bump(&cache.counters.refreshes_stood_down);
+                        return Found::Done;
+                    }
+                    Counters::bump(&cache.counters.lease_waits);
+                    drop(cache);
+                    let lapse = remaining
+                        .unwrap_or(poll_interval)
+                        .saturating_add(Duration::from_millis(1));
+                    let wake = Instant::now() + poll_interval.min(lapse);
+                    let soft = self.soft_deadline.filter(|_| fallback.is_some());
+                    tokio::select! {
+                        () = listener.changed() => {}
+                        () = tokio::time::sleep_until(wake) => {}
+                        () = sleep_until_some(soft) => {
+                            serve_fallback(self.inner, flight, fallback.as_ref(), Freshness::Stale);
+                            if let Some(cache) = self.inner.upgrade() {
+                                Counters::bump(&cache.counters.soft_timeouts);
+                            }
+                            return Found::Done;
+                        }
+                    }
+                }
+                Err(error) => {
+                    Counters::bump(&cache.counters.store_errors);
+                    if flight.has_published() {
+                        return Found::Done;
+                    }
+                    Counters::bump(&cache.counters.fail_open_fills);
+                    Counters::bump(&cache.counters.misses);
+                    tracing::warn!(cache = %cache.name, %error, "store unreachable: filling without a lease");
+                    return Found::FailOpen;
+                }
             }
         }
     }
 }
 
-/// Runs the fill while renewing the lease every third of its TTL. A lost or
-/// failed renewal does not stop the fill: the fenced commit still protects
-/// newer data.
+/// Sleeps until `deadline`, or forever without one.
+async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs the fill while renewing the lease, if any, every third of its TTL.
+/// A lost or failed renewal does not stop the fill: the fenced commit still
+/// protects newer data.
 async fn fill_renewing<V, F, Fut, E>(
     inner: &Weak<Inner<V>>,
     fill: F,
-    lease: &LeaseGuard,
-) -> Result<V, Failure>
+    lease: Option<&LeaseGuard>,
+) -> Result<Answer<V>, Failure>
 where
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
+    let fill = call_fill(inner, fill);
+    let Some(lease) = lease else {
+        return fill.await;
+    };
     let renew = async {
         let period = (lease.request.lease_ttl / 3).max(Duration::from_millis(10));
         loop {
@@ -248,7 +521,6 @@ where
             }
         }
     };
-    let fill = call_fill(inner, fill);
     tokio::pin!(fill);
     tokio::select! {
         biased;
@@ -258,17 +530,17 @@ where
 }
 
 /// Runs the fill, turning its error and panic into a typed [`Failure`].
-async fn call_fill<V, F, Fut, E>(inner: &Weak<Inner<V>>, fill: F) -> Result<V, Failure>
+async fn call_fill<V, F, Fut, E>(inner: &Weak<Inner<V>>, fill: F) -> Result<Answer<V>, Failure>
 where
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let result = AssertUnwindSafe(async move { fill().await })
         .catch_unwind()
         .await;
     let failure = match result {
-        Ok(Ok(value)) => return Ok(value),
+        Ok(Ok(answer)) => return Ok(answer),
         Ok(Err(error)) => {
             if let Some(cache) = inner.upgrade() {
                 Counters::bump(&cache.counters.fill_errors);

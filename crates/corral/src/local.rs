@@ -1,20 +1,43 @@
-//! The in-process tier: decoded values with a deadline, in a bounded
-//! concurrent map (quick_cache: S3-FIFO eviction, sharded, measured as the
+//! The in-process tier: decoded values with their deadlines, in a bounded
+//! concurrent map (quick_cache: S3-FIFO eviction, sharded; measured as the
 //! fastest hit among the candidates, see `BENCHMARKS.md`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use quick_cache::sync::Cache as Map;
 use quick_cache::Weighter;
 
-use crate::clock::Clock;
+use crate::clock::{millis, Clock};
+use crate::entry::Ttls;
+use crate::freshness::{standing, Standing};
 
-/// An in-process entry: the value and the clock reading at which it expires.
+/// An in-process entry: the value (`None`: a cached "not found") and the
+/// clock readings at which it changes standing.
 #[derive(Clone)]
 pub(crate) struct LocalEntry<V> {
-    value: V,
-    expires_at: u64,
+    pub(crate) value: Option<V>,
+    /// Until this reading the entry is fresh and needs nothing: the one
+    /// comparison of the hit path.
+    quiet_until: u64,
+    written_at: u64,
+    ttls: Ttls,
+    pub(crate) fail_safe: bool,
     weight: u32,
+}
+
+impl<V> LocalEntry<V> {
+    /// Where the entry stands at clock reading `now`.
+    pub(crate) fn standing(&self, now: u64, eager: Option<f64>) -> Standing {
+        let age = Duration::from_millis(now.saturating_sub(self.written_at));
+        standing(age, self.ttls, eager)
+    }
+
+    /// How much of its physical life is left at `now`.
+    pub(crate) fn remaining(&self, now: u64) -> Duration {
+        let age = Duration::from_millis(now.saturating_sub(self.written_at));
+        self.ttls.physical.saturating_sub(age)
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -30,10 +53,16 @@ impl<V> Weighter<Box<str>, LocalEntry<V>> for EntryWeighter {
 pub(crate) struct LocalTier<V> {
     map: Map<Box<str>, LocalEntry<V>, EntryWeighter>,
     clock: Arc<dyn Clock>,
+    eager: Option<f64>,
 }
 
 impl<V: Clone> LocalTier<V> {
-    pub(crate) fn new(estimated_items: usize, weight_capacity: u64, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(
+        estimated_items: usize,
+        weight_capacity: u64,
+        clock: Arc<dyn Clock>,
+        eager: Option<f64>,
+    ) -> Self {
         Self {
             map: Map::with_weighter(
                 estimated_items.max(1),
@@ -41,29 +70,66 @@ impl<V: Clone> LocalTier<V> {
                 EntryWeighter,
             ),
             clock,
+            eager,
         }
     }
 
-    /// The value of `key` if present and not expired. No allocation, no
-    /// await, one clock read.
+    /// The value of `key` if it is present, a value (not a cached "not
+    /// found") and fresh with nothing due. No allocation, no await, one clock
+    /// read: the hit path.
     #[inline]
-    pub(crate) fn get(&self, key: &str) -> Option<V> {
+    pub(crate) fn get_quiet(&self, key: &str) -> Option<V> {
         let entry = self.map.get(key)?;
-        if entry.expires_at > self.clock.now_millis() {
-            Some(entry.value)
+        if entry.quiet_until > self.clock.now_millis() {
+            entry.value
         } else {
             None
         }
     }
 
-    /// Stores `value` for `ttl_millis`, weighing `weight` toward the bound.
-    pub(crate) fn insert(&self, key: &str, value: V, ttl_millis: u64, weight: u32) {
-        let expires_at = self.clock.now_millis().saturating_add(ttl_millis);
+    /// The entry of `key` with the clock reading it was judged at, unless
+    /// it is gone.
+    pub(crate) fn get(&self, key: &str) -> Option<(LocalEntry<V>, u64)> {
+        let entry = self.map.get(key)?;
+        let now = self.clock.now_millis();
+        if entry.standing(now, self.eager) == Standing::Gone {
+            return None;
+        }
+        Some((entry, now))
+    }
+
+    /// The entry's value if it is fresh (due for a refresh or not).
+    pub(crate) fn get_fresh(&self, key: &str) -> Option<LocalEntry<V>> {
+        let (entry, now) = self.get(key)?;
+        matches!(
+            entry.standing(now, self.eager),
+            Standing::Fresh | Standing::RefreshDue
+        )
+        .then_some(entry)
+    }
+
+    /// Stores `value` with `ttls`, weighing `weight` toward the bound.
+    pub(crate) fn insert(
+        &self,
+        key: &str,
+        value: Option<V>,
+        ttls: Ttls,
+        fail_safe: bool,
+        weight: u32,
+    ) {
+        let now = self.clock.now_millis();
+        let quiet = match self.eager {
+            Some(fraction) if !fail_safe => ttls.fresh.mul_f64(fraction),
+            _ => ttls.fresh,
+        };
         self.map.insert(
             key.into(),
             LocalEntry {
                 value,
-                expires_at,
+                quiet_until: now.saturating_add(millis(quiet)),
+                written_at: now,
+                ttls,
+                fail_safe,
                 weight: weight.max(1),
             },
         );

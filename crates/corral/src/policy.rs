@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::entry::Ttls;
 use crate::error::ConfigError;
 
 /// The settings a cache instance applies to every fill unless a call
@@ -15,6 +16,19 @@ pub(crate) struct Policy {
     pub(crate) poll_interval: Duration,
     pub(crate) store_timeout: Duration,
     pub(crate) max_value_bytes: usize,
+    /// How long past its TTL a value is served stale while one refresh runs.
+    pub(crate) grace: Duration,
+    /// The fraction of the TTL after which a background refresh starts.
+    pub(crate) eager_refresh: Option<f64>,
+    /// How long past its TTL a value is kept as a fail-safe fallback.
+    pub(crate) fail_safe_max: Duration,
+    /// How long a fail-safe value is re-cached after a failed fill.
+    pub(crate) fail_safe_throttle: Duration,
+    /// With a fallback at hand, how long callers wait for a fill before
+    /// getting the fallback while the fill goes on.
+    pub(crate) soft_timeout: Option<Duration>,
+    /// The TTL of a cached "not found".
+    pub(crate) negative_ttl: Duration,
 }
 
 impl Default for Policy {
@@ -27,6 +41,12 @@ impl Default for Policy {
             poll_interval: Duration::from_millis(250),
             store_timeout: Duration::from_secs(1),
             max_value_bytes: 8 << 20,
+            grace: Duration::ZERO,
+            eager_refresh: None,
+            fail_safe_max: Duration::ZERO,
+            fail_safe_throttle: Duration::from_secs(30),
+            soft_timeout: None,
+            negative_ttl: Duration::from_secs(60),
         }
     }
 }
@@ -49,10 +69,54 @@ impl Policy {
                 )));
             }
         }
+        if let Some(fraction) = self.eager_refresh {
+            if fraction.is_nan() || fraction <= 0.0 || fraction >= 1.0 {
+                return Err(ConfigError::new(format!(
+                    "eager_refresh must be a fraction in (0, 1), got {fraction}"
+                )));
+            }
+        }
+        if self.negative_ttl.is_zero() || self.fail_safe_throttle.is_zero() {
+            return Err(ConfigError::new(
+                "negative_ttl and fail_safe_throttle must be greater than zero",
+            ));
+        }
+        if self
+            .soft_timeout
+            .is_some_and(|soft| soft.is_zero() || soft >= self.fill_timeout)
+        {
+            return Err(ConfigError::new(
+                "soft_timeout must be greater than zero and less than fill_timeout",
+            ));
+        }
         if self.lease_ttl < Duration::from_millis(30) {
             return Err(ConfigError::new("lease_ttl must be at least 30 ms"));
         }
         Ok(())
+    }
+
+    /// The TTLs of an answer kept for `ttl`: fresh for `ttl`, servable
+    /// stale for the grace period after it, and kept for fail-safe up to
+    /// `fail_safe_max` after it.
+    pub(crate) fn ttls(&self, ttl: Duration) -> Ttls {
+        let stale = ttl.saturating_add(self.grace);
+        Ttls {
+            fresh: ttl,
+            stale,
+            physical: stale.max(ttl.saturating_add(self.fail_safe_max)),
+        }
+    }
+
+    /// The TTLs of a fail-safe value re-cached after a failed fill, when
+    /// `remaining` is left of its physical life: fresh for the throttle
+    /// window, never kept past its original end.
+    pub(crate) fn fail_safe_ttls(&self, remaining: Duration) -> Ttls {
+        let fresh = self.fail_safe_throttle.min(remaining);
+        Ttls {
+            fresh,
+            stale: fresh,
+            physical: remaining,
+        }
     }
 
     /// How long a fence outlives its lease grant: a leader may commit until
@@ -92,6 +156,7 @@ pub(crate) fn jittered(ttl: Duration, jitter: f64, unit: f64) -> Duration {
 pub struct FillOptions {
     pub(crate) ttl: Option<Duration>,
     pub(crate) fill_timeout: Option<Duration>,
+    pub(crate) soft_timeout: Option<Duration>,
 }
 
 impl FillOptions {
@@ -109,6 +174,13 @@ impl FillOptions {
     /// The hard timeout of this fill.
     pub fn fill_timeout(mut self, timeout: Duration) -> Self {
         self.fill_timeout = Some(timeout);
+        self
+    }
+
+    /// The soft timeout of this fill: with a stale or fail-safe value at
+    /// hand, callers get it after this long while the fill goes on.
+    pub fn soft_timeout(mut self, timeout: Duration) -> Self {
+        self.soft_timeout = Some(timeout);
         self
     }
 }

@@ -107,6 +107,18 @@ counters! {
     lease_waits,
     /// Lease renewals sent while a long fill ran.
     lease_renewals,
+    /// Callers served a stale value (within the grace period, or at the soft timeout).
+    stale_hits,
+    /// Callers served a fail-safe value because the fill failed.
+    fail_safe_hits,
+    /// Flights that served their fallback at the soft timeout and went on filling.
+    soft_timeouts,
+    /// Background refreshes started (stale-while-revalidate or eager).
+    refreshes,
+    /// Background refreshes skipped because the refresh limiter was full.
+    refreshes_skipped,
+    /// Background refreshes not started because a fill of the key was already running, here or in another process.
+    refreshes_stood_down,
 }
 
 impl Counters {

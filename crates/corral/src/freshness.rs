@@ -1,0 +1,183 @@
+//! Freshness: what a fill may answer, what a caller is told, and how an
+//! entry's age places it — fresh, due for an eager refresh, stale but
+//! servable, kept only for fail-safe, or gone.
+//!
+//! Age is always measured by one clock: the store's own (Redis: the entry's
+//! physical TTL minus its remaining `PTTL`, read with the value; in process:
+//! the cache's injected [`Clock`](crate::clock::Clock)). No timestamp written
+//! by one host is compared with another host's clock.
+
+use std::time::Duration;
+
+use crate::entry::Ttls;
+
+/// How fresh a value handed to a caller is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Freshness {
+    /// Within its TTL (or just filled).
+    Fresh,
+    /// Past its TTL but within the grace period (stale-while-revalidate), or
+    /// served after the soft timeout while the fill goes on.
+    Stale,
+    /// Past its TTL and served because the fill failed (error, panic or hard
+    /// timeout), or re-cached by fail-safe after such a failure.
+    FailSafe,
+}
+
+/// A value with its freshness, from [`Cache::fetch`](crate::Cache::fetch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched<V> {
+    /// The value; `None` when the source answered "not found" (a cached
+    /// negative answer).
+    pub value: Option<V>,
+    /// How fresh it is.
+    pub freshness: Freshness,
+}
+
+/// What a fill answers in [`Cache::fetch`](crate::Cache::fetch): a value or
+/// "not found", and how long to keep it (or not to keep it at all).
+///
+/// Every caller coalesced onto the fill receives the answer, whether it is
+/// cached or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct Answer<V> {
+    pub(crate) value: Option<V>,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) cache: bool,
+}
+
+impl<V> Answer<V> {
+    /// The source has this value; cached for the call's TTL.
+    pub fn value(value: V) -> Self {
+        Self {
+            value: Some(value),
+            ttl: None,
+            cache: true,
+        }
+    }
+
+    /// The source has nothing for the key; cached for the negative TTL.
+    pub fn not_found() -> Self {
+        Self {
+            value: None,
+            ttl: None,
+            cache: true,
+        }
+    }
+
+    /// `Some` is a value, `None` is "not found".
+    pub fn from_option(value: Option<V>) -> Self {
+        Self {
+            value,
+            ttl: None,
+            cache: true,
+        }
+    }
+
+    /// Keep this answer for `ttl` (jitter still applies) instead of the
+    /// cache's TTL.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// Hand this answer to the waiting callers but store nothing.
+    pub fn dont_cache(mut self) -> Self {
+        self.cache = false;
+        self
+    }
+}
+
+/// What [`Cache::lookup`](crate::Cache::lookup) finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cached<V> {
+    /// A servable value.
+    Value {
+        /// The value.
+        value: V,
+        /// Fresh or stale (within the grace period).
+        freshness: Freshness,
+    },
+    /// A cached "not found".
+    NotFound {
+        /// Fresh or stale.
+        freshness: Freshness,
+    },
+    /// Nothing servable (absent, or expired and kept only for fail-safe).
+    Miss,
+}
+
+/// Where an entry of a given age stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Fresh; nothing to do.
+    Fresh,
+    /// Fresh, but old enough for an eager background refresh.
+    RefreshDue,
+    /// Stale within the grace period: serve it and refresh in the background.
+    Stale,
+    /// Past the grace period: a fill must run; the value is only a fail-safe
+    /// fallback (and the soft-timeout answer).
+    FailSafeOnly,
+    /// Past everything.
+    Gone,
+}
+
+/// Places an entry written with `ttls` at `age`. `eager` is the fraction of
+/// the fresh TTL after which a background refresh starts, if any.
+pub(crate) fn standing(age: Duration, ttls: Ttls, eager: Option<f64>) -> Standing {
+    if age >= ttls.physical {
+        Standing::Gone
+    } else if age >= ttls.stale {
+        Standing::FailSafeOnly
+    } else if age >= ttls.fresh {
+        Standing::Stale
+    } else if eager.is_some_and(|fraction| age >= ttls.fresh.mul_f64(fraction)) {
+        Standing::RefreshDue
+    } else {
+        Standing::Fresh
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn ttls(fresh: u64, stale: u64, physical: u64) -> Ttls {
+        Ttls {
+            fresh: Duration::from_millis(fresh),
+            stale: Duration::from_millis(stale),
+            physical: Duration::from_millis(physical),
+        }
+    }
+
+    #[test]
+    fn places_ages() {
+        let t = ttls(100, 150, 400);
+        let at = |ms| standing(Duration::from_millis(ms), t, Some(0.8));
+        assert_eq!(at(0), Standing::Fresh);
+        assert_eq!(at(79), Standing::Fresh);
+        assert_eq!(at(80), Standing::RefreshDue);
+        assert_eq!(at(100), Standing::Stale);
+        assert_eq!(at(150), Standing::FailSafeOnly);
+        assert_eq!(at(400), Standing::Gone);
+        assert_eq!(
+            standing(Duration::from_millis(99), t, None),
+            Standing::Fresh
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn standing_only_ages_forward(fresh in 1u64..1000, grace in 0u64..1000, keep in 0u64..1000, a in 0u64..4000, b in 0u64..4000) {
+            let t = ttls(fresh, fresh + grace, fresh + grace + keep);
+            let (young, old) = (a.min(b), a.max(b));
+            let rank = |s| match s {
+                Standing::Fresh => 0, Standing::RefreshDue => 1, Standing::Stale => 2, Standing::FailSafeOnly => 3, Standing::Gone => 4,
+            };
+            prop_assert!(rank(standing(Duration::from_millis(young), t, Some(0.5))) <= rank(standing(Duration::from_millis(old), t, Some(0.5))));
+        }
+    }
+}
