@@ -409,10 +409,7 @@ where
                         Standing::RefreshDue | Standing::Stale => {
                             serve_fallback(self.inner, flight, Some(&found), freshness);
                             match Arc::clone(&cache.refresh_limiter).try_acquire_owned() {
-                                Ok(granted) => {
-                                    Counters::bump(&cache.counters.refreshes);
-                                    *permit = Some(granted);
-                                }
+                                Ok(granted) => *permit = Some(granted),
                                 Err(_) => {
                                     Counters::bump(&cache.counters.refreshes_skipped);
                                     return Found::Done;
@@ -425,7 +422,9 @@ where
                     self.request.ignore_value = true;
                 }
                 Ok(Lookup::Granted(lease)) => {
-                    if !flight.has_published() {
+                    if flight.has_published() {
+                        Counters::bump(&cache.counters.refreshes);
+                    } else {
                         Counters::bump(&cache.counters.misses);
                     }
                     return Found::Lease(LeaseGuard {

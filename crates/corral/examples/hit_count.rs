@@ -1,0 +1,97 @@
+//! K hits on one hot key, for counting instructions per hit under
+//! `valgrind --tool=callgrind` (see `scripts/callgrind` and `BENCHMARKS.md`).
+//!
+//! ```text
+//! hit_count <corral|moka|quick_cache> <K>
+//! ```
+//!
+//! Every run builds the cache, fills the hot key and does one warm-up hit
+//! whatever K is, so instructions per hit = (total(K) − total(0)) / K. The
+//! hot key is 16 bytes and the 32-byte `String` value is cloned per hit, as
+//! in `benches/hit_path.rs`; each hit is awaited in one loop inside one
+//! current-thread tokio runtime.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const KEY: &str = "user:0000000042!";
+const VALUE: &str = "0123456789abcdef0123456789ABCDEF";
+const CAPACITY: u64 = 10_000;
+const TTL: Duration = Duration::from_secs(3600);
+
+async fn corral_hits(hits: u64) {
+    let cache = corral::Cache::<String>::builder("bench")
+        .ttl(TTL)
+        .max_entries(CAPACITY)
+        .build()
+        .expect("corral cache");
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
+}
+
+async fn moka_hits(hits: u64) {
+    let cache = moka::future::Cache::<String, String>::builder()
+        .max_capacity(CAPACITY)
+        .time_to_live(TTL)
+        .build();
+    for _ in 0..=hits {
+        black_box(
+            cache
+                .get_with_by_ref(black_box(KEY), async { VALUE.to_owned() })
+                .await,
+        );
+    }
+}
+
+async fn quick_cache_hits(hits: u64) {
+    let cache = quick_cache::sync::Cache::<String, String>::new(
+        usize::try_from(CAPACITY).expect("capacity fits usize"),
+    );
+    cache.insert(KEY.to_owned(), VALUE.to_owned());
+    // The same wrapper as the bench: an async block awaited per hit.
+    let hit = || async { cache.get(black_box(KEY)).expect("hot key present") };
+    black_box(hit().await);
+    for _ in 0..hits {
+        black_box(hit().await);
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let (kind, hits) = match args.as_slice() {
+        [_, kind, hits] => match hits.parse::<u64>() {
+            Ok(hits) => (kind.as_str(), hits),
+            Err(_) => return usage(),
+        },
+        _ => return usage(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match kind {
+        "corral" => runtime.block_on(corral_hits(hits)),
+        "moka" => runtime.block_on(moka_hits(hits)),
+        "quick_cache" => runtime.block_on(quick_cache_hits(hits)),
+        _ => return usage(),
+    }
+    ExitCode::SUCCESS
+}
+
+fn usage() -> ExitCode {
+    eprintln!("usage: hit_count <corral|moka|quick_cache> <hits>");
+    ExitCode::from(2)
+}
