@@ -28,9 +28,11 @@ mod cluster;
 mod process;
 mod resp;
 mod server;
+mod worker;
 
 pub use cluster::RedisCluster;
 pub use server::RedisServer;
+pub use worker::Worker;
 
 /// How many lines [`log_tail`] keeps.
 pub const LOG_TAIL_LINES: usize = 60;

@@ -4,15 +4,13 @@
 //! `worker`, driven by commands on its stdin); fills are counted in Redis.
 
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::RedisServer;
+use corral_testkit::{RedisServer, Worker};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// What a worker reports for one stampede command.
 #[derive(Debug, Serialize, Deserialize)]
@@ -162,77 +160,22 @@ async fn run_command(
 
 // ---------------------------------------------------------------- test side
 
-struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
+/// Starts a worker process sharing `server`, with lease TTL `lease`.
+async fn start_worker(server: &RedisServer, lease: Duration) -> Worker {
+    let env = [
+        ("CORRAL_WORKER_URL", server.url()),
+        ("CORRAL_WORKER_LEASE_MS", lease.as_millis().to_string()),
+    ];
+    Worker::start("worker", &env).await
 }
 
-impl Worker {
-    async fn start(server: &RedisServer, lease: Duration) -> Self {
-        let mut child = Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "worker",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("CORRAL_WORKER_URL", server.url())
-            .env("CORRAL_WORKER_LEASE_MS", lease.as_millis().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn worker");
-        let stdin = child.stdin.take().expect("stdin");
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut worker = Self {
-            child,
-            stdin,
-            lines,
-        };
-        worker.expect("@ready").await;
-        worker
-    }
+async fn report(worker: &mut Worker) -> Report {
+    serde_json::from_str(&worker.expect("@report").await).expect("report json")
+}
 
-    async fn send(&mut self, command: &str) {
-        self.stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await
-            .expect("write command");
-        self.stdin.flush().await.expect("flush");
-    }
-
-    /// The rest of the next line starting with `prefix`.
-    async fn expect(&mut self, prefix: &str) -> String {
-        let read = async {
-            loop {
-                let line = self
-                    .lines
-                    .next_line()
-                    .await
-                    .expect("read")
-                    .expect("worker exited");
-                // The harness may print "test worker ... " before the first answer.
-                if let Some((_, rest)) = line.split_once(prefix) {
-                    return rest.trim().to_owned();
-                }
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(60), read)
-            .await
-            .expect("worker answered in time")
-    }
-
-    async fn report(&mut self) -> Report {
-        serde_json::from_str(&self.expect("@report").await).expect("report json")
-    }
-
-    async fn stats(&mut self) -> WorkerStats {
-        self.send("stats").await;
-        serde_json::from_str(&self.expect("@stats").await).expect("stats json")
-    }
+async fn stats(worker: &mut Worker) -> WorkerStats {
+    worker.send("stats").await;
+    serde_json::from_str(&worker.expect("@stats").await).expect("stats json")
 }
 
 async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -254,7 +197,7 @@ async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Durat
     let server = RedisServer::start();
     let mut workers = Vec::new();
     for _ in 0..processes {
-        workers.push(Worker::start(&server, lease).await);
+        workers.push(start_worker(&server, lease).await);
     }
     let command = format!("stampede hot {callers} {} fills", fill.as_millis());
     for worker in &mut workers {
@@ -262,7 +205,7 @@ async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Durat
     }
     let mut values = BTreeSet::new();
     for worker in &mut workers {
-        let report = worker.report().await;
+        let report = report(worker).await;
         assert!(
             report.errors.is_empty(),
             "{:?}\n{}",
@@ -305,7 +248,7 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(400);
     let mut conn = redis_conn(&server).await;
-    let mut doomed = Worker::start(&server, lease).await;
+    let mut doomed = start_worker(&server, lease).await;
     doomed.send("stampede k 1 600000 fills").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     while counter(&mut conn, "fills").await < 1 {
@@ -313,8 +256,8 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
         tokio::task::yield_now().await;
     }
     let mut survivors = vec![
-        Worker::start(&server, lease).await,
-        Worker::start(&server, lease).await,
+        start_worker(&server, lease).await,
+        start_worker(&server, lease).await,
     ];
     for worker in &mut survivors {
         worker.send("stampede k 50 100 fills").await;
@@ -322,7 +265,7 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     // Both survivors found the lease held (and renewed by the doomed leader).
     for worker in &mut survivors {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while worker.stats().await.lease_waits == 0 {
+        while stats(worker).await.lease_waits == 0 {
             assert!(
                 Instant::now() < deadline,
                 "a survivor never waited on the lease"
@@ -330,10 +273,10 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
         }
     }
     let killed_at = Instant::now();
-    doomed.child.kill().await.expect("kill the leader");
+    doomed.kill().await;
     let mut values = BTreeSet::new();
     for worker in &mut survivors {
-        let report = worker.report().await;
+        let report = report(worker).await;
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.ok, 50);
         values.extend(report.values);
@@ -348,7 +291,7 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     let fills: u64 = {
         let mut total = 0;
         for worker in &mut survivors {
-            total += worker.stats().await.fills;
+            total += stats(worker).await.fills;
         }
         total
     };
@@ -365,7 +308,7 @@ async fn an_invalidation_during_another_processs_fill_always_wins() {
     const RUNS: usize = 150;
     let server = RedisServer::start();
     let mut conn = redis_conn(&server).await;
-    let mut filler = Worker::start(&server, Duration::from_secs(3)).await;
+    let mut filler = start_worker(&server, Duration::from_secs(3)).await;
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect");
