@@ -31,6 +31,21 @@
 //! | [`.store(MemoryStore)`](CacheBuilder::store) | an in-process shared store of envelopes, with leases | per store |
 //! | `.store(RedisStore)` (feature `redis`, default) | Redis or Redis Cluster | across every process sharing it |
 //!
+//! ## Freshness and failure
+//!
+//! | setting | what readers get |
+//! |---|---|
+//! | `ttl` (+ `jitter`) | the value while fresh; then a fill |
+//! | `grace` | past the TTL, the stale value at once while one refresh runs ([`Freshness::Stale`]) |
+//! | `eager_refresh(f)` | a background refresh once `f` of the TTL has passed |
+//! | `fail_safe(max)` | if the fill fails, the expired value ([`Freshness::FailSafe`]), re-cached for `fail_safe_throttle` |
+//! | `soft_timeout` | with a fail-safe value at hand, that value after the soft timeout while the fill goes on |
+//! | `negative_ttl` | a cached "not found" from [`Cache::get_or_fill_optional`] or an [`Answer::not_found`] |
+//!
+//! [`Cache::fetch`] is the general call: its fill answers an [`Answer`] (a
+//! value or "not found", with its own TTL, or not to be cached) and its
+//! caller gets a [`Fetched`] value with its [`Freshness`].
+//!
 //! ## Features
 //!
 //! | feature | default | what it adds |
@@ -70,3 +85,8 @@ pub use store::{MemoryStore, Store};
 
 #[cfg(feature = "redis")]
 pub use redis::{RedisConfig, RedisStore};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
