@@ -1,1 +1,43 @@
-fn main() {}
+//! `corral`: demos and measurements for the corral cache.
+//!
+//! `corral herd` runs a stampede — many concurrent callers on a few cold
+//! keys — through corral and through a naive cache-aside, side by side, and
+//! reports how many times each one called the source of truth.
+
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+#![forbid(unsafe_code)]
+
+mod herd;
+
+use clap::{Parser, Subcommand};
+
+/// The `corral` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "corral",
+    version,
+    about = "Demos and measurements for the corral cache"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs a stampede of concurrent callers on cold keys through corral and
+    /// through a naive cache-aside, and compares fills and latencies.
+    Herd(herd::HerdArgs),
+    /// One worker process of `corral herd --redis` (started by it; speaks
+    /// JSON lines on stdin and stdout).
+    #[command(hide = true)]
+    HerdWorker(herd::WorkerArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Herd(args) => herd::run(args),
+        Command::HerdWorker(args) => herd::run_worker(args),
+    }
+}

@@ -1,0 +1,114 @@
+//! Runs the built `corral herd` binary on a small stampede and checks its
+//! JSON report.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const CALLERS: u64 = 500;
+const KEYS: u64 = 3;
+const ROUNDS: u64 = 2;
+
+fn herd_json(extra: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args([
+            "herd",
+            "--callers",
+            "500",
+            "--keys",
+            "3",
+            "--rounds",
+            "2",
+            "--fill-ms",
+            "20",
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .expect("run corral herd");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "corral herd failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    assert!(
+        stderr.trim().is_empty(),
+        "--json writes nothing to stderr, got:\n{stderr}"
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{stdout}"))
+}
+
+fn figure(report: &Value, side: &str, name: &str) -> u64 {
+    report[side][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{side}.{name} missing in {report:#}"))
+}
+
+#[test]
+fn corral_fills_once_per_cold_key_and_naive_stampedes() {
+    let report = herd_json(&[]);
+    assert_eq!(report["mode"], "embedded");
+    assert_eq!(report["callers"], CALLERS);
+    assert_eq!(report["keys"], KEYS);
+    assert_eq!(report["rounds"], ROUNDS);
+
+    let corral_fills = figure(&report, "corral", "fills");
+    let naive_fills = figure(&report, "naive", "fills");
+    assert_eq!(
+        corral_fills,
+        KEYS * ROUNDS,
+        "corral: one fill per cold key per round\n{report:#}"
+    );
+    assert!(
+        naive_fills > corral_fills,
+        "naive cache-aside stampedes\n{report:#}"
+    );
+    assert_eq!(report["corral"]["fills_per_cold_key_per_round"], 1.0);
+
+    for side in ["corral", "naive"] {
+        assert_eq!(figure(&report, side, "calls"), CALLERS * ROUNDS);
+        assert_eq!(
+            figure(&report, side, "successes"),
+            CALLERS * ROUNDS,
+            "{side}: every caller got its value\n{report:#}"
+        );
+        assert_eq!(figure(&report, side, "failures"), 0);
+        let latency = &report[side]["latency_ms"];
+        let (p50, p99, max) = (
+            latency["p50"].as_f64().expect("p50"),
+            latency["p99"].as_f64().expect("p99"),
+            latency["max"].as_f64().expect("max"),
+        );
+        assert!(
+            p50 <= p99 && p99 <= max,
+            "{side}: percentiles ordered: {latency}"
+        );
+        assert!(report[side]["wall_ms"].as_f64().expect("wall_ms") > 0.0);
+    }
+    assert_eq!(
+        figure(&report, "corral", "coalesced"),
+        (CALLERS - KEYS) * ROUNDS,
+        "every caller but one per key joined a fill\n{report:#}"
+    );
+    assert!(report["verdict"]
+        .as_str()
+        .expect("verdict")
+        .starts_with("corral: 1 fill per cold key"));
+}
+
+#[test]
+fn rejects_more_keys_than_callers() {
+    let output = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["herd", "--callers", "2", "--keys", "3"])
+        .output()
+        .expect("run corral herd");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--keys 3 is more than --callers 2"),
+        "{stderr}"
+    );
+}
