@@ -112,3 +112,38 @@ fn rejects_more_keys_than_callers() {
         "{stderr}"
     );
 }
+
+#[test]
+fn during_an_outage_corral_serves_fail_safe_values_with_no_errors() {
+    let report = herd_json(&["--outage"]);
+    assert_eq!(report["mode"], "outage");
+    assert_eq!(report["corral_errors"].as_u64(), Some(0), "{report:#}");
+    let corral = report["corral"].as_array().expect("corral rounds");
+    let naive = report["naive"].as_array().expect("naive rounds");
+    assert_eq!(corral.len(), ROUNDS as usize + 2, "up, {ROUNDS} down, up");
+    for (round, figures) in corral.iter().enumerate() {
+        assert_eq!(
+            figures["answered"].as_u64(),
+            Some(CALLERS),
+            "round {round}: {report:#}"
+        );
+        let down = figures["source_up"] == false;
+        let fail_safe = figures["fail_safe"].as_u64().expect("fail-safe count");
+        assert_eq!(fail_safe, if down { CALLERS } else { 0 }, "round {round}");
+        assert_eq!(
+            figures["source_calls"].as_u64(),
+            Some(KEYS),
+            "round {round}: one source call per key, up or down"
+        );
+    }
+    let naive_down_errors: u64 = naive
+        .iter()
+        .filter(|r| r["source_up"] == false)
+        .map(|r| r["errors"].as_u64().expect("errors"))
+        .sum();
+    assert_eq!(
+        naive_down_errors,
+        CALLERS * ROUNDS,
+        "the naive side fails every call while down"
+    );
+}

@@ -7,10 +7,12 @@
 //! - [`shared`]: `--redis URL --processes N`, the stampede across worker
 //!   processes ([`worker`]) sharing Redis, coordinated over [`wire`], with
 //!   round trips and commits observed by [`metered`];
+//! - [`outage`]: `--outage`, the source failing for a while (fail-safe);
 //! - [`report`], [`shared_report`]: the figures, the tables and the JSON.
 
 mod embedded;
 mod metered;
+mod outage;
 mod report;
 mod scenario;
 mod shared;
@@ -47,6 +49,11 @@ pub(crate) struct HerdArgs {
     /// Print the figures as one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Run the outage scenario instead: the source fails for `--rounds`
+    /// rounds between a good round and a recovered one; corral serves the
+    /// last good value (fail-safe) while the naive cache-aside fails.
+    #[arg(long, conflicts_with = "redis")]
+    outage: bool,
     /// Worker threads of the tokio runtime (of each process) [default: one
     /// per CPU].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
@@ -82,6 +89,12 @@ impl HerdArgs {
 pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
     let scenario = args.scenario()?;
     let runtime = runtime(args.threads)?;
+    if args.outage {
+        let progress = Progress::new(scenario.rounds * 2 + 4, !args.json);
+        let report = runtime.block_on(outage::run(scenario, &progress));
+        progress.finish();
+        return emit(&report?, args.json);
+    }
     match &args.shared.redis {
         None => {
             let progress = Progress::new(scenario.rounds * 2, !args.json);
