@@ -334,10 +334,7 @@ where
                 freshness
             },
         };
-        let fallback = || Fallback {
-            value: entry.value.clone(),
-            remaining: entry.remaining(now),
-        };
+        let fallback = || Fallback::new(entry.value.clone(), entry.remaining(now));
         let eager = if entry.fail_safe {
             None
         } else {

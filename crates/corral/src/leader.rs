@@ -23,14 +23,31 @@ use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{standing, Answer, Fetched, Freshness, Standing};
 use crate::stats::Counters;
-use crate::store::{Commit, Lease, LeaseRequest, Lookup, Store, StoreKey};
+use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, Store, StoreKey};
 
 /// A value that may be served if the fill is slow or fails: the entry's
-/// value and how long it may still be kept.
+/// value and when its physical life ends, measured on this process's
+/// monotonic clock from when it was read (so a re-cache after a slow
+/// failure never extends it).
 #[derive(Clone)]
 pub(crate) struct Fallback<V> {
     pub(crate) value: Option<V>,
-    pub(crate) remaining: Duration,
+    pub(crate) ends: Instant,
+}
+
+impl<V> Fallback<V> {
+    /// A fallback read now with `remaining` of its life left.
+    pub(crate) fn new(value: Option<V>, remaining: Duration) -> Self {
+        Self {
+            value,
+            ends: Instant::now() + remaining,
+        }
+    }
+
+    /// What is left of its life now.
+    fn remaining(&self) -> Duration {
+        self.ends.saturating_duration_since(Instant::now())
+    }
 }
 
 /// What a leader needs to run one flight.
@@ -86,7 +103,7 @@ where
         let request = LeaseRequest {
             lease_ttl: policy.lease_ttl,
             fence_ttl: policy.fence_ttl(fill_timeout),
-            ignore_value: fallback.is_some(),
+            grant: Grant::IfNoValue,
         };
         let finder = Finder {
             inner: &inner,
@@ -244,8 +261,9 @@ async fn fail<V>(
         .is_some_and(|cache| !cache.policy.fail_safe_max.is_zero());
     match (cache, fallback) {
         (Some(cache), Some(fallback)) if fail_safe => {
-            if fallback.remaining >= Duration::from_millis(1) {
-                let ttls = cache.policy.fail_safe_ttls(fallback.remaining);
+            let remaining = fallback.remaining();
+            if remaining >= Duration::from_millis(1) {
+                let ttls = cache.policy.fail_safe_ttls(remaining);
                 let key = flight.key().to_owned();
                 keep_value(
                     &cache,
@@ -371,7 +389,7 @@ where
             let mut listener = self.store.listen(self.key);
             let lookup = store_call(
                 store_timeout,
-                self.store.get_or_lease(self.key, self.request),
+                self.store.get_or_lease(self.key, &self.request),
             )
             .await;
             let Some(cache) = self.inner.upgrade() else {
@@ -379,17 +397,16 @@ where
             };
             match lookup {
                 Ok(Lookup::Hit(stored)) => {
+                    // Whatever comes next replaces only this generation: a
+                    // write or invalidation landing meanwhile wins.
+                    self.request.grant = Grant::OverGeneration(stored.generation.clone());
                     let Some(decoded) = cache.decode(&stored.bytes) else {
-                        self.request.ignore_value = true;
                         continue;
                     };
                     let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
                     let age = decoded.ttls.physical.saturating_sub(remaining);
                     let fail_safe = decoded.flags & FLAG_FAIL_SAFE != 0;
-                    let found = Fallback {
-                        value: decoded.value,
-                        remaining,
-                    };
+                    let found = Fallback::new(decoded.value, remaining);
                     let eager = if fail_safe {
                         None
                     } else {
@@ -419,7 +436,18 @@ where
                         Standing::FailSafeOnly | Standing::Gone => {}
                     }
                     *fallback = Some(found);
-                    self.request.ignore_value = true;
+                }
+                Ok(Lookup::Changed) => {
+                    if flight.has_published() {
+                        // A refresh stands down: the value it read was
+                        // written anew or invalidated.
+                        Counters::bump(&cache.counters.refreshes_stood_down);
+                        return Found::Done;
+                    }
+                    // The fallback read earlier is no longer the key's
+                    // value: look again.
+                    *fallback = None;
+                    self.request.grant = Grant::IfNoValue;
                 }
                 Ok(Lookup::Granted(lease)) => {
                     if flight.has_published() {
@@ -431,7 +459,7 @@ where
                         store: Arc::clone(&self.store),
                         key: self.key.clone(),
                         lease,
-                        request: self.request,
+                        request: self.request.clone(),
                         store_timeout,
                         armed: true,
                     });
@@ -507,7 +535,7 @@ where
             tokio::time::sleep(period).await;
             let renewed = store_call(
                 lease.store_timeout,
-                lease.store.renew(&lease.key, &lease.lease, lease.request),
+                lease.store.renew(&lease.key, &lease.lease, &lease.request),
             )
             .await;
             let Some(cache) = inner.upgrade() else {

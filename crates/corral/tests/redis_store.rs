@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use corral::store::{Commit, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey};
+use corral::store::{Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey};
 use corral::{RedisConfig, RedisStore, StoreErrorKind, MAX_KEY_LEN};
 use corral_testkit::{log_tail, RedisCluster, RedisServer};
 
@@ -30,7 +30,7 @@ fn request(lease: Duration) -> LeaseRequest {
     LeaseRequest {
         lease_ttl: lease,
         fence_ttl: Duration::from_secs(10),
-        ignore_value: false,
+        grant: Grant::IfNoValue,
     }
 }
 
@@ -62,7 +62,7 @@ async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>)
 }
 
 async fn grant(store: &RedisStore, k: &StoreKey, lease: Duration) -> Lease {
-    match store.get_or_lease(k, request(lease)).await {
+    match store.get_or_lease(k, &request(lease)).await {
         Ok(Lookup::Granted(lease)) => lease,
         other => panic!("expected a grant for {:?}, got {other:?}", k.key()),
     }
@@ -113,7 +113,7 @@ async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
     let k = key(ns, "hgh");
     let lease = grant(a, &k, LEASE).await;
     assert_eq!(lease.token().len(), 32, "128-bit hex token");
-    match b.get_or_lease(&k, request(LEASE)).await {
+    match b.get_or_lease(&k, &request(LEASE)).await {
         Ok(Lookup::Held {
             remaining: Some(left),
         }) => {
@@ -128,7 +128,7 @@ async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
         a.commit(&k, &lease, b"v1", TTL).await.ok(),
         Some(Commit::Stored)
     );
-    match b.get_or_lease(&k, request(LEASE)).await {
+    match b.get_or_lease(&k, &request(LEASE)).await {
         Ok(Lookup::Hit(stored)) => {
             assert_eq!(stored.bytes, b"v1");
             let left = stored.remaining.unwrap_or_default();
@@ -136,14 +136,14 @@ async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
         }
         other => panic!("expected a hit, got {other:?}"),
     }
-    // A value that cannot be decoded is overwritten: ignore_value grants.
+    // A value that cannot be decoded is overwritten: OverAnyValue grants.
     let ignore = LeaseRequest {
-        ignore_value: true,
+        grant: Grant::OverAnyValue,
         ..request(LEASE)
     };
-    let second = match b.get_or_lease(&k, ignore).await {
+    let second = match b.get_or_lease(&k, &ignore).await {
         Ok(Lookup::Granted(lease)) => lease,
-        other => panic!("expected a grant with ignore_value, got {other:?}"),
+        other => panic!("expected a grant over the value, got {other:?}"),
     };
     assert_ne!(second.token(), lease.token(), "tokens are fresh per grant");
     assert_eq!(
@@ -176,7 +176,7 @@ async fn check_release_and_notify(a: &RedisStore, b: &RedisStore, ns: &str) {
     let lease = grant(a, &k, LEASE).await;
     let mut listener = subscribed_listener(b, &k).await;
     assert!(matches!(
-        b.get_or_lease(&k, request(LEASE)).await,
+        b.get_or_lease(&k, &request(LEASE)).await,
         Ok(Lookup::Held { .. })
     ));
     a.release(&k, &lease).await.expect("release");
@@ -185,7 +185,7 @@ async fn check_release_and_notify(a: &RedisStore, b: &RedisStore, ns: &str) {
     // The old lease no longer owns anything: releasing it again is a no-op.
     a.release(&k, &lease).await.expect("stale release");
     assert!(matches!(
-        a.get_or_lease(&k, request(LEASE)).await,
+        a.get_or_lease(&k, &request(LEASE)).await,
         Ok(Lookup::Held { .. })
     ));
     assert_eq!(
@@ -231,7 +231,7 @@ async fn check_refused_after_set(a: &RedisStore, b: &RedisStore, ns: &str) {
     );
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"written"[..]));
     // The set dropped the lease: its renewal fails.
-    assert_eq!(a.renew(&k, &lease, request(LEASE)).await.ok(), Some(false));
+    assert_eq!(a.renew(&k, &lease, &request(LEASE)).await.ok(), Some(false));
 }
 
 async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
@@ -241,14 +241,17 @@ async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
     // Sleep past the lease's TTL (Redis expires it by its own clock).
     tokio::time::sleep(short + Duration::from_millis(100)).await;
     let next = grant(b, &k, LEASE).await;
-    assert_eq!(a.renew(&k, &lapsed, request(LEASE)).await.ok(), Some(false));
+    assert_eq!(
+        a.renew(&k, &lapsed, &request(LEASE)).await.ok(),
+        Some(false)
+    );
     assert_eq!(
         a.commit(&k, &lapsed, b"late", TTL).await.ok(),
         Some(Commit::Refused)
     );
     // The refused commit did not release the next leader's lease.
     assert!(matches!(
-        a.get_or_lease(&k, request(LEASE)).await,
+        a.get_or_lease(&k, &request(LEASE)).await,
         Ok(Lookup::Held { .. })
     ));
     assert_eq!(
@@ -273,13 +276,13 @@ async fn check_renew(a: &RedisStore, b: &RedisStore, ns: &str) {
     let lease = grant(a, &k, short).await;
     let intruder = Lease::new("0123456789abcdef0123456789abcdef");
     assert_eq!(
-        b.renew(&k, &intruder, request(LEASE)).await.ok(),
+        b.renew(&k, &intruder, &request(LEASE)).await.ok(),
         Some(false)
     );
-    assert_eq!(a.renew(&k, &lease, request(LEASE)).await.ok(), Some(true));
+    assert_eq!(a.renew(&k, &lease, &request(LEASE)).await.ok(), Some(true));
     // Past the original TTL the renewed lease still holds.
     tokio::time::sleep(short + Duration::from_millis(100)).await;
-    match b.get_or_lease(&k, request(LEASE)).await {
+    match b.get_or_lease(&k, &request(LEASE)).await {
         Ok(Lookup::Held {
             remaining: Some(left),
         }) => {
@@ -292,7 +295,7 @@ async fn check_renew(a: &RedisStore, b: &RedisStore, ns: &str) {
         Some(Commit::Stored)
     );
     assert_eq!(
-        a.renew(&k, &lease, request(LEASE)).await.ok(),
+        a.renew(&k, &lease, &request(LEASE)).await.ok(),
         Some(false),
         "committed leases are gone"
     );
@@ -345,13 +348,13 @@ async fn check_odd_keys(a: &RedisStore, b: &RedisStore, ns: &str) {
         let lease = grant(a, &k, LEASE).await;
         assert!(
             matches!(
-                b.get_or_lease(&k, request(LEASE)).await,
+                b.get_or_lease(&k, &request(LEASE)).await,
                 Ok(Lookup::Held { .. })
             ),
             "{raw:?}"
         );
         assert_eq!(
-            a.renew(&k, &lease, request(LEASE)).await.ok(),
+            a.renew(&k, &lease, &request(LEASE)).await.ok(),
             Some(true),
             "{raw:?}"
         );
@@ -409,6 +412,90 @@ async fn check_namespaces(a: &RedisStore, b: &RedisStore, ns: &str) {
     .await;
 }
 
+/// A refresh asks for its lease over the generation it read: a commit,
+/// `set` or `invalidate` landing in between makes the answer `Changed`.
+async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
+    let k = key(ns, "generations");
+    let over = |generation| LeaseRequest {
+        grant: Grant::OverGeneration(generation),
+        ..request(LEASE)
+    };
+    let lease = match a.get_or_lease(&k, &request(LEASE)).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected a grant, got {other:?}"),
+    };
+    assert_eq!(
+        a.commit(&k, &lease, b"v1", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+    let read = match b.get_or_lease(&k, &request(LEASE)).await {
+        Ok(Lookup::Hit(stored)) => stored,
+        other => panic!("expected a hit, got {other:?}"),
+    };
+    assert_eq!(
+        read.generation.as_deref(),
+        Some(lease.token()),
+        "a commit keeps its token"
+    );
+    assert_eq!(
+        b.get(&k).await.ok().flatten().map(|s| s.generation),
+        Some(read.generation.clone())
+    );
+
+    // Over the generation read: granted, and a second refresher finds it held.
+    let refresh = match b.get_or_lease(&k, &over(read.generation.clone())).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected a grant over the generation read, got {other:?}"),
+    };
+    assert!(matches!(
+        a.get_or_lease(&k, &over(Some(refresh.token().into())))
+            .await,
+        Ok(Lookup::Held { .. })
+    ));
+    assert_eq!(
+        b.commit(&k, &refresh, b"v2", TTL).await.ok(),
+        Some(Commit::Stored)
+    );
+
+    // A generation that moved: by a commit, by a set, by an invalidate.
+    assert_eq!(
+        a.get_or_lease(&k, &over(read.generation.clone()))
+            .await
+            .ok(),
+        Some(Lookup::Changed)
+    );
+    let current = b.get(&k).await.ok().flatten().and_then(|s| s.generation);
+    a.set(&k, b"v3", TTL).await.expect("set");
+    assert_eq!(
+        a.get_or_lease(&k, &over(current)).await.ok(),
+        Some(Lookup::Changed),
+        "set moved it"
+    );
+    let current = b.get(&k).await.ok().flatten().and_then(|s| s.generation);
+    assert!(current.is_some(), "a set writes a new generation");
+    a.invalidate(&k).await.expect("invalidate");
+    assert_eq!(
+        a.get_or_lease(&k, &over(current)).await.ok(),
+        Some(Lookup::Changed),
+        "invalidate removed it"
+    );
+    assert_eq!(
+        a.get_or_lease(&k, &over(None)).await.ok(),
+        Some(Lookup::Changed),
+        "no value, no grant"
+    );
+}
+
+async fn check_generations(a: &RedisStore, b: &RedisStore, ns: &str) {
+    generations(a, b, ns).await;
+}
+
+#[tokio::test]
+async fn memory_store_generations() {
+    let store = corral::MemoryStore::new();
+    generations(&store, &store.clone(), "test:v1").await;
+}
+
 // ---------------------------------------------------------------------------
 // Standalone server.
 // ---------------------------------------------------------------------------
@@ -439,6 +526,7 @@ mod standalone {
         check_set_invalidate,
         check_odd_keys,
         check_namespaces,
+        check_generations,
     );
 }
 
@@ -459,7 +547,7 @@ async fn run_every_operation(store: &RedisStore, ns: &str) -> u64 {
     let k = key(ns, "ops");
     let lease = grant(store, &k, LEASE).await; // 1
     assert_eq!(
-        store.renew(&k, &lease, request(LEASE)).await.ok(),
+        store.renew(&k, &lease, &request(LEASE)).await.ok(),
         Some(true)
     ); // 2
     assert_eq!(
@@ -467,7 +555,7 @@ async fn run_every_operation(store: &RedisStore, ns: &str) -> u64 {
         Some(Commit::Stored)
     ); // 3
     assert!(matches!(
-        store.get_or_lease(&k, request(LEASE)).await,
+        store.get_or_lease(&k, &request(LEASE)).await,
         Ok(Lookup::Hit(_))
     )); // 4
     assert!(value(store, &k).await.is_some()); // 5
@@ -506,9 +594,9 @@ async fn frozen_server_times_out_promptly() {
     for op in 0..7 {
         let begun = Instant::now();
         let result = match op {
-            0 => store.get_or_lease(&k, request(LEASE)).await.map(drop),
+            0 => store.get_or_lease(&k, &request(LEASE)).await.map(drop),
             1 => store.get(&k).await.map(drop),
-            2 => store.renew(&k, &lease, request(LEASE)).await.map(drop),
+            2 => store.renew(&k, &lease, &request(LEASE)).await.map(drop),
             3 => store.commit(&k, &lease, b"v", TTL).await.map(drop),
             4 => store.release(&k, &lease).await,
             5 => store.set(&k, b"v", TTL).await,
@@ -771,6 +859,7 @@ async fn cluster_contract() {
         check_set_invalidate(&a, &b, ns).await;
         check_odd_keys(&a, &b, ns).await;
         check_namespaces(&a, &b, ns).await;
+        check_generations(&a, &b, ns).await;
     })
     .await;
     eprintln!("cluster contract ran in {:?}", begun.elapsed());

@@ -55,7 +55,7 @@ impl<S: Store> Store for MeteredStore<S> {
     fn get_or_lease<'a>(
         &'a self,
         key: &'a StoreKey,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         self.round_trip(key);
         self.inner.get_or_lease(key, request)
@@ -70,7 +70,7 @@ impl<S: Store> Store for MeteredStore<S> {
         &'a self,
         key: &'a StoreKey,
         lease: &'a Lease,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.round_trip(key);
         self.inner.renew(key, lease, request)

@@ -21,7 +21,7 @@ use self::keys::KeyNames;
 use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::{
-    BoxFuture, Commit, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey, Stored,
+    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey, Stored,
 };
 
 /// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
@@ -401,6 +401,14 @@ fn millis(duration: Duration) -> String {
 }
 
 /// A `PTTL` reply as a remaining time (`None` for "no expiry").
+/// The generation (fence token) in a script reply, if there was one.
+fn generation(fence: &Value) -> Option<Arc<str>> {
+    match fence {
+        Value::BulkString(token) => Some(String::from_utf8_lossy(token).into()),
+        _ => None,
+    }
+}
+
 fn remaining(pttl: &Value) -> Option<Duration> {
     match pttl {
         Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
@@ -419,14 +427,20 @@ impl Store for RedisStore {
     fn get_or_lease<'a>(
         &'a self,
         key: &'a StoreKey,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
             let token = self.token();
             let lease_ms = millis(request.lease_ttl);
             let fence_ms = millis(request.fence_ttl);
-            let ignore: &[u8] = if request.ignore_value { b"1" } else { b"0" };
+            let (mode, expected): (&[u8], &[u8]) = match &request.grant {
+                Grant::IfNoValue => (b"0", b""),
+                Grant::OverAnyValue => (b"1", b""),
+                Grant::OverGeneration(generation) => {
+                    (b"2", generation.as_deref().map_or(&b""[..], str::as_bytes))
+                }
+            };
             let reply = self
                 .run(
                     &scripts::GET_OR_LEASE,
@@ -435,20 +449,25 @@ impl Store for RedisStore {
                         token.as_bytes(),
                         lease_ms.as_bytes(),
                         fence_ms.as_bytes(),
-                        ignore,
+                        mode,
+                        expected,
                     ],
                 )
                 .await?;
             match reply {
                 Value::Array(mut items) => match items.as_mut_slice() {
-                    [Value::Int(1), Value::BulkString(bytes), pttl] => Ok(Lookup::Hit(Stored {
-                        bytes: std::mem::take(bytes),
-                        remaining: remaining(pttl),
-                    })),
+                    [Value::Int(1), Value::BulkString(bytes), pttl, fence] => {
+                        Ok(Lookup::Hit(Stored {
+                            bytes: std::mem::take(bytes),
+                            remaining: remaining(pttl),
+                            generation: generation(fence),
+                        }))
+                    }
                     [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
                     [Value::Int(3), pttl] => Ok(Lookup::Held {
                         remaining: remaining(pttl),
                     }),
+                    [Value::Int(4)] => Ok(Lookup::Changed),
                     _ => Err(unexpected("get_or_lease", &Value::Array(items))),
                 },
                 other => Err(unexpected("get_or_lease", &other)),
@@ -462,9 +481,10 @@ impl Store for RedisStore {
             match self.run(&scripts::GET, &names, &[]).await? {
                 Value::Array(mut items) => match items.as_mut_slice() {
                     [] => Ok(None),
-                    [Value::BulkString(bytes), pttl] => Ok(Some(Stored {
+                    [Value::BulkString(bytes), pttl, fence] => Ok(Some(Stored {
                         bytes: std::mem::take(bytes),
                         remaining: remaining(pttl),
+                        generation: generation(fence),
                     })),
                     _ => Err(unexpected("get", &Value::Array(items))),
                 },
@@ -478,7 +498,7 @@ impl Store for RedisStore {
         &'a self,
         key: &'a StoreKey,
         lease: &'a Lease,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
@@ -559,11 +579,17 @@ impl Store for RedisStore {
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
             let ttl_ms = millis(ttl);
+            let generation = self.token();
             let reply = self
                 .run(
                     &scripts::SET,
                     &names,
-                    &[bytes, ttl_ms.as_bytes(), channel.as_bytes()],
+                    &[
+                        bytes,
+                        ttl_ms.as_bytes(),
+                        generation.as_bytes(),
+                        channel.as_bytes(),
+                    ],
                 )
                 .await?;
             int("set", &reply).map(drop)

@@ -37,17 +37,25 @@ impl Lua {
     }
 }
 
-/// Value if present (and not ignored), else a lease grant, else "held".
+/// Value if present (when the mode says so), else a lease grant, else
+/// "held"; for a refresh, a grant only over the generation it read.
 ///
-/// ARGV: token, lease_ms, fence_ms, ignore_value ("1"/"0").
-/// Returns `{1, bytes, pttl}` (hit), `{2}` (granted) or `{3, pttl}` (held).
+/// ARGV: token, lease_ms, fence_ms, mode (`0` grant only without a value,
+/// `1` grant over any value, `2` grant only over a present value whose
+/// fence is ARGV[5], the empty string meaning "no fence"), expected fence.
+/// Returns `{1, bytes, pttl, fence or nil}` (hit), `{2}` (granted),
+/// `{3, pttl}` (held) or `{4}` (changed).
 pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
-if ARGV[4] ~= '1' then
+if ARGV[4] == '0' then
   local value = redis.call('GET', KEYS[1])
   if value then
-    return {1, value, redis.call('PTTL', KEYS[1])}
+    return {1, value, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3])}
+  end
+elseif ARGV[4] == '2' then
+  if redis.call('EXISTS', KEYS[1]) == 0 or (redis.call('GET', KEYS[3]) or '') ~= ARGV[5] then
+    return {4}
   end
 end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -59,15 +67,15 @@ return {3, redis.call('PTTL', KEYS[2])}
     )
 });
 
-/// The value and its remaining time to live.
+/// The value, its remaining time to live and its generation.
 ///
-/// No ARGV. Returns `{bytes, pttl}` or `{}` (miss).
+/// No ARGV. Returns `{bytes, pttl, fence or nil}` or `{}` (miss).
 pub(super) static GET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 local value = redis.call('GET', KEYS[1])
 if value then
-  return {value, redis.call('PTTL', KEYS[1])}
+  return {value, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3])}
 end
 return {}
 ",
@@ -93,7 +101,8 @@ return 1
     )
 });
 
-/// Fenced write, owner-checked unlock and notification.
+/// Fenced write (the token stays as the value's generation), owner-checked
+/// unlock and notification.
 ///
 /// ARGV: token, bytes, ttl_ms, channel. Returns 1 (stored) or 0 (refused:
 /// the fence moved or expired).
@@ -106,7 +115,7 @@ if redis.call('GET', KEYS[2]) == ARGV[1] then
 end
 if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  redis.call('DEL', KEYS[3])
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
 end
 redis.call('PUBLISH', ARGV[4], KEYS[1])
 if fenced then
@@ -135,15 +144,17 @@ return 0
     )
 });
 
-/// Unconditional write that drops the lease and moves the fence.
+/// Unconditional write that drops the lease and moves the fence to a new
+/// generation.
 ///
-/// ARGV: bytes, ttl_ms, channel. Returns 0.
+/// ARGV: bytes, ttl_ms, new fence token, channel. Returns 0.
 pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[3])
-redis.call('PUBLISH', ARGV[3], KEYS[1])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
+redis.call('DEL', KEYS[2])
+redis.call('PUBLISH', ARGV[4], KEYS[1])
 return 0
 ",
     )

@@ -10,7 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    BoxFuture, Commit, Lease, LeaseRequest, Listener, Lookup, Notifier, Store, StoreKey, Stored,
+    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Notifier, Store, StoreKey,
+    Stored,
 };
 use crate::error::StoreError;
 
@@ -167,14 +168,23 @@ impl Store for MemoryStore {
     fn get_or_lease<'a>(
         &'a self,
         key: &'a StoreKey,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         let lookup = self.with_slot(key, |slot, rng, now| {
-            if let (Some((bytes, expires)), false) = (&slot.value, request.ignore_value) {
-                return Lookup::Hit(Stored {
-                    bytes: bytes.clone(),
-                    remaining: Some(expires.saturating_duration_since(now)),
-                });
+            let generation = || slot.fence.as_ref().map(|(token, _)| token.clone());
+            match (&request.grant, &slot.value) {
+                (Grant::IfNoValue, Some((bytes, expires))) => {
+                    return Lookup::Hit(Stored {
+                        bytes: bytes.clone(),
+                        remaining: Some(expires.saturating_duration_since(now)),
+                        generation: generation(),
+                    });
+                }
+                (Grant::OverGeneration(_), None) => return Lookup::Changed,
+                (Grant::OverGeneration(expected), Some(_)) if *expected != generation() => {
+                    return Lookup::Changed;
+                }
+                _ => {}
             }
             if let Some((_, expires)) = &slot.lease {
                 return Lookup::Held {
@@ -194,6 +204,7 @@ impl Store for MemoryStore {
             slot.value.as_ref().map(|(bytes, expires)| Stored {
                 bytes: bytes.clone(),
                 remaining: Some(expires.saturating_duration_since(now)),
+                generation: slot.fence.as_ref().map(|(token, _)| token.clone()),
             })
         });
         ready(Ok(stored))
@@ -203,7 +214,7 @@ impl Store for MemoryStore {
         &'a self,
         key: &'a StoreKey,
         lease: &'a Lease,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<bool, StoreError>> {
         let renewed = self.with_slot(key, |slot, _, now| {
             if !slot.owns_lease(lease.token()) {
@@ -239,7 +250,7 @@ impl Store for MemoryStore {
             }
             if fenced {
                 slot.value = Some((bytes.to_vec(), now + ttl));
-                slot.fence = None;
+                slot.fence = Some((lease.token.clone(), now + ttl));
                 Commit::Stored
             } else {
                 Commit::Refused
@@ -276,10 +287,10 @@ impl Store for MemoryStore {
         bytes: &'a [u8],
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.with_slot(key, |slot, _, now| {
+        self.with_slot(key, |slot, rng, now| {
             slot.value = Some((bytes.to_vec(), now + ttl));
             slot.lease = None;
-            slot.fence = None;
+            slot.fence = Some((token(rng), now + ttl));
         });
         self.notifier.notify(&Self::id(key));
         ready(Ok(()))

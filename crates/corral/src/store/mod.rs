@@ -6,13 +6,18 @@
 //! - the **value**: an envelope ([`crate::entry`]) with a time to live;
 //! - the **lease**: the token of the one fill allowed to run for the key,
 //!   with its own time to live, renewed while the fill runs;
-//! - the **fence**: the token of the last lease grant. Granting a lease sets
-//!   it; `set` and `invalidate` delete it. A commit carries the token it was
-//!   granted and is refused unless the fence still holds that token, so a
-//!   fill that started before a newer write, or whose lease lapsed and was
-//!   granted to another leader, cannot overwrite newer data. Tokens are
-//!   random, so a store that loses its data (a restart without persistence,
-//!   an eviction) refuses old commits instead of matching them again.
+//! - the **fence**: the key's generation — the token of the last lease grant,
+//!   or of the write that produced the current value. Granting a lease sets
+//!   it to the lease's token; a successful commit keeps it (for the value's
+//!   life); `set` sets a new random token; `invalidate` deletes it. A commit
+//!   carries the token it was granted and is refused unless the fence still
+//!   holds that token, so a fill that started before a newer write, or whose
+//!   lease lapsed and was granted to another leader, cannot overwrite newer
+//!   data. A refresh asks for its lease only over the generation it read
+//!   ([`Grant::OverGeneration`]), so a write or invalidation that lands
+//!   between its read and its grant wins too. Tokens are random, so a store
+//!   that loses its data (a restart without persistence, an eviction)
+//!   refuses old commits instead of matching them again.
 //!
 //! Each store judges time by one clock of its own: Redis by the server's
 //! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
@@ -87,16 +92,30 @@ impl Lease {
 }
 
 /// How to ask for a lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRequest {
     /// How long the lease lives unless renewed.
     pub lease_ttl: Duration,
     /// How long the fence of a granted lease lives (the longest a leader
     /// may take to commit).
     pub fence_ttl: Duration,
-    /// Grant a lease even when a value is present (the value could not be
-    /// decoded and must be overwritten).
-    pub ignore_value: bool,
+    /// When a present value allows the grant.
+    pub grant: Grant,
+}
+
+/// When [`Store::get_or_lease`] may grant a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    /// Only when no value is present; a present value is returned instead.
+    IfNoValue,
+    /// Even over a present value (it could not be decoded and must be
+    /// overwritten).
+    OverAnyValue,
+    /// Only over the present value of this generation (the fence token read
+    /// with it; `None`: it had none) — for refreshing a value read earlier.
+    /// If the value is gone or was written anew meanwhile, the answer is
+    /// [`Lookup::Changed`].
+    OverGeneration(Option<Arc<str>>),
 }
 
 /// A value read from a store.
@@ -106,6 +125,8 @@ pub struct Stored {
     pub bytes: Vec<u8>,
     /// The value's remaining time to live, by the store's clock.
     pub remaining: Option<Duration>,
+    /// The key's generation when it was read (its fence token, if any).
+    pub generation: Option<Arc<str>>,
 }
 
 /// The answer of [`Store::get_or_lease`].
@@ -115,11 +136,15 @@ pub enum Lookup {
     Hit(Stored),
     /// No value; this caller holds the lease and should fill.
     Granted(Lease),
-    /// No value; another fill holds the lease.
+    /// No value (or a value allowed to be replaced); another fill holds the
+    /// lease.
     Held {
         /// The lease's remaining time to live, if known.
         remaining: Option<Duration>,
     },
+    /// [`Grant::OverGeneration`] was asked, but the value is gone or of
+    /// another generation: nothing was granted.
+    Changed,
 }
 
 /// The answer of [`Store::commit`].
@@ -143,7 +168,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     fn get_or_lease<'a>(
         &'a self,
         key: &'a StoreKey,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>>;
 
     /// Reads the value.
@@ -155,11 +180,12 @@ pub trait Store: Send + Sync + Debug + 'static {
         &'a self,
         key: &'a StoreKey,
         lease: &'a Lease,
-        request: LeaseRequest,
+        request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
-    /// Writes `bytes` for `ttl` if the fence still holds the lease's token,
-    /// releases the lease if still owned, and notifies listeners — atomically.
+    /// Writes `bytes` for `ttl` if the fence still holds the lease's token
+    /// (and keeps that token as the value's generation for `ttl`), releases
+    /// the lease if still owned, and notifies listeners — atomically.
     fn commit<'a>(
         &'a self,
         key: &'a StoreKey,
@@ -176,8 +202,9 @@ pub trait Store: Send + Sync + Debug + 'static {
         lease: &'a Lease,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// Writes `bytes` for `ttl` unconditionally, moves the fence (so fills in
-    /// flight cannot overwrite it), drops any lease and notifies listeners.
+    /// Writes `bytes` for `ttl` unconditionally, moves the fence to a new
+    /// random generation (so fills and refreshes in flight cannot overwrite
+    /// it), drops any lease and notifies listeners.
     fn set<'a>(
         &'a self,
         key: &'a StoreKey,
