@@ -10,7 +10,10 @@
 //! 2-thread benches run that same loop on 2 OS threads at once, each with its
 //! own current-thread runtime, started together by a barrier; the reported
 //! time per call is the mean of the two threads' own loop times divided by
-//! `iters` (per-thread time per call).
+//! `iters` (per-thread time per call). The 2-thread benches run on the same
+//! hot key of one cache, and again with each thread on its own cache
+//! instance (which shows whether a hit writes any process-wide shared
+//! memory).
 //!
 //! The machine these run on is shared and has 2 cores, so after each hit
 //! bench the share of the timed loops' wall time the bench threads were
@@ -166,13 +169,17 @@ impl Occupancy {
     }
 }
 
-/// One timed loop of `iters` awaited hits: its wall time and how long the
-/// thread was on a CPU meanwhile.
-async fn timed_loop<T: HitTarget>(target: &T, iters: u64) -> (Duration, Option<Duration>) {
+/// One timed loop of `iters` awaited hits on `key`: its wall time and how
+/// long the thread was on a CPU meanwhile.
+async fn timed_loop<T: HitTarget>(
+    target: &T,
+    key: &str,
+    iters: u64,
+) -> (Duration, Option<Duration>) {
     let cpu_before = on_cpu_nanos();
     let start = Instant::now();
     for _ in 0..iters {
-        black_box(target.hit(black_box(KEY)).await);
+        black_box(target.hit(black_box(key)).await);
     }
     let wall = start.elapsed();
     let on_cpu = on_cpu_nanos()
@@ -189,7 +196,7 @@ fn bench_one_thread<T: HitTarget>(
     let mut occupancy = Occupancy::default();
     c.bench_function(T::NAME, |b| {
         b.iter_custom(|iters| {
-            let (wall, on_cpu) = runtime.block_on(timed_loop(target, iters));
+            let (wall, on_cpu) = runtime.block_on(timed_loop(target, KEY, iters));
             occupancy.add(wall, on_cpu);
             wall
         });
@@ -197,9 +204,12 @@ fn bench_one_thread<T: HitTarget>(
     occupancy.report("hit_1_thread", T::NAME);
 }
 
+/// Two threads at once, the first hitting the hot key in `targets[0]`, the
+/// second in `targets[1]`.
 fn bench_two_threads<T: HitTarget>(
     c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
-    target: &T,
+    group: &str,
+    targets: [&T; 2],
 ) {
     const THREADS: u32 = 2;
     let mut occupancy = Occupancy::default();
@@ -207,12 +217,14 @@ fn bench_two_threads<T: HitTarget>(
         b.iter_custom(|iters| {
             let barrier = Barrier::new(THREADS as usize);
             let loops: Vec<(Duration, Option<Duration>)> = std::thread::scope(|scope| {
-                let workers: Vec<_> = (0..THREADS)
-                    .map(|_| {
-                        scope.spawn(|| {
+                let workers: Vec<_> = targets
+                    .into_iter()
+                    .map(|target| {
+                        let barrier = &barrier;
+                        scope.spawn(move || {
                             let runtime = current_thread();
                             barrier.wait();
-                            runtime.block_on(timed_loop(target, iters))
+                            runtime.block_on(timed_loop(target, KEY, iters))
                         })
                     })
                     .collect();
@@ -229,7 +241,7 @@ fn bench_two_threads<T: HitTarget>(
             total / THREADS
         });
     });
-    occupancy.report("hit_2_threads_same_key", T::NAME);
+    occupancy.report(group, T::NAME);
 }
 
 fn hit_path(c: &mut Criterion) {
@@ -242,11 +254,23 @@ fn hit_path(c: &mut Criterion) {
     bench_one_thread(&mut group, &quick);
     group.finish();
 
-    let mut group = c.benchmark_group("hit_2_threads_same_key");
+    let name = "hit_2_threads_same_key";
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
-    bench_two_threads(&mut group, &corral);
-    bench_two_threads(&mut group, &moka);
-    bench_two_threads(&mut group, &quick);
+    bench_two_threads(&mut group, name, [&corral, &corral]);
+    bench_two_threads(&mut group, name, [&moka, &moka]);
+    bench_two_threads(&mut group, name, [&quick, &quick]);
+    group.finish();
+
+    // Each thread on its own instance: nothing of the map is shared, so any
+    // slowdown over 1 thread is a hit writing process-wide shared memory.
+    let (corral_2, moka_2, quick_2) = hot_targets();
+    let name = "hit_2_threads_own_cache";
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(1));
+    bench_two_threads(&mut group, name, [&corral, &corral_2]);
+    bench_two_threads(&mut group, name, [&moka, &moka_2]);
+    bench_two_threads(&mut group, name, [&quick, &quick_2]);
     group.finish();
 
     // The counter the corral hit path bumps must have seen every hit.

@@ -23,6 +23,12 @@ pub trait Clock: Send + Sync + Debug + 'static {
 /// Reading it costs a few nanoseconds instead of the ~25 ns of
 /// `Instant::now()`; its resolution is one scheduler tick (1–4 ms on Linux),
 /// so TTLs are honoured to within a tick.
+///
+/// A read writes no shared memory: it uses
+/// `coarsetime::Instant::now_without_cache_update`, because
+/// `coarsetime::Instant::now` also stores the reading into a process-wide
+/// atomic, which made every hit write one cache line shared by every thread
+/// (measured in `BENCHMARKS.md`).
 #[derive(Debug)]
 pub struct CoarseClock {
     origin: coarsetime::Instant,
@@ -32,7 +38,7 @@ impl CoarseClock {
     /// A clock whose origin is now.
     pub fn new() -> Self {
         Self {
-            origin: coarsetime::Instant::now(),
+            origin: coarsetime::Instant::now_without_cache_update(),
         }
     }
 }
@@ -46,7 +52,7 @@ impl Default for CoarseClock {
 impl Clock for CoarseClock {
     #[inline]
     fn now_millis(&self) -> u64 {
-        coarsetime::Instant::now()
+        coarsetime::Instant::now_without_cache_update()
             .duration_since(self.origin)
             .as_millis()
     }
@@ -117,4 +123,22 @@ impl Clock for Arc<ManualClock> {
 #[inline]
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coarse_clock_reads_write_no_shared_memory() {
+        // `coarsetime::Instant::now` would store each reading in the
+        // process-wide cache that `recent()` returns; our reads must not.
+        let clock = CoarseClock::new();
+        let recent = coarsetime::Instant::recent();
+        let start = clock.now_millis();
+        while clock.now_millis() < start + 20 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(coarsetime::Instant::recent(), recent);
+    }
 }
