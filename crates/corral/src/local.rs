@@ -13,7 +13,8 @@ use crate::entry::Ttls;
 use crate::freshness::{standing, Standing};
 
 /// An in-process entry: the value (`None`: a cached "not found") and the
-/// clock readings at which it changes standing.
+/// clock readings at which it changes standing. Kept small: a hit clones it
+/// under the map's shard lock.
 #[derive(Clone)]
 pub(crate) struct LocalEntry<V> {
     pub(crate) value: Option<V>,
@@ -21,22 +22,32 @@ pub(crate) struct LocalEntry<V> {
     /// comparison of the hit path.
     quiet_until: u64,
     written_at: u64,
-    ttls: Ttls,
-    pub(crate) fail_safe: bool,
+    fresh_ms: u64,
+    stale_ms: u64,
+    physical_ms: u64,
     weight: u32,
+    pub(crate) fail_safe: bool,
 }
 
 impl<V> LocalEntry<V> {
+    fn ttls(&self) -> Ttls {
+        Ttls {
+            fresh: Duration::from_millis(self.fresh_ms),
+            stale: Duration::from_millis(self.stale_ms),
+            physical: Duration::from_millis(self.physical_ms),
+        }
+    }
+
     /// Where the entry stands at clock reading `now`.
     pub(crate) fn standing(&self, now: u64, eager: Option<f64>) -> Standing {
         let age = Duration::from_millis(now.saturating_sub(self.written_at));
-        standing(age, self.ttls, eager)
+        standing(age, self.ttls(), eager)
     }
 
     /// How much of its physical life is left at `now`.
     pub(crate) fn remaining(&self, now: u64) -> Duration {
-        let age = Duration::from_millis(now.saturating_sub(self.written_at));
-        self.ttls.physical.saturating_sub(age)
+        let age = now.saturating_sub(self.written_at);
+        Duration::from_millis(self.physical_ms.saturating_sub(age))
     }
 }
 
@@ -128,9 +139,11 @@ impl<V: Clone> LocalTier<V> {
                 value,
                 quiet_until: now.saturating_add(millis(quiet)),
                 written_at: now,
-                ttls,
-                fail_safe,
+                fresh_ms: millis(ttls.fresh),
+                stale_ms: millis(ttls.stale),
+                physical_ms: millis(ttls.physical),
                 weight: weight.max(1),
+                fail_safe,
             },
         );
     }
