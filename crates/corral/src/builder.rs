@@ -13,7 +13,7 @@ use crate::codec::{Codec, Postcard};
 use crate::error::ConfigError;
 use crate::flight::FlightTable;
 use crate::key::valid_name;
-use crate::local::LocalTier;
+use crate::local::{LocalTier, TierClock};
 use crate::policy::Policy;
 use crate::stats::Counters;
 use crate::store::Store;
@@ -306,7 +306,10 @@ where
                 Tier::Shared(store)
             }
             None => {
-                let clock = self.clock.unwrap_or_else(|| Arc::new(CoarseClock::new()));
+                let clock = match self.clock {
+                    Some(clock) => TierClock::Injected(clock),
+                    None => TierClock::Coarse(CoarseClock::new()),
+                };
                 Tier::Local(LocalTier::new(
                     estimated_items.min(1 << 24),
                     weight_capacity,

@@ -9,7 +9,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::builder::CacheBuilder;
-use futures_util::future::Either;
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
@@ -221,20 +220,20 @@ where
     /// value instead of the error. After an error nothing is stored and the
     /// next call runs a new fill.
     ///
-    /// The in-process tier is read when this is called: on a fresh hit the
-    /// returned future is ready at once, with no allocation; otherwise it
-    /// does the rest when polled.
-    pub fn get_or_fill<'a, F, Fut, E>(
-        &'a self,
-        key: &'a str,
-        fill: F,
-    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
+    /// A fresh hit in the in-process tier completes without allocating,
+    /// awaiting or writing memory shared with other threads (hits are
+    /// counted on per-thread stripes).
+    pub async fn get_or_fill<F, Fut, E>(&self, key: &str, fill: F) -> Result<V, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
+        if let Some(value) = self.local_hit(key) {
+            return Ok(value);
+        }
         self.get_or_fill_with(key, FillOptions::default(), fill)
+            .await
     }
 
     /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
@@ -246,25 +245,23 @@ where
     /// # Errors
     ///
     /// As [`get_or_fill`](Cache::get_or_fill).
-    pub fn get_or_fill_with<'a, F, Fut, E>(
-        &'a self,
-        key: &'a str,
+    pub async fn get_or_fill_with<F, Fut, E>(
+        &self,
+        key: &str,
         options: FillOptions,
         fill: F,
-    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
+    ) -> Result<V, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        match self.local_hit(key) {
-            Some(value) => Either::Left(std::future::ready(Ok(value))),
-            None => Either::Right(Box::pin(async move {
-                let answer = move || async move { fill().await.map(Answer::value) };
-                let fetched = self.fetch_slow(key, options, answer).await?;
-                fetched.value.ok_or(Error::NotFound)
-            })),
+        if let Some(value) = self.local_hit(key) {
+            return Ok(value);
         }
+        let answer = move || async move { fill().await.map(Answer::value) };
+        let fetched = Box::pin(self.fetch_slow(key, options, answer)).await?;
+        fetched.value.ok_or(Error::NotFound)
     }
 
     /// Like [`get_or_fill`](Cache::get_or_fill) for a source that may have
@@ -275,24 +272,22 @@ where
     /// # Errors
     ///
     /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
-    pub fn get_or_fill_optional<'a, F, Fut, E>(
-        &'a self,
-        key: &'a str,
+    pub async fn get_or_fill_optional<F, Fut, E>(
+        &self,
+        key: &str,
         fill: F,
-    ) -> impl Future<Output = Result<Option<V>, Error<E>>> + Send + 'a
+    ) -> Result<Option<V>, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<Option<V>, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        match self.local_hit(key) {
-            Some(value) => Either::Left(std::future::ready(Ok(Some(value)))),
-            None => Either::Right(Box::pin(async move {
-                let answer = move || async move { fill().await.map(Answer::from_option) };
-                let fetched = self.fetch_slow(key, FillOptions::default(), answer).await?;
-                Ok(fetched.value)
-            })),
+        if let Some(value) = self.local_hit(key) {
+            return Ok(Some(value));
         }
+        let answer = move || async move { fill().await.map(Answer::from_option) };
+        let fetched = Box::pin(self.fetch_slow(key, FillOptions::default(), answer)).await?;
+        Ok(fetched.value)
     }
 
     /// The general read-through call: the fill answers an [`Answer`] — a
@@ -475,19 +470,14 @@ where
     ///
     /// [`Error::InvalidKey`]; [`Error::Store`] if the shared store failed
     /// (a read that cannot reach the store is not reported as a miss).
-    pub fn get<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> impl Future<Output = Result<Option<V>, Error>> + Send + 'a {
-        match self.local_hit(key) {
-            Some(value) => Either::Left(std::future::ready(Ok(Some(value)))),
-            None => Either::Right(Box::pin(async move {
-                Ok(match self.lookup(key).await? {
-                    Cached::Value { value, .. } => Some(value),
-                    Cached::NotFound { .. } | Cached::Miss => None,
-                })
-            })),
+    pub async fn get(&self, key: &str) -> Result<Option<V>, Error> {
+        if let Some(value) = self.local_hit(key) {
+            return Ok(Some(value));
         }
+        Ok(match self.lookup(key).await? {
+            Cached::Value { value, .. } => Some(value),
+            Cached::NotFound { .. } | Cached::Miss => None,
+        })
     }
 
     /// What the cache holds for `key`: a servable value, a cached "not

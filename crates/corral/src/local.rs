@@ -8,7 +8,7 @@ use std::time::Duration;
 use quick_cache::sync::Cache as Map;
 use quick_cache::Weighter;
 
-use crate::clock::{millis, Clock};
+use crate::clock::{millis, Clock, CoarseClock};
 use crate::entry::Ttls;
 use crate::freshness::{standing, Standing};
 
@@ -60,10 +60,27 @@ impl<V> Weighter<Box<str>, LocalEntry<V>> for EntryWeighter {
     }
 }
 
+/// The clock of the in-process tier: the default coarse clock, read without
+/// a virtual call, or an injected one.
+pub(crate) enum TierClock {
+    Coarse(CoarseClock),
+    Injected(Arc<dyn Clock>),
+}
+
+impl TierClock {
+    #[inline]
+    fn now_millis(&self) -> u64 {
+        match self {
+            Self::Coarse(clock) => clock.now_millis(),
+            Self::Injected(clock) => clock.now_millis(),
+        }
+    }
+}
+
 /// Decoded values of one cache instance, bounded by total weight.
 pub(crate) struct LocalTier<V> {
     map: Map<Box<str>, LocalEntry<V>, EntryWeighter>,
-    clock: Arc<dyn Clock>,
+    clock: TierClock,
     eager: Option<f64>,
 }
 
@@ -71,7 +88,7 @@ impl<V: Clone> LocalTier<V> {
     pub(crate) fn new(
         estimated_items: usize,
         weight_capacity: u64,
-        clock: Arc<dyn Clock>,
+        clock: TierClock,
         eager: Option<f64>,
     ) -> Self {
         Self {
