@@ -25,12 +25,14 @@
 //! ```
 
 mod cluster;
+mod gate;
 mod process;
 mod resp;
 mod server;
 mod worker;
 
 pub use cluster::RedisCluster;
+pub use gate::{until, until_yielding, Gate};
 pub use server::RedisServer;
 pub use worker::Worker;
 

@@ -122,8 +122,9 @@ pub enum Error<E = Infallible> {
         /// The timeout that passed.
         after: Duration,
     },
-    /// The flight was stopped before it produced an outcome (its runtime shut
-    /// down).
+    /// The flight was stopped before it produced an outcome: its runtime
+    /// shut down, or it has no time driver (build it with `enable_time()` or
+    /// `enable_all()`: corral's timeouts need tokio's timers).
     Aborted,
     /// The key holds a cached "not found" (a negative answer of
     /// [`get_or_fill_optional`](crate::Cache::get_or_fill_optional) or

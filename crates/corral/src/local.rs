@@ -1,6 +1,7 @@
 //! The in-process tier: decoded values with their deadlines, in a bounded
-//! concurrent map (quick_cache: S3-FIFO eviction, sharded; measured as the
-//! fastest hit among the candidates, see `BENCHMARKS.md`).
+//! concurrent map (quick_cache with sharded read locks: S3-FIFO eviction,
+//! and hits on one hot key from many threads write no shared lock word; see
+//! `BENCHMARKS.md`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 
 use corral::store::StoreKey;
 use corral::{Cache, CacheBuilder, Error, MemoryStore, RedisConfig, RedisStore, MAX_KEY_LEN};
-use corral_testkit::{RedisCluster, RedisServer};
+use corral_testkit::{until, Gate, RedisCluster, RedisServer};
 use futures_util::FutureExt;
 use redis::AsyncCommands;
-use tokio::sync::watch;
 
 enum Fixture {
     Local,
@@ -104,21 +103,6 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-#[derive(Clone)]
-struct Gate(watch::Sender<bool>);
-
-impl Gate {
-    fn new() -> Self {
-        Self(watch::channel(false).0)
-    }
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-    async fn wait(&self) {
-        let _ = self.0.subscribe().wait_for(|open| *open).await;
-    }
-}
-
 #[derive(Debug, PartialEq)]
 struct SourceDown(u32);
 
@@ -136,15 +120,6 @@ fn gated(
             gate.wait().await;
             Ok(value)
         })
-    }
-}
-
-/// Waits, in real time and bounded, for a condition on other tasks' progress.
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::task::yield_now().await;
     }
 }
 

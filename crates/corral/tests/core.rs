@@ -7,27 +7,8 @@ use std::time::Duration;
 use corral::clock::TokioClock;
 use corral::store::StoreKey;
 use corral::{Cache, Error, FillOptions, MemoryStore, MAX_KEY_LEN};
-use tokio::sync::watch;
+use corral_testkit::{until_yielding, Gate};
 use tokio::task::JoinHandle;
-
-/// A gate that fills wait on until the test opens it.
-#[derive(Clone)]
-struct Gate(watch::Sender<bool>);
-
-impl Gate {
-    fn new() -> Self {
-        Self(watch::channel(false).0)
-    }
-
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-
-    async fn wait(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|open| *open).await;
-    }
-}
 
 #[derive(Debug, PartialEq)]
 struct SourceDown {
@@ -40,18 +21,6 @@ fn cache(name: &str) -> Cache<String> {
         .clock(TokioClock::new())
         .build()
         .expect("valid config")
-}
-
-/// Yields until `done` holds; an ordering gate on other tasks' progress,
-/// bounded so a broken protocol fails instead of hanging.
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..1_000_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("condition never held");
 }
 
 fn counting_fill(
@@ -87,7 +56,7 @@ async fn ten_thousand_callers_on_a_cold_key_run_one_fill() {
             tokio::spawn(async move { cache.get_or_fill("hot", fill).await })
         })
         .collect();
-    until(|| cache.stats().coalesced == CALLERS as u64 - 1).await;
+    until_yielding(|| cache.stats().coalesced == CALLERS as u64 - 1).await;
     gate.open();
     for caller in callers {
         assert_eq!(caller.await.expect("caller task").expect("value"), "value");
@@ -135,7 +104,7 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
                 .await
         })
     };
-    until(|| cache.stats().coalesced == 100).await;
+    until_yielding(|| cache.stats().coalesced == 100).await;
     gate.open();
     let mut errors = Vec::new();
     for caller in callers {
@@ -206,13 +175,13 @@ async fn a_cancelled_leader_does_not_cancel_the_fill() {
         let fill = counting_fill(&fills, &gate, "survives");
         tokio::spawn(async move { cache.get_or_fill("k", fill).await })
     };
-    until(|| fills.load(SeqCst) == 1).await;
+    until_yielding(|| fills.load(SeqCst) == 1).await;
     let waiter = {
         let cache = cache.clone();
         let fill = counting_fill(&fills, &gate, "never");
         tokio::spawn(async move { cache.get_or_fill("k", fill).await })
     };
-    until(|| cache.stats().coalesced == 1).await;
+    until_yielding(|| cache.stats().coalesced == 1).await;
     leader.abort();
     assert!(leader.await.expect_err("aborted").is_cancelled());
     gate.open();
@@ -252,7 +221,7 @@ async fn when_every_caller_is_cancelled_the_value_is_still_stored() {
             tokio::spawn(async move { cache.get_or_fill("k", fill).await })
         })
         .collect();
-    until(|| cache.stats().coalesced == 9 && fills.load(SeqCst) == 1).await;
+    until_yielding(|| cache.stats().coalesced == 9 && fills.load(SeqCst) == 1).await;
     for caller in &callers {
         caller.abort();
     }
@@ -260,7 +229,7 @@ async fn when_every_caller_is_cancelled_the_value_is_still_stored() {
         assert!(caller.await.expect_err("aborted").is_cancelled());
     }
     gate.open();
-    until(|| cache.flights_in_progress() == 0).await;
+    until_yielding(|| cache.flights_in_progress() == 0).await;
     assert_eq!(cache.get("k").await.expect("get"), Some("kept".into()));
     assert_eq!(fills.load(SeqCst), 1);
 }
@@ -294,7 +263,7 @@ async fn fill_timeout_aborts_the_fill_frees_the_key_and_stores_nothing() {
         .await;
     assert!(matches!(result, Err(ref e) if e.is_timeout()), "{result:?}");
     assert_eq!(started.elapsed(), Duration::from_secs(1));
-    until(|| dropped.load(SeqCst)).await;
+    until_yielding(|| dropped.load(SeqCst)).await;
     assert_eq!(cache.flights_in_progress(), 0);
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(
@@ -336,7 +305,7 @@ async fn invalidate_during_a_flight_wins() {
         let fill = counting_fill(&fills, &old_gate, "old");
         tokio::spawn(async move { cache.get_or_fill("k", fill).await })
     };
-    until(|| fills.load(SeqCst) == 1).await;
+    until_yielding(|| fills.load(SeqCst) == 1).await;
     cache.invalidate("k").await.expect("invalidate");
     assert_eq!(cache.flights_in_progress(), 0, "the flight is detached");
     let new_gate = Gate::new();
@@ -370,7 +339,7 @@ async fn set_during_a_flight_wins() {
         let fill = counting_fill(&fills, &gate, "filled");
         tokio::spawn(async move { cache.get_or_fill("k", fill).await })
     };
-    until(|| fills.load(SeqCst) == 1).await;
+    until_yielding(|| fills.load(SeqCst) == 1).await;
     cache.set("k", "written".into()).await.expect("set");
     gate.open();
     assert_eq!(flight.await.expect("task").expect("value"), "filled");
@@ -565,7 +534,7 @@ async fn caches_sharing_a_store_run_one_fill_between_them() {
             ));
         }
     }
-    until(|| {
+    until_yielding(|| {
         replicas.iter().map(|r| r.stats().coalesced).sum::<u64>() == 396
             && replicas.iter().map(|r| r.stats().lease_waits).sum::<u64>() >= 3
     })
@@ -589,7 +558,7 @@ async fn a_dropped_cache_goes_away_while_its_fill_runs() {
         let cache = cache.clone();
         tokio::spawn(async move { cache.get_or_fill("k", fill).await })
     };
-    until(|| fills.load(SeqCst) == 1).await;
+    until_yielding(|| fills.load(SeqCst) == 1).await;
     caller.abort();
     let _ = caller.await;
     drop(cache);

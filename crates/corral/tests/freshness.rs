@@ -14,33 +14,8 @@ use corral::clock::TokioClock;
 use corral::{
     Answer, Cache, CacheBuilder, Cached, Error, Fetched, FillOptions, Freshness, MemoryStore,
 };
-use tokio::sync::watch;
+use corral_testkit::{until_yielding, Gate};
 use tokio::time::{advance, Instant};
-
-#[derive(Clone)]
-struct Gate(watch::Sender<bool>);
-
-impl Gate {
-    fn new() -> Self {
-        Self(watch::channel(false).0)
-    }
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-    async fn wait(&self) {
-        let _ = self.0.subscribe().wait_for(|open| *open).await;
-    }
-}
-
-async fn until(mut done: impl FnMut() -> bool) {
-    for _ in 0..1_000_000 {
-        if done() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("condition never held");
-}
 
 #[derive(Debug, PartialEq)]
 struct SourceDown;
@@ -169,7 +144,7 @@ async fn stale_readers_are_served_at_once_while_one_refresh_runs() {
         }
         assert_eq!(calls.load(SeqCst), 1, "{tier:?}: exactly one refresh");
         gate.open();
-        until(|| replicas.iter().all(|r| r.flights_in_progress() == 0)).await;
+        until_yielding(|| replicas.iter().all(|r| r.flights_in_progress() == 0)).await;
         for replica in &replicas {
             let fresh = fetch(replica, value("unused")).await.expect("fresh");
             assert_eq!(
@@ -203,7 +178,7 @@ async fn a_refresh_stands_down_while_another_process_holds_the_lease() {
             .freshness,
         Freshness::Stale
     );
-    until(|| calls.load(SeqCst) == 1).await;
+    until_yielding(|| calls.load(SeqCst) == 1).await;
     assert_eq!(
         fetch(&b, gated(&calls, &gate, "other"))
             .await
@@ -212,10 +187,10 @@ async fn a_refresh_stands_down_while_another_process_holds_the_lease() {
             .as_deref(),
         Some("old")
     );
-    until(|| b.flights_in_progress() == 0).await;
+    until_yielding(|| b.flights_in_progress() == 0).await;
     assert_eq!(b.stats().refreshes_stood_down, 1);
     gate.open();
-    until(|| a.flights_in_progress() == 0).await;
+    until_yielding(|| a.flights_in_progress() == 0).await;
     assert_eq!(calls.load(SeqCst), 1);
     assert_eq!(b.get("k").await.expect("get").as_deref(), Some("new"));
 }
@@ -248,7 +223,7 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
                 .freshness,
             Freshness::Stale
         );
-        until(|| calls.load(SeqCst) == 1).await;
+        until_yielding(|| calls.load(SeqCst) == 1).await;
         assert_eq!(
             read("k2", Box::new(gated(&calls, &gate, "new2")))
                 .await
@@ -257,14 +232,14 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
         );
         assert_eq!(cache.stats().refreshes_skipped, 1, "{tier:?}");
         gate.open();
-        until(|| cache.flights_in_progress() == 0).await;
+        until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
             read("k2", Box::new(gated(&calls, &gate, "new2")))
                 .await
                 .freshness,
             Freshness::Stale
         );
-        until(|| cache.flights_in_progress() == 0).await;
+        until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(calls.load(SeqCst), 2, "{tier:?}: the later read refreshed");
         assert_eq!(cache.get("k2").await.expect("get").as_deref(), Some("new2"));
     }
@@ -303,9 +278,9 @@ async fn eager_refresh_starts_before_the_entry_goes_stale() {
                 freshness: Freshness::Fresh
             }
         );
-        until(|| calls.load(SeqCst) == 1).await;
+        until_yielding(|| calls.load(SeqCst) == 1).await;
         gate.open();
-        until(|| cache.flights_in_progress() == 0).await;
+        until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
             cache.get("k").await.expect("get").as_deref(),
             Some("new"),
@@ -441,9 +416,9 @@ async fn the_soft_timeout_serves_stale_and_the_fill_lands_later() {
                 freshness: Freshness::Stale
             }
         );
-        until(|| cache.stats().soft_timeouts == 1).await;
+        until_yielding(|| cache.stats().soft_timeouts == 1).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        until(|| cache.flights_in_progress() == 0).await;
+        until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
             cache.get("k").await.expect("get").as_deref(),
             Some("new"),
@@ -548,7 +523,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
                 })
             })
             .collect();
-        until(|| cache.stats().coalesced == 49).await;
+        until_yielding(|| cache.stats().coalesced == 49).await;
         gate.open();
         for caller in callers {
             assert_eq!(
@@ -562,7 +537,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
             );
         }
         assert_eq!(calls.load(SeqCst), 1, "{tier:?}: still one fill");
-        until(|| cache.flights_in_progress() == 0).await;
+        until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
             cache.lookup("volatile").await.expect("lookup"),
             Cached::Miss
@@ -629,7 +604,7 @@ async fn a_refresh_racing_an_invalidate_never_brings_the_old_value_back() {
                 tokio::task::yield_now().await;
             }
             cache.invalidate(&key).await.expect("invalidate");
-            until(|| cache.flights_in_progress() == 0).await;
+            until_yielding(|| cache.flights_in_progress() == 0).await;
             assert_eq!(
                 cache.lookup(&key).await.expect("lookup"),
                 Cached::Miss,

@@ -8,32 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::RedisServer;
+use corral_testkit::{until, Gate, RedisServer};
 use redis::AsyncCommands;
-use tokio::sync::watch;
-
-#[derive(Clone)]
-struct Gate(watch::Sender<bool>);
-
-impl Gate {
-    fn new() -> Self {
-        Self(watch::channel(false).0)
-    }
-    fn open(&self) {
-        self.0.send_replace(true);
-    }
-    async fn wait(&self) {
-        let _ = self.0.subscribe().wait_for(|open| *open).await;
-    }
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::task::yield_now().await;
-    }
-}
 
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 
