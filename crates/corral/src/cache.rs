@@ -16,13 +16,13 @@ use crate::codec::Codec;
 use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, StoreError, StoreErrorKind};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
-use crate::freshness::{standing, Answer, Cached, Fetched, Freshness, Standing};
+use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::key::validate_key;
 use crate::leader::{self, Fallback, Job};
-use crate::local::{LocalEntry, LocalTier};
+use crate::local::LocalTier;
 use crate::policy::{jittered, FillOptions, Policy};
 use crate::stats::{Counters, Stats};
-use crate::store::{Store, StoreKey};
+use crate::store::{Store, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
 
 /// Where a cache keeps its values.
@@ -95,6 +95,23 @@ impl<V: 'static> Inner<V> {
                 None
             }
         }
+    }
+
+    /// Judges bytes read from the shared store by the store's clock: age is
+    /// the physical TTL in the envelope minus the remaining TTL read with
+    /// them. Undecodable bytes are counted and yield `None`.
+    pub(crate) fn judge_stored(&self, stored: &Stored) -> Option<Judged<V>> {
+        let decoded = self.decode(&stored.bytes)?;
+        let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
+        let age = decoded.ttls.physical.saturating_sub(remaining);
+        let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
+        Some(Judged::new(
+            decoded.value,
+            age,
+            decoded.ttls,
+            fail_safe,
+            self.policy.eager_refresh,
+        ))
     }
 
     /// Runs one store call under the cache's store timeout.
@@ -170,18 +187,6 @@ impl<V> std::fmt::Debug for Cache<V> {
     }
 }
 
-/// What a caller found in the in-process tier before any flight.
-enum Local<V> {
-    /// Serve this and return.
-    Serve(Fetched<V>),
-    /// Serve this and refresh in the background.
-    ServeAndRefresh(Fetched<V>, Fallback<V>),
-    /// Fill; this value is the fail-safe fallback.
-    FillWithFallback(Fallback<V>),
-    /// Fill.
-    Miss,
-}
-
 impl<V> Cache<V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
@@ -220,9 +225,9 @@ where
     /// value instead of the error. After an error nothing is stored and the
     /// next call runs a new fill.
     ///
-    /// A fresh hit in the in-process tier completes without allocating,
-    /// awaiting or writing memory shared with other threads (hits are
-    /// counted on per-thread stripes).
+    /// A fresh hit in the in-process tier completes without allocating or
+    /// awaiting; the only memory it writes is its thread's stripe of the hit
+    /// counter.
     pub async fn get_or_fill<F, Fut, E>(&self, key: &str, fill: F) -> Result<V, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
@@ -232,8 +237,7 @@ where
         if let Some(value) = self.local_hit(key) {
             return Ok(value);
         }
-        self.get_or_fill_with(key, FillOptions::default(), fill)
-            .await
+        Box::pin(self.fill_value(key, FillOptions::default(), fill)).await
     }
 
     /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
@@ -259,8 +263,23 @@ where
         if let Some(value) = self.local_hit(key) {
             return Ok(value);
         }
+        Box::pin(self.fill_value(key, options, fill)).await
+    }
+
+    /// The rest of a `get_or_fill` that found no quiet value in process.
+    async fn fill_value<F, Fut, E>(
+        &self,
+        key: &str,
+        options: FillOptions,
+        fill: F,
+    ) -> Result<V, Error<E>>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
         let answer = move || async move { fill().await.map(Answer::value) };
-        let fetched = Box::pin(self.fetch_slow(key, options, answer)).await?;
+        let fetched = self.fetch_slow(key, options, answer).await?;
         fetched.value.ok_or(Error::NotFound)
     }
 
@@ -292,7 +311,7 @@ where
 
     /// The general read-through call: the fill answers an [`Answer`] — a
     /// value or "not found", with its own TTL or not to be cached at all —
-    /// and the caller gets the value with its [`Freshness`] (fresh, stale,
+    /// and the caller gets the value with its [`Freshness`](crate::Freshness) (fresh, stale,
     /// or fail-safe). Single-flight holds whatever the answer says.
     ///
     /// # Errors
@@ -322,34 +341,11 @@ where
         Some(value)
     }
 
-    /// Judges the key's in-process entry.
-    fn local_standing(&self, key: &str) -> Local<V> {
-        let Tier::Local(local) = &self.inner.tier else {
-            return Local::Miss;
-        };
-        let Some((entry, now)) = local.get(key) else {
-            return Local::Miss;
-        };
-        let fetched = |freshness| Fetched {
-            value: entry.value.clone(),
-            freshness: if entry.fail_safe {
-                Freshness::FailSafe
-            } else {
-                freshness
-            },
-        };
-        let fallback = || Fallback::new(entry.value.clone(), entry.remaining(now));
-        let eager = if entry.fail_safe {
-            None
-        } else {
-            self.inner.policy.eager_refresh
-        };
-        match entry.standing(now, eager) {
-            Standing::Fresh => Local::Serve(fetched(Freshness::Fresh)),
-            Standing::RefreshDue => Local::ServeAndRefresh(fetched(Freshness::Fresh), fallback()),
-            Standing::Stale => Local::ServeAndRefresh(fetched(Freshness::Stale), fallback()),
-            Standing::FailSafeOnly => Local::FillWithFallback(fallback()),
-            Standing::Gone => Local::Miss,
+    /// The key's in-process entry, judged; `None` with a shared store.
+    fn local_judged(&self, key: &str) -> Option<Judged<V>> {
+        match &self.inner.tier {
+            Tier::Local(local) => local.judge(key),
+            Tier::Shared(_) => None,
         }
     }
 
@@ -368,26 +364,28 @@ where
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let inner = &self.inner;
         let local = matches!(inner.tier, Tier::Local(_));
-        let fallback = match self.local_standing(key) {
-            Local::Serve(fetched) => {
-                count_served(&inner.counters, fetched.freshness);
-                return Ok(fetched);
+        let fallback = match self.local_judged(key) {
+            Some(judged) if judged.standing == Standing::FailSafeOnly => {
+                Some(Fallback::new(judged.value, judged.remaining))
             }
-            Local::ServeAndRefresh(fetched, fallback) => {
-                count_served(&inner.counters, fetched.freshness);
-                self.refresh_in_background(&runtime, key, options, fill, fallback);
-                return Ok(fetched);
+            Some(judged) => {
+                inner.counters.served(judged.freshness);
+                if judged.standing != Standing::Fresh {
+                    let fallback = Fallback::new(judged.value.clone(), judged.remaining);
+                    self.refresh_in_background(&runtime, key, options, fill, fallback);
+                }
+                return Ok(judged.into_fetched());
             }
-            Local::FillWithFallback(fallback) => Some(fallback),
-            Local::Miss => None,
+            None => None,
         };
-        let recheck = || match &inner.tier {
-            Tier::Local(tier) => tier.get_fresh(key).map(|entry| fetched_fresh(&entry)),
-            Tier::Shared(_) => None,
+        let recheck = || {
+            self.local_judged(key)
+                .filter(|judged| matches!(judged.standing, Standing::Fresh | Standing::RefreshDue))
+                .map(Judged::into_fetched)
         };
         let flight = match inner.flights.claim(key, recheck) {
             Claim::Ready(fetched) => {
-                inner.counters.hits.incr();
+                inner.counters.served(fetched.freshness);
                 return Ok(fetched);
             }
             Claim::Join(flight) => {
@@ -490,43 +488,23 @@ where
     pub async fn lookup(&self, key: &str) -> Result<Cached<V>, Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        let found = match &inner.tier {
-            Tier::Local(_) => match self.local_standing(key) {
-                Local::Serve(fetched) | Local::ServeAndRefresh(fetched, _) => Some(fetched),
-                Local::FillWithFallback(_) | Local::Miss => None,
-            },
+        let judged = match &inner.tier {
+            Tier::Local(local) => local.judge(key),
             Tier::Shared(store) => {
                 let skey = inner.store_key(key);
                 let stored = inner
                     .store_call(store.get(&skey))
                     .await
                     .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-                stored.and_then(|stored| {
-                    let decoded = inner.decode(&stored.bytes)?;
-                    let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
-                    let age = decoded.ttls.physical.saturating_sub(remaining);
-                    let freshness = match standing(age, decoded.ttls, None) {
-                        Standing::Fresh | Standing::RefreshDue => Freshness::Fresh,
-                        Standing::Stale => Freshness::Stale,
-                        Standing::FailSafeOnly | Standing::Gone => return None,
-                    };
-                    let freshness = if decoded.flags & entry::FLAG_FAIL_SAFE != 0 {
-                        Freshness::FailSafe
-                    } else {
-                        freshness
-                    };
-                    Some(Fetched {
-                        value: decoded.value,
-                        freshness,
-                    })
-                })
+                stored.and_then(|stored| inner.judge_stored(&stored))
             }
         };
+        let found = judged.filter(Judged::is_servable).map(Judged::into_fetched);
         let Some(found) = found else {
             Counters::bump(&inner.counters.misses);
             return Ok(Cached::Miss);
         };
-        count_served(&inner.counters, found.freshness);
+        inner.counters.served(found.freshness);
         Ok(match found.value {
             Some(value) => Cached::Value {
                 value,
@@ -656,25 +634,6 @@ where
     #[doc(hidden)]
     pub fn downgrade(&self) -> std::sync::Weak<impl Any + Send + Sync> {
         Arc::downgrade(&self.inner)
-    }
-}
-
-fn fetched_fresh<V: Clone>(entry: &LocalEntry<V>) -> Fetched<V> {
-    Fetched {
-        value: entry.value.clone(),
-        freshness: if entry.fail_safe {
-            Freshness::FailSafe
-        } else {
-            Freshness::Fresh
-        },
-    }
-}
-
-fn count_served(counters: &Counters, freshness: Freshness) {
-    match freshness {
-        Freshness::Fresh => counters.hits.incr(),
-        Freshness::Stale => Counters::bump(&counters.stale_hits),
-        Freshness::FailSafe => Counters::bump(&counters.fail_safe_hits),
     }
 }
 

@@ -248,15 +248,7 @@ impl<V: Clone> Leadership<V> {
 impl<V: Clone> Drop for Leadership<V> {
     fn drop(&mut self) {
         if !self.retired {
-            if let Some(table) = self.table.upgrade() {
-                let mut flights = lock(&table.flights);
-                if flights
-                    .get(&*self.key)
-                    .is_some_and(|flight| flight.id == self.flight.id)
-                {
-                    flights.remove(&*self.key);
-                }
-            }
+            self.retire(|| ());
         }
         if !self.published {
             self.flight.publish(Outcome::Failed(Failure::Aborted));

@@ -124,19 +124,80 @@ pub(crate) enum Standing {
     Gone,
 }
 
-/// Places an entry written with `ttls` at `age`. `eager` is the fraction of
-/// the fresh TTL after which a background refresh starts, if any.
-pub(crate) fn standing(age: Duration, ttls: Ttls, eager: Option<f64>) -> Standing {
+/// How old an entry may grow before it needs anything: its eager-refresh
+/// point (`eager`, a fraction of the fresh TTL), else its fresh TTL. A value
+/// re-cached by fail-safe is never refreshed eagerly.
+pub(crate) fn quiet_for(ttls: Ttls, fail_safe: bool, eager: Option<f64>) -> Duration {
+    match eager {
+        Some(fraction) if !fail_safe => ttls.fresh.mul_f64(fraction),
+        _ => ttls.fresh,
+    }
+}
+
+/// Places an entry written with `ttls` at `age`; from `quiet` on (at most
+/// the fresh TTL) a fresh entry is due for a refresh.
+pub(crate) fn standing(age: Duration, ttls: Ttls, quiet: Duration) -> Standing {
     if age >= ttls.physical {
         Standing::Gone
     } else if age >= ttls.stale {
         Standing::FailSafeOnly
     } else if age >= ttls.fresh {
         Standing::Stale
-    } else if eager.is_some_and(|fraction| age >= ttls.fresh.mul_f64(fraction)) {
+    } else if age >= quiet {
         Standing::RefreshDue
     } else {
         Standing::Fresh
+    }
+}
+
+/// An entry judged at its age, by whichever clock its tier trusts: its
+/// value, where it stands, what a caller is told, and how much of its life
+/// is left.
+pub(crate) struct Judged<V> {
+    pub(crate) value: Option<V>,
+    pub(crate) standing: Standing,
+    pub(crate) freshness: Freshness,
+    pub(crate) remaining: Duration,
+}
+
+impl<V> Judged<V> {
+    /// Judges an entry written with `ttls`, `age` old; `fail_safe` if it was
+    /// re-cached by fail-safe (it is then told as such).
+    pub(crate) fn new(
+        value: Option<V>,
+        age: Duration,
+        ttls: Ttls,
+        fail_safe: bool,
+        eager: Option<f64>,
+    ) -> Self {
+        let standing = standing(age, ttls, quiet_for(ttls, fail_safe, eager));
+        let freshness = match standing {
+            _ if fail_safe => Freshness::FailSafe,
+            Standing::Stale => Freshness::Stale,
+            _ => Freshness::Fresh,
+        };
+        Self {
+            value,
+            standing,
+            freshness,
+            remaining: ttls.physical.saturating_sub(age),
+        }
+    }
+
+    /// Whether a reader is served it without waiting for a fill.
+    pub(crate) fn is_servable(&self) -> bool {
+        matches!(
+            self.standing,
+            Standing::Fresh | Standing::RefreshDue | Standing::Stale
+        )
+    }
+
+    /// What a reader served it gets.
+    pub(crate) fn into_fetched(self) -> Fetched<V> {
+        Fetched {
+            value: self.value,
+            freshness: self.freshness,
+        }
     }
 }
 
@@ -156,17 +217,18 @@ mod tests {
     #[test]
     fn places_ages() {
         let t = ttls(100, 150, 400);
-        let at = |ms| standing(Duration::from_millis(ms), t, Some(0.8));
+        let at = |ms| standing(Duration::from_millis(ms), t, quiet_for(t, false, Some(0.8)));
         assert_eq!(at(0), Standing::Fresh);
         assert_eq!(at(79), Standing::Fresh);
         assert_eq!(at(80), Standing::RefreshDue);
         assert_eq!(at(100), Standing::Stale);
         assert_eq!(at(150), Standing::FailSafeOnly);
         assert_eq!(at(400), Standing::Gone);
-        assert_eq!(
-            standing(Duration::from_millis(99), t, None),
-            Standing::Fresh
-        );
+        let never_eager = |fail_safe, eager| {
+            standing(Duration::from_millis(99), t, quiet_for(t, fail_safe, eager))
+        };
+        assert_eq!(never_eager(false, None), Standing::Fresh);
+        assert_eq!(never_eager(true, Some(0.8)), Standing::Fresh);
     }
 
     proptest! {
@@ -177,7 +239,8 @@ mod tests {
             let rank = |s| match s {
                 Standing::Fresh => 0, Standing::RefreshDue => 1, Standing::Stale => 2, Standing::FailSafeOnly => 3, Standing::Gone => 4,
             };
-            prop_assert!(rank(standing(Duration::from_millis(young), t, Some(0.5))) <= rank(standing(Duration::from_millis(old), t, Some(0.5))));
+            let quiet = quiet_for(t, false, Some(0.5));
+            prop_assert!(rank(standing(Duration::from_millis(young), t, quiet)) <= rank(standing(Duration::from_millis(old), t, quiet)));
         }
     }
 }

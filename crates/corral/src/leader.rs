@@ -21,7 +21,7 @@ use crate::cache::{store_call, Inner, Tier};
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
-use crate::freshness::{standing, Answer, Fetched, Freshness, Standing};
+use crate::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::stats::Counters;
 use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, Store, StoreKey};
 
@@ -197,11 +197,7 @@ fn serve_fallback<V: Clone>(
         return;
     }
     if let Some(cache) = inner.upgrade() {
-        match freshness {
-            Freshness::FailSafe => Counters::bump(&cache.counters.fail_safe_hits),
-            Freshness::Stale => Counters::bump(&cache.counters.stale_hits),
-            Freshness::Fresh => cache.counters.hits.incr(),
-        }
+        cache.counters.served(freshness);
     }
     flight.publish(Outcome::Value(Fetched {
         value: fallback.value.clone(),
@@ -400,24 +396,11 @@ where
                     // Whatever comes next replaces only this generation: a
                     // write or invalidation landing meanwhile wins.
                     self.request.grant = Grant::OverGeneration(stored.generation.clone());
-                    let Some(decoded) = cache.decode(&stored.bytes) else {
+                    let Some(judged) = cache.judge_stored(&stored) else {
                         continue;
                     };
-                    let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
-                    let age = decoded.ttls.physical.saturating_sub(remaining);
-                    let fail_safe = decoded.flags & FLAG_FAIL_SAFE != 0;
-                    let found = Fallback::new(decoded.value, remaining);
-                    let eager = if fail_safe {
-                        None
-                    } else {
-                        cache.policy.eager_refresh
-                    };
-                    let place = standing(age, decoded.ttls, eager);
-                    let freshness = match place {
-                        _ if fail_safe => Freshness::FailSafe,
-                        Standing::Stale => Freshness::Stale,
-                        _ => Freshness::Fresh,
-                    };
+                    let (place, freshness) = (judged.standing, judged.freshness);
+                    let found = Fallback::new(judged.value, judged.remaining);
                     match place {
                         Standing::Fresh => {
                             serve_fallback(self.inner, flight, Some(&found), freshness);

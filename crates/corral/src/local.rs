@@ -11,14 +11,14 @@ use quick_cache::Weighter;
 
 use crate::clock::{millis, Clock, CoarseClock};
 use crate::entry::Ttls;
-use crate::freshness::{standing, Standing};
+use crate::freshness::{quiet_for, Judged, Standing};
 
 /// An in-process entry: the value (`None`: a cached "not found") and the
 /// clock readings at which it changes standing. Kept small: a hit clones it
 /// under the map's shard lock.
 #[derive(Clone)]
 pub(crate) struct LocalEntry<V> {
-    pub(crate) value: Option<V>,
+    value: Option<V>,
     /// Until this reading the entry is fresh and needs nothing: the one
     /// comparison of the hit path.
     quiet_until: u64,
@@ -27,28 +27,19 @@ pub(crate) struct LocalEntry<V> {
     stale_ms: u64,
     physical_ms: u64,
     weight: u32,
-    pub(crate) fail_safe: bool,
+    fail_safe: bool,
 }
 
 impl<V> LocalEntry<V> {
-    fn ttls(&self) -> Ttls {
-        Ttls {
+    /// The entry judged at clock reading `now`.
+    fn judge(self, now: u64, eager: Option<f64>) -> Judged<V> {
+        let ttls = Ttls {
             fresh: Duration::from_millis(self.fresh_ms),
             stale: Duration::from_millis(self.stale_ms),
             physical: Duration::from_millis(self.physical_ms),
-        }
-    }
-
-    /// Where the entry stands at clock reading `now`.
-    pub(crate) fn standing(&self, now: u64, eager: Option<f64>) -> Standing {
+        };
         let age = Duration::from_millis(now.saturating_sub(self.written_at));
-        standing(age, self.ttls(), eager)
-    }
-
-    /// How much of its physical life is left at `now`.
-    pub(crate) fn remaining(&self, now: u64) -> Duration {
-        let age = now.saturating_sub(self.written_at);
-        Duration::from_millis(self.physical_ms.saturating_sub(age))
+        Judged::new(self.value, age, ttls, self.fail_safe, eager)
     }
 }
 
@@ -116,25 +107,11 @@ impl<V: Clone> LocalTier<V> {
         }
     }
 
-    /// The entry of `key` with the clock reading it was judged at, unless
-    /// it is gone.
-    pub(crate) fn get(&self, key: &str) -> Option<(LocalEntry<V>, u64)> {
+    /// The entry of `key` judged at the clock's now, unless absent or gone.
+    pub(crate) fn judge(&self, key: &str) -> Option<Judged<V>> {
         let entry = self.map.get(key)?;
-        let now = self.clock.now_millis();
-        if entry.standing(now, self.eager) == Standing::Gone {
-            return None;
-        }
-        Some((entry, now))
-    }
-
-    /// The entry's value if it is fresh (due for a refresh or not).
-    pub(crate) fn get_fresh(&self, key: &str) -> Option<LocalEntry<V>> {
-        let (entry, now) = self.get(key)?;
-        matches!(
-            entry.standing(now, self.eager),
-            Standing::Fresh | Standing::RefreshDue
-        )
-        .then_some(entry)
+        let judged = entry.judge(self.clock.now_millis(), self.eager);
+        (judged.standing != Standing::Gone).then_some(judged)
     }
 
     /// Stores `value` with `ttls`, weighing `weight` toward the bound.
@@ -147,10 +124,7 @@ impl<V: Clone> LocalTier<V> {
         weight: u32,
     ) {
         let now = self.clock.now_millis();
-        let quiet = match self.eager {
-            Some(fraction) if !fail_safe => ttls.fresh.mul_f64(fraction),
-            _ => ttls.fresh,
-        };
+        let quiet = quiet_for(ttls, fail_safe, self.eager);
         self.map.insert(
             key.into(),
             LocalEntry {

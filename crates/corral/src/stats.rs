@@ -5,6 +5,8 @@
 //! shared cache line; [`Cache::stats`](crate::Cache::stats) sums the stripes.
 
 use crossbeam_utils::CachePadded;
+
+use crate::freshness::Freshness;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Number of stripes of a striped counter (a power of two).
@@ -125,5 +127,14 @@ impl Counters {
     #[inline]
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
+    }
+
+    /// Counts one value served with `freshness`.
+    pub(crate) fn served(&self, freshness: Freshness) {
+        match freshness {
+            Freshness::Fresh => self.hits.incr(),
+            Freshness::Stale => Self::bump(&self.stale_hits),
+            Freshness::FailSafe => Self::bump(&self.fail_safe_hits),
+        }
     }
 }

@@ -42,6 +42,15 @@ impl Slot {
     fn owns_lease(&self, token: &str) -> bool {
         self.lease.as_ref().is_some_and(|(t, _)| &**t == token)
     }
+
+    fn holds_fence(&self, token: &str) -> bool {
+        self.fence.as_ref().is_some_and(|(t, _)| &**t == token)
+    }
+
+    /// The key's generation: its fence token, if any.
+    fn generation(&self) -> Option<Arc<str>> {
+        self.fence.as_ref().map(|(token, _)| token.clone())
+    }
 }
 
 #[derive(Debug)]
@@ -171,17 +180,16 @@ impl Store for MemoryStore {
         request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         let lookup = self.with_slot(key, |slot, rng, now| {
-            let generation = || slot.fence.as_ref().map(|(token, _)| token.clone());
             match (&request.grant, &slot.value) {
                 (Grant::IfNoValue, Some((bytes, expires))) => {
                     return Lookup::Hit(Stored {
                         bytes: bytes.clone(),
                         remaining: Some(expires.saturating_duration_since(now)),
-                        generation: generation(),
+                        generation: slot.generation(),
                     });
                 }
                 (Grant::OverGeneration(_), None) => return Lookup::Changed,
-                (Grant::OverGeneration(expected), Some(_)) if *expected != generation() => {
+                (Grant::OverGeneration(expected), Some(_)) if *expected != slot.generation() => {
                     return Lookup::Changed;
                 }
                 _ => {}
@@ -204,7 +212,7 @@ impl Store for MemoryStore {
             slot.value.as_ref().map(|(bytes, expires)| Stored {
                 bytes: bytes.clone(),
                 remaining: Some(expires.saturating_duration_since(now)),
-                generation: slot.fence.as_ref().map(|(token, _)| token.clone()),
+                generation: slot.generation(),
             })
         });
         ready(Ok(stored))
@@ -221,11 +229,7 @@ impl Store for MemoryStore {
                 return false;
             }
             slot.lease = Some((lease.token.clone(), now + request.lease_ttl));
-            if slot
-                .fence
-                .as_ref()
-                .is_some_and(|(t, _)| **t == *lease.token())
-            {
+            if slot.holds_fence(lease.token()) {
                 slot.fence = Some((lease.token.clone(), now + request.fence_ttl));
             }
             true
@@ -241,10 +245,7 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         let commit = self.with_slot(key, |slot, _, now| {
-            let fenced = slot
-                .fence
-                .as_ref()
-                .is_some_and(|(t, _)| **t == *lease.token());
+            let fenced = slot.holds_fence(lease.token());
             if slot.owns_lease(lease.token()) {
                 slot.lease = None;
             }
@@ -269,11 +270,7 @@ impl Store for MemoryStore {
             if slot.owns_lease(lease.token()) {
                 slot.lease = None;
             }
-            if slot
-                .fence
-                .as_ref()
-                .is_some_and(|(t, _)| **t == *lease.token())
-            {
+            if slot.holds_fence(lease.token()) {
                 slot.fence = None;
             }
         });
