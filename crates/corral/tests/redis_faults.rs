@@ -107,6 +107,17 @@ async fn round_trips_per_operation() {
 
     // A waiter in another process (another store, another connection).
     let other = cache_on_new_store(&server).await;
+    // Its subscription is confirmed (which wakes every listener once to
+    // re-check) before the measured waiter starts listening.
+    let channel = format!("corral:{}:filled", other.namespace());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("2") {
+        assert!(
+            Instant::now() < deadline,
+            "the second store never subscribed"
+        );
+        tokio::task::yield_now().await;
+    }
     server.reset_stats();
     let gate = Gate::new();
     let leader = {
