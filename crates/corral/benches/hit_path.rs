@@ -22,7 +22,6 @@
 //! 2-thread benches it also means the two threads did not fully overlap.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -30,100 +29,26 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
-/// The hot key: 16 bytes.
-const KEY: &str = "user:0000000042!";
-/// The cached value: 32 bytes, cloned on every hit.
-const VALUE: &str = "0123456789abcdef0123456789ABCDEF";
-/// Entry bound of every cache under test.
-const CAPACITY: u64 = 10_000;
-/// TTL of the caches that have one (long enough never to expire in a run).
-const TTL: Duration = Duration::from_secs(3600);
 /// Concurrent callers on one cold key in the cold-miss bench.
 const COLD_CALLERS: usize = 1000;
 
-/// One of the caches under test, answering a hit on the hot key.
-trait HitTarget: Sync {
-    /// Label in criterion's output.
-    const NAME: &'static str;
-    /// One read of `key`, expected to hit.
-    fn hit(&self, key: &str) -> impl Future<Output = String>;
-}
+#[path = "support/targets.rs"]
+mod targets;
 
-/// corral's `get_or_fill` on a filled key.
-struct Corral(corral::Cache<String>);
-
-impl HitTarget for Corral {
-    const NAME: &'static str = "corral_get_or_fill";
-
-    async fn hit(&self, key: &str) -> String {
-        match self
-            .0
-            .get_or_fill(key, || async { Ok::<_, Infallible>(VALUE.to_owned()) })
-            .await
-        {
-            Ok(value) => value,
-            Err(error) => panic!("corral hit failed: {error}"),
-        }
-    }
-}
-
-/// moka's `future::Cache::get_with_by_ref` on a present key.
-struct Moka(moka::future::Cache<String, String>);
-
-impl HitTarget for Moka {
-    const NAME: &'static str = "moka_get_with_by_ref";
-
-    async fn hit(&self, key: &str) -> String {
-        self.0
-            .get_with_by_ref(key, async { VALUE.to_owned() })
-            .await
-    }
-}
-
-/// A bare `quick_cache::sync::Cache::get`: the practical floor.
-struct QuickCache(quick_cache::sync::Cache<String, String>);
-
-impl HitTarget for QuickCache {
-    const NAME: &'static str = "quick_cache_get";
-
-    async fn hit(&self, key: &str) -> String {
-        match self.0.get(key) {
-            Some(value) => value,
-            None => panic!("quick_cache lost the hot key"),
-        }
-    }
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
+use targets::{
+    corral_builder, current_thread, moka_cache, on_cpu_nanos, quick_cache, Corral, HitTarget, Moka,
+    QuickCache, KEY, VALUE,
+};
 
 fn corral_cache() -> corral::Cache<String> {
-    corral::Cache::<String>::builder("bench")
-        .ttl(TTL)
-        .max_entries(CAPACITY)
-        .build()
-        .expect("corral cache")
-}
-
-fn moka_cache() -> moka::future::Cache<String, String> {
-    moka::future::Cache::builder()
-        .max_capacity(CAPACITY)
-        .time_to_live(TTL)
-        .build()
+    corral_builder().build().expect("corral cache")
 }
 
 /// The three targets, each with the hot key filled.
 fn hot_targets() -> (Corral, Moka, QuickCache) {
     let corral = Corral(corral_cache());
     let moka = Moka(moka_cache());
-    let quick = QuickCache(quick_cache::sync::Cache::new(
-        usize::try_from(CAPACITY).expect("capacity fits usize"),
-    ));
-    quick.0.insert(KEY.to_owned(), VALUE.to_owned());
+    let quick = QuickCache(quick_cache());
     let runtime = current_thread();
     runtime.block_on(async {
         // The first get_or_fill / get_with fills; the rest are hits.
@@ -134,12 +59,6 @@ fn hot_targets() -> (Corral, Moka, QuickCache) {
         }
     });
     (corral, moka, quick)
-}
-
-/// Nanoseconds the calling thread has spent on a CPU, if the kernel says.
-fn on_cpu_nanos() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    stat.split_whitespace().next()?.parse().ok()
 }
 
 /// Wall time and on-CPU time of the timed loops of one bench.

@@ -14,19 +14,16 @@
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::process::ExitCode;
-use std::time::Duration;
 
-const KEY: &str = "user:0000000042!";
-const VALUE: &str = "0123456789abcdef0123456789ABCDEF";
-const CAPACITY: u64 = 10_000;
-const TTL: Duration = Duration::from_secs(3600);
+// Each measurement uses part of the shared targets.
+#[allow(dead_code)]
+#[path = "../benches/support/targets.rs"]
+mod targets;
+
+use targets::{corral_builder, moka_cache, quick_cache, KEY, VALUE};
 
 async fn corral_hits(hits: u64) {
-    let cache = corral::Cache::<String>::builder("bench")
-        .ttl(TTL)
-        .max_entries(CAPACITY)
-        .build()
-        .expect("corral cache");
+    let cache = corral_builder().build().expect("corral cache");
     for _ in 0..=hits {
         let value = cache
             .get_or_fill(black_box(KEY), || async {
@@ -43,10 +40,7 @@ async fn corral_hits(hits: u64) {
 }
 
 async fn moka_hits(hits: u64) {
-    let cache = moka::future::Cache::<String, String>::builder()
-        .max_capacity(CAPACITY)
-        .time_to_live(TTL)
-        .build();
+    let cache = moka_cache();
     for _ in 0..=hits {
         black_box(
             cache
@@ -57,10 +51,7 @@ async fn moka_hits(hits: u64) {
 }
 
 async fn quick_cache_hits(hits: u64) {
-    let cache = quick_cache::sync::Cache::<String, String>::new(
-        usize::try_from(CAPACITY).expect("capacity fits usize"),
-    );
-    cache.insert(KEY.to_owned(), VALUE.to_owned());
+    let cache = quick_cache();
     // The same wrapper as the bench: an async block awaited per hit.
     let hit = || async { cache.get(black_box(KEY)).expect("hot key present") };
     black_box(hit().await);

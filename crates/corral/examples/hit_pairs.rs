@@ -31,58 +31,20 @@
 //! `CoarseClock` did before; shows what that shared store costs), moka's
 //! `get_with_by_ref` and a bare quick_cache `get`.
 
-use std::convert::Infallible;
-use std::future::Future;
 use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// The hot key: 16 bytes.
-const KEY: &str = "user:0000000042!";
-const VALUE: &str = "0123456789abcdef0123456789ABCDEF";
-const CAPACITY: u64 = 10_000;
-const TTL: Duration = Duration::from_secs(3600);
+// Each measurement uses part of the shared targets.
+#[allow(dead_code)]
+#[path = "../benches/support/targets.rs"]
+mod targets;
 
-trait HitTarget: Sync {
-    fn hit(&self, key: &str) -> impl Future<Output = String>;
-}
-
-struct Corral(corral::Cache<String>);
-
-impl HitTarget for Corral {
-    async fn hit(&self, key: &str) -> String {
-        match self
-            .0
-            .get_or_fill(key, || async { Ok::<_, Infallible>(VALUE.to_owned()) })
-            .await
-        {
-            Ok(value) => value,
-            Err(error) => panic!("corral hit failed: {error}"),
-        }
-    }
-}
-
-struct Moka(moka::future::Cache<String, String>);
-
-impl HitTarget for Moka {
-    async fn hit(&self, key: &str) -> String {
-        self.0
-            .get_with_by_ref(key, async { VALUE.to_owned() })
-            .await
-    }
-}
-
-struct QuickCache(quick_cache::sync::Cache<String, String>);
-
-impl HitTarget for QuickCache {
-    async fn hit(&self, key: &str) -> String {
-        match self.0.get(key) {
-            Some(value) => value,
-            None => panic!("quick_cache lost a hot key"),
-        }
-    }
-}
+use targets::{
+    corral_builder, current_thread, moka_cache, on_cpu_nanos, quick_cache, Corral, HitTarget, Moka,
+    QuickCache, KEY, VALUE,
+};
 
 /// `corral::clock::CoarseClock` as it was before it switched to
 /// `now_without_cache_update`: `coarsetime::Instant::now` also stores every
@@ -96,18 +58,6 @@ impl corral::clock::Clock for StoringCoarseClock {
             .duration_since(self.0)
             .as_millis()
     }
-}
-
-fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-fn on_cpu_nanos() -> Option<u64> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    stat.split_whitespace().next()?.parse().ok()
 }
 
 /// One timed loop of `calls` hits on `key`: (wall ns, on-CPU ns).
@@ -208,9 +158,7 @@ struct Targets {
 impl Targets {
     fn new() -> Self {
         let corral = |clock: Option<StoringCoarseClock>| {
-            let builder = corral::Cache::<String>::builder("bench")
-                .ttl(TTL)
-                .max_entries(CAPACITY);
+            let builder = corral_builder();
             let builder = match clock {
                 Some(clock) => builder.clock(clock),
                 None => builder,
@@ -229,21 +177,11 @@ impl Targets {
             targets.corral_storing.push(corral(Some(StoringCoarseClock(
                 coarsetime::Instant::now_without_cache_update(),
             ))));
-            targets.moka.push(Moka(
-                moka::future::Cache::builder()
-                    .max_capacity(CAPACITY)
-                    .time_to_live(TTL)
-                    .build(),
-            ));
-            targets.quick.push(QuickCache(quick_cache::sync::Cache::new(
-                usize::try_from(CAPACITY).expect("capacity fits usize"),
-            )));
+            targets.moka.push(Moka(moka_cache()));
+            targets.quick.push(QuickCache(quick_cache()));
         }
         current_thread().block_on(async {
             for instance in 0..INSTANCES {
-                targets.quick[instance]
-                    .0
-                    .insert(KEY.to_owned(), VALUE.to_owned());
                 // The first get_or_fill / get_with fills; the rest are hits.
                 for _ in 0..2 {
                     assert_eq!(targets.corral[instance].hit(KEY).await, VALUE);

@@ -1,0 +1,108 @@
+//! The caches under test on the hit path, shared by `benches/hit_path.rs`,
+//! `examples/hit_pairs.rs` and `examples/hit_count.rs` so that all three
+//! measure exactly the same hit: one hot 16-byte key, a 32-byte `String`
+//! value cloned per hit, behind the same `async fn hit`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::time::Duration;
+
+/// The hot key: 16 bytes.
+pub(crate) const KEY: &str = "user:0000000042!";
+/// The cached value: 32 bytes, cloned on every hit.
+pub(crate) const VALUE: &str = "0123456789abcdef0123456789ABCDEF";
+/// Entry bound of every cache under test.
+pub(crate) const CAPACITY: u64 = 10_000;
+/// TTL of the caches that have one (long enough never to expire in a run).
+pub(crate) const TTL: Duration = Duration::from_secs(3600);
+
+/// One of the caches under test, answering a hit on the hot key.
+pub(crate) trait HitTarget: Sync {
+    /// Label in reports.
+    const NAME: &'static str;
+    /// One read of `key`, expected to hit.
+    fn hit(&self, key: &str) -> impl Future<Output = String>;
+}
+
+/// corral's `get_or_fill` on a filled key.
+pub(crate) struct Corral(pub(crate) corral::Cache<String>);
+
+impl HitTarget for Corral {
+    const NAME: &'static str = "corral_get_or_fill";
+
+    async fn hit(&self, key: &str) -> String {
+        match self
+            .0
+            .get_or_fill(key, || async { Ok::<_, Infallible>(VALUE.to_owned()) })
+            .await
+        {
+            Ok(value) => value,
+            Err(error) => panic!("corral hit failed: {error}"),
+        }
+    }
+}
+
+/// moka's `future::Cache::get_with_by_ref` on a present key.
+pub(crate) struct Moka(pub(crate) moka::future::Cache<String, String>);
+
+impl HitTarget for Moka {
+    const NAME: &'static str = "moka_get_with_by_ref";
+
+    async fn hit(&self, key: &str) -> String {
+        self.0
+            .get_with_by_ref(key, async { VALUE.to_owned() })
+            .await
+    }
+}
+
+/// A bare `quick_cache::sync::Cache::get`: the practical floor.
+pub(crate) struct QuickCache(pub(crate) quick_cache::sync::Cache<String, String>);
+
+impl HitTarget for QuickCache {
+    const NAME: &'static str = "quick_cache_get";
+
+    async fn hit(&self, key: &str) -> String {
+        match self.0.get(key) {
+            Some(value) => value,
+            None => panic!("quick_cache lost the hot key"),
+        }
+    }
+}
+
+/// corral's builder as every measurement configures it.
+pub(crate) fn corral_builder() -> corral::CacheBuilder<String> {
+    corral::Cache::<String>::builder("bench")
+        .ttl(TTL)
+        .max_entries(CAPACITY)
+}
+
+/// moka as every measurement configures it.
+pub(crate) fn moka_cache() -> moka::future::Cache<String, String> {
+    moka::future::Cache::builder()
+        .max_capacity(CAPACITY)
+        .time_to_live(TTL)
+        .build()
+}
+
+/// A bare quick_cache map holding the hot key.
+pub(crate) fn quick_cache() -> quick_cache::sync::Cache<String, String> {
+    let cache =
+        quick_cache::sync::Cache::new(usize::try_from(CAPACITY).expect("capacity fits usize"));
+    cache.insert(KEY.to_owned(), VALUE.to_owned());
+    cache
+}
+
+/// A current-thread tokio runtime with every driver.
+pub(crate) fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Nanoseconds the calling thread has spent on a CPU, if the kernel says
+/// (`/proc/thread-self/schedstat`, Linux only).
+pub(crate) fn on_cpu_nanos() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
+}
