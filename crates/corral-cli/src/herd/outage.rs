@@ -226,7 +226,6 @@ impl Report for OutageReport {
 ///
 /// If the cache cannot be built or a caller task panicked.
 pub(crate) async fn run(scenario: Scenario, progress: &Progress) -> anyhow::Result<OutageReport> {
-    let outage_rounds = scenario.rounds;
     let source = Arc::new(FlakySource::new(scenario.fill));
     let cache = corral::Cache::<String>::builder("herd-outage")
         .ttl(TTL)
@@ -241,40 +240,23 @@ pub(crate) async fn run(scenario: Scenario, progress: &Progress) -> anyhow::Resu
         source: Arc::clone(&source),
         fail_safe_answers: AtomicU64::new(0),
     });
-    let mut first_failure = None;
-    let corral_rounds = run_side(
-        "corral",
-        &corral,
-        &source,
-        scenario,
-        outage_rounds,
-        progress,
-        &mut first_failure,
-        || Some(corral.fail_safe_answers.swap(0, Relaxed)),
-    )
-    .await?;
+    let (corral_rounds, first_failure) =
+        run_side("corral", &corral, &source, scenario, progress, || {
+            Some(corral.fail_safe_answers.swap(0, Relaxed))
+        })
+        .await?;
 
     let naive_source = Arc::new(FlakySource::new(scenario.fill));
     let naive = Arc::new(NaiveSide {
         map: RwLock::new(HashMap::new()),
         source: Arc::clone(&naive_source),
     });
-    let mut ignored = None;
-    let naive_rounds = run_side(
-        "naive",
-        &naive,
-        &naive_source,
-        scenario,
-        outage_rounds,
-        progress,
-        &mut ignored,
-        || None,
-    )
-    .await?;
+    let (naive_rounds, _) =
+        run_side("naive", &naive, &naive_source, scenario, progress, || None).await?;
 
     let corral_errors = corral_rounds.iter().map(|r| r.errors).sum();
     let naive_errors = naive_rounds.iter().map(|r| r.errors).sum();
-    let down_calls = scenario.callers * outage_rounds;
+    let down_calls = scenario.callers * scenario.rounds;
     let verdict = format!(
         "source down for {} calls: corral answered {} of them ({} errors); naive: {} errors",
         group(down_calls),
@@ -313,23 +295,22 @@ pub(crate) async fn run(scenario: Scenario, progress: &Progress) -> anyhow::Resu
     })
 }
 
-/// Runs the up, down…, up rounds through one side.
-#[allow(clippy::too_many_arguments)]
+/// Runs the up, down ×`scenario.rounds`, up rounds through one side; returns
+/// their figures and the side's first failure.
 async fn run_side<C: Contender>(
     label: &str,
     contender: &Arc<C>,
     source: &FlakySource,
     scenario: Scenario,
-    outage_rounds: u64,
     progress: &Progress,
-    first_failure: &mut Option<String>,
     mut fail_safe: impl FnMut() -> Option<u64>,
-) -> anyhow::Result<Vec<OutageRound>> {
+) -> anyhow::Result<(Vec<OutageRound>, Option<String>)> {
     let keys: Vec<String> = (0..scenario.keys)
         .map(|k| Scenario::key("outage", 0, k))
         .collect();
-    let total = outage_rounds + 2;
+    let total = scenario.rounds + 2;
     let mut rounds = Vec::new();
+    let mut first_failure = None;
     for round in 0..total {
         let source_up = round == 0 || round == total - 1;
         source.down.store(!source_up, Relaxed);
@@ -340,7 +321,7 @@ async fn run_side<C: Contender>(
         let calls_before = source.source.calls();
         let tally = run_round(contender, scenario.callers, &keys).await?;
         if first_failure.is_none() {
-            *first_failure = tally.first_failure.clone();
+            first_failure = tally.first_failure.clone();
         }
         rounds.push(OutageRound {
             source_up,
@@ -351,5 +332,5 @@ async fn run_side<C: Contender>(
         });
         progress.done_round();
     }
-    Ok(rounds)
+    Ok((rounds, first_failure))
 }
