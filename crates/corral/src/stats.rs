@@ -1,51 +1,187 @@
 //! Per-instance counters and their plain snapshot.
 //!
-//! Hits are counted on striped, cache-line padded cells chosen by the
-//! current thread, so concurrent hits on one hot key do not contend on one
-//! shared cache line; [`Cache::stats`](crate::Cache::stats) sums the stripes.
+//! Hits are counted on striped, cache-line padded cells, each owned by one
+//! thread until that thread exits, so concurrent hits on one hot key write
+//! no shared cache line and take no locked instruction;
+//! [`Cache::stats`](crate::Cache::stats) sums the stripes.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
 
 use crate::freshness::Freshness;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Number of stripes of a striped counter (a power of two).
-const STRIPES: usize = 16;
+/// Every this many counts on its own stripe, [`StripedCounter::incr`]
+/// tells the calling thread it passed a milestone (a power of two).
+pub(crate) const MILESTONE: u64 = 4096;
+
+/// One stripe: a count written by its owner thread alone.
+#[derive(Default)]
+struct Stripe {
+    /// The owner's thread identity (see [`thread_identity`]); 0 while
+    /// unowned. Claimed with an acquiring compare-exchange, released by the
+    /// owner when it exits (see [`OwnedStripes`]).
+    owner: AtomicUsize,
+    /// Written only by the owner, with a plain load and store: no other
+    /// thread writes it meanwhile, so no increment is lost and none needs a
+    /// locked instruction.
+    count: AtomicU64,
+}
+
+/// The stripes of one counter, shared weakly with the threads that own one
+/// (an owned stripe does not keep a dropped cache's counters alive).
+type Stripes = [CachePadded<Stripe>];
 
 /// A counter split over cache-line padded stripes.
+///
+/// A thread counts on the stripe its probe (a per-thread number, see
+/// [`thread_probe`]) selects. If the stripe is free the thread claims it
+/// and from then on bumps it without a read-modify-write, until it exits.
+/// If another thread owns it, the count goes to the shared `overflow` cell
+/// with `fetch_add`, and the thread moves its probe on, so that threads
+/// that collide spread out over the free stripes.
 pub(crate) struct StripedCounter {
-    stripes: Box<[CachePadded<AtomicU64>; STRIPES]>,
+    stripes: Arc<Stripes>,
+    /// `stripes.len() - 1`; the length is a power of two.
+    mask: usize,
+    overflow: CachePadded<AtomicU64>,
 }
 
 impl StripedCounter {
     fn new() -> Self {
+        // Enough stripes that the threads hitting one cache rarely collide,
+        // as LongAdder sizes its cells by the CPUs.
+        let cpus = std::thread::available_parallelism().map_or(4, usize::from);
+        let len = (4 * cpus).next_power_of_two().clamp(16, 256);
         Self {
-            stripes: Box::new(std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0)))),
+            stripes: (0..len)
+                .map(|_| CachePadded::new(Stripe::default()))
+                .collect(),
+            mask: len - 1,
+            overflow: CachePadded::new(AtomicU64::new(0)),
         }
     }
 
+    /// Counts one. Returns true once every [`MILESTONE`] counts of the
+    /// calling thread on its own stripe (never for overflow counts): a cheap
+    /// sign of a high rate for whoever needs one.
     #[inline]
-    pub(crate) fn incr(&self) {
-        self.stripes[stripe_index()].fetch_add(1, Relaxed);
+    pub(crate) fn incr(&self) -> bool {
+        let me = thread_identity();
+        let probe = PROBE.with(Cell::get);
+        if let Some(stripe) = self.stripes.get(probe & self.mask) {
+            if stripe.owner.load(Relaxed) == me {
+                let count = stripe.count.load(Relaxed) + 1;
+                stripe.count.store(count, Relaxed);
+                return count.is_multiple_of(MILESTONE);
+            }
+        }
+        self.incr_unowned(me);
+        false
+    }
+
+    /// [`incr`](Self::incr) for a thread that does not own the stripe its
+    /// probe selects: claims it if it is free; else counts on the overflow
+    /// cell and moves the probe on.
+    #[cold]
+    #[inline(never)]
+    fn incr_unowned(&self, me: usize) {
+        let probe = match PROBE.with(Cell::get) {
+            0 => first_probe(me),
+            probe => probe,
+        };
+        PROBE.with(|cell| cell.set(probe));
+        let index = probe & self.mask;
+        let stripe = &self.stripes[index];
+        let claimed = match stripe.owner.compare_exchange(0, me, Acquire, Relaxed) {
+            Ok(_) => true,
+            // Its own stripe, once the first probe is set.
+            Err(owner) => owner == me,
+        };
+        if !claimed {
+            self.overflow.fetch_add(1, Relaxed);
+            PROBE.with(|cell| cell.set(next_probe(probe)));
+            return;
+        }
+        // Owned: a previous owner's last count happened before its release,
+        // which the claim acquired.
+        stripe.count.fetch_add(1, Relaxed);
+        let registered = OWNED.try_with(|owned| owned.register(&self.stripes, index));
+        if registered.is_err() {
+            // This thread is exiting: nothing would release the stripe.
+            stripe.owner.store(0, Release);
+        }
     }
 
     fn sum(&self) -> u64 {
-        self.stripes.iter().map(|cell| cell.load(Relaxed)).sum()
+        let owned: u64 = self
+            .stripes
+            .iter()
+            .map(|stripe| stripe.count.load(Relaxed))
+            .sum();
+        owned + self.overflow.load(Relaxed)
     }
 }
 
-/// The stripe of the calling thread: derived from the address of a
-/// thread-local, which differs per thread, so no shared counter hands out
-/// indices.
+thread_local! {
+    /// The current thread's probe; 0 until its first unowned count.
+    static PROBE: Cell<usize> = const { Cell::new(0) };
+    /// The stripes the current thread owns, released when it exits.
+    static OWNED: OwnedStripes = const { OwnedStripes(RefCell::new(Vec::new())) };
+}
+
+/// The stripes one thread owns, across counters.
+struct OwnedStripes(RefCell<Vec<(Weak<Stripes>, usize)>>);
+
+impl OwnedStripes {
+    fn register(&self, stripes: &Arc<Stripes>, index: usize) {
+        let mut owned = self.0.borrow_mut();
+        // Forget the stripes of counters since dropped.
+        owned.retain(|(stripes, _)| stripes.strong_count() > 0);
+        owned.push((Arc::downgrade(stripes), index));
+    }
+}
+
+impl Drop for OwnedStripes {
+    fn drop(&mut self) {
+        for (stripes, index) in self.0.get_mut().drain(..) {
+            if let Some(stripes) = stripes.upgrade() {
+                // After this thread's last count: the next owner acquires it.
+                stripes[index].owner.store(0, Release);
+            }
+        }
+    }
+}
+
+/// A number that differs between live threads and is never 0: the address
+/// of a thread-local. Nothing shared hands it out.
 #[inline]
-fn stripe_index() -> usize {
+fn thread_identity() -> usize {
     thread_local! {
         static ANCHOR: u8 = const { 0 };
     }
-    ANCHOR.with(|anchor| {
-        let address = std::ptr::from_ref(anchor) as usize;
-        (address.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) & (STRIPES - 1)
-    })
+    ANCHOR.with(|anchor| std::ptr::from_ref(anchor) as usize)
+}
+
+/// A thread's first probe: its identity, mixed (splitmix64's finalizer) so
+/// that threads whose identities differ by a fixed stride spread evenly.
+fn first_probe(me: usize) -> usize {
+    let mut z = (me as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as usize | 1
+}
+
+/// The probe after `probe` (xorshift): another stripe to try.
+fn next_probe(probe: usize) -> usize {
+    let mut x = probe;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    x.max(1)
 }
 
 macro_rules! counters {
@@ -132,9 +268,82 @@ impl Counters {
     /// Counts one value served with `freshness`.
     pub(crate) fn served(&self, freshness: Freshness) {
         match freshness {
-            Freshness::Fresh => self.hits.incr(),
+            Freshness::Fresh => {
+                self.hits.incr();
+            }
             Freshness::Stale => Self::bump(&self.stale_hits),
             Freshness::FailSafe => Self::bump(&self.fail_safe_hits),
         }
+    }
+}
+
+#[cfg(all(test, not(shuttle)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_many_threads_add_up_exactly() {
+        // More threads than stripes: some own a stripe, the rest share the
+        // overflow cell; none may lose a count.
+        let counter = StripedCounter::new();
+        let threads: u64 = 48;
+        let per_thread: u64 = 20_000;
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| {
+                    for _ in 0..per_thread {
+                        counter.incr();
+                    }
+                });
+            }
+        });
+        assert_eq!(counter.sum(), threads * per_thread);
+    }
+
+    #[test]
+    fn a_stripe_is_released_when_its_owner_exits() {
+        // One thread after another: each finds its stripe free (never
+        // claimed, or released by an exited owner), so none overflows.
+        // (`join`, not a scope: a joined thread has run its thread-local
+        // destructors.)
+        let counter = Arc::new(StripedCounter::new());
+        for _ in 0..40 {
+            let counter = Arc::clone(&counter);
+            let thread = std::thread::spawn(move || {
+                for _ in 0..100 {
+                    counter.incr();
+                }
+            });
+            thread.join().expect("counting thread");
+        }
+        assert_eq!(counter.overflow.load(Relaxed), 0);
+        assert_eq!(counter.sum(), 40 * 100);
+    }
+
+    #[test]
+    fn concurrent_threads_settle_on_stripes_of_their_own() {
+        // Threads whose probes collide move on to free stripes instead of
+        // counting on the shared overflow cell.
+        let counter = StripedCounter::new();
+        let per_thread: u64 = 100_000;
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..per_thread {
+                        counter.incr();
+                    }
+                });
+            }
+        });
+        assert!(counter.overflow.load(Relaxed) < 64);
+        assert_eq!(counter.sum(), 4 * per_thread);
+    }
+
+    #[test]
+    fn a_thread_on_its_own_stripe_passes_a_milestone_every_milestone_counts() {
+        let counter = StripedCounter::new();
+        let milestones = (0..3 * MILESTONE + 7).filter(|_| counter.incr()).count();
+        assert_eq!(milestones, 3);
+        assert_eq!(counter.sum(), 3 * MILESTONE + 7);
     }
 }
