@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::cache::{Cache, Inner, Tier};
-use crate::clock::{Clock, CoarseClock};
+use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
 use crate::error::ConfigError;
 use crate::flight::FlightTable;
@@ -18,6 +18,7 @@ use crate::policy::Policy;
 use crate::stats::Counters;
 use crate::store::Store;
 use crate::sync::Mutex;
+use crate::ticker::TickedClock;
 use tokio::sync::Semaphore;
 
 /// The bound of the in-process tier.
@@ -252,7 +253,9 @@ where
         self
     }
 
-    /// The clock that expires in-process entries (default [`CoarseClock`];
+    /// The clock that expires in-process entries (default
+    /// [`CoarseClock`](crate::clock::CoarseClock), whose reading a hot cache
+    /// keeps on a ticker thread; an injected clock is read on every hit;
     /// use [`TokioClock`](crate::clock::TokioClock) under paused time).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
@@ -308,7 +311,7 @@ where
             None => {
                 let clock = match self.clock {
                     Some(clock) => TierClock::Injected(clock),
-                    None => TierClock::Coarse(CoarseClock::new()),
+                    None => TierClock::Coarse(TickedClock::new(&self.name)),
                 };
                 Tier::Local(LocalTier::new(
                     estimated_items.min(1 << 24),

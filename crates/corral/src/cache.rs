@@ -17,6 +17,7 @@ use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, StoreError, StoreErrorKind};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
+use crate::get_or_fill::{GetOrFill, SlowFill};
 use crate::key::validate_key;
 use crate::leader::{self, Fallback, Job};
 use crate::local::LocalTier;
@@ -225,19 +226,24 @@ where
     /// value instead of the error. After an error nothing is stored and the
     /// next call runs a new fill.
     ///
-    /// A fresh hit in the in-process tier completes without allocating or
-    /// awaiting; the only memory it writes is its thread's stripe of the hit
-    /// counter.
-    pub async fn get_or_fill<F, Fut, E>(&self, key: &str, fill: F) -> Result<V, Error<E>>
+    /// A fresh hit in the in-process tier completes on the first poll
+    /// without allocating; the only memory it writes is its thread's stripe
+    /// of the hit counter, with a plain store. On a hot cache it does not
+    /// call the clock either (see [`CacheBuilder::clock`]).
+    ///
+    /// The returned future borrows the cache and the key, is `Send`, and does
+    /// nothing until polled, like an `async fn`'s.
+    pub fn get_or_fill<'a, F, Fut, E>(
+        &'a self,
+        key: &'a str,
+        fill: F,
+    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        if let Some(value) = self.local_hit(key) {
-            return Ok(value);
-        }
-        Box::pin(self.fill_value(key, FillOptions::default(), fill)).await
+        GetOrFill::new(self, key, FillOptions::default(), fill)
     }
 
     /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
@@ -249,21 +255,36 @@ where
     /// # Errors
     ///
     /// As [`get_or_fill`](Cache::get_or_fill).
-    pub async fn get_or_fill_with<F, Fut, E>(
-        &self,
-        key: &str,
+    pub fn get_or_fill_with<'a, F, Fut, E>(
+        &'a self,
+        key: &'a str,
         options: FillOptions,
         fill: F,
-    ) -> Result<V, Error<E>>
+    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        if let Some(value) = self.local_hit(key) {
-            return Ok(value);
-        }
-        Box::pin(self.fill_value(key, options, fill)).await
+        GetOrFill::new(self, key, options, fill)
+    }
+
+    /// The rest of a `get_or_fill` that found no quiet value in process,
+    /// boxed: kept out of the hit path's code.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn slow_fill<'a, F, Fut, E>(
+        &'a self,
+        key: &'a str,
+        options: FillOptions,
+        fill: F,
+    ) -> SlowFill<'a, V, E>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        Box::pin(self.fill_value(key, options, fill))
     }
 
     /// The rest of a `get_or_fill` that found no quiet value in process.
@@ -331,13 +352,17 @@ where
         Box::pin(self.fetch_slow(key, options, fill)).await
     }
 
-    #[inline]
-    fn local_hit(&self, key: &str) -> Option<V> {
+    /// The in-process value of `key` if it is quiet (fresh, nothing due),
+    /// counted as a hit.
+    #[inline(always)]
+    pub(crate) fn local_hit(&self, key: &str) -> Option<V> {
         let Tier::Local(local) = &self.inner.tier else {
             return None;
         };
         let value = local.get_quiet(key)?;
-        self.inner.counters.hits.incr();
+        if self.inner.counters.hits.incr() {
+            local.hit_milestone();
+        }
         Some(value)
     }
 
@@ -625,6 +650,13 @@ where
     /// Number of flights (fills and refreshes) in progress. Zero whenever
     /// none runs: the flight table leaks nothing on error, panic, timeout or
     /// cancellation.
+    /// Test support: whether in-process hits currently read the ticked
+    /// clock reading of a hot cache instead of the clock.
+    #[doc(hidden)]
+    pub fn hits_read_ticked_clock(&self) -> bool {
+        matches!(&self.inner.tier, Tier::Local(local) if local.ticking())
+    }
+
     #[doc(hidden)]
     pub fn flights_in_progress(&self) -> usize {
         self.inner.flights.len()

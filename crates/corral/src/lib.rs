@@ -63,6 +63,7 @@ pub mod entry;
 mod error;
 mod flight;
 mod freshness;
+mod get_or_fill;
 mod key;
 mod leader;
 mod local;
@@ -70,6 +71,7 @@ mod policy;
 mod stats;
 pub mod store;
 mod sync;
+mod ticker;
 
 #[cfg(feature = "redis")]
 mod redis;

@@ -9,9 +9,10 @@ use std::time::Duration;
 use quick_cache::sync::Cache as Map;
 use quick_cache::Weighter;
 
-use crate::clock::{millis, Clock, CoarseClock};
+use crate::clock::{millis, Clock};
 use crate::entry::Ttls;
 use crate::freshness::{quiet_for, Judged, Standing};
+use crate::ticker::TickedClock;
 
 /// An in-process entry: the value (`None`: a cached "not found") and the
 /// clock readings at which it changes standing. Kept small: a hit clones it
@@ -52,10 +53,10 @@ impl<V> Weighter<Box<str>, LocalEntry<V>> for EntryWeighter {
     }
 }
 
-/// The clock of the in-process tier: the default coarse clock, read without
-/// a virtual call, or an injected one.
+/// The clock of the in-process tier: the default coarse clock with its
+/// ticked reading for hot caches, or an injected clock (read on every hit).
 pub(crate) enum TierClock {
-    Coarse(CoarseClock),
+    Coarse(TickedClock),
     Injected(Arc<dyn Clock>),
 }
 
@@ -64,6 +65,15 @@ impl TierClock {
     fn now_millis(&self) -> u64 {
         match self {
             Self::Coarse(clock) => clock.now_millis(),
+            Self::Injected(clock) => clock.now_millis(),
+        }
+    }
+
+    /// The reading a hit compares with; never ahead of `now_millis`.
+    #[inline]
+    fn hit_now(&self) -> u64 {
+        match self {
+            Self::Coarse(clock) => clock.hit_now(),
             Self::Injected(clock) => clock.now_millis(),
         }
     }
@@ -95,12 +105,12 @@ impl<V: Clone> LocalTier<V> {
     }
 
     /// The value of `key` if it is present, a value (not a cached "not
-    /// found") and fresh with nothing due. No allocation, no await, one clock
-    /// read: the hit path.
+    /// found") and fresh with nothing due. No allocation, no await, and on a
+    /// hot cache no clock call: the hit path.
     #[inline]
     pub(crate) fn get_quiet(&self, key: &str) -> Option<V> {
         let entry = self.map.get(key)?;
-        if entry.quiet_until > self.clock.now_millis() {
+        if entry.quiet_until > self.clock.hit_now() {
             entry.value
         } else {
             None
@@ -140,6 +150,21 @@ impl<V: Clone> LocalTier<V> {
         );
     }
 
+    /// A thread passed a hit-counter milestone (see
+    /// [`StripedCounter::incr`](crate::stats::StripedCounter::incr)): the
+    /// default clock may start ticking.
+    #[cold]
+    pub(crate) fn hit_milestone(&self) {
+        if let TierClock::Coarse(clock) = &self.clock {
+            clock.milestone();
+        }
+    }
+
+    /// Whether hits read a ticked clock reading instead of the clock.
+    pub(crate) fn ticking(&self) -> bool {
+        matches!(&self.clock, TierClock::Coarse(clock) if clock.ticking())
+    }
+
     pub(crate) fn remove(&self, key: &str) {
         self.map.remove(key);
     }
@@ -147,4 +172,43 @@ impl<V: Clone> LocalTier<V> {
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
+}
+
+#[cfg(all(test, not(shuttle)))]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_hot_tier_expires_entries_on_the_ticked_reading_and_never_early() {
+        let tier = LocalTier::<u32>::new(16, 16, TierClock::Coarse(TickedClock::new("t")), None);
+        // Two milestones in quick succession: as hot as a cache gets.
+        tier.hit_milestone();
+        tier.hit_milestone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !tier.ticking() {
+            assert!(Instant::now() < deadline, "the tier never started ticking");
+            std::thread::yield_now();
+        }
+
+        let ttl = Duration::from_millis(30);
+        let inserted = Instant::now();
+        tier.insert("k", Some(7), Ttls::simple(ttl), false, 1);
+        let mut hits = 0_u64;
+        while tier.get_quiet("k").is_some() {
+            hits += 1;
+            assert!(Instant::now() < deadline, "the entry never expired");
+            std::thread::yield_now();
+        }
+        // The coarse clock itself lags real time by up to its resolution.
+        assert!(
+            inserted.elapsed() + COARSE_RESOLUTION >= ttl,
+            "expired early"
+        );
+        assert!(hits > 0, "the entry was never served");
+    }
+
+    /// The coarse clock's resolution: one scheduler tick, at most 10 ms
+    /// (`CONFIG_HZ=100`).
+    const COARSE_RESOLUTION: Duration = Duration::from_millis(10);
 }
