@@ -17,7 +17,7 @@ use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, StoreError, StoreErrorKind};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
-use crate::get_or_fill::{GetOrFill, SlowFill};
+use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
 use crate::key::validate_key;
 use crate::leader::{self, Fallback, Job};
 use crate::local::LocalTier;
@@ -243,7 +243,7 @@ where
         Fut: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        GetOrFill::new(self, key, FillOptions::default(), fill)
+        GetOrFill::new(self, key, Defaults, fill)
     }
 
     /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.

@@ -1,8 +1,16 @@
 //! The future of [`Cache::get_or_fill`]: a fresh in-process hit answers on
 //! the first poll through a small, inlinable path; anything else starts the
 //! boxed slow path out of line.
+//!
+//! The hit path must not hand the future's own address to out-of-line code,
+//! nor move per-call options around: either makes the caller's state machine
+//! keep the future in memory and costs a third of a hit (see
+//! `BENCHMARKS.md`). So the state is taken by value on poll, the slow path
+//! starts from plain arguments, and `get_or_fill` carries zero-sized default
+//! options.
 
 use std::future::Future;
+use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -15,71 +23,134 @@ use crate::{Cache, Error};
 /// The rest of a call that found no quiet value in process.
 pub(crate) type SlowFill<'a, V, E> = Pin<Box<dyn Future<Output = Result<V, Error<E>>> + Send + 'a>>;
 
+/// Per-call settings as a `GetOrFill` holds them.
+pub(crate) trait CallOptions: Copy + Send {
+    /// The settings the slow path applies.
+    fn resolve(self) -> FillOptions;
+}
+
+/// The cache's defaults, known without storing anything.
+#[derive(Clone, Copy)]
+pub(crate) struct Defaults;
+
+impl CallOptions for Defaults {
+    fn resolve(self) -> FillOptions {
+        FillOptions::default()
+    }
+}
+
+impl CallOptions for FillOptions {
+    fn resolve(self) -> FillOptions {
+        self
+    }
+}
+
+enum State<'a, V, F, E> {
+    /// Not polled yet.
+    Start(F),
+    /// The slow path is running.
+    Slow(SlowFill<'a, V, E>),
+    /// The output was returned.
+    Done,
+}
+
 /// A pending `get_or_fill`: like the `async fn` it stands for, it does
 /// nothing until first polled.
-pub(crate) struct GetOrFill<'a, V, F, E> {
+pub(crate) struct GetOrFill<'a, V, F, E, O> {
     cache: &'a Cache<V>,
     key: &'a str,
-    options: FillOptions,
-    /// Taken when the slow path starts.
-    fill: Option<F>,
-    slow: Option<SlowFill<'a, V, E>>,
+    options: O,
+    state: State<'a, V, F, E>,
 }
 
 // Nothing is ever pinned in place: `fill` is only moved out by value and the
 // slow path is boxed.
-impl<V, F, E> Unpin for GetOrFill<'_, V, F, E> {}
+impl<V, F, E, O> Unpin for GetOrFill<'_, V, F, E, O> {}
 
-impl<'a, V, F, Fut, E> GetOrFill<'a, V, F, E>
+impl<'a, V, F, Fut, E, O> GetOrFill<'a, V, F, E, O>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<V, E>> + Send + 'static,
     E: Send + Sync + 'static,
+    O: CallOptions,
 {
-    pub(crate) fn new(cache: &'a Cache<V>, key: &'a str, options: FillOptions, fill: F) -> Self {
+    pub(crate) fn new(cache: &'a Cache<V>, key: &'a str, options: O, fill: F) -> Self {
         Self {
             cache,
             key,
             options,
-            fill: Some(fill),
-            slow: None,
+            state: State::Start(fill),
         }
-    }
-
-    /// Starts the slow path with `fill` and polls it once.
-    #[cold]
-    #[inline(never)]
-    fn start_slow(&mut self, fill: F, cx: &mut Context<'_>) -> Poll<Result<V, Error<E>>> {
-        let slow = self
-            .slow
-            .insert(self.cache.slow_fill(self.key, self.options, fill));
-        slow.as_mut().poll(cx)
     }
 }
 
-impl<V, F, Fut, E> Future for GetOrFill<'_, V, F, E>
+/// The slow path after its first poll.
+enum Started<'a, V, E> {
+    Finished(Result<V, Error<E>>),
+    Running(SlowFill<'a, V, E>),
+}
+
+/// Starts the slow path and polls it once.
+#[cold]
+#[inline(never)]
+fn start_slow<'a, V, F, Fut, E, O>(
+    cache: &'a Cache<V>,
+    key: &'a str,
+    options: O,
+    fill: F,
+    cx: &mut Context<'_>,
+) -> Started<'a, V, E>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<V, E>> + Send + 'static,
     E: Send + Sync + 'static,
+    O: CallOptions,
+{
+    let mut slow = cache.slow_fill(key, options.resolve(), fill);
+    match slow.as_mut().poll(cx) {
+        Poll::Ready(output) => Started::Finished(output),
+        Poll::Pending => Started::Running(slow),
+    }
+}
+
+impl<V, F, Fut, E, O> Future for GetOrFill<'_, V, F, E, O>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<V, E>> + Send + 'static,
+    E: Send + Sync + 'static,
+    O: CallOptions,
 {
     type Output = Result<V, Error<E>>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Some(slow) = &mut this.slow {
-            return slow.as_mut().poll(cx);
-        }
-        if let Some(value) = this.cache.local_hit(this.key) {
-            return Poll::Ready(Ok(value));
-        }
-        match this.fill.take() {
-            Some(fill) => this.start_slow(fill, cx),
-            // Unreachable: `fill` is only taken to set `slow`.
-            None => Poll::Ready(Err(Error::Aborted)),
+        match mem::replace(&mut this.state, State::Done) {
+            State::Start(fill) => {
+                if let Some(value) = this.cache.local_hit(this.key) {
+                    return Poll::Ready(Ok(value));
+                }
+                match start_slow(this.cache, this.key, this.options, fill, cx) {
+                    Started::Finished(output) => Poll::Ready(output),
+                    Started::Running(slow) => {
+                        this.state = State::Slow(slow);
+                        Poll::Pending
+                    }
+                }
+            }
+            State::Slow(mut slow) => {
+                let poll = slow.as_mut().poll(cx);
+                if poll.is_pending() {
+                    this.state = State::Slow(slow);
+                }
+                poll
+            }
+            // A future polled after it returned its output; the contract
+            // allows anything but a panic is not wanted in library code.
+            State::Done => Poll::Ready(Err(Error::Aborted)),
         }
     }
 }
