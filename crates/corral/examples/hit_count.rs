@@ -2,7 +2,7 @@
 //! `valgrind --tool=callgrind` (see `scripts/callgrind` and `BENCHMARKS.md`).
 //!
 //! ```text
-//! hit_count <corral|corral_hot|moka|quick_cache> <K>
+//! hit_count <corral|corral_hot|moka|quick_cache|quick_cache_hot> <K>
 //! ```
 //!
 //! Every run builds the cache, fills the hot key and does one warm-up hit
@@ -10,7 +10,8 @@
 //! `corral_hot` first hits until the cache is hot enough that its hits read
 //! the ticked clock reading instead of the clock (a varying number of
 //! hits), so `scripts/callgrind` counts only inside its `hot_loop`
-//! (`--toggle-collect`). The
+//! (`--toggle-collect`); `quick_cache_hot` runs the same loop on the bare
+//! map, for the like-for-like comparison. The
 //! hot key is 16 bytes and the 32-byte `String` value is cloned per hit, as
 //! in `benches/hit_path.rs`; each hit is awaited in one loop inside one
 //! current-thread tokio runtime.
@@ -27,7 +28,7 @@ use std::task::{Context, Poll, Waker};
 #[path = "../benches/support/targets.rs"]
 mod targets;
 
-use targets::{corral_builder, moka_cache, quick_cache, KEY, VALUE};
+use targets::{corral_builder, moka_cache, quick_cache, Corral, HitTarget, QuickCache, KEY, VALUE};
 
 async fn corral_hits(hits: u64) {
     let cache = corral_builder().build().expect("corral cache");
@@ -47,35 +48,29 @@ async fn corral_hits(hits: u64) {
 }
 
 async fn corral_hot_hits(hits: u64) {
-    let cache = corral_builder().build().expect("corral cache");
-    let hit = || {
-        cache.get_or_fill(black_box(KEY), || async {
-            Ok::<_, Infallible>(VALUE.to_owned())
-        })
-    };
+    let cache = Corral(corral_builder().build().expect("corral cache"));
     let started = std::time::Instant::now();
-    while !cache.hits_read_ticked_clock() {
+    while !cache.0.hits_read_ticked_clock() {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(120),
             "the cache never got hot"
         );
-        black_box(hit().await.expect("corral get_or_fill"));
+        black_box(cache.hit(black_box(KEY)).await);
     }
     hot_loop(&cache, hits);
 }
 
-/// The measured hits of `corral_hot`: each call's future polled once in
-/// place (a hit is ready on its first poll), as an `.await` in a loop does,
-/// in a function of its own so that callgrind can count it alone.
+/// The measured hits of the `_hot` kinds: each call of the shared
+/// `HitTarget::hit` polled once in place (a hit is ready on its first
+/// poll), as an `.await` in a loop does but without the runtime, in a
+/// function of its own so that callgrind can count it alone.
 #[inline(never)]
-fn hot_loop(cache: &corral::Cache<String>, hits: u64) {
+fn hot_loop<T: HitTarget>(target: &T, hits: u64) {
     let mut context = Context::from_waker(Waker::noop());
     for _ in 0..hits {
-        let call = pin!(cache.get_or_fill(black_box(KEY), || async {
-            Ok::<_, Infallible>(VALUE.to_owned())
-        }));
+        let call = pin!(target.hit(black_box(KEY)));
         match call.poll(&mut context) {
-            Poll::Ready(value) => black_box(value.expect("corral get_or_fill")),
+            Poll::Ready(value) => black_box(value),
             Poll::Pending => panic!("a hit was not ready on its first poll"),
         };
     }
@@ -120,12 +115,13 @@ fn main() -> ExitCode {
         "corral_hot" => runtime.block_on(corral_hot_hits(hits)),
         "moka" => runtime.block_on(moka_hits(hits)),
         "quick_cache" => runtime.block_on(quick_cache_hits(hits)),
+        "quick_cache_hot" => hot_loop(&QuickCache(quick_cache()), hits),
         _ => return usage(),
     }
     ExitCode::SUCCESS
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: hit_count <corral|corral_hot|moka|quick_cache> <hits>");
+    eprintln!("usage: hit_count <corral|corral_hot|moka|quick_cache|quick_cache_hot> <hits>");
     ExitCode::from(2)
 }
