@@ -3,11 +3,10 @@
 //! boxed slow path out of line.
 //!
 //! The hit path must not hand the future's own address to out-of-line code,
-//! nor move per-call options around: either makes the caller's state machine
-//! keep the future in memory and costs a third of a hit (see
-//! `BENCHMARKS.md`). So the state is taken by value on poll, the slow path
-//! starts from plain arguments, and `get_or_fill` carries zero-sized default
-//! options.
+//! nor move per-call options around: either costs the caller's state machine
+//! a third of a hit (see `BENCHMARKS.md`). So a hit only reads the future,
+//! the slow path starts from plain arguments taken by value, and
+//! `get_or_fill` carries zero-sized default options.
 
 use std::future::Future;
 use std::mem;
@@ -128,19 +127,21 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        match mem::replace(&mut this.state, State::Done) {
-            State::Start(fill) => {
-                if let Some(value) = this.cache.local_hit(this.key) {
-                    return Poll::Ready(Ok(value));
-                }
-                match start_slow(this.cache, this.key, this.options, fill, cx) {
-                    Started::Finished(output) => Poll::Ready(output),
-                    Started::Running(slow) => {
-                        this.state = State::Slow(slow);
-                        Poll::Pending
-                    }
-                }
+        // A hit leaves the state as it is (the fill is dropped with the
+        // future): nothing is written to the future on the hit path.
+        if let State::Start(_) = this.state {
+            if let Some(value) = this.cache.local_hit(this.key) {
+                return Poll::Ready(Ok(value));
             }
+        }
+        match mem::replace(&mut this.state, State::Done) {
+            State::Start(fill) => match start_slow(this.cache, this.key, this.options, fill, cx) {
+                Started::Finished(output) => Poll::Ready(output),
+                Started::Running(slow) => {
+                    this.state = State::Slow(slow);
+                    Poll::Pending
+                }
+            },
             State::Slow(mut slow) => {
                 let poll = slow.as_mut().poll(cx);
                 if poll.is_pending() {
