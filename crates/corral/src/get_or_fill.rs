@@ -6,7 +6,10 @@
 //! nor move per-call options around: either costs the caller's state machine
 //! a third of a hit (see `BENCHMARKS.md`). So a hit only reads the future,
 //! the slow path starts from plain arguments taken by value, and
-//! `get_or_fill` carries zero-sized default options.
+//! `get_or_fill` carries zero-sized default options. And `poll` is
+//! `#[inline(always)]`: as a mere hint the compiler inlined it for some fill
+//! types and not for others (a closure fill against a `fn` item fill), and a
+//! hit that is a call costs half as much again.
 
 use std::future::Future;
 use std::mem;
@@ -124,7 +127,7 @@ where
 {
     type Output = Result<V, Error<E>>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         // A hit leaves the state as it is (the fill is dropped with the
