@@ -6,7 +6,9 @@
 //!
 //! Every hit bench uses one hot 16-byte key and a 32-byte `String` value that
 //! is cloned per hit. A sample is one timed loop of `iters` awaited calls
-//! inside one current-thread tokio runtime (`block_on` once per sample). The
+//! inside one current-thread tokio runtime (`block_on` once per sample), each
+//! call awaited right in the loop; the `_wrapped` groups put each call
+//! behind one more `async fn` of the caller's (see `Shape`). The
 //! 2-thread benches run that same loop on 2 OS threads at once, each with its
 //! own current-thread runtime, started together by a barrier; the reported
 //! time per call is the mean of the two threads' own loop times divided by
@@ -22,7 +24,6 @@
 //! 2-thread benches it also means the two threads did not fully overlap.
 
 use std::convert::Infallible;
-use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -36,8 +37,8 @@ const COLD_CALLERS: usize = 1000;
 mod targets;
 
 use targets::{
-    corral_builder, current_thread, moka_cache, on_cpu_nanos, quick_cache, Corral, HitTarget, Moka,
-    QuickCache, KEY, VALUE,
+    corral_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos, quick_cache, Corral,
+    HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
 };
 
 fn corral_cache() -> corral::Cache<String> {
@@ -88,18 +89,17 @@ impl Occupancy {
     }
 }
 
-/// One timed loop of `iters` awaited hits on `key`: its wall time and how
-/// long the thread was on a CPU meanwhile.
+/// One timed loop of `iters` hits on `key` in `shape`: its wall time and
+/// how long the thread was on a CPU meanwhile.
 async fn timed_loop<T: HitTarget>(
     target: &T,
+    shape: Shape,
     key: &str,
     iters: u64,
 ) -> (Duration, Option<Duration>) {
     let cpu_before = on_cpu_nanos();
     let start = Instant::now();
-    for _ in 0..iters {
-        black_box(target.hit(black_box(key)).await);
-    }
+    hit_loop(target, shape, key, iters).await;
     let wall = start.elapsed();
     let on_cpu = on_cpu_nanos()
         .zip(cpu_before)
@@ -109,18 +109,20 @@ async fn timed_loop<T: HitTarget>(
 
 fn bench_one_thread<T: HitTarget>(
     c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group: &str,
+    shape: Shape,
     target: &T,
 ) {
     let runtime = current_thread();
     let mut occupancy = Occupancy::default();
     c.bench_function(T::NAME, |b| {
         b.iter_custom(|iters| {
-            let (wall, on_cpu) = runtime.block_on(timed_loop(target, KEY, iters));
+            let (wall, on_cpu) = runtime.block_on(timed_loop(target, shape, KEY, iters));
             occupancy.add(wall, on_cpu);
             wall
         });
     });
-    occupancy.report("hit_1_thread", T::NAME);
+    occupancy.report(group, T::NAME);
 }
 
 /// Two threads at once, the first hitting the hot key in `targets[0]`, the
@@ -128,6 +130,7 @@ fn bench_one_thread<T: HitTarget>(
 fn bench_two_threads<T: HitTarget>(
     c: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     group: &str,
+    shape: Shape,
     targets: [&T; 2],
 ) {
     const THREADS: u32 = 2;
@@ -143,7 +146,7 @@ fn bench_two_threads<T: HitTarget>(
                         scope.spawn(move || {
                             let runtime = current_thread();
                             barrier.wait();
-                            runtime.block_on(timed_loop(target, KEY, iters))
+                            runtime.block_on(timed_loop(target, shape, KEY, iters))
                         })
                     })
                     .collect();
@@ -165,32 +168,37 @@ fn bench_two_threads<T: HitTarget>(
 
 fn hit_path(c: &mut Criterion) {
     let (corral, moka, quick) = hot_targets();
-
-    let mut group = c.benchmark_group("hit_1_thread");
-    group.throughput(Throughput::Elements(1));
-    bench_one_thread(&mut group, &corral);
-    bench_one_thread(&mut group, &moka);
-    bench_one_thread(&mut group, &quick);
-    group.finish();
-
-    let name = "hit_2_threads_same_key";
-    let mut group = c.benchmark_group(name);
-    group.throughput(Throughput::Elements(1));
-    bench_two_threads(&mut group, name, [&corral, &corral]);
-    bench_two_threads(&mut group, name, [&moka, &moka]);
-    bench_two_threads(&mut group, name, [&quick, &quick]);
-    group.finish();
-
     // Each thread on its own instance: nothing of the map is shared, so any
     // slowdown over 1 thread is a hit writing process-wide shared memory.
     let (corral_2, moka_2, quick_2) = hot_targets();
-    let name = "hit_2_threads_own_cache";
-    let mut group = c.benchmark_group(name);
-    group.throughput(Throughput::Elements(1));
-    bench_two_threads(&mut group, name, [&corral, &corral_2]);
-    bench_two_threads(&mut group, name, [&moka, &moka_2]);
-    bench_two_threads(&mut group, name, [&quick, &quick_2]);
-    group.finish();
+
+    for (shape, suffix) in [(Shape::Direct, ""), (Shape::Wrapped, "_wrapped")] {
+        let name = format!("hit_1_thread{suffix}");
+        let mut group = c.benchmark_group(&name);
+        group.throughput(Throughput::Elements(1));
+        bench_one_thread(&mut group, &name, shape, &corral);
+        bench_one_thread(&mut group, &name, shape, &moka);
+        bench_one_thread(&mut group, &name, shape, &quick);
+        group.finish();
+
+        let name = format!("hit_2_threads_same_key{suffix}");
+        let mut group = c.benchmark_group(&name);
+        group.throughput(Throughput::Elements(1));
+        bench_two_threads(&mut group, &name, shape, [&corral, &corral]);
+        bench_two_threads(&mut group, &name, shape, [&moka, &moka]);
+        bench_two_threads(&mut group, &name, shape, [&quick, &quick]);
+        group.finish();
+
+        if shape == Shape::Direct {
+            let name = "hit_2_threads_own_cache";
+            let mut group = c.benchmark_group(name);
+            group.throughput(Throughput::Elements(1));
+            bench_two_threads(&mut group, name, shape, [&corral, &corral_2]);
+            bench_two_threads(&mut group, name, shape, [&moka, &moka_2]);
+            bench_two_threads(&mut group, name, shape, [&quick, &quick_2]);
+            group.finish();
+        }
+    }
 
     // The counter the corral hit path bumps must have seen every hit.
     assert!(corral.0.stats().hits > 0);

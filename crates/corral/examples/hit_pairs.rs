@@ -11,10 +11,11 @@
 //! places the two vCPUs, which decides what a cache-line transfer costs), so
 //! timings of one library taken a minute after another's do not compare.
 //! Each round here times, for every target in a rotating order, one loop of
-//! about LOOP_MS in each of three modes: 1 thread; 2 threads on the same hot
+//! about LOOP_MS in each of five modes: 1 thread; 2 threads on the same hot
 //! key of one cache; 2 threads each on its own cache instance (nothing of
 //! the map is shared: any slowdown is a hit writing process-wide shared
-//! memory). Hits are as in
+//! memory); and the first two again with each call behind one more
+//! `async fn` of the caller's (`Shape::Wrapped`). Hits are as in
 //! `benches/hit_path.rs`: a 16-byte key, a 32-byte `String` value cloned per
 //! hit, each thread awaiting in a loop inside its own current-thread tokio
 //! runtime. A round counts only if every loop of a mode had its threads on a
@@ -31,7 +32,6 @@
 //! `CoarseClock` did before; shows what that shared store costs), moka's
 //! `get_with_by_ref` and a bare quick_cache `get`.
 
-use std::hint::black_box;
 use std::process::ExitCode;
 use std::sync::Barrier;
 use std::time::Instant;
@@ -42,8 +42,8 @@ use std::time::Instant;
 mod targets;
 
 use targets::{
-    corral_builder, current_thread, moka_cache, on_cpu_nanos, quick_cache, Corral, HitTarget, Moka,
-    QuickCache, KEY, VALUE,
+    corral_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos, quick_cache, Corral,
+    HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
 };
 
 /// `corral::clock::CoarseClock` as it was before it switched to
@@ -60,13 +60,11 @@ impl corral::clock::Clock for StoringCoarseClock {
     }
 }
 
-/// One timed loop of `calls` hits on `key`: (wall ns, on-CPU ns).
-async fn timed_loop<T: HitTarget>(target: &T, key: &str, calls: u64) -> (f64, f64) {
+/// One timed loop of `calls` hits on `key` in `shape`: (wall ns, on-CPU ns).
+async fn timed_loop<T: HitTarget>(target: &T, shape: Shape, key: &str, calls: u64) -> (f64, f64) {
     let cpu_before = on_cpu_nanos();
     let start = Instant::now();
-    for _ in 0..calls {
-        black_box(target.hit(black_box(key)).await);
-    }
+    hit_loop(target, shape, key, calls).await;
     let wall = start.elapsed().as_nanos() as f64;
     let on_cpu = match (on_cpu_nanos(), cpu_before) {
         (Some(after), Some(before)) => after.saturating_sub(before) as f64,
@@ -82,18 +80,35 @@ enum Mode {
     TwoThreadsOwnCache,
 }
 
-const MODES: [(Mode, &str); 3] = [
-    (Mode::OneThread, "1 thread"),
-    (Mode::TwoThreadsSameKey, "2 threads, same key (per thread)"),
+/// What each round measures: the thread arrangement, the shape of the
+/// timed loop (see [`Shape`]) and the report's label.
+const MODES: [(Mode, Shape, &str); 5] = [
+    (Mode::OneThread, Shape::Direct, "1 thread"),
+    (
+        Mode::TwoThreadsSameKey,
+        Shape::Direct,
+        "2 threads, same key (per thread)",
+    ),
     (
         Mode::TwoThreadsOwnCache,
+        Shape::Direct,
         "2 threads, one cache each (per thread)",
+    ),
+    (
+        Mode::OneThread,
+        Shape::Wrapped,
+        "1 thread, each call behind an async fn",
+    ),
+    (
+        Mode::TwoThreadsSameKey,
+        Shape::Wrapped,
+        "2 threads, same key, each call behind an async fn (per thread)",
     ),
 ];
 
 /// (ns per call per thread, on-CPU share of the loops' wall time), each
 /// thread hitting the hot key in its own entry of `targets`.
-fn measure<T: HitTarget>(targets: &[&T], calls: u64) -> (f64, f64) {
+fn measure<T: HitTarget>(targets: &[&T], shape: Shape, calls: u64) -> (f64, f64) {
     let barrier = Barrier::new(targets.len());
     let loops: Vec<(f64, f64)> = std::thread::scope(|scope| {
         let workers: Vec<_> = targets
@@ -103,7 +118,7 @@ fn measure<T: HitTarget>(targets: &[&T], calls: u64) -> (f64, f64) {
                 scope.spawn(move || {
                     let runtime = current_thread();
                     barrier.wait();
-                    runtime.block_on(timed_loop(*target, KEY, calls))
+                    runtime.block_on(timed_loop(*target, shape, KEY, calls))
                 })
             })
             .collect();
@@ -121,16 +136,16 @@ fn measure<T: HitTarget>(targets: &[&T], calls: u64) -> (f64, f64) {
 fn measure_mode<T: HitTarget>(
     instances: &[T],
     instance: usize,
-    mode: Mode,
+    (mode, shape): (Mode, Shape),
     calls: u64,
 ) -> (f64, f64) {
     let first = &instances[instance % instances.len()];
     match mode {
-        Mode::OneThread => measure(&[first], calls),
-        Mode::TwoThreadsSameKey => measure(&[first, first], calls),
+        Mode::OneThread => measure(&[first], shape, calls),
+        Mode::TwoThreadsSameKey => measure(&[first, first], shape, calls),
         Mode::TwoThreadsOwnCache => {
             let second = &instances[(instance + 1) % instances.len()];
-            measure(&[first, second], calls)
+            measure(&[first, second], shape, calls)
         }
     }
 }
@@ -194,7 +209,13 @@ impl Targets {
         targets
     }
 
-    fn measure(&self, index: usize, instance: usize, mode: Mode, calls: u64) -> (f64, f64) {
+    fn measure(
+        &self,
+        index: usize,
+        instance: usize,
+        mode: (Mode, Shape),
+        calls: u64,
+    ) -> (f64, f64) {
         match index {
             0 => measure_mode(&self.corral, instance, mode, calls),
             1 => measure_mode(&self.corral_storing, instance, mode, calls),
@@ -240,23 +261,23 @@ fn main() -> ExitCode {
     // Calls per loop so that each loop lasts about LOOP_MS (scheduler
     // accounting has tick granularity, so loops must be long).
     let mut calls = [[0_u64; NAMES.len()]; MODES.len()];
-    for (slot, (mode, _)) in MODES.iter().enumerate() {
+    for (slot, (mode, shape, _)) in MODES.iter().enumerate() {
         for (index, calls) in calls[slot].iter_mut().enumerate() {
-            let (per_call, _) = targets.measure(index, 0, *mode, 20_000);
+            let (per_call, _) = targets.measure(index, 0, (*mode, *shape), 20_000);
             *calls = ((loop_ms as f64 * 1e6 / per_call) as u64).max(1000);
         }
     }
 
     let mut kept: [Vec<[f64; NAMES.len()]>; MODES.len()] = Default::default();
     for round in 0..rounds {
-        for (slot, (mode, _)) in MODES.iter().enumerate() {
+        for (slot, (mode, shape, _)) in MODES.iter().enumerate() {
             let mut ns = [0.0; NAMES.len()];
             let mut clean = true;
             for step in 0..NAMES.len() {
                 let index = (usize::try_from(round).unwrap_or(0) + step) % NAMES.len();
                 let instance = usize::try_from(round).unwrap_or(0);
                 let (per_call, on_cpu) =
-                    targets.measure(index, instance, *mode, calls[slot][index]);
+                    targets.measure(index, instance, (*mode, *shape), calls[slot][index]);
                 ns[index] = per_call;
                 clean &= on_cpu >= min_on_cpu;
             }
@@ -271,7 +292,7 @@ fn main() -> ExitCode {
         100.0 * min_on_cpu
     );
     println!("medians over kept rounds (p10–p90)");
-    for (slot, (_, label)) in MODES.iter().enumerate() {
+    for (slot, (_, _, label)) in MODES.iter().enumerate() {
         let rounds = &kept[slot];
         println!("{label}: {} rounds kept", rounds.len());
         if rounds.is_empty() {
