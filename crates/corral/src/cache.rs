@@ -647,9 +647,6 @@ where
         }
     }
 
-    /// Number of flights (fills and refreshes) in progress. Zero whenever
-    /// none runs: the flight table leaks nothing on error, panic, timeout or
-    /// cancellation.
     /// Test support: whether in-process hits currently read the ticked
     /// clock reading of a hot cache instead of the clock.
     #[doc(hidden)]
@@ -657,6 +654,20 @@ where
         matches!(&self.inner.tier, Tier::Local(local) if local.ticking())
     }
 
+    /// Measurement support: makes in-process hits read a ticked clock
+    /// reading from now on, however few hits come (a cache normally ticks
+    /// only while it takes ~500,000 hits a second), until the cache is
+    /// dropped. The ticker thread starts in the background; see
+    /// [`hits_read_ticked_clock`](Self::hits_read_ticked_clock). False, and
+    /// nothing changes, with an injected clock or a shared store.
+    #[doc(hidden)]
+    pub fn keep_clock_ticking(&self) -> bool {
+        matches!(&self.inner.tier, Tier::Local(local) if local.keep_clock_ticking())
+    }
+
+    /// Number of flights (fills and refreshes) in progress. Zero whenever
+    /// none runs: the flight table leaks nothing on error, panic, timeout or
+    /// cancellation.
     #[doc(hidden)]
     pub fn flights_in_progress(&self) -> usize {
         self.inner.flights.len()

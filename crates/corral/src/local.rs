@@ -160,6 +160,18 @@ impl<V: Clone> LocalTier<V> {
         }
     }
 
+    /// Keeps the default clock ticking however cool the tier gets (see
+    /// [`TickedClock::keep_ticking`]); false with an injected clock.
+    pub(crate) fn keep_clock_ticking(&self) -> bool {
+        match &self.clock {
+            TierClock::Coarse(clock) => {
+                clock.keep_ticking();
+                true
+            }
+            TierClock::Injected(_) => false,
+        }
+    }
+
     /// Whether hits read a ticked clock reading instead of the clock.
     pub(crate) fn ticking(&self) -> bool {
         matches!(&self.clock, TierClock::Coarse(clock) if clock.ticking())
