@@ -69,14 +69,7 @@ pub(crate) struct GetOrFill<'a, V, F, E, O> {
 // slow path is boxed.
 impl<V, F, E, O> Unpin for GetOrFill<'_, V, F, E, O> {}
 
-impl<'a, V, F, Fut, E, O> GetOrFill<'a, V, F, E, O>
-where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
-    E: Send + Sync + 'static,
-    O: CallOptions,
-{
+impl<'a, V, F, E, O> GetOrFill<'a, V, F, E, O> {
     pub(crate) fn new(cache: &'a Cache<V>, key: &'a str, options: O, fill: F) -> Self {
         Self {
             cache,
