@@ -43,12 +43,11 @@ impl Latency {
     }
 }
 
-/// The figures of one side (one cache under test) over a whole run.
+/// What every side of every run reports: its scenario, how its calls went,
+/// how often it called the source, and how long calls took.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct SideReport {
-    /// Which cache: `corral` or `naive`.
-    pub(crate) side: &'static str,
-    /// Concurrent callers per round.
+pub(crate) struct CallFigures {
+    /// Concurrent callers per round (over all processes).
     pub(crate) callers: u64,
     /// Cold keys per round.
     pub(crate) keys: u64,
@@ -67,14 +66,103 @@ pub(crate) struct SideReport {
     pub(crate) fills: u64,
     /// `fills / (keys × rounds)`.
     pub(crate) fills_per_cold_key_per_round: f64,
-    /// Callers that waited for a fill in flight (corral only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) coalesced: Option<u64>,
     /// Per-call latency.
     pub(crate) latency_ms: Latency,
     /// Sum over rounds of the time from the first call's start to the last
     /// call's end.
     pub(crate) wall_ms: f64,
+}
+
+/// How the calls of a side went, as its callers counted them.
+pub(crate) struct Outcome {
+    /// Calls that returned the right value.
+    pub(crate) successes: u64,
+    /// Calls that failed or returned a wrong value.
+    pub(crate) failures: u64,
+    /// The first failure, if any.
+    pub(crate) first_failure: Option<String>,
+    /// Latency of each call, in microseconds.
+    pub(crate) latencies_us: Vec<u64>,
+    /// Sum over rounds of each round's wall time, in microseconds.
+    pub(crate) wall_us: u64,
+}
+
+impl CallFigures {
+    /// The figures of a side that ran `scenario` and called its source
+    /// `fills` times.
+    pub(crate) fn new(scenario: Scenario, fills: u64, outcome: Outcome) -> Self {
+        Self {
+            callers: scenario.callers,
+            keys: scenario.keys,
+            rounds: scenario.rounds,
+            calls: scenario.callers * scenario.rounds,
+            successes: outcome.successes,
+            failures: outcome.failures,
+            first_failure: outcome.first_failure,
+            fills,
+            fills_per_cold_key_per_round: fills as f64 / scenario.cold_keys().max(1) as f64,
+            latency_ms: Latency::from_micros(outcome.latencies_us),
+            wall_ms: outcome.wall_us as f64 / 1000.0,
+        }
+    }
+
+    /// Table cells: callers, keys, rounds, calls answered, fills, fills per
+    /// cold key per round.
+    pub(crate) fn call_cells(&self) -> [String; 6] {
+        [
+            group(self.callers),
+            group(self.keys),
+            group(self.rounds),
+            format!("{}/{}", group(self.successes), group(self.calls)),
+            group(self.fills),
+            decimal(self.fills_per_cold_key_per_round),
+        ]
+    }
+
+    /// Table cells: latency p50, p99, max.
+    pub(crate) fn latency_cells(&self) -> [String; 3] {
+        [
+            format!("{:.1}", self.latency_ms.p50),
+            format!("{:.1}", self.latency_ms.p99),
+            format!("{:.1}", self.latency_ms.max),
+        ]
+    }
+
+    /// `1 fill per cold key per round (N total)`, or the rate when it is
+    /// not one.
+    pub(crate) fn fills_phrase(&self) -> String {
+        if self.fills == self.keys * self.rounds {
+            format!(
+                "1 fill per cold key per round ({} total)",
+                group(self.fills)
+            )
+        } else {
+            format!(
+                "{} fills per cold key per round ({} total for {} cold keys)",
+                decimal(self.fills_per_cold_key_per_round),
+                group(self.fills),
+                group(self.keys * self.rounds)
+            )
+        }
+    }
+
+    /// [`failure_line`] of these figures.
+    pub(crate) fn failure_line(&self, side: &str) -> String {
+        failure_line(side, self.failures, self.first_failure.as_deref())
+    }
+}
+
+/// The figures of one side (one cache under test) of an in-process run.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SideReport {
+    /// Which cache: `corral` or `naive`.
+    pub(crate) side: &'static str,
+    /// Its calls, fills and latencies.
+    #[serde(flatten)]
+    pub(crate) figures: CallFigures,
+    /// Callers that waited for a fill in flight (corral only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) coalesced: Option<u64>,
 }
 
 impl SideReport {
@@ -86,38 +174,28 @@ impl SideReport {
         fills: u64,
         tally: RoundTally,
     ) -> Self {
-        Self {
-            side,
-            callers: scenario.callers,
-            keys: scenario.keys,
-            rounds: scenario.rounds,
-            calls: scenario.callers * scenario.rounds,
+        let outcome = Outcome {
             successes: tally.successes,
             failures: tally.failures,
             first_failure: tally.first_failure,
-            fills,
-            fills_per_cold_key_per_round: fills as f64 / scenario.cold_keys().max(1) as f64,
+            latencies_us: tally.latencies_us,
+            wall_us: u64::try_from(tally.wall.as_micros()).unwrap_or(u64::MAX),
+        };
+        Self {
+            side,
+            figures: CallFigures::new(scenario, fills, outcome),
             coalesced: None,
-            latency_ms: Latency::from_micros(tally.latencies_us),
-            wall_ms: tally.wall.as_micros() as f64 / 1000.0,
         }
     }
 
     /// The rows of this side in the table, in [`SIDE_ROWS`] order.
     fn column(&self) -> Vec<String> {
-        vec![
-            group(self.callers),
-            group(self.keys),
-            group(self.rounds),
-            format!("{}/{}", group(self.successes), group(self.calls)),
-            group(self.fills),
-            decimal(self.fills_per_cold_key_per_round),
-            self.coalesced.map_or_else(|| "-".to_owned(), group),
-            format!("{:.1}", self.latency_ms.p50),
-            format!("{:.1}", self.latency_ms.p99),
-            format!("{:.1}", self.latency_ms.max),
-            format!("{:.0}", self.wall_ms),
-        ]
+        let figures = &self.figures;
+        let mut cells = Vec::from(figures.call_cells());
+        cells.push(self.coalesced.map_or_else(|| "-".to_owned(), group));
+        cells.extend(figures.latency_cells());
+        cells.push(format!("{:.0}", figures.wall_ms));
+        cells
     }
 }
 
@@ -160,7 +238,7 @@ pub(crate) struct Comparison {
 impl Comparison {
     /// Puts the two sides together and writes the verdict.
     pub(crate) fn new(scenario: Scenario, corral: SideReport, naive: SideReport) -> Self {
-        let verdict = verdict(scenario, &corral, &naive);
+        let verdict = verdict(&corral.figures, &naive.figures);
         Self {
             mode: "embedded",
             callers: scenario.callers,
@@ -176,7 +254,7 @@ impl Comparison {
 
 impl Report for Comparison {
     fn failures(&self) -> u64 {
-        self.corral.failures + self.naive.failures
+        self.corral.figures.failures + self.naive.figures.failures
     }
 
     fn table(&self) -> String {
@@ -198,32 +276,15 @@ impl Report for Comparison {
         out.push_str(&self.verdict);
         out.push('\n');
         for side in [&self.corral, &self.naive] {
-            out.push_str(&failure_line(
-                side.side,
-                side.failures,
-                side.first_failure.as_deref(),
-            ));
+            out.push_str(&side.figures.failure_line(side.side));
         }
         out
     }
 }
 
 /// One line: fills per cold key per round on each side, and the ratio.
-fn verdict(scenario: Scenario, corral: &SideReport, naive: &SideReport) -> String {
-    let cold = scenario.cold_keys();
-    let corral_part = if corral.fills == cold {
-        format!(
-            "corral: 1 fill per cold key per round ({} total)",
-            group(corral.fills)
-        )
-    } else {
-        format!(
-            "corral: {} fills per cold key per round ({} total for {} cold keys)",
-            decimal(corral.fills_per_cold_key_per_round),
-            group(corral.fills),
-            group(cold)
-        )
-    };
+fn verdict(corral: &CallFigures, naive: &CallFigures) -> String {
+    let corral_part = corral.fills_phrase();
     let ratio = if corral.fills == 0 {
         String::new()
     } else {
@@ -233,7 +294,7 @@ fn verdict(scenario: Scenario, corral: &SideReport, naive: &SideReport) -> Strin
         )
     };
     format!(
-        "{corral_part}; naive: {} fills ({} per cold key per round){ratio}",
+        "corral: {corral_part}; naive: {} fills ({} per cold key per round){ratio}",
         group(naive.fills),
         decimal(naive.fills_per_cold_key_per_round),
     )

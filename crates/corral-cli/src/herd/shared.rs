@@ -18,7 +18,7 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use super::report::Latency;
+use super::report::{CallFigures, Latency, Outcome};
 use super::scenario::{wall_clock_us, Scenario};
 use super::shared_report::{SharedComparison, SharedSideReport};
 use super::wire::{Event, Order, ProcessRound};
@@ -414,6 +414,13 @@ impl Figures {
     fn report(self, side: &Side<'_>, fills: u64) -> SharedSideReport {
         let scenario = side.scenario;
         let calls = scenario.callers * scenario.rounds;
+        let outcome = Outcome {
+            successes: self.successes,
+            failures: self.failures,
+            first_failure: self.first_failure,
+            latencies_us: self.latencies_us,
+            wall_us: self.wall_us,
+        };
         SharedSideReport {
             side: side.wake.as_str(),
             wake: match side.wake {
@@ -421,17 +428,8 @@ impl Figures {
                 Wake::Poll => format!("poll every {} ms", side.poll_ms),
             },
             processes: side.processes,
-            callers: scenario.callers,
-            keys: scenario.keys,
-            rounds: scenario.rounds,
-            calls,
-            successes: self.successes,
-            failures: self.failures,
-            first_failure: self.first_failure,
-            fills,
+            figures: CallFigures::new(scenario, fills, outcome),
             fills_counted_by_processes: self.process_fills,
-            fills_per_cold_key_per_round: fills as f64 / scenario.cold_keys().max(1) as f64,
-            latency_ms: Latency::from_micros(self.latencies_us),
             cross_process_waiters: self.wake_us.len() as u64,
             wake_latency_ms: (!self.wake_us.is_empty()).then(|| Latency::from_micros(self.wake_us)),
             process_wake_latency_ms: (!self.process_wake_us.is_empty())
@@ -440,7 +438,6 @@ impl Figures {
             round_trips_per_caller: self.round_trips as f64 / calls.max(1) as f64,
             max_round_trips_leader_flight: self.max_leader_round_trips,
             max_round_trips_waiting_flight: self.max_waiter_round_trips,
-            wall_ms: self.wall_us as f64 / 1000.0,
         }
     }
 }

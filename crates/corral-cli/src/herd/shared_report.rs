@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::report::{decimal, failure_line, group, render_table, Latency, Report};
+use super::report::{group, render_table, CallFigures, Latency, Report};
 use super::scenario::Scenario;
 use super::shared::SharedArgs;
 
@@ -16,29 +16,12 @@ pub(crate) struct SharedSideReport {
     pub(crate) wake: String,
     /// Worker processes sharing Redis.
     pub(crate) processes: u64,
-    /// Concurrent callers per round, over all processes.
-    pub(crate) callers: u64,
-    /// Cold keys per round.
-    pub(crate) keys: u64,
-    /// Rounds run.
-    pub(crate) rounds: u64,
-    /// Calls made: callers × rounds.
-    pub(crate) calls: u64,
-    /// Calls that returned the right value.
-    pub(crate) successes: u64,
-    /// Calls that failed or returned a wrong value.
-    pub(crate) failures: u64,
-    /// The first failure, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) first_failure: Option<String>,
-    /// Calls of the source of truth, counted in Redis (`INCR` per fill).
-    pub(crate) fills: u64,
-    /// The same, as the processes counted them (a cross-check).
+    /// Calls, fills (counted in Redis, `INCR` per fill) and latencies over
+    /// all processes.
+    #[serde(flatten)]
+    pub(crate) figures: CallFigures,
+    /// The fills as the processes counted them (a cross-check).
     pub(crate) fills_counted_by_processes: u64,
-    /// `fills / (keys × rounds)`.
-    pub(crate) fills_per_cold_key_per_round: f64,
-    /// Per-call latency.
-    pub(crate) latency_ms: Latency,
     /// Callers in another process than their key's leader that were waiting
     /// when its commit was sent.
     pub(crate) cross_process_waiters: u64,
@@ -57,9 +40,6 @@ pub(crate) struct SharedSideReport {
     pub(crate) max_round_trips_leader_flight: u64,
     /// Most round trips one waiting process spent on one key in a round.
     pub(crate) max_round_trips_waiting_flight: u64,
-    /// Sum over rounds of the time from the first call's start to the last
-    /// call's end, over all processes.
-    pub(crate) wall_ms: f64,
 }
 
 /// Row labels of a shared side's column.
@@ -97,18 +77,10 @@ impl SharedSideReport {
                 .map_or_else(|| "-".to_owned(), |l| format!("{:.2}", pick(l)))
         };
         let (wake, process_wake) = (&self.wake_latency_ms, &self.process_wake_latency_ms);
-        vec![
-            self.wake.clone(),
-            group(self.processes),
-            group(self.callers),
-            group(self.keys),
-            group(self.rounds),
-            format!("{}/{}", group(self.successes), group(self.calls)),
-            group(self.fills),
-            decimal(self.fills_per_cold_key_per_round),
-            format!("{:.1}", self.latency_ms.p50),
-            format!("{:.1}", self.latency_ms.p99),
-            format!("{:.1}", self.latency_ms.max),
+        let mut cells = vec![self.wake.clone(), group(self.processes)];
+        cells.extend(self.figures.call_cells());
+        cells.extend(self.figures.latency_cells());
+        cells.extend([
             group(self.cross_process_waiters),
             ms(wake, |l| l.p50),
             ms(wake, |l| l.p99),
@@ -120,25 +92,14 @@ impl SharedSideReport {
             format!("{:.4}", self.round_trips_per_caller),
             group(self.max_round_trips_leader_flight),
             group(self.max_round_trips_waiting_flight),
-            format!("{:.0}", self.wall_ms),
-        ]
+            format!("{:.0}", self.figures.wall_ms),
+        ]);
+        cells
     }
 
     /// This side's part of the verdict.
     fn summary(&self) -> String {
-        let cold = self.keys * self.rounds;
-        let fills = if self.fills == cold {
-            format!(
-                "1 fill per cold key per round ({} total)",
-                group(self.fills)
-            )
-        } else {
-            format!(
-                "{} fills per cold key per round ({} total)",
-                decimal(self.fills_per_cold_key_per_round),
-                group(self.fills)
-            )
-        };
+        let fills = self.figures.fills_phrase();
         let wake = self.wake_latency_ms.as_ref().map_or_else(String::new, |l| {
             format!(
                 ", waiters back p50 {:.2} ms / p99 {:.2} ms after the commit",
@@ -214,7 +175,7 @@ impl SharedComparison {
 
 impl Report for SharedComparison {
     fn failures(&self) -> u64 {
-        self.sides().map(|side| side.failures).sum()
+        self.sides().map(|side| side.figures.failures).sum()
     }
 
     fn table(&self) -> String {
@@ -241,11 +202,7 @@ impl Report for SharedComparison {
         out.push_str(&self.verdict);
         out.push('\n');
         for side in self.sides() {
-            out.push_str(&failure_line(
-                side.side,
-                side.failures,
-                side.first_failure.as_deref(),
-            ));
+            out.push_str(&side.figures.failure_line(side.side));
         }
         out
     }
