@@ -73,36 +73,22 @@ pub(crate) struct CallFigures {
     pub(crate) wall_ms: f64,
 }
 
-/// How the calls of a side went, as its callers counted them.
-pub(crate) struct Outcome {
-    /// Calls that returned the right value.
-    pub(crate) successes: u64,
-    /// Calls that failed or returned a wrong value.
-    pub(crate) failures: u64,
-    /// The first failure, if any.
-    pub(crate) first_failure: Option<String>,
-    /// Latency of each call, in microseconds.
-    pub(crate) latencies_us: Vec<u64>,
-    /// Sum over rounds of each round's wall time, in microseconds.
-    pub(crate) wall_us: u64,
-}
-
 impl CallFigures {
-    /// The figures of a side that ran `scenario` and called its source
-    /// `fills` times.
-    pub(crate) fn new(scenario: Scenario, fills: u64, outcome: Outcome) -> Self {
+    /// The figures of a side that ran `scenario`, called its source `fills`
+    /// times and measured `tally` (its spans are not reported).
+    pub(crate) fn new(scenario: Scenario, fills: u64, tally: RoundTally) -> Self {
         Self {
             callers: scenario.callers,
             keys: scenario.keys,
             rounds: scenario.rounds,
             calls: scenario.callers * scenario.rounds,
-            successes: outcome.successes,
-            failures: outcome.failures,
-            first_failure: outcome.first_failure,
+            successes: tally.successes,
+            failures: tally.failures,
+            first_failure: tally.first_failure,
             fills,
             fills_per_cold_key_per_round: fills as f64 / scenario.cold_keys().max(1) as f64,
-            latency_ms: Latency::from_micros(outcome.latencies_us),
-            wall_ms: outcome.wall_us as f64 / 1000.0,
+            latency_ms: Latency::from_micros(tally.latencies_us),
+            wall_ms: tally.wall.as_micros() as f64 / 1000.0,
         }
     }
 
@@ -174,16 +160,9 @@ impl SideReport {
         fills: u64,
         tally: RoundTally,
     ) -> Self {
-        let outcome = Outcome {
-            successes: tally.successes,
-            failures: tally.failures,
-            first_failure: tally.first_failure,
-            latencies_us: tally.latencies_us,
-            wall_us: u64::try_from(tally.wall.as_micros()).unwrap_or(u64::MAX),
-        };
         Self {
             side,
-            figures: CallFigures::new(scenario, fills, outcome),
+            figures: CallFigures::new(scenario, fills, tally),
             coalesced: None,
         }
     }

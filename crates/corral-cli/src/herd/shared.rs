@@ -18,8 +18,8 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use super::report::{CallFigures, Latency, Outcome};
-use super::scenario::{wall_clock_us, Scenario};
+use super::report::{CallFigures, Latency};
+use super::scenario::{wall_clock_us, RoundTally, Scenario};
 use super::shared_report::{SharedComparison, SharedSideReport};
 use super::wire::{Event, Order, ProcessRound};
 use super::worker::{fills_counter, Wake};
@@ -414,12 +414,13 @@ impl Figures {
     fn report(self, side: &Side<'_>, fills: u64) -> SharedSideReport {
         let scenario = side.scenario;
         let calls = scenario.callers * scenario.rounds;
-        let outcome = Outcome {
+        let tally = RoundTally {
+            latencies_us: self.latencies_us,
             successes: self.successes,
             failures: self.failures,
             first_failure: self.first_failure,
-            latencies_us: self.latencies_us,
-            wall_us: self.wall_us,
+            wall: Duration::from_micros(self.wall_us),
+            spans: Vec::new(),
         };
         SharedSideReport {
             side: side.wake.as_str(),
@@ -428,7 +429,7 @@ impl Figures {
                 Wake::Poll => format!("poll every {} ms", side.poll_ms),
             },
             processes: side.processes,
-            figures: CallFigures::new(scenario, fills, outcome),
+            figures: CallFigures::new(scenario, fills, tally),
             fills_counted_by_processes: self.process_fills,
             cross_process_waiters: self.wake_us.len() as u64,
             wake_latency_ms: (!self.wake_us.is_empty()).then(|| Latency::from_micros(self.wake_us)),
