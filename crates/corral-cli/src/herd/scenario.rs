@@ -89,7 +89,7 @@ pub(crate) trait Contender: Send + Sync + 'static {
 }
 
 /// What the callers of one round measured.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq)]
 pub(crate) struct RoundTally {
     /// Latency of each call, in microseconds.
     pub(crate) latencies_us: Vec<u64>,

@@ -335,13 +335,11 @@ impl Worker {
 /// What the workers of one side measured, over its rounds.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Figures {
-    successes: u64,
-    failures: u64,
-    first_failure: Option<String>,
-    latencies_us: Vec<u64>,
+    /// The callers' outcomes and latencies; walls summed over rounds, no
+    /// spans.
+    tally: RoundTally,
     wake_us: Vec<u64>,
     process_wake_us: Vec<u64>,
-    wall_us: u64,
     round_trips: u64,
     max_leader_round_trips: u64,
     max_waiter_round_trips: u64,
@@ -366,12 +364,13 @@ impl Figures {
         let mut first_start = u64::MAX;
         let mut last_end = 0;
         for (worker, report) in reports.iter().enumerate() {
-            self.successes += report.successes;
-            self.failures += report.failures;
-            if self.first_failure.is_none() {
-                self.first_failure.clone_from(&report.first_failure);
+            let tally = &mut self.tally;
+            tally.successes += report.successes;
+            tally.failures += report.failures;
+            if tally.first_failure.is_none() {
+                tally.first_failure.clone_from(&report.first_failure);
             }
-            self.latencies_us.extend(&report.latencies_us);
+            tally.latencies_us.extend(&report.latencies_us);
             self.process_fills += report.fills;
             for (k, key) in report.keys.iter().enumerate() {
                 self.round_trips += key.round_trips;
@@ -407,21 +406,13 @@ impl Figures {
                 .extend(first_back.into_iter().flatten());
         }
         if first_start < last_end {
-            self.wall_us += last_end - first_start;
+            self.tally.wall += Duration::from_micros(last_end - first_start);
         }
     }
 
     fn report(self, side: &Side<'_>, fills: u64) -> SharedSideReport {
         let scenario = side.scenario;
         let calls = scenario.callers * scenario.rounds;
-        let tally = RoundTally {
-            latencies_us: self.latencies_us,
-            successes: self.successes,
-            failures: self.failures,
-            first_failure: self.first_failure,
-            wall: Duration::from_micros(self.wall_us),
-            spans: Vec::new(),
-        };
         SharedSideReport {
             side: side.wake.as_str(),
             wake: match side.wake {
@@ -429,7 +420,7 @@ impl Figures {
                 Wake::Poll => format!("poll every {} ms", side.poll_ms),
             },
             processes: side.processes,
-            figures: CallFigures::new(scenario, fills, tally),
+            figures: CallFigures::new(scenario, fills, self.tally),
             fills_counted_by_processes: self.process_fills,
             cross_process_waiters: self.wake_us.len() as u64,
             wake_latency_ms: (!self.wake_us.is_empty()).then(|| Latency::from_micros(self.wake_us)),
@@ -497,12 +488,12 @@ mod tests {
         figures.absorb(&[leader, other]);
         assert_eq!(figures.wake_us, vec![600]);
         assert_eq!(figures.process_wake_us, vec![600]);
-        assert_eq!(figures.successes, 4);
+        assert_eq!(figures.tally.successes, 4);
         assert_eq!(figures.round_trips, 4);
         assert_eq!(figures.max_leader_round_trips, 2);
         assert_eq!(figures.max_waiter_round_trips, 2);
         assert_eq!(figures.process_fills, 1);
-        assert_eq!(figures.wall_us, 60_010 - 1_000);
+        assert_eq!(figures.tally.wall, Duration::from_micros(60_010 - 1_000));
     }
 
     #[test]
