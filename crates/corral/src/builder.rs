@@ -1,13 +1,13 @@
 //! `CacheBuilder`: by-value setters, checked once at `build()`.
 
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::cache::{Cache, Inner, Tier};
+use crate::cache::{Cache, Inner, Tiers};
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
 use crate::error::ConfigError;
@@ -16,7 +16,7 @@ use crate::key::valid_name;
 use crate::local::{LocalTier, TierClock};
 use crate::policy::Policy;
 use crate::stats::Counters;
-use crate::store::Store;
+use crate::store::{ChangeSink, Origin, Store};
 use crate::sync::Mutex;
 use crate::ticker::TickedClock;
 use tokio::sync::Semaphore;
@@ -47,6 +47,9 @@ pub struct CacheBuilder<V> {
     capacity: Capacity,
     codec: Arc<dyn Codec<V>>,
     store: Option<Arc<dyn Store>>,
+    l1_with_store: bool,
+    l1_lifetime: Option<Duration>,
+    backplane: bool,
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
     refresh_limiter: Option<Arc<Semaphore>>,
@@ -78,6 +81,9 @@ where
             capacity: Capacity::Entries(10_000),
             codec: Arc::new(Postcard),
             store: None,
+            l1_with_store: false,
+            l1_lifetime: None,
+            backplane: true,
             clock: None,
             seed: None,
             refresh_limiter: None,
@@ -110,7 +116,8 @@ where
         self
     }
 
-    /// The bound of the in-process tier (ignored with a shared store).
+    /// The bound of the in-process tier (with a shared store, of the L1 in
+    /// front of it: see [`l1`](CacheBuilder::l1)).
     pub fn capacity(mut self, capacity: Capacity) -> Self {
         self.capacity = capacity;
         self
@@ -253,6 +260,42 @@ where
         self
     }
 
+    /// With a shared store, also keep decoded values in process (the L1, in
+    /// front of the store, bounded by [`capacity`](CacheBuilder::capacity)).
+    /// An L1 hit costs what a hit of an in-process-only cache costs; an L2
+    /// hit fills the L1 with the entry's remaining life as the store's
+    /// clock judged it, so an L1 copy never stays fresh longer than the
+    /// store's. Writes, invalidations, tag invalidations and clears made
+    /// through any cache of the same namespace reach this L1 through the
+    /// [`backplane`](CacheBuilder::backplane). Default: off (every read asks
+    /// the store). Without a store the in-process tier is always on.
+    pub fn l1(mut self, on: bool) -> Self {
+        self.l1_with_store = on;
+        self
+    }
+
+    /// The longest an entry stays in the in-process tier, whatever its
+    /// freshness (at least 1 ms); it is then read from the shared store
+    /// again. Bounds how long a change another process made can go unseen
+    /// when backplane messages are lost or the backplane is off. Default:
+    /// none (the entry's own freshness).
+    pub fn l1_lifetime(mut self, lifetime: Duration) -> Self {
+        self.l1_lifetime = Some(lifetime.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Whether the L1 listens to the store's backplane: a `set`,
+    /// `invalidate`, committed fill, tag invalidation or `clear` made through
+    /// another cache of the same namespace — in this process or another —
+    /// evicts the affected L1 entries at once. After the store's
+    /// subscription is interrupted (messages may have been lost) the whole
+    /// L1 is dropped. Off, L1 entries live out their freshness or
+    /// [`l1_lifetime`](CacheBuilder::l1_lifetime). Default: on.
+    pub fn backplane(mut self, on: bool) -> Self {
+        self.backplane = on;
+        self
+    }
+
     /// The clock that expires in-process entries (default
     /// [`CoarseClock`](crate::clock::CoarseClock), whose reading a hot cache
     /// keeps on a ticker thread; an injected clock is read on every hit;
@@ -303,44 +346,52 @@ where
             ),
         };
         let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
-        let tier = match self.store {
-            Some(store) => {
-                store.attach(&namespace);
-                Tier::Shared(store)
-            }
-            None => {
-                let clock = match self.clock {
-                    Some(clock) => TierClock::Injected(clock),
-                    None => TierClock::Coarse(TickedClock::new(&self.name)),
-                };
-                Tier::Local(LocalTier::new(
-                    estimated_items.min(1 << 24),
-                    weight_capacity,
-                    clock,
-                    self.policy.eager_refresh,
-                ))
-            }
-        };
-        let rng = match self.seed {
+        let l1 = (self.store.is_none() || self.l1_with_store).then(|| {
+            let clock = match self.clock {
+                Some(clock) => TierClock::Injected(clock),
+                None => TierClock::Coarse(TickedClock::new(&self.name)),
+            };
+            LocalTier::new(
+                estimated_items.min(1 << 24),
+                weight_capacity,
+                clock,
+                self.policy.eager_refresh,
+                self.l1_lifetime,
+            )
+        });
+        if let Some(store) = &self.store {
+            store.attach(&namespace);
+        }
+        let mut rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
         };
-        Ok(Cache {
-            inner: Arc::new(Inner {
-                namespace,
-                name: self.name.into(),
-                schema: self.version,
-                policy: self.policy,
-                codec: self.codec,
-                tier,
-                flights: Arc::new(FlightTable::new()),
-                counters: Counters::new(),
-                rng: Mutex::new(rng),
-                weigh_by_bytes,
-                refresh_limiter: self
-                    .refresh_limiter
-                    .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
-            }),
-        })
+        let origin = Origin::new(rng.u64(..));
+        let listens = self.backplane && l1.is_some();
+        let store = self.store;
+        let inner = Arc::new(Inner {
+            namespace,
+            name: self.name.into(),
+            schema: self.version,
+            policy: self.policy,
+            codec: self.codec,
+            tiers: Tiers {
+                l1,
+                l2: store.clone(),
+            },
+            origin,
+            flights: Arc::new(FlightTable::new()),
+            counters: Counters::new(),
+            rng: Mutex::new(rng),
+            weigh_by_bytes,
+            refresh_limiter: self
+                .refresh_limiter
+                .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
+        });
+        if let (Some(store), true) = (&store, listens) {
+            let sink: Weak<dyn ChangeSink> = Arc::downgrade(&inner) as Weak<dyn ChangeSink>;
+            store.backplane(&inner.namespace, sink);
+        }
+        Ok(Cache { inner })
     }
 }

@@ -23,15 +23,14 @@ use crate::leader::{self, Fallback, Job};
 use crate::local::LocalTier;
 use crate::policy::{jittered, FillOptions, Policy};
 use crate::stats::{Counters, Stats};
-use crate::store::{Store, StoreKey, Stored};
+use crate::store::{Origin, Store, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
 
-/// Where a cache keeps its values.
-pub(crate) enum Tier<V> {
-    /// Decoded values in this process.
-    Local(LocalTier<V>),
-    /// Envelopes in a shared store; nothing kept in process but the flights.
-    Shared(Arc<dyn Store>),
+/// Where a cache keeps its values: decoded in process (L1), as envelopes in
+/// a shared store (L2), or both, the L1 in front.
+pub(crate) struct Tiers<V> {
+    pub(crate) l1: Option<LocalTier<V>>,
+    pub(crate) l2: Option<Arc<dyn Store>>,
 }
 
 /// The state of one cache instance.
@@ -41,7 +40,9 @@ pub(crate) struct Inner<V> {
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
     pub(crate) codec: Arc<dyn Codec<V>>,
-    pub(crate) tier: Tier<V>,
+    pub(crate) tiers: Tiers<V>,
+    /// This instance's id on the backplane.
+    pub(crate) origin: Origin,
     pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -113,6 +114,41 @@ impl<V: 'static> Inner<V> {
             fail_safe,
             self.policy.eager_refresh,
         ))
+    }
+
+    /// Copies an entry read from the L2 into the L1, with the age the L2's
+    /// clock gave it, unless a write of this cache landed since `mark` or a
+    /// flight of the key runs.
+    pub(crate) fn keep_in_l1(&self, key: &str, judged: &Judged<V>, mark: u64)
+    where
+        V: Clone,
+    {
+        let Some(local) = &self.tiers.l1 else {
+            return;
+        };
+        let Ok(weight) = leader::weight(self, key, judged.value.as_ref()) else {
+            return;
+        };
+        self.flights.keep_if_unchanged(key, mark, || {
+            local.insert(
+                key,
+                judged.value.clone(),
+                judged.ttls,
+                judged.fail_safe,
+                weight,
+                judged.age,
+            );
+        });
+    }
+
+    /// Drops the key's in-process copy, if any.
+    pub(crate) fn remove_from_l1(&self, key: &str)
+    where
+        V: Clone,
+    {
+        if let Some(local) = &self.tiers.l1 {
+            local.remove(key);
+        }
     }
 
     /// Runs one store call under the cache's store timeout.
@@ -356,7 +392,7 @@ where
     /// counted as a hit.
     #[inline(always)]
     pub(crate) fn local_hit(&self, key: &str) -> Option<V> {
-        let Tier::Local(local) = &self.inner.tier else {
+        let Some(local) = &self.inner.tiers.l1 else {
             return None;
         };
         let value = local.get_quiet(key)?;
@@ -366,12 +402,9 @@ where
         Some(value)
     }
 
-    /// The key's in-process entry, judged; `None` with a shared store.
+    /// The key's in-process entry, judged; `None` without an L1.
     fn local_judged(&self, key: &str) -> Option<Judged<V>> {
-        match &self.inner.tier {
-            Tier::Local(local) => local.judge(key),
-            Tier::Shared(_) => None,
-        }
+        self.inner.tiers.l1.as_ref()?.judge(key)
     }
 
     async fn fetch_slow<F, Fut, E>(
@@ -388,7 +421,8 @@ where
         validate_key(key)?;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let inner = &self.inner;
-        let local = matches!(inner.tier, Tier::Local(_));
+        // Without an L2 a miss is known here; with one, the leader tells.
+        let local = inner.tiers.l2.is_none();
         let fallback = match self.local_judged(key) {
             Some(judged) if judged.standing == Standing::FailSafeOnly => {
                 Some(Fallback::new(judged.value, judged.remaining))
@@ -513,15 +547,23 @@ where
     pub async fn lookup(&self, key: &str) -> Result<Cached<V>, Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        let judged = match &inner.tier {
-            Tier::Local(local) => local.judge(key),
-            Tier::Shared(store) => {
+        let in_l1 = self.local_judged(key).filter(Judged::is_servable);
+        let judged = match (in_l1, &inner.tiers.l2) {
+            (Some(judged), _) => Some(judged),
+            (None, None) => None,
+            (None, Some(store)) => {
+                let mark = inner.flights.write_mark();
                 let skey = inner.store_key(key);
                 let stored = inner
                     .store_call(store.get(&skey))
                     .await
                     .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-                stored.and_then(|stored| inner.judge_stored(&stored))
+                let judged = stored.and_then(|stored| inner.judge_stored(&stored));
+                if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {
+                    Counters::bump(&inner.counters.l2_hits);
+                    inner.keep_in_l1(key, judged, mark);
+                }
+                judged
             }
         };
         let found = judged.filter(Judged::is_servable).map(Judged::into_fetched);
@@ -573,28 +615,34 @@ where
         validate_key(key)?;
         let inner = &self.inner;
         let ttls = inner.policy.ttls(ttl);
-        match &inner.tier {
-            Tier::Local(local) => {
-                let weight = leader::weight(inner, key, Some(&value))?;
-                inner
-                    .flights
-                    .detach(key, || local.insert(key, Some(value), ttls, false, weight));
-            }
-            Tier::Shared(store) => {
-                let bytes = inner.encode(Some(&value), ttls, 0).map_err(|message| {
-                    Counters::bump(&inner.counters.encode_failures);
-                    Error::Encode {
-                        message: message.into(),
-                    }
-                })?;
-                let skey = inner.store_key(key);
-                inner
-                    .store_call(store.set(&skey, &bytes, ttls.physical))
-                    .await
-                    .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-                inner.flights.detach(key, || ());
+        let weight = match &inner.tiers.l1 {
+            Some(_) => leader::weight(inner, key, Some(&value))?,
+            None => 0,
+        };
+        if let Some(store) = &inner.tiers.l2 {
+            let bytes = inner.encode(Some(&value), ttls, 0).map_err(|message| {
+                Counters::bump(&inner.counters.encode_failures);
+                Error::Encode {
+                    message: message.into(),
+                }
+            })?;
+            let skey = inner.store_key(key);
+            let written = inner
+                .store_call(store.set(&skey, &bytes, ttls.physical, inner.origin))
+                .await;
+            if let Err(error) = written {
+                Counters::bump(&inner.counters.store_errors);
+                // The write may or may not have landed: keep no copy of
+                // either value in process.
+                inner.flights.detach(key, || inner.remove_from_l1(key));
+                return Err(error.into());
             }
         }
+        inner.flights.detach(key, || {
+            if let Some(local) = &inner.tiers.l1 {
+                local.insert(key, Some(value), ttls, false, weight, Duration::ZERO);
+            }
+        });
         Ok(())
     }
 
@@ -610,17 +658,17 @@ where
     pub async fn invalidate(&self, key: &str) -> Result<(), Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        match &inner.tier {
-            Tier::Local(local) => inner.flights.detach(key, || local.remove(key)),
-            Tier::Shared(store) => {
+        let removed = match &inner.tiers.l2 {
+            Some(store) => {
                 let skey = inner.store_key(key);
                 inner
-                    .store_call(store.invalidate(&skey))
+                    .store_call(store.invalidate(&skey, inner.origin))
                     .await
-                    .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-                inner.flights.detach(key, || ());
             }
-        }
+            None => Ok(()),
+        };
+        inner.flights.detach(key, || inner.remove_from_l1(key));
+        removed.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
         Ok(())
     }
 
@@ -639,19 +687,16 @@ where
         &self.inner.namespace
     }
 
-    /// Number of entries in the in-process tier (0 with a shared store).
+    /// Number of entries in the in-process tier (0 without one).
     pub fn local_len(&self) -> usize {
-        match &self.inner.tier {
-            Tier::Local(local) => local.len(),
-            Tier::Shared(_) => 0,
-        }
+        self.inner.tiers.l1.as_ref().map_or(0, LocalTier::len)
     }
 
     /// Test support: whether in-process hits currently read the ticked
     /// clock reading of a hot cache instead of the clock.
     #[doc(hidden)]
     pub fn hits_read_ticked_clock(&self) -> bool {
-        matches!(&self.inner.tier, Tier::Local(local) if local.ticking())
+        matches!(&self.inner.tiers.l1, Some(local) if local.ticking())
     }
 
     /// Measurement support: makes in-process hits read a ticked clock
@@ -662,7 +707,7 @@ where
     /// nothing changes, with an injected clock or a shared store.
     #[doc(hidden)]
     pub fn keep_clock_ticking(&self) -> bool {
-        matches!(&self.inner.tier, Tier::Local(local) if local.keep_clock_ticking())
+        matches!(&self.inner.tiers.l1, Some(local) if local.keep_clock_ticking())
     }
 
     /// Number of flights (fills and refreshes) in progress. Zero whenever

@@ -127,6 +127,10 @@ type FlightMap<V> = HashMap<Box<str>, Arc<Flight<V>>, foldhash::fast::RandomStat
 /// The single-flight table of one cache instance.
 pub(crate) struct FlightTable<V> {
     next_id: AtomicU64,
+    /// Bumped under the table lock by every [`detach`](Self::detach): a
+    /// reader that saw no bump since it started read nothing a newer write
+    /// replaced.
+    writes: AtomicU64,
     flights: Mutex<FlightMap<V>>,
 }
 
@@ -145,6 +149,7 @@ impl<V: Clone> FlightTable<V> {
     pub(crate) fn new() -> Self {
         Self {
             next_id: AtomicU64::new(1),
+            writes: AtomicU64::new(0),
             flights: Mutex::new(HashMap::default()),
         }
     }
@@ -184,7 +189,33 @@ impl<V: Clone> FlightTable<V> {
     pub(crate) fn detach<R>(&self, key: &str, newer_write: impl FnOnce() -> R) -> R {
         let mut flights = lock(&self.flights);
         flights.remove(key);
+        self.writes.fetch_add(1, Ordering::Relaxed);
         newer_write()
+    }
+
+    /// Runs `newer_write` under the table lock for writes that concern every
+    /// key (a cleared tier, a tag), so readers started before it do not keep
+    /// what they read; flights in progress are left to their own checks.
+    pub(crate) fn detach_all<R>(&self, newer_write: impl FnOnce() -> R) -> R {
+        let _flights = lock(&self.flights);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        newer_write()
+    }
+
+    /// A mark to pass to [`keep_if_unchanged`](Self::keep_if_unchanged),
+    /// taken before reading.
+    pub(crate) fn write_mark(&self) -> u64 {
+        let _flights = lock(&self.flights);
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Runs `keep` under the table lock if no write was detached since
+    /// `mark` and no flight of `key` runs (its leader writes what it finds).
+    pub(crate) fn keep_if_unchanged(&self, key: &str, mark: u64, keep: impl FnOnce()) {
+        let flights = lock(&self.flights);
+        if self.writes.load(Ordering::Relaxed) == mark && !flights.contains_key(key) {
+            keep();
+        }
     }
 
     /// How many flights are in progress.

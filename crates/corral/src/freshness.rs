@@ -158,6 +158,11 @@ pub(crate) struct Judged<V> {
     pub(crate) standing: Standing,
     pub(crate) freshness: Freshness,
     pub(crate) remaining: Duration,
+    /// What the entry was written with, and its age: enough to copy it into
+    /// another tier with the same life.
+    pub(crate) ttls: Ttls,
+    pub(crate) age: Duration,
+    pub(crate) fail_safe: bool,
 }
 
 impl<V> Judged<V> {
@@ -181,6 +186,9 @@ impl<V> Judged<V> {
             standing,
             freshness,
             remaining: ttls.physical.saturating_sub(age),
+            ttls,
+            age,
+            fail_safe,
         }
     }
 

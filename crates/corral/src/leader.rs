@@ -17,7 +17,7 @@ use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
-use crate::cache::{store_call, Inner, Tier};
+use crate::cache::{store_call, Inner};
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
@@ -90,10 +90,7 @@ where
     let Some(cache) = inner.upgrade() else {
         return;
     };
-    let store = match &cache.tier {
-        Tier::Shared(store) => Some(Arc::clone(store)),
-        Tier::Local(_) => None,
-    };
+    let store = cache.tiers.l2.clone();
     let skey = cache.store_key(&key);
     let policy = cache.policy.clone();
     drop(cache);
@@ -298,26 +295,35 @@ async fn keep_value<V>(
 ) where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
-    match &cache.tier {
-        Tier::Local(local) => match weight(cache, key, value.as_ref()) {
-            Ok(weight) => {
-                flight.retire(|| local.insert(key, value, ttls, fail_safe, weight));
-            }
-            Err(_) => {
-                flight.retire(|| ());
-            }
-        },
-        Tier::Shared(_) => {
-            if let Some(lease) = lease {
+    // With an L2 the value is written there first, under the lease and
+    // fenced; the L1 keeps a copy only if the L2 took it, or if the fill ran
+    // without a lease because the L2 was unreachable (nothing could have
+    // been written there meanwhile).
+    let mut keep_local = true;
+    if cache.tiers.l2.is_some() {
+        keep_local = false;
+        match lease {
+            Some(lease) => {
                 let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
                 match cache.encode(value.as_ref(), ttls, flags) {
-                    Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
+                    Ok(bytes) => {
+                        keep_local = lease.commit(cache, &bytes, ttls.physical).await;
+                    }
                     Err(message) => {
                         Counters::bump(&cache.counters.encode_failures);
                         tracing::warn!(cache = %cache.name, %message, "filled value not stored");
                     }
                 }
             }
+            None => keep_local = true,
+        }
+    }
+    let local = cache.tiers.l1.as_ref().filter(|_| keep_local);
+    match local.map(|local| (local, weight(cache, key, value.as_ref()))) {
+        Some((local, Ok(weight))) => {
+            flight.retire(|| local.insert(key, value, ttls, fail_safe, weight, Duration::ZERO));
+        }
+        Some((_, Err(_))) | None => {
             flight.retire(|| ());
         }
     }
@@ -400,9 +406,13 @@ where
                         continue;
                     };
                     let (place, freshness) = (judged.standing, judged.freshness);
-                    let found = Fallback::new(judged.value, judged.remaining);
+                    let found = Fallback::new(judged.value.clone(), judged.remaining);
                     match place {
                         Standing::Fresh => {
+                            Counters::bump(&cache.counters.l2_hits);
+                            if let Some(local) = &cache.tiers.l1 {
+                                copy_to_l1(&cache, local, flight, &judged);
+                            }
                             serve_fallback(self.inner, flight, Some(&found), freshness);
                             return Found::Done;
                         }
@@ -485,6 +495,33 @@ where
             }
         }
     }
+}
+
+/// Keeps a fresh entry found in the L2 in the L1 too, with the age the L2's
+/// clock gave it, and retires the flight (only if no newer write detached
+/// it).
+fn copy_to_l1<V>(
+    cache: &Inner<V>,
+    local: &crate::local::LocalTier<V>,
+    flight: &mut Flight<V>,
+    judged: &crate::freshness::Judged<V>,
+) where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let key = flight.key().to_owned();
+    let Ok(weight) = weight(cache, &key, judged.value.as_ref()) else {
+        return;
+    };
+    flight.retire(|| {
+        local.insert(
+            &key,
+            judged.value.clone(),
+            judged.ttls,
+            judged.fail_safe,
+            weight,
+            judged.age,
+        );
+    });
 }
 
 /// Sleeps until `deadline`, or forever without one.
@@ -588,20 +625,29 @@ struct LeaseGuard {
 }
 
 impl LeaseGuard {
-    /// Commits `bytes` under the lease (fenced), counting the result.
-    async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) {
+    /// Commits `bytes` under the lease (fenced), counting the result;
+    /// whether the store took them.
+    async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) -> bool {
         self.armed = false;
         let result = store_call(
             self.store_timeout,
-            self.store.commit(&self.key, &self.lease, bytes, ttl),
+            self.store
+                .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
         )
         .await;
         match result {
-            Ok(Commit::Stored) => Counters::bump(&cache.counters.commits),
-            Ok(Commit::Refused) => Counters::bump(&cache.counters.commits_refused),
+            Ok(Commit::Stored) => {
+                Counters::bump(&cache.counters.commits);
+                true
+            }
+            Ok(Commit::Refused) => {
+                Counters::bump(&cache.counters.commits_refused);
+                false
+            }
             Err(error) => {
                 Counters::bump(&cache.counters.store_errors);
                 tracing::warn!(cache = %cache.name, %error, "commit failed; value returned, not stored");
+                false
             }
         }
     }

@@ -55,6 +55,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
+mod backplane;
 mod builder;
 mod cache;
 pub mod clock;

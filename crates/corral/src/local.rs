@@ -27,6 +27,9 @@ pub(crate) struct LocalEntry<V> {
     fresh_ms: u64,
     stale_ms: u64,
     physical_ms: u64,
+    /// The reading at which the in-process copy is dropped whatever its
+    /// freshness (the tier's lifetime cap; `u64::MAX` without one).
+    until: u64,
     weight: u32,
     fail_safe: bool,
 }
@@ -84,6 +87,9 @@ pub(crate) struct LocalTier<V> {
     map: Map<Box<str>, LocalEntry<V>, EntryWeighter>,
     clock: TierClock,
     eager: Option<f64>,
+    /// The longest an entry stays in process, in ms (`None`: as long as
+    /// its freshness allows).
+    lifetime_ms: Option<u64>,
 }
 
 impl<V: Clone> LocalTier<V> {
@@ -92,6 +98,7 @@ impl<V: Clone> LocalTier<V> {
         weight_capacity: u64,
         clock: TierClock,
         eager: Option<f64>,
+        lifetime: Option<Duration>,
     ) -> Self {
         Self {
             map: Map::with_weighter(
@@ -101,6 +108,7 @@ impl<V: Clone> LocalTier<V> {
             ),
             clock,
             eager,
+            lifetime_ms: lifetime.map(millis),
         }
     }
 
@@ -117,14 +125,22 @@ impl<V: Clone> LocalTier<V> {
         }
     }
 
-    /// The entry of `key` judged at the clock's now, unless absent or gone.
+    /// The entry of `key` judged at the clock's now, unless absent, gone, or
+    /// past the tier's lifetime cap.
     pub(crate) fn judge(&self, key: &str) -> Option<Judged<V>> {
         let entry = self.map.get(key)?;
-        let judged = entry.judge(self.clock.now_millis(), self.eager);
+        let now = self.clock.now_millis();
+        if now >= entry.until {
+            return None;
+        }
+        let judged = entry.judge(now, self.eager);
         (judged.standing != Standing::Gone).then_some(judged)
     }
 
-    /// Stores `value` with `ttls`, weighing `weight` toward the bound.
+    /// Stores `value` written with `ttls` and already `age` old (read from
+    /// a shared store, whose clock judged that age), weighing `weight`
+    /// toward the bound. The copy goes quiet no later than the original,
+    /// and never outlives the tier's lifetime cap.
     pub(crate) fn insert(
         &self,
         key: &str,
@@ -132,22 +148,33 @@ impl<V: Clone> LocalTier<V> {
         ttls: Ttls,
         fail_safe: bool,
         weight: u32,
+        age: Duration,
     ) {
         let now = self.clock.now_millis();
+        let written_at = now.saturating_sub(millis(age));
+        let until = self
+            .lifetime_ms
+            .map_or(u64::MAX, |lifetime| now.saturating_add(lifetime));
         let quiet = quiet_for(ttls, fail_safe, self.eager);
         self.map.insert(
             key.into(),
             LocalEntry {
                 value,
-                quiet_until: now.saturating_add(millis(quiet)),
-                written_at: now,
+                quiet_until: written_at.saturating_add(millis(quiet)).min(until),
+                written_at,
                 fresh_ms: millis(ttls.fresh),
                 stale_ms: millis(ttls.stale),
                 physical_ms: millis(ttls.physical),
+                until,
                 weight: weight.max(1),
                 fail_safe,
             },
         );
+    }
+
+    /// Drops every entry.
+    pub(crate) fn clear(&self) {
+        self.map.clear();
     }
 
     /// A thread passed a hit-counter milestone (see
@@ -193,7 +220,8 @@ mod tests {
 
     #[test]
     fn a_hot_tier_expires_entries_on_the_ticked_reading_and_never_early() {
-        let tier = LocalTier::<u32>::new(16, 16, TierClock::Coarse(TickedClock::new("t")), None);
+        let tier =
+            LocalTier::<u32>::new(16, 16, TierClock::Coarse(TickedClock::new("t")), None, None);
         // Two milestones in quick succession: as hot as a cache gets.
         tier.hit_milestone();
         tier.hit_milestone();
@@ -205,7 +233,7 @@ mod tests {
 
         let ttl = Duration::from_millis(30);
         let inserted = Instant::now();
-        tier.insert("k", Some(7), Ttls::simple(ttl), false, 1);
+        tier.insert("k", Some(7), Ttls::simple(ttl), false, 1, Duration::ZERO);
         let mut hits = 0_u64;
         while tier.get_quiet("k").is_some() {
             hits += 1;

@@ -219,6 +219,12 @@ macro_rules! counters {
 counters! {
     /// Reads that found no servable value (each caller counts once).
     misses,
+    /// Of the hits, those read from the shared store (L2) because the L1 had no servable copy (or there is no L1).
+    l2_hits,
+    /// Backplane messages from other caches that reached the L1 (each evicts a key, a tag's entries or everything).
+    backplane_messages,
+    /// Times the whole L1 was dropped because backplane messages may have been lost (the store's subscription was interrupted).
+    backplane_resets,
     /// Fills started (the source of truth was called).
     fills,
     /// Callers that joined a fill already in flight instead of starting one.

@@ -85,7 +85,10 @@ async fn subscribed_listener(store: &RedisStore, k: &StoreKey) -> Listener {
     let mut probe_listener = store.listen(&probe);
     within(PROMPT, "namespace subscribed", async {
         loop {
-            store.invalidate(&probe).await.expect("invalidate probe");
+            store
+                .invalidate(&probe, corral::store::Origin::new(0))
+                .await
+                .expect("invalidate probe");
             if tokio::time::timeout(Duration::from_millis(50), probe_listener.changed())
                 .await
                 .is_ok()
@@ -125,7 +128,9 @@ async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
         other => panic!("expected held, got {other:?}"),
     }
     assert_eq!(
-        a.commit(&k, &lease, b"v1", TTL).await.ok(),
+        a.commit(&k, &lease, b"v1", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     match b.get_or_lease(&k, &request(LEASE)).await {
@@ -147,7 +152,9 @@ async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
     };
     assert_ne!(second.token(), lease.token(), "tokens are fresh per grant");
     assert_eq!(
-        b.commit(&k, &second, b"v2", TTL).await.ok(),
+        b.commit(&k, &second, b"v2", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"v2"[..]));
@@ -160,7 +167,9 @@ async fn check_commit_notifies(a: &RedisStore, b: &RedisStore, ns: &str) {
     let mut bystander = b.listen(&other);
     let lease = grant(a, &k, LEASE).await;
     assert_eq!(
-        a.commit(&k, &lease, b"v", TTL).await.ok(),
+        a.commit(&k, &lease, b"v", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     within(PROMPT, "listener woken by commit", listener.changed()).await;
@@ -189,12 +198,22 @@ async fn check_release_and_notify(a: &RedisStore, b: &RedisStore, ns: &str) {
         Ok(Lookup::Held { .. })
     ));
     assert_eq!(
-        b.commit(&k, &next, b"after-release", TTL).await.ok(),
+        b.commit(
+            &k,
+            &next,
+            b"after-release",
+            TTL,
+            corral::store::Origin::new(0)
+        )
+        .await
+        .ok(),
         Some(Commit::Stored)
     );
     // Its commit is refused: its fence was dropped by the release.
     assert_eq!(
-        a.commit(&k, &lease, b"stale", TTL).await.ok(),
+        a.commit(&k, &lease, b"stale", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Refused)
     );
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"after-release"[..]));
@@ -204,17 +223,23 @@ async fn check_refused_after_invalidate(a: &RedisStore, b: &RedisStore, ns: &str
     let k = key(ns, "refused-invalidate");
     let lease = grant(a, &k, LEASE).await;
     let mut listener = subscribed_listener(a, &k).await;
-    b.invalidate(&k).await.expect("invalidate");
+    b.invalidate(&k, corral::store::Origin::new(0))
+        .await
+        .expect("invalidate");
     within(PROMPT, "listener woken by invalidate", listener.changed()).await;
     assert_eq!(
-        a.commit(&k, &lease, b"stale", TTL).await.ok(),
+        a.commit(&k, &lease, b"stale", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Refused)
     );
     assert_eq!(value(a, &k).await, None, "the invalidation won");
     // The invalidation dropped the lease too: the next caller is granted.
     let next = grant(b, &k, LEASE).await;
     assert_eq!(
-        b.commit(&k, &next, b"fresh", TTL).await.ok(),
+        b.commit(&k, &next, b"fresh", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
 }
@@ -223,10 +248,14 @@ async fn check_refused_after_set(a: &RedisStore, b: &RedisStore, ns: &str) {
     let k = key(ns, "refused-set");
     let lease = grant(a, &k, LEASE).await;
     let mut listener = subscribed_listener(a, &k).await;
-    b.set(&k, b"written", TTL).await.expect("set");
+    b.set(&k, b"written", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set");
     within(PROMPT, "listener woken by set", listener.changed()).await;
     assert_eq!(
-        a.commit(&k, &lease, b"stale", TTL).await.ok(),
+        a.commit(&k, &lease, b"stale", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Refused)
     );
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"written"[..]));
@@ -246,7 +275,9 @@ async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
         Some(false)
     );
     assert_eq!(
-        a.commit(&k, &lapsed, b"late", TTL).await.ok(),
+        a.commit(&k, &lapsed, b"late", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Refused)
     );
     // The refused commit did not release the next leader's lease.
@@ -255,7 +286,9 @@ async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
         Ok(Lookup::Held { .. })
     ));
     assert_eq!(
-        b.commit(&k, &next, b"next", TTL).await.ok(),
+        b.commit(&k, &next, b"next", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"next"[..]));
@@ -265,7 +298,9 @@ async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
     let alone = grant(a, &k2, short).await;
     tokio::time::sleep(short + Duration::from_millis(100)).await;
     assert_eq!(
-        a.commit(&k2, &alone, b"late-ok", TTL).await.ok(),
+        a.commit(&k2, &alone, b"late-ok", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
 }
@@ -291,7 +326,9 @@ async fn check_renew(a: &RedisStore, b: &RedisStore, ns: &str) {
         other => panic!("expected the renewed lease held, got {other:?}"),
     }
     assert_eq!(
-        a.commit(&k, &lease, b"renewed", TTL).await.ok(),
+        a.commit(&k, &lease, b"renewed", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     assert_eq!(
@@ -304,18 +341,31 @@ async fn check_renew(a: &RedisStore, b: &RedisStore, ns: &str) {
 async fn check_set_invalidate(a: &RedisStore, b: &RedisStore, ns: &str) {
     let k = key(ns, "set-invalidate");
     assert_eq!(value(a, &k).await, None);
-    a.set(&k, b"one", TTL).await.expect("set");
+    a.set(&k, b"one", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set");
     assert_eq!(value(b, &k).await.as_deref(), Some(&b"one"[..]));
-    b.set(&k, b"two", TTL).await.expect("set again");
+    b.set(&k, b"two", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set again");
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"two"[..]));
-    a.invalidate(&k).await.expect("invalidate");
+    a.invalidate(&k, corral::store::Origin::new(0))
+        .await
+        .expect("invalidate");
     assert_eq!(value(b, &k).await, None);
-    b.invalidate(&k).await.expect("invalidate a missing key");
+    b.invalidate(&k, corral::store::Origin::new(0))
+        .await
+        .expect("invalidate a missing key");
     // Binary values and a short TTL that Redis expires.
     let binary: Vec<u8> = (0..=255u8).collect();
-    a.set(&k, &binary, Duration::from_millis(150))
-        .await
-        .expect("set binary");
+    a.set(
+        &k,
+        &binary,
+        Duration::from_millis(150),
+        corral::store::Origin::new(0),
+    )
+    .await
+    .expect("set binary");
     let stored = b.get(&k).await.expect("get").expect("present");
     assert_eq!(stored.bytes, binary);
     assert!(stored.remaining.unwrap_or_default() <= Duration::from_millis(150));
@@ -359,7 +409,15 @@ async fn check_odd_keys(a: &RedisStore, b: &RedisStore, ns: &str) {
             "{raw:?}"
         );
         assert_eq!(
-            a.commit(&k, &lease, raw.as_bytes(), TTL).await.ok(),
+            a.commit(
+                &k,
+                &lease,
+                raw.as_bytes(),
+                TTL,
+                corral::store::Origin::new(0)
+            )
+            .await
+            .ok(),
             Some(Commit::Stored),
             "{raw:?}"
         );
@@ -369,17 +427,26 @@ async fn check_odd_keys(a: &RedisStore, b: &RedisStore, ns: &str) {
             Some(raw.as_bytes()),
             "{raw:?}"
         );
-        b.set(&k, b"set", TTL).await.expect("set");
-        a.invalidate(&k).await.expect("invalidate");
+        b.set(&k, b"set", TTL, corral::store::Origin::new(0))
+            .await
+            .expect("set");
+        a.invalidate(&k, corral::store::Origin::new(0))
+            .await
+            .expect("invalidate");
         assert_eq!(value(a, &k).await, None, "{raw:?}");
         let next = grant(b, &k, LEASE).await;
         b.release(&k, &next).await.expect("release");
     }
     // Keys are distinct: none of them read another's value.
     for (i, raw) in odd.iter().enumerate() {
-        a.set(&key(ns, raw), i.to_string().as_bytes(), TTL)
-            .await
-            .expect("set");
+        a.set(
+            &key(ns, raw),
+            i.to_string().as_bytes(),
+            TTL,
+            corral::store::Origin::new(0),
+        )
+        .await
+        .expect("set");
     }
     for (i, raw) in odd.iter().enumerate() {
         assert_eq!(
@@ -394,14 +461,20 @@ async fn check_odd_keys(a: &RedisStore, b: &RedisStore, ns: &str) {
 async fn check_namespaces(a: &RedisStore, b: &RedisStore, ns: &str) {
     let one = key(&format!("{ns}1"), "shared");
     let two = key(&format!("{ns}2"), "shared");
-    a.set(&one, b"one", TTL).await.expect("set");
+    a.set(&one, b"one", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set");
     assert_eq!(value(b, &two).await, None);
     let mut listener = subscribed_listener(b, &two).await;
     let lease = grant(a, &two, LEASE).await;
-    a.invalidate(&one).await.expect("invalidate");
+    a.invalidate(&one, corral::store::Origin::new(0))
+        .await
+        .expect("invalidate");
     assert!(!is_woken(&mut listener).await);
     assert_eq!(
-        a.commit(&two, &lease, b"two", TTL).await.ok(),
+        a.commit(&two, &lease, b"two", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     within(
@@ -425,7 +498,9 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
         other => panic!("expected a grant, got {other:?}"),
     };
     assert_eq!(
-        a.commit(&k, &lease, b"v1", TTL).await.ok(),
+        a.commit(&k, &lease, b"v1", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
     let read = match b.get_or_lease(&k, &request(LEASE)).await {
@@ -453,7 +528,9 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
         Ok(Lookup::Held { .. })
     ));
     assert_eq!(
-        b.commit(&k, &refresh, b"v2", TTL).await.ok(),
+        b.commit(&k, &refresh, b"v2", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     );
 
@@ -465,7 +542,9 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
         Some(Lookup::Changed)
     );
     let current = b.get(&k).await.ok().flatten().and_then(|s| s.generation);
-    a.set(&k, b"v3", TTL).await.expect("set");
+    a.set(&k, b"v3", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set");
     assert_eq!(
         a.get_or_lease(&k, &over(current)).await.ok(),
         Some(Lookup::Changed),
@@ -473,7 +552,9 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
     );
     let current = b.get(&k).await.ok().flatten().and_then(|s| s.generation);
     assert!(current.is_some(), "a set writes a new generation");
-    a.invalidate(&k).await.expect("invalidate");
+    a.invalidate(&k, corral::store::Origin::new(0))
+        .await
+        .expect("invalidate");
     assert_eq!(
         a.get_or_lease(&k, &over(current)).await.ok(),
         Some(Lookup::Changed),
@@ -551,7 +632,10 @@ async fn run_every_operation(store: &RedisStore, ns: &str) -> u64 {
         Some(true)
     ); // 2
     assert_eq!(
-        store.commit(&k, &lease, b"v", TTL).await.ok(),
+        store
+            .commit(&k, &lease, b"v", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Stored)
     ); // 3
     assert!(matches!(
@@ -559,8 +643,14 @@ async fn run_every_operation(store: &RedisStore, ns: &str) -> u64 {
         Ok(Lookup::Hit(_))
     )); // 4
     assert!(value(store, &k).await.is_some()); // 5
-    store.set(&k, b"w", TTL).await.expect("set"); // 6
-    store.invalidate(&k).await.expect("invalidate"); // 7
+    store
+        .set(&k, b"w", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set"); // 6
+    store
+        .invalidate(&k, corral::store::Origin::new(0))
+        .await
+        .expect("invalidate"); // 7
     let again = grant(store, &k, LEASE).await; // 8
     store.release(&k, &again).await.expect("release"); // 9
     9
@@ -597,10 +687,17 @@ async fn frozen_server_times_out_promptly() {
             0 => store.get_or_lease(&k, &request(LEASE)).await.map(drop),
             1 => store.get(&k).await.map(drop),
             2 => store.renew(&k, &lease, &request(LEASE)).await.map(drop),
-            3 => store.commit(&k, &lease, b"v", TTL).await.map(drop),
+            3 => store
+                .commit(&k, &lease, b"v", TTL, corral::store::Origin::new(0))
+                .await
+                .map(drop),
             4 => store.release(&k, &lease).await,
-            5 => store.set(&k, b"v", TTL).await,
-            _ => store.invalidate(&k).await,
+            5 => {
+                store
+                    .set(&k, b"v", TTL, corral::store::Origin::new(0))
+                    .await
+            }
+            _ => store.invalidate(&k, corral::store::Origin::new(0)).await,
         };
         let took = begun.elapsed();
         worst = worst.max(took);
@@ -674,7 +771,7 @@ async fn killed_and_restarted_server() {
             "attempt {attempt} took {took:?}"
         );
         let error = store
-            .set(&k, b"v", TTL)
+            .set(&k, b"v", TTL, corral::store::Origin::new(0))
             .await
             .expect_err("writes report failure");
         assert!(matches!(
@@ -706,7 +803,10 @@ async fn killed_and_restarted_server() {
 
     // Data is gone, and so is the fence of the old grant.
     assert_eq!(
-        store.commit(&k, &old, b"pre-restart", TTL).await.ok(),
+        store
+            .commit(&k, &old, b"pre-restart", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
         Some(Commit::Refused)
     );
     assert_eq!(value(&store, &k).await, None);
@@ -874,7 +974,9 @@ async fn cluster_contract() {
     for (k, listener) in &mut listeners {
         let lease = grant(&a, k, LEASE).await;
         assert_eq!(
-            a.commit(k, &lease, b"v", TTL).await.ok(),
+            a.commit(k, &lease, b"v", TTL, corral::store::Origin::new(0))
+                .await
+                .ok(),
             Some(Commit::Stored)
         );
         within(PROMPT, "cross-node notice", listener.changed()).await;

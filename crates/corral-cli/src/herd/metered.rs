@@ -2,11 +2,12 @@
 //! when each commit was sent, and can turn notifications off so waiters poll.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use corral::store::{
-    BoxFuture, Commit, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey, Stored,
+    BoxFuture, ChangeSink, Commit, Lease, LeaseRequest, Listener, Lookup, Origin, Store, StoreKey,
+    Stored,
 };
 use corral::StoreError;
 
@@ -82,11 +83,12 @@ impl<S: Store> Store for MeteredStore<S> {
         lease: &'a Lease,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         Box::pin(async move {
             self.round_trip(key);
             let sent_us = wall_clock_us();
-            let commit = self.inner.commit(key, lease, bytes, ttl).await;
+            let commit = self.inner.commit(key, lease, bytes, ttl, origin).await;
             if let Ok(Commit::Stored) = commit {
                 self.meter(key, |meter| meter.committed_at_us = Some(sent_us));
             }
@@ -108,14 +110,41 @@ impl<S: Store> Store for MeteredStore<S> {
         key: &'a StoreKey,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.round_trip(key);
-        self.inner.set(key, bytes, ttl)
+        self.inner.set(key, bytes, ttl, origin)
     }
 
-    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.round_trip(key);
-        self.inner.invalidate(key)
+        self.inner.invalidate(key, origin)
+    }
+
+    fn tag_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        tags: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        self.inner.tag_versions(namespace, tags)
+    }
+
+    fn invalidate_tag<'a>(
+        &'a self,
+        namespace: &'a str,
+        tag: &'a str,
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.invalidate_tag(namespace, tag, retention, origin)
+    }
+
+    fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
+        self.notifications && self.inner.backplane(namespace, sink)
     }
 
     fn attach(&self, namespace: &str) {

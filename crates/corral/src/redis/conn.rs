@@ -67,11 +67,27 @@ impl Connection {
         args: &[&[u8]],
         timeout: Duration,
     ) -> Result<Value, StoreError> {
+        let keys = [
+            names.value.as_str(),
+            names.lease.as_str(),
+            names.fence.as_str(),
+        ];
+        self.invoke_on(lua, &keys, args, timeout).await
+    }
+
+    /// [`invoke`](Self::invoke) on any keys (all in one hash slot).
+    pub(super) async fn invoke_on(
+        &self,
+        lua: &Lua,
+        keys: &[&str],
+        args: &[&[u8]],
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
         bounded(timeout, "script", async {
-            let evalsha = eval_cmd("EVALSHA", lua.hash().as_bytes(), names, args);
+            let evalsha = eval_cmd("EVALSHA", lua.hash().as_bytes(), keys, args);
             match self.query(&evalsha).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    let eval = eval_cmd("EVAL", lua.source().as_bytes(), names, args);
+                    let eval = eval_cmd("EVAL", lua.source().as_bytes(), keys, args);
                     self.query(&eval).await
                 }
                 reply => reply,
@@ -79,15 +95,30 @@ impl Connection {
         })
         .await
     }
+
+    /// `MGET` of `keys` (all in one hash slot), bounded by `timeout`.
+    pub(super) async fn mget(
+        &self,
+        keys: &[String],
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
+        bounded(timeout, "MGET", async {
+            let mut cmd = ::redis::cmd("MGET");
+            for key in keys {
+                cmd.arg(key.as_bytes());
+            }
+            self.query(&cmd).await
+        })
+        .await
+    }
 }
 
-fn eval_cmd(verb: &str, script: &[u8], names: &KeyNames, args: &[&[u8]]) -> Cmd {
+fn eval_cmd(verb: &str, script: &[u8], keys: &[&str], args: &[&[u8]]) -> Cmd {
     let mut cmd = ::redis::cmd(verb);
-    cmd.arg(script)
-        .arg(3)
-        .arg(names.value.as_bytes())
-        .arg(names.lease.as_bytes())
-        .arg(names.fence.as_bytes());
+    cmd.arg(script).arg(keys.len());
+    for key in keys {
+        cmd.arg(key.as_bytes());
+    }
     for arg in args {
         cmd.arg(*arg);
     }

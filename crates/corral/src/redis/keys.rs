@@ -60,9 +60,29 @@ impl KeyNames {
     }
 }
 
+/// The key holding the version of `tag` in `namespace` (the empty tag: the
+/// clear version): `corral:<namespace>:{<namespace>}:t:<tag>`. Every tag key
+/// of a namespace shares one hash slot, so one `MGET` reads any of them on
+/// a cluster.
+pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
+    format!("{PREFIX}{namespace}:{{{namespace}}}:t:{tag}")
+}
+
+/// The namespace whose changes `channel` carries (see [`channel`]).
+pub(super) fn namespace_of(channel: &str) -> Option<&str> {
+    channel.strip_prefix(PREFIX)?.strip_suffix(":filled")
+}
+
+/// The id under which listeners of `key` wait: the namespace and the user's
+/// key, which a backplane message names.
+pub(super) fn listener_id(namespace: &str, key: &str) -> String {
+    format!("{namespace}\u{0}{key}")
+}
+
 /// The channel on which changes of keys in `namespace` are published:
-/// `corral:<namespace>:filled`. The message is the value key's name, which
-/// is also the id listeners are registered under.
+/// `corral:<namespace>:filled`. The messages are backplane messages
+/// ([`Change`](crate::store::Change)s, or `r|<origin>|<key>` for a released
+/// lease); listeners wait under [`listener_id`].
 pub(super) fn channel(namespace: &str) -> String {
     let mut channel = String::with_capacity(PREFIX.len() + namespace.len() + 7);
     channel.push_str(PREFIX);

@@ -9,7 +9,7 @@ mod scripts;
 mod subscriber;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -21,7 +21,8 @@ use self::keys::KeyNames;
 use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::{
-    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Store, StoreKey, Stored,
+    BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Origin, Store,
+    StoreKey, Stored,
 };
 
 /// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
@@ -416,6 +417,12 @@ fn remaining(pttl: &Value) -> Option<Duration> {
     }
 }
 
+/// The tail of a backplane message about `key` from `origin`; the scripts
+/// put the kind letter in front.
+fn message(origin: Origin, key: &str) -> String {
+    format!("|{}|{key}", origin.to_hex())
+}
+
 fn int(what: &str, reply: &Value) -> Result<i64, StoreError> {
     match reply {
         Value::Int(n) => Ok(*n),
@@ -525,10 +532,12 @@ impl Store for RedisStore {
         lease: &'a Lease,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
+            let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let reply = self
                 .run(
@@ -539,6 +548,7 @@ impl Store for RedisStore {
                         bytes,
                         ttl_ms.as_bytes(),
                         channel.as_bytes(),
+                        message.as_bytes(),
                     ],
                 )
                 .await?;
@@ -558,11 +568,16 @@ impl Store for RedisStore {
         Box::pin(async move {
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
+            let message = message(Origin::new(0), key.key());
             let reply = self
                 .run(
                     &scripts::RELEASE,
                     &names,
-                    &[lease.token().as_bytes(), channel.as_bytes()],
+                    &[
+                        lease.token().as_bytes(),
+                        channel.as_bytes(),
+                        message.as_bytes(),
+                    ],
                 )
                 .await?;
             int("release", &reply).map(drop)
@@ -574,10 +589,12 @@ impl Store for RedisStore {
         key: &'a StoreKey,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
+            let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let generation = self.token();
             let reply = self
@@ -589,6 +606,7 @@ impl Store for RedisStore {
                         ttl_ms.as_bytes(),
                         generation.as_bytes(),
                         channel.as_bytes(),
+                        message.as_bytes(),
                     ],
                 )
                 .await?;
@@ -596,15 +614,91 @@ impl Store for RedisStore {
         })
     }
 
-    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
+            let message = message(origin, key.key());
             let reply = self
-                .run(&scripts::INVALIDATE, &names, &[channel.as_bytes()])
+                .run(
+                    &scripts::INVALIDATE,
+                    &names,
+                    &[channel.as_bytes(), message.as_bytes()],
+                )
                 .await?;
             int("invalidate", &reply).map(drop)
         })
+    }
+
+    fn tag_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        tags: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        Box::pin(async move {
+            if tags.is_empty() {
+                return Ok(Vec::new());
+            }
+            let names: Vec<String> = tags
+                .iter()
+                .map(|tag| keys::tag_key(namespace, tag))
+                .collect();
+            let reply = self
+                .inner
+                .connection
+                .mget(&names, self.inner.config.op_timeout)
+                .await?;
+            match reply {
+                Value::Array(items) if items.len() == tags.len() => {
+                    Ok(items.iter().map(generation).collect())
+                }
+                other => Err(unexpected("tag versions", &other)),
+            }
+        })
+    }
+
+    fn invalidate_tag<'a>(
+        &'a self,
+        namespace: &'a str,
+        tag: &'a str,
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let key = keys::tag_key(namespace, tag);
+            let channel = keys::channel(namespace);
+            let kind = if tag.is_empty() { 'x' } else { 't' };
+            let message = format!("{kind}|{}|{tag}", origin.to_hex());
+            let version = self.token();
+            let retention_ms = millis(retention);
+            let reply = self
+                .inner
+                .connection
+                .invoke_on(
+                    &scripts::INVALIDATE_TAG,
+                    &[key.as_str()],
+                    &[
+                        version.as_bytes(),
+                        retention_ms.as_bytes(),
+                        channel.as_bytes(),
+                        message.as_bytes(),
+                    ],
+                    self.inner.config.op_timeout,
+                )
+                .await?;
+            int("invalidate tag", &reply).map(drop)
+        })
+    }
+
+    fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
+        self.inner
+            .subscriber
+            .attach_sink(&keys::channel(namespace), sink);
+        true
     }
 
     fn attach(&self, namespace: &str) {
@@ -612,9 +706,9 @@ impl Store for RedisStore {
     }
 
     fn listen(&self, key: &StoreKey) -> Listener {
-        let names = KeyNames::new(key);
         let channel = keys::channel(key.namespace());
-        self.inner.subscriber.listen(&channel, names.value.into())
+        let id = keys::listener_id(key.namespace(), key.key());
+        self.inner.subscriber.listen(&channel, id.into())
     }
 }
 

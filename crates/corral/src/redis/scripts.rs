@@ -1,10 +1,13 @@
 //! The Lua scripts: one per store operation, each one round trip.
 //!
-//! Every script takes the same three keys — `KEYS[1]` value, `KEYS[2]`
-//! lease, `KEYS[3]` fence, all in one hash slot — so cluster routing sees
-//! them, and every script that changes a key publishes the value key's name
-//! on the namespace channel (`ARGV[#ARGV]`), so a waiter listening by that
-//! name wakes up. Times are milliseconds, at least 1.
+//! Every per-key script takes the same three keys — `KEYS[1]` value,
+//! `KEYS[2]` lease, `KEYS[3]` fence, all in one hash slot — so cluster
+//! routing sees them, and every script that changes a key publishes a
+//! backplane message on the namespace channel (`ARGV[#ARGV-1]`): a one-letter
+//! kind followed by `ARGV[#ARGV]` (`|<origin>|<key>`), so waiters of the key
+//! wake up and other caches' L1s evict it. Kinds: `c` committed fill, `r`
+//! released or refused (wakes waiters only), `s` set, `i` invalidated, `t`
+//! tag invalidated, `x` cleared. Times are milliseconds, at least 1.
 
 use std::sync::LazyLock;
 
@@ -104,8 +107,8 @@ return 1
 /// Fenced write (the token stays as the value's generation), owner-checked
 /// unlock and notification.
 ///
-/// ARGV: token, bytes, ttl_ms, channel. Returns 1 (stored) or 0 (refused:
-/// the fence moved or expired).
+/// ARGV: token, bytes, ttl_ms, channel, message. Returns 1 (stored) or 0
+/// (refused: the fence moved or expired).
 pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -117,10 +120,11 @@ if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
 end
-redis.call('PUBLISH', ARGV[4], KEYS[1])
 if fenced then
+  redis.call('PUBLISH', ARGV[4], 'c' .. ARGV[5])
   return 1
 end
+redis.call('PUBLISH', ARGV[4], 'r' .. ARGV[5])
 return 0
 ",
     )
@@ -128,7 +132,7 @@ return 0
 
 /// Owner-checked release of the lease and its fence, and notification.
 ///
-/// ARGV: token, channel. Returns 0.
+/// ARGV: token, channel, message. Returns 0.
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -138,7 +142,7 @@ end
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
-redis.call('PUBLISH', ARGV[2], KEYS[1])
+redis.call('PUBLISH', ARGV[2], 'r' .. ARGV[3])
 return 0
 ",
     )
@@ -147,14 +151,14 @@ return 0
 /// Unconditional write that drops the lease and moves the fence to a new
 /// generation.
 ///
-/// ARGV: bytes, ttl_ms, new fence token, channel. Returns 0.
+/// ARGV: bytes, ttl_ms, new fence token, channel, message. Returns 0.
 pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[4], KEYS[1])
+redis.call('PUBLISH', ARGV[4], 's' .. ARGV[5])
 return 0
 ",
     )
@@ -162,20 +166,36 @@ return 0
 
 /// Deletes value, lease and fence.
 ///
-/// ARGV: channel. Returns 0.
+/// ARGV: channel, message. Returns 0.
 pub(super) static INVALIDATE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('PUBLISH', ARGV[1], KEYS[1])
+redis.call('PUBLISH', ARGV[1], 'i' .. ARGV[2])
+return 0
+",
+    )
+});
+
+/// Moves a tag (or, for the empty tag, the namespace's clear version) to a
+/// new version and announces it. One key: `KEYS[1]` the tag's version key.
+///
+/// ARGV: new version, retention_ms, channel, message (with its kind
+/// letter). Returns 0.
+pub(super) static INVALIDATE_TAG: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 0
 ",
     )
 });
 
 /// Every script, for loading them all at connect.
-pub(super) fn all() -> [&'static Lua; 7] {
+pub(super) fn all() -> [&'static Lua; 8] {
     [
+        &*INVALIDATE_TAG,
         &*GET_OR_LEASE,
         &*GET,
         &*RENEW,

@@ -18,7 +18,7 @@
 //! died silently.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::aio::PubSubSink;
@@ -27,7 +27,8 @@ use futures_util::StreamExt as _;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use crate::store::{Listener, Notifier};
+use super::keys;
+use crate::store::{Change, ChangeSink, Listener, Notifier, Sinks};
 
 /// How often the subscriber pings an idle connection.
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
@@ -43,16 +44,37 @@ pub(super) struct Subscriber {
 }
 
 /// What the store and the task share.
-#[derive(Debug)]
 struct Shared {
     notifier: Notifier,
     /// Every channel asked for so far; subscribed again after a reconnect.
     channels: Mutex<BTreeSet<Arc<str>>>,
+    /// The backplane sinks of each channel.
+    sinks: Sinks,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("channels", &*self.channels())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Shared {
     fn channels(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A subscription of `channels` was (re)confirmed: messages published
+    /// before it may have been missed, so every waiter re-checks and every
+    /// sink distrusts what the backplane kept current.
+    fn resubscribed(&self, channels: &[Arc<str>]) {
+        self.notifier.notify_all();
+        for channel in channels {
+            for sink in self.sinks.live(channel) {
+                sink.lost();
+            }
+        }
     }
 }
 
@@ -73,6 +95,7 @@ impl Subscriber {
         let shared = Arc::new(Shared {
             notifier: Notifier::new(),
             channels: Mutex::new(BTreeSet::new()),
+            sinks: Sinks::default(),
         });
         let (requests, receiver) = mpsc::unbounded_channel();
         let task = Task {
@@ -91,6 +114,13 @@ impl Subscriber {
         let listener = self.shared.notifier.listen(id);
         self.subscribe(channel);
         listener
+    }
+
+    /// Delivers the backplane messages of `channel` to `sink` while it
+    /// lives, subscribing to `channel` if needed.
+    pub(super) fn attach_sink(&self, channel: &str, sink: Weak<dyn ChangeSink>) {
+        self.shared.sinks.attach(channel, sink);
+        self.subscribe(channel);
     }
 
     /// Subscribes to `channel` (in the background) unless it already is.
@@ -174,7 +204,7 @@ impl Task {
         if !wanted.is_empty() && !self.subscribe(&mut sink, &wanted).await {
             return Ended::Lost { established: false };
         }
-        self.shared.notifier.notify_all();
+        self.shared.resubscribed(&wanted);
 
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -184,10 +214,11 @@ impl Task {
                 request = self.requests.recv() => match request {
                     None => return Ended::StoreDropped,
                     Some(channel) => {
-                        if !self.subscribe(&mut sink, &[channel]).await {
+                        let channel = [channel];
+                        if !self.subscribe(&mut sink, &channel).await {
                             return Ended::Lost { established: true };
                         }
-                        self.shared.notifier.notify_all();
+                        self.shared.resubscribed(&channel);
                     }
                 },
                 message = stream.next() => match message {
@@ -212,9 +243,32 @@ impl Task {
         matches!(subscribed, Ok(Ok(())))
     }
 
+    /// Wakes the waiters of the key a message names and hands backplane
+    /// messages to the channel's sinks. Messages of another shape are
+    /// ignored.
     fn dispatch(&self, message: &Msg) {
-        if let Ok(id) = std::str::from_utf8(message.get_payload_bytes()) {
-            self.shared.notifier.notify(id);
+        let channel = message.get_channel_name();
+        let Some(namespace) = keys::namespace_of(channel) else {
+            return;
+        };
+        let Ok(text) = std::str::from_utf8(message.get_payload_bytes()) else {
+            return;
+        };
+        let Some((kind, rest)) = text.split_once('|') else {
+            return;
+        };
+        let Some((_origin, key)) = rest.split_once('|') else {
+            return;
+        };
+        if matches!(kind, "c" | "r" | "s" | "i") {
+            self.shared
+                .notifier
+                .notify(&keys::listener_id(namespace, key));
+        }
+        if let Some(change) = Change::decode(text) {
+            for sink in self.shared.sinks.live(channel) {
+                sink.changed(&change);
+            }
         }
     }
 }

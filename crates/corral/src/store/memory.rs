@@ -4,14 +4,14 @@
 //! so it follows `tokio::time::pause()`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::{
-    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Notifier, Store, StoreKey,
-    Stored,
+    BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest, Listener, Lookup,
+    Notifier, Origin, Sinks, Store, StoreKey, Stored,
 };
 use crate::error::StoreError;
 
@@ -56,17 +56,32 @@ impl Slot {
 #[derive(Debug)]
 struct State {
     slots: HashMap<StoreKey, Slot>,
+    /// Tag versions by namespace and tag, with when they are forgotten.
+    tags: HashMap<TagName, (Arc<str>, Instant)>,
     rng: fastrand::Rng,
 }
 
-/// An in-process [`Store`] with leases, fences and notifications, bounded to
-/// `max_keys` keys (when full, expired keys are dropped first, then
-/// arbitrary ones).
-#[derive(Debug, Clone)]
+/// A tag of a namespace: `(namespace, tag)`.
+type TagName = (Arc<str>, Arc<str>);
+
+/// An in-process [`Store`] with leases, fences, notifications and a
+/// backplane, bounded to `max_keys` keys (when full, expired keys are
+/// dropped first, then arbitrary ones). Backplane messages are delivered
+/// synchronously, inside the write call that makes them.
+#[derive(Clone)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     notifier: Notifier,
+    sinks: Arc<Sinks>,
     max_keys: usize,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for MemoryStore {
@@ -88,9 +103,11 @@ impl MemoryStore {
         Self {
             state: Arc::new(Mutex::new(State {
                 slots: HashMap::new(),
+                tags: HashMap::new(),
                 rng: fastrand::Rng::with_seed(seed),
             })),
             notifier: Notifier::new(),
+            sinks: Arc::new(Sinks::default()),
             max_keys: max_keys.max(1),
         }
     }
@@ -124,6 +141,23 @@ impl MemoryStore {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tells every live sink of `namespace` about `event`, made by `origin`.
+    fn announce(&self, namespace: &str, origin: Origin, event: Event) {
+        let change = Change { origin, event };
+        for sink in self.sinks.live(namespace) {
+            sink.changed(&change);
+        }
+    }
+
+    /// Tells every attached sink that messages may have been lost, as a
+    /// store does after its subscription was interrupted: for tests of what
+    /// caches do then.
+    pub fn simulate_lost_messages(&self) {
+        for sink in self.sinks.all_live() {
+            sink.lost();
+        }
     }
 
     fn id(key: &StoreKey) -> Arc<str> {
@@ -243,6 +277,7 @@ impl Store for MemoryStore {
         lease: &'a Lease,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         let commit = self.with_slot(key, |slot, _, now| {
             let fenced = slot.holds_fence(lease.token());
@@ -258,6 +293,9 @@ impl Store for MemoryStore {
             }
         });
         self.notifier.notify(&Self::id(key));
+        if commit == Commit::Stored {
+            self.announce(key.namespace(), origin, Event::Filled(key.key().into()));
+        }
         ready(Ok(commit))
     }
 
@@ -283,6 +321,7 @@ impl Store for MemoryStore {
         key: &'a StoreKey,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.with_slot(key, |slot, rng, now| {
             slot.value = Some((bytes.to_vec(), now + ttl));
@@ -290,15 +329,69 @@ impl Store for MemoryStore {
             slot.fence = Some((token(rng), now + ttl));
         });
         self.notifier.notify(&Self::id(key));
+        self.announce(key.namespace(), origin, Event::Written(key.key().into()));
         ready(Ok(()))
     }
 
-    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.with_slot(key, |slot, _, _| {
             *slot = Slot::default();
         });
         self.notifier.notify(&Self::id(key));
+        self.announce(key.namespace(), origin, Event::Removed(key.key().into()));
         ready(Ok(()))
+    }
+
+    fn tag_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        tags: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        let now = Instant::now();
+        let mut state = self.lock();
+        state.tags.retain(|_, (_, until)| *until > now);
+        let namespace: Arc<str> = namespace.into();
+        let versions = tags
+            .iter()
+            .map(|tag| {
+                let version = state.tags.get(&(Arc::clone(&namespace), Arc::clone(tag)));
+                version.map(|(version, _)| Arc::clone(version))
+            })
+            .collect();
+        ready(Ok(versions))
+    }
+
+    fn invalidate_tag<'a>(
+        &'a self,
+        namespace: &'a str,
+        tag: &'a str,
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        {
+            let now = Instant::now();
+            let mut state = self.lock();
+            let version = token(&mut state.rng);
+            state
+                .tags
+                .insert((namespace.into(), tag.into()), (version, now + retention));
+        }
+        let event = if tag.is_empty() {
+            Event::Cleared
+        } else {
+            Event::TagInvalidated(tag.into())
+        };
+        self.announce(namespace, origin, event);
+        ready(Ok(()))
+    }
+
+    fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
+        self.sinks.attach(namespace, sink);
+        true
     }
 
     fn listen(&self, key: &StoreKey) -> Listener {

@@ -23,15 +23,18 @@
 //! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
 //! written by one host is compared with another host's clock.
 
+mod change;
 mod memory;
 mod notify;
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+pub(crate) use change::Sinks;
+pub use change::{Change, ChangeSink, Event, Origin};
 pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
 
@@ -185,13 +188,16 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Writes `bytes` for `ttl` if the fence still holds the lease's token
     /// (and keeps that token as the value's generation for `ttl`), releases
-    /// the lease if still owned, and notifies listeners — atomically.
+    /// the lease if still owned, and notifies listeners — atomically. A
+    /// stored value is announced on the backplane as [`Event::Filled`] from
+    /// `origin`.
     fn commit<'a>(
         &'a self,
         key: &'a StoreKey,
         lease: &'a Lease,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<Commit, StoreError>>;
 
     /// Gives up a lease without writing (the fill failed), if still owned,
@@ -204,17 +210,53 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Writes `bytes` for `ttl` unconditionally, moves the fence to a new
     /// random generation (so fills and refreshes in flight cannot overwrite
-    /// it), drops any lease and notifies listeners.
+    /// it), drops any lease and notifies listeners; announced on the
+    /// backplane as [`Event::Written`] from `origin`.
     fn set<'a>(
         &'a self,
         key: &'a StoreKey,
         bytes: &'a [u8],
         ttl: Duration,
+        origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Deletes the value, moves the fence, drops any lease and notifies
-    /// listeners.
-    fn invalidate<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// listeners; announced on the backplane as [`Event::Removed`] from
+    /// `origin`.
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The current versions of `tags` in `namespace` (`None`: never
+    /// invalidated, or forgotten after `retention`). The empty tag is the
+    /// namespace's clear version. One round trip.
+    fn tag_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        tags: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>>;
+
+    /// Moves `tag` of `namespace` to a new random version kept for
+    /// `retention` (an entry filled under an older version is a miss from
+    /// then on) and announces it on the backplane — [`Event::TagInvalidated`],
+    /// or [`Event::Cleared`] for the empty tag — atomically.
+    fn invalidate_tag<'a>(
+        &'a self,
+        namespace: &'a str,
+        tag: &'a str,
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Delivers the backplane messages of `namespace` to `sink` for as long
+    /// as it lives; returns whether this store has a backplane (the default
+    /// has none and returns false).
+    fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
+        let _ = (namespace, sink);
+        false
+    }
 
     /// Called once by each cache built on this store, with its namespace,
     /// so the store can subscribe to the namespace's notifications before

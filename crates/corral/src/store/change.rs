@@ -1,0 +1,199 @@
+//! The backplane: what a store tells the caches attached to a namespace
+//! when a key, a tag or the whole namespace changes, so each keeps its
+//! in-process tier coherent.
+//!
+//! A message carries the change and the [`Origin`] (the cache instance)
+//! that made it, never a value. Every cache ignores its own messages. A
+//! store that may have lost messages (a subscriber reconnect) says so with
+//! [`ChangeSink::lost`]: the caches then distrust everything the backplane
+//! kept current.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+/// The cache instance that made a change: a random 64-bit id drawn when the
+/// cache is built, so a cache recognises (and ignores) its own messages.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Origin(u64);
+
+impl Origin {
+    /// The origin with this id.
+    pub const fn new(id: u64) -> Self {
+        Self(id)
+    }
+
+    /// The id.
+    pub const fn id(self) -> u64 {
+        self.0
+    }
+
+    /// The id as 16 lowercase hex digits (how stores write it).
+    pub fn to_hex(self) -> String {
+        format!("{:016x}", self.0)
+    }
+
+    /// Parses [`to_hex`](Self::to_hex)'s form.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        if hex.len() != 16 {
+            return None;
+        }
+        u64::from_str_radix(hex, 16).ok().map(Self)
+    }
+}
+
+impl fmt::Debug for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Origin({:016x})", self.0)
+    }
+}
+
+/// What changed in a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A fill committed a value for the key.
+    Filled(Arc<str>),
+    /// The key was written with `set`.
+    Written(Arc<str>),
+    /// The key was invalidated.
+    Removed(Arc<str>),
+    /// Every entry carrying the tag was invalidated.
+    TagInvalidated(Arc<str>),
+    /// The whole namespace was cleared.
+    Cleared,
+}
+
+impl Event {
+    /// The one-letter code stores write for the event's kind.
+    pub fn code(&self) -> char {
+        match self {
+            Self::Filled(_) => 'c',
+            Self::Written(_) => 's',
+            Self::Removed(_) => 'i',
+            Self::TagInvalidated(_) => 't',
+            Self::Cleared => 'x',
+        }
+    }
+
+    /// The event of kind `code` about `subject` (a key, a tag, or empty for
+    /// [`Event::Cleared`]); `None` for an unknown code.
+    pub fn from_code(code: char, subject: &str) -> Option<Self> {
+        Some(match code {
+            'c' => Self::Filled(subject.into()),
+            's' => Self::Written(subject.into()),
+            'i' => Self::Removed(subject.into()),
+            't' => Self::TagInvalidated(subject.into()),
+            'x' => Self::Cleared,
+            _ => return None,
+        })
+    }
+}
+
+/// One backplane message: who changed what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The cache instance that made the change.
+    pub origin: Origin,
+    /// What changed.
+    pub event: Event,
+}
+
+impl Change {
+    /// The message text stores publish: `<code>|<origin hex>|<subject>`.
+    pub fn encode(&self) -> String {
+        let subject = match &self.event {
+            Event::Filled(s) | Event::Written(s) | Event::Removed(s) | Event::TagInvalidated(s) => {
+                &**s
+            }
+            Event::Cleared => "",
+        };
+        format!("{}|{}|{subject}", self.event.code(), self.origin.to_hex())
+    }
+
+    /// Parses [`encode`](Self::encode)'s form; `None` for anything else.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut chars = text.chars();
+        let code = chars.next()?;
+        let rest = chars.as_str().strip_prefix('|')?;
+        let (origin, subject) = rest.split_once('|')?;
+        Some(Self {
+            origin: Origin::from_hex(origin)?,
+            event: Event::from_code(code, subject)?,
+        })
+    }
+}
+
+/// Receives the backplane messages of one namespace (see
+/// [`Store::backplane`](super::Store::backplane)). Called on the store's
+/// dispatching task or inside its write calls: implementations must be quick
+/// and must not block.
+pub trait ChangeSink: Send + Sync {
+    /// A change made by some cache (possibly this one: compare the origin).
+    fn changed(&self, change: &Change);
+
+    /// Messages may have been lost (the store's subscription was
+    /// interrupted): distrust everything the backplane kept current.
+    fn lost(&self);
+}
+
+/// The sinks attached to each namespace (or channel) of a store. Holds them
+/// weakly: a dropped cache stops receiving and is forgotten.
+#[derive(Default)]
+pub(crate) struct Sinks {
+    by_name: Mutex<HashMap<Arc<str>, Vec<WeakSink>>>,
+}
+
+type WeakSink = Weak<dyn ChangeSink>;
+
+impl Sinks {
+    /// Attaches `sink` under `name`.
+    pub(crate) fn attach(&self, name: &str, sink: Weak<dyn ChangeSink>) {
+        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        by_name.entry(name.into()).or_default().push(sink);
+    }
+
+    /// The live sinks under `name`, forgetting dropped ones.
+    pub(crate) fn live(&self, name: &str) -> Vec<Arc<dyn ChangeSink>> {
+        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(attached) = by_name.get_mut(name) else {
+            return Vec::new();
+        };
+        attached.retain(|sink| sink.strong_count() > 0);
+        attached.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Every live sink.
+    pub(crate) fn all_live(&self) -> Vec<Arc<dyn ChangeSink>> {
+        let by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        by_name
+            .values()
+            .flatten()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let origin = Origin::new(0x0123_4567_89ab_cdef);
+        for event in [
+            Event::Filled("k|with|bars".into()),
+            Event::Written("".into()),
+            Event::Removed("ключ".into()),
+            Event::TagInvalidated("team:7".into()),
+            Event::Cleared,
+        ] {
+            let change = Change { origin, event };
+            assert_eq!(Change::decode(&change.encode()), Some(change));
+        }
+        assert_eq!(Change::decode(""), None);
+        assert_eq!(Change::decode("c|xyz|k"), None);
+        assert_eq!(Change::decode("q|0123456789abcdef|k"), None);
+        assert_eq!(Change::decode("corral:ns:v1:{0}:v:k"), None);
+    }
+}
