@@ -1,7 +1,7 @@
-//! The L1's side of the backplane: each cache with an L1 in front of a
-//! shared store receives the namespace's change messages and evicts what
-//! another cache changed. Messages carry keys and tags, never values; a
-//! cache ignores its own.
+//! A cache's side of the backplane: each cache on a shared store receives
+//! the namespace's change messages, evicts from its L1 what another cache
+//! changed, and forgets the tag versions another cache moved. Messages
+//! carry keys and tags, never values; a cache ignores its own.
 //!
 //! Evictions go through the flight table ([`FlightTable::detach`]), the
 //! same way a local write does: a fill of the key already in flight here
@@ -13,31 +13,32 @@
 use crate::cache::Inner;
 use crate::stats::Counters;
 use crate::store::{Change, ChangeSink, Event};
+use crate::tags::CLEAR;
 
 impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
     fn changed(&self, change: &Change) {
         if change.origin == self.origin {
             return;
         }
-        let Some(local) = &self.tiers.l1 else {
-            return;
-        };
         Counters::bump(&self.counters.backplane_messages);
         match &change.event {
             Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
-                self.flights.detach(key, || local.remove(key));
+                if let Some(local) = &self.tiers.l1 {
+                    self.flights.detach(key, || local.remove(key));
+                }
             }
-            Event::TagInvalidated(_) | Event::Cleared => {
-                self.flights.detach_all(|| local.clear());
-            }
+            Event::TagInvalidated(tag) => self.tag_moved(tag, None),
+            Event::Cleared => self.tag_moved(CLEAR, None),
         }
     }
 
     fn lost(&self) {
-        let Some(local) = &self.tiers.l1 else {
-            return;
-        };
         Counters::bump(&self.counters.backplane_resets);
-        self.flights.detach_all(|| local.clear());
+        self.flights.detach_all(|| {
+            self.tags.distrust();
+            if let Some(local) = &self.tiers.l1 {
+                local.clear();
+            }
+        });
     }
 }

@@ -18,6 +18,7 @@ use crate::policy::Policy;
 use crate::stats::Counters;
 use crate::store::{ChangeSink, Origin, Store};
 use crate::sync::Mutex;
+use crate::tags::TagTable;
 use crate::ticker::TickedClock;
 use tokio::sync::Semaphore;
 
@@ -284,13 +285,28 @@ where
         self
     }
 
+    /// How long a tag's version (and the cache's clear version) is kept in
+    /// the shared store after [`Cache::invalidate_tag`] or [`Cache::clear`];
+    /// no entry lives longer than this (longer TTLs are cut to it), so an
+    /// entry filled before an invalidation can never outlive its record.
+    /// Default: 7 days.
+    ///
+    /// [`Cache::invalidate_tag`]: crate::Cache::invalidate_tag
+    /// [`Cache::clear`]: crate::Cache::clear
+    pub fn tag_retention(mut self, retention: Duration) -> Self {
+        self.policy.tag_retention = retention;
+        self
+    }
+
     /// Whether the L1 listens to the store's backplane: a `set`,
     /// `invalidate`, committed fill, tag invalidation or `clear` made through
     /// another cache of the same namespace — in this process or another —
     /// evicts the affected L1 entries at once. After the store's
     /// subscription is interrupted (messages may have been lost) the whole
     /// L1 is dropped. Off, L1 entries live out their freshness or
-    /// [`l1_lifetime`](CacheBuilder::l1_lifetime). Default: on.
+    /// [`l1_lifetime`](CacheBuilder::l1_lifetime), and tag versions are read
+    /// from the store on every read of the store instead of being kept.
+    /// Default: on.
     pub fn backplane(mut self, on: bool) -> Self {
         self.backplane = on;
         self
@@ -367,7 +383,7 @@ where
             None => fastrand::Rng::new(),
         };
         let origin = Origin::new(rng.u64(..));
-        let listens = self.backplane && l1.is_some();
+        let listens = self.backplane;
         let store = self.store;
         let inner = Arc::new(Inner {
             namespace,
@@ -380,6 +396,7 @@ where
                 l2: store.clone(),
             },
             origin,
+            tags: TagTable::new(store.is_none()),
             flights: Arc::new(FlightTable::new()),
             counters: Counters::new(),
             rng: Mutex::new(rng),
@@ -390,7 +407,11 @@ where
         });
         if let (Some(store), true) = (&store, listens) {
             let sink: Weak<dyn ChangeSink> = Arc::downgrade(&inner) as Weak<dyn ChangeSink>;
-            store.backplane(&inner.namespace, sink);
+            // Tag versions are remembered only while messages keep them
+            // current; otherwise every check reads them from the store.
+            inner
+                .tags
+                .set_remember(store.backplane(&inner.namespace, sink));
         }
         Ok(Cache { inner })
     }

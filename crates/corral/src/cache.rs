@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 
 use crate::codec::Codec;
 use crate::entry::{self, Decoded, Ttls};
-use crate::error::{Error, StoreError, StoreErrorKind};
+use crate::error::{Error, InvalidKey, StoreError, StoreErrorKind};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
@@ -25,6 +25,7 @@ use crate::policy::{jittered, FillOptions, Policy};
 use crate::stats::{Counters, Stats};
 use crate::store::{Origin, Store, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
+use crate::tags::{Known, Stamps, TagTable, CLEAR};
 
 /// Where a cache keeps its values: decoded in process (L1), as envelopes in
 /// a shared store (L2), or both, the L1 in front.
@@ -43,6 +44,8 @@ pub(crate) struct Inner<V> {
     pub(crate) tiers: Tiers<V>,
     /// This instance's id on the backplane.
     pub(crate) origin: Origin,
+    /// The tag versions this instance knows, and its L1 keys by tag.
+    pub(crate) tags: TagTable,
     pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -65,12 +68,14 @@ impl<V: 'static> Inner<V> {
         StoreKey::new(Arc::clone(&self.namespace), key)
     }
 
-    /// The envelope of `value` (`None`: "not found") written with `ttls`.
+    /// The envelope of `value` (`None`: "not found") written with `ttls`,
+    /// filled under `stamps`.
     pub(crate) fn encode(
         &self,
         value: Option<&V>,
         ttls: Ttls,
         flags: u16,
+        stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
         entry::encode(
             &*self.codec,
@@ -79,7 +84,57 @@ impl<V: 'static> Inner<V> {
             flags,
             value,
             self.policy.max_value_bytes,
+            &stamps.0,
         )
+    }
+
+    /// The current versions of `tags`: known ones from the tag table, the
+    /// rest read from the store in one round trip (and remembered while the
+    /// backplane keeps them current). Without a store, versions are the
+    /// table's own.
+    pub(crate) async fn current_versions(
+        &self,
+        tags: &[Arc<str>],
+    ) -> Result<Vec<Option<Arc<str>>>, StoreError> {
+        let mark = match self.tags.lookup(tags) {
+            Known::All(versions) => return Ok(versions),
+            Known::Unknown { mark } => mark,
+        };
+        let versions = match &self.tiers.l2 {
+            Some(store) => self
+                .store_call(store.tag_versions(&self.namespace, tags))
+                .await
+                .inspect_err(|_| Counters::bump(&self.counters.store_errors))?,
+            None => vec![None; tags.len()],
+        };
+        self.tags.learn(tags, &versions, mark);
+        Ok(versions)
+    }
+
+    /// The stamps a fill declaring `tags` writes with its entry: the
+    /// current versions of its tags and of the clear tag, read before the
+    /// fill runs. `None` if they could not be read (the fill's answer is
+    /// then not stored).
+    pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>]) -> Option<Stamps> {
+        let wanted = Stamps::wanted(tags);
+        let versions = self.current_versions(&wanted).await.ok()?;
+        Some(Stamps::zip(&wanted, versions))
+    }
+
+    /// Whether every version in `stamps` is still current (an entry read
+    /// from the store carrying them may be served; a fill stamped with them
+    /// may be stored). A store error counts as "not current": invalidation
+    /// wins.
+    pub(crate) async fn stamps_current(&self, stamps: &Stamps) -> bool {
+        let tags = stamps.tags();
+        match self.current_versions(&tags).await {
+            Ok(versions) => stamps
+                .0
+                .iter()
+                .zip(versions)
+                .all(|((_, stamped), current)| *stamped == current),
+            Err(_) => false,
+        }
     }
 
     /// Decodes an envelope; undecodable bytes are counted and yield `None`.
@@ -107,13 +162,18 @@ impl<V: 'static> Inner<V> {
         let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
         let age = decoded.ttls.physical.saturating_sub(remaining);
         let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
-        Some(Judged::new(
+        let mut judged = Judged::new(
             decoded.value,
             age,
             decoded.ttls,
             fail_safe,
             self.policy.eager_refresh,
-        ))
+        );
+        judged.stamps = Stamps(decoded.stamps);
+        if !judged.stamps.0.iter().any(|(tag, _)| tag.is_empty()) {
+            judged.stamps.0.insert(0, (CLEAR.into(), None));
+        }
+        Some(judged)
     }
 
     /// Copies an entry read from the L2 into the L1, with the age the L2's
@@ -130,6 +190,9 @@ impl<V: 'static> Inner<V> {
             return;
         };
         self.flights.keep_if_unchanged(key, mark, || {
+            if !self.tags.admit_to_l1(key, &judged.stamps) {
+                return;
+            }
             local.insert(
                 key,
                 judged.value.clone(),
@@ -138,6 +201,29 @@ impl<V: 'static> Inner<V> {
                 weight,
                 judged.age,
             );
+        });
+    }
+
+    /// `tag` (or, for [`CLEAR`], every tag) moved to a new version: forgets
+    /// the old one (or takes `version`, for a cache without a store) and
+    /// evicts the L1 entries carrying it. Under the flight table's lock, the
+    /// lock L1 inserts hold while they check their stamps.
+    pub(crate) fn tag_moved(&self, tag: &str, version: Option<Arc<str>>)
+    where
+        V: Clone,
+    {
+        self.flights.detach_all(|| {
+            let keys = self.tags.invalidated(tag, version);
+            let Some(local) = &self.tiers.l1 else {
+                return;
+            };
+            if tag == CLEAR {
+                local.clear();
+            } else {
+                for key in keys {
+                    local.remove(&key);
+                }
+            }
         });
     }
 
@@ -419,6 +505,9 @@ where
         E: Send + Sync + 'static,
     {
         validate_key(key)?;
+        if let Some(tags) = &options.tags {
+            validate_tags(tags)?;
+        }
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let inner = &self.inner;
         // Without an L2 a miss is known here; with one, the leader tells.
@@ -483,6 +572,7 @@ where
             soft_timeout: options.soft_timeout.or(policy.soft_timeout),
             fallback,
             permit,
+            tags: options.tags.unwrap_or_else(|| Arc::new([])),
             fill,
         }
     }
@@ -558,7 +648,13 @@ where
                     .store_call(store.get(&skey))
                     .await
                     .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-                let judged = stored.and_then(|stored| inner.judge_stored(&stored));
+                let mut judged = stored.and_then(|stored| inner.judge_stored(&stored));
+                if let Some(found) = &judged {
+                    if !inner.stamps_current(&found.stamps).await {
+                        Counters::bump(&inner.counters.tag_misses);
+                        judged = None;
+                    }
+                }
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {
                     Counters::bump(&inner.counters.l2_hits);
                     inner.keep_in_l1(key, judged, mark);
@@ -619,13 +715,17 @@ where
             Some(_) => leader::weight(inner, key, Some(&value))?,
             None => 0,
         };
+        let wanted = Stamps::wanted(&[]);
+        let stamps = Stamps::zip(&wanted, inner.current_versions(&wanted).await?);
         if let Some(store) = &inner.tiers.l2 {
-            let bytes = inner.encode(Some(&value), ttls, 0).map_err(|message| {
-                Counters::bump(&inner.counters.encode_failures);
-                Error::Encode {
-                    message: message.into(),
-                }
-            })?;
+            let bytes = inner
+                .encode(Some(&value), ttls, 0, &stamps)
+                .map_err(|message| {
+                    Counters::bump(&inner.counters.encode_failures);
+                    Error::Encode {
+                        message: message.into(),
+                    }
+                })?;
             let skey = inner.store_key(key);
             let written = inner
                 .store_call(store.set(&skey, &bytes, ttls.physical, inner.origin))
@@ -639,8 +739,13 @@ where
             }
         }
         inner.flights.detach(key, || {
-            if let Some(local) = &inner.tiers.l1 {
+            let Some(local) = &inner.tiers.l1 else {
+                return;
+            };
+            if inner.tags.admit_to_l1(key, &stamps) {
                 local.insert(key, Some(value), ttls, false, weight, Duration::ZERO);
+            } else {
+                local.remove(key);
             }
         });
         Ok(())
@@ -669,6 +774,62 @@ where
         };
         inner.flights.detach(key, || inner.remove_from_l1(key));
         removed.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+        Ok(())
+    }
+
+    /// Makes every entry filled with `tag` (see [`FillOptions::tags`]) a
+    /// miss, in every process sharing the store, without scanning keys: the
+    /// tag moves to a new version and entries stamped with the old one are
+    /// never served again (they expire from the store by their TTL). Fills
+    /// of tagged entries in flight — in any process — are fenced: their
+    /// callers get their value, but it is not stored. Other processes' L1s
+    /// drop the tag's entries when the backplane message arrives.
+    ///
+    /// A read of the store checks an entry's tag versions against the
+    /// versions this cache knows (read once from the store and kept current
+    /// by the backplane; without a backplane, read on every check: one
+    /// more round trip per read of the store). L1 hits check nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a tag that breaks the key rules;
+    /// [`Error::Store`] if the store did not confirm (this instance's L1
+    /// entries of the tag are dropped anyway; treat the tag as possibly
+    /// still valid elsewhere).
+    pub async fn invalidate_tag(&self, tag: &str) -> Result<(), Error> {
+        validate_key(tag)?;
+        self.move_tag(tag).await
+    }
+
+    /// Makes every entry of this cache a miss, in every process sharing
+    /// the store, without scanning keys: like an [`invalidate_tag`] of a tag
+    /// every entry carries. Fills in flight are fenced; values already in
+    /// the store stay there, unserved, until their TTL ends.
+    ///
+    /// [`invalidate_tag`]: Cache::invalidate_tag
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] as for [`invalidate_tag`](Cache::invalidate_tag).
+    pub async fn clear(&self) -> Result<(), Error> {
+        self.move_tag(CLEAR).await
+    }
+
+    async fn move_tag(&self, tag: &str) -> Result<(), Error> {
+        let inner = &self.inner;
+        let (moved, local_version) = match &inner.tiers.l2 {
+            Some(store) => {
+                let retention = inner.policy.tag_retention;
+                let call = store.invalidate_tag(&inner.namespace, tag, retention, inner.origin);
+                (inner.store_call(call).await, None)
+            }
+            None => {
+                let version = format!("{:032x}", lock(&inner.rng).u128(..));
+                (Ok(()), Some(version.into()))
+            }
+        };
+        inner.tag_moved(tag, local_version);
+        moved.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
         Ok(())
     }
 
@@ -723,6 +884,22 @@ where
     pub fn downgrade(&self) -> std::sync::Weak<impl Any + Send + Sync> {
         Arc::downgrade(&self.inner)
     }
+}
+
+/// Checks the tags a fill declares: each a valid key, at most
+/// [`MAX_TAGS`](entry::MAX_TAGS) − 1 distinct ones (the clear version takes
+/// the last place).
+fn validate_tags(tags: &[Arc<str>]) -> Result<(), InvalidKey> {
+    for tag in tags {
+        validate_key(tag)?;
+    }
+    let distinct = Stamps::wanted(tags).len();
+    if distinct > entry::MAX_TAGS {
+        return Err(InvalidKey::TooManyTags {
+            count: distinct - 1,
+        });
+    }
+    Ok(())
 }
 
 fn outcome_to_result<V, E: Send + Sync + 'static>(

@@ -15,11 +15,19 @@
 //! 40     n    value bytes (the codec's encoding)
 //! ```
 //!
+//! With flag bit 2 ("stamped") the value is followed by the tag versions
+//! the entry was filled under (see the cache's tags): a count (u16 LE),
+//! then per tag its length (u16 LE), its UTF-8 bytes, its version's length
+//! (u8; 0: the tag had no version) and the version's UTF-8 bytes. The empty
+//! tag stands for the namespace's clear version. An entry without the flag
+//! was filled under no tags and no clear version.
+//!
 //! Decoding is strict: wrong magic, format, codec, flags or schema version, a
 //! length that does not match, or a value over the cache's size limit are all
 //! rejected, and the caller treats them as a counted miss.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::millis;
@@ -57,7 +65,15 @@ impl Ttls {
 pub const FLAG_NOT_FOUND: u16 = 1;
 /// Flag: the entry was re-cached by fail-safe after its source failed.
 pub const FLAG_FAIL_SAFE: u16 = 2;
-const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE;
+/// Flag: tag versions follow the value.
+pub const FLAG_STAMPED: u16 = 4;
+const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED;
+/// The most tags one entry may carry.
+pub const MAX_TAGS: usize = 64;
+
+/// The tag versions an entry was filled under: `(tag, version)` pairs, the
+/// empty tag standing for the namespace's clear version.
+pub type Stamps = Vec<(Arc<str>, Option<Arc<str>>)>;
 
 /// Why an envelope was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +107,8 @@ pub enum DecodeError {
     BadTtls,
     /// The codec rejected the value bytes.
     Codec(String),
+    /// The tag versions after the value are malformed.
+    BadStamps,
 }
 
 impl fmt::Display for DecodeError {
@@ -108,13 +126,16 @@ pub struct Decoded<V> {
     pub value: Option<V>,
     /// The TTLs it was written with.
     pub ttls: Ttls,
-    /// Its flags ([`FLAG_NOT_FOUND`], [`FLAG_FAIL_SAFE`]).
+    /// Its flags ([`FLAG_NOT_FOUND`], [`FLAG_FAIL_SAFE`], [`FLAG_STAMPED`]).
     pub flags: u16,
+    /// The tag versions it was filled under (empty without [`FLAG_STAMPED`]).
+    pub stamps: Stamps,
 }
 
 /// Encodes `value` (`None`: a cached "not found") into an envelope,
 /// refusing values larger than `max_value_bytes`. `flags` may carry
-/// [`FLAG_FAIL_SAFE`]; [`FLAG_NOT_FOUND`] is set from `value`.
+/// [`FLAG_FAIL_SAFE`]; [`FLAG_NOT_FOUND`] is set from `value`, and
+/// [`FLAG_STAMPED`] when `stamps` hold a tag or a clear version.
 pub fn encode<V: 'static>(
     codec: &dyn Codec<V>,
     schema: u32,
@@ -122,8 +143,14 @@ pub fn encode<V: 'static>(
     flags: u16,
     value: Option<&V>,
     max_value_bytes: usize,
+    stamps: &[(Arc<str>, Option<Arc<str>>)],
 ) -> Result<Vec<u8>, String> {
-    let flags = (flags & FLAG_FAIL_SAFE) | if value.is_none() { FLAG_NOT_FOUND } else { 0 };
+    let stamped = stamps
+        .iter()
+        .any(|(tag, version)| !tag.is_empty() || version.is_some());
+    let flags = (flags & FLAG_FAIL_SAFE)
+        | if value.is_none() { FLAG_NOT_FOUND } else { 0 }
+        | if stamped { FLAG_STAMPED } else { 0 };
     let mut out = Vec::with_capacity(HEADER_LEN + 32);
     out.extend_from_slice(&MAGIC);
     out.push(FORMAT);
@@ -147,7 +174,56 @@ pub fn encode<V: 'static>(
     }
     let len32 = u32::try_from(len).map_err(|_| format!("value is {len} bytes encoded"))?;
     out[36..40].copy_from_slice(&len32.to_le_bytes());
+    if stamped {
+        encode_stamps(stamps, &mut out)?;
+    }
     Ok(out)
+}
+
+fn encode_stamps(stamps: &[(Arc<str>, Option<Arc<str>>)], out: &mut Vec<u8>) -> Result<(), String> {
+    if stamps.len() > MAX_TAGS {
+        return Err(format!("{} tags, the limit is {MAX_TAGS}", stamps.len()));
+    }
+    out.extend_from_slice(&(stamps.len() as u16).to_le_bytes());
+    for (tag, version) in stamps {
+        let tag_len = u16::try_from(tag.len()).map_err(|_| "tag too long".to_owned())?;
+        out.extend_from_slice(&tag_len.to_le_bytes());
+        out.extend_from_slice(tag.as_bytes());
+        let version = version.as_deref().unwrap_or("");
+        let version_len = u8::try_from(version.len()).map_err(|_| "tag version too long")?;
+        out.push(version_len);
+        out.extend_from_slice(version.as_bytes());
+    }
+    Ok(())
+}
+
+/// Reads the stamps after the value; `None` if malformed or not exactly
+/// filling `bytes`.
+fn decode_stamps(bytes: &[u8]) -> Option<Stamps> {
+    let (count, mut rest) = split(bytes, 2)?;
+    let count = usize::from(u16::from_le_bytes([count[0], count[1]]));
+    if count > MAX_TAGS {
+        return None;
+    }
+    let mut stamps = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (len, tail) = split(rest, 2)?;
+        let (tag, tail) = split(tail, usize::from(u16::from_le_bytes([len[0], len[1]])))?;
+        let (len, tail) = split(tail, 1)?;
+        let (version, tail) = split(tail, usize::from(len[0]))?;
+        let tag: Arc<str> = std::str::from_utf8(tag).ok()?.into();
+        let version = match version {
+            [] => None,
+            bytes => Some(Arc::from(std::str::from_utf8(bytes).ok()?)),
+        };
+        stamps.push((tag, version));
+        rest = tail;
+    }
+    rest.is_empty().then_some(stamps)
+}
+
+fn split(bytes: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
+    (bytes.len() >= at).then(|| bytes.split_at(at))
 }
 
 /// Decodes an envelope strictly. Never panics, whatever the bytes.
@@ -189,7 +265,13 @@ pub fn decode<V: 'static>(
     if len > max_value_bytes {
         return Err(DecodeError::TooLarge { len });
     }
-    let body = &bytes[HEADER_LEN..];
+    let rest = &bytes[HEADER_LEN..];
+    let (body, stamps) = if flags & FLAG_STAMPED != 0 {
+        let (body, tail) = split(rest, len).ok_or(DecodeError::LengthMismatch)?;
+        (body, decode_stamps(tail).ok_or(DecodeError::BadStamps)?)
+    } else {
+        (rest, Vec::new())
+    };
     if body.len() != len {
         return Err(DecodeError::LengthMismatch);
     }
@@ -201,6 +283,7 @@ pub fn decode<V: 'static>(
             value: None,
             ttls,
             flags,
+            stamps,
         });
     }
     let value = codec
@@ -210,6 +293,7 @@ pub fn decode<V: 'static>(
         value: Some(value),
         ttls,
         flags,
+        stamps,
     })
 }
 
@@ -246,16 +330,61 @@ mod tests {
             FLAG_FAIL_SAFE,
             Some(&"hello".to_string()),
             MAX,
+            &[],
         )
         .expect("encodes");
         let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
         assert_eq!(decoded.value.as_deref(), Some("hello"));
         assert_eq!(decoded.ttls, ttls);
         assert_eq!(decoded.flags, FLAG_FAIL_SAFE);
-        let bytes = encode::<String>(codec, 7, ttls, 0, None, MAX).expect("encodes");
+        let bytes = encode::<String>(codec, 7, ttls, 0, None, MAX, &[]).expect("encodes");
         let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
         assert_eq!(decoded.value, None);
         assert_eq!(decoded.flags, FLAG_NOT_FOUND);
+    }
+
+    fn stamps() -> Stamps {
+        vec![
+            ("".into(), Some("c0ffee".into())),
+            ("team:7".into(), None),
+            ("user:42".into(), Some("0123456789abcdef".into())),
+        ]
+    }
+
+    #[test]
+    fn stamps_round_trip_and_truncations_are_rejected() {
+        let ttls = Ttls::simple(Duration::from_secs(1));
+        let value = "v".to_string();
+        let bytes = encode(&Postcard, 1, ttls, 0, Some(&value), MAX, &stamps()).expect("encodes");
+        let decoded = decode::<String>(&Postcard, 1, &bytes, MAX).expect("decodes");
+        assert_eq!(decoded.stamps, stamps());
+        assert_eq!(decoded.flags, FLAG_STAMPED);
+        assert_eq!(decoded.value.as_deref(), Some("v"));
+        for cut in HEADER_LEN..bytes.len() {
+            assert!(
+                decode::<String>(&Postcard, 1, &bytes[..cut], MAX).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let plain = encode(
+            &Postcard,
+            1,
+            ttls,
+            0,
+            Some(&value),
+            MAX,
+            &[("".into(), None)],
+        )
+        .expect("encodes");
+        assert_eq!(
+            plain.len(),
+            HEADER_LEN + 2,
+            "no tag, no clear version: no stamps"
+        );
+        let not_found =
+            encode::<String>(&Postcard, 1, ttls, 0, None, MAX, &stamps()).expect("encodes");
+        let decoded = decode::<String>(&Postcard, 1, &not_found, MAX).expect("decodes");
+        assert_eq!((decoded.value, decoded.stamps), (None, stamps()));
     }
 
     #[test]
@@ -267,7 +396,8 @@ mod tests {
     #[test]
     fn rejects_other_schema_codec_and_oversize() {
         let ttls = Ttls::simple(Duration::from_secs(1));
-        let bytes = encode(&Postcard, 1, ttls, 0, Some(&"v".to_string()), MAX).expect("encodes");
+        let bytes =
+            encode(&Postcard, 1, ttls, 0, Some(&"v".to_string()), MAX, &[]).expect("encodes");
         assert_eq!(
             decode::<String>(&Postcard, 2, &bytes, MAX),
             Err(DecodeError::SchemaMismatch { found: 1 })
@@ -277,14 +407,23 @@ mod tests {
             Err(DecodeError::CodecMismatch { found: 1 })
         );
         assert!(decode::<String>(&Postcard, 1, &bytes, 1).is_err());
-        assert!(encode(&Postcard, 1, ttls, 0, Some(&"long value".to_string()), 4).is_err());
+        assert!(encode(
+            &Postcard,
+            1,
+            ttls,
+            0,
+            Some(&"long value".to_string()),
+            4,
+            &[]
+        )
+        .is_err());
     }
 
     #[test]
     fn rejects_truncation_and_trailing_bytes() {
         let ttls = Ttls::simple(Duration::from_secs(1));
         let bytes =
-            encode(&Postcard, 1, ttls, 0, Some(&"value".to_string()), MAX).expect("encodes");
+            encode(&Postcard, 1, ttls, 0, Some(&"value".to_string()), MAX, &[]).expect("encodes");
         for cut in 0..bytes.len() {
             assert!(decode::<String>(&Postcard, 1, &bytes[..cut], MAX).is_err());
         }
@@ -305,7 +444,7 @@ mod tests {
 
         #[test]
         fn corrupted_envelopes_never_panic(value in ".{0,40}", flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
-            let mut bytes = encode(&Postcard, 1, Ttls::simple(Duration::from_secs(5)), 0, Some(&value), MAX).expect("encodes");
+            let mut bytes = encode(&Postcard, 1, Ttls::simple(Duration::from_secs(5)), 0, Some(&value), MAX, &stamps()).expect("encodes");
             for (at, byte) in flips {
                 let at = at % bytes.len();
                 bytes[at] ^= byte;
@@ -316,7 +455,7 @@ mod tests {
         #[test]
         fn roundtrip_any_string(value in ".{0,100}", fresh in 0u64..1_000_000) {
             let ttls = Ttls { fresh: Duration::from_millis(fresh), stale: Duration::from_millis(fresh), physical: Duration::from_millis(fresh) };
-            let bytes = encode(&Postcard, 3, ttls, 0, Some(&value), MAX).expect("encodes");
+            let bytes = encode(&Postcard, 3, ttls, 0, Some(&value), MAX, &[]).expect("encodes");
             prop_assert_eq!(decode::<String>(&Postcard, 3, &bytes, MAX).expect("decodes").value, Some(value));
         }
     }

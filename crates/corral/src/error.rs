@@ -21,6 +21,11 @@ pub enum InvalidKey {
         /// Where the first one starts.
         byte_offset: usize,
     },
+    /// A fill declared more distinct tags than an entry can carry (63).
+    TooManyTags {
+        /// How many distinct tags it declared.
+        count: usize,
+    },
 }
 
 impl fmt::Display for InvalidKey {
@@ -35,6 +40,11 @@ impl fmt::Display for InvalidKey {
             Self::ControlCharacter { byte_offset } => {
                 write!(f, "invalid key: control character at byte {byte_offset}")
             }
+            Self::TooManyTags { count } => write!(
+                f,
+                "invalid tags: {count} distinct tags, the limit is {}",
+                crate::entry::MAX_TAGS - 1
+            ),
         }
     }
 }

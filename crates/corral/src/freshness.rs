@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use crate::entry::Ttls;
+use crate::tags::Stamps;
 
 /// How fresh a value handed to a caller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -163,6 +164,9 @@ pub(crate) struct Judged<V> {
     pub(crate) ttls: Ttls,
     pub(crate) age: Duration,
     pub(crate) fail_safe: bool,
+    /// The tag versions it was filled under (entries read from a shared
+    /// store; empty for in-process entries, checked when they got there).
+    pub(crate) stamps: Stamps,
 }
 
 impl<V> Judged<V> {
@@ -189,6 +193,7 @@ impl<V> Judged<V> {
             ttls,
             age,
             fail_safe,
+            stamps: Stamps::default(),
         }
     }
 

@@ -26,7 +26,7 @@ use crate::{Cache, Error};
 pub(crate) type SlowFill<'a, V, E> = Pin<Box<dyn Future<Output = Result<V, Error<E>>> + Send + 'a>>;
 
 /// Per-call settings as a `GetOrFill` holds them.
-pub(crate) trait CallOptions: Copy + Send {
+pub(crate) trait CallOptions: Clone + Send {
     /// The settings the slow path applies.
     fn resolve(self) -> FillOptions;
 }
@@ -131,13 +131,15 @@ where
             }
         }
         match mem::replace(&mut this.state, State::Done) {
-            State::Start(fill) => match start_slow(this.cache, this.key, this.options, fill, cx) {
-                Started::Finished(output) => Poll::Ready(output),
-                Started::Running(slow) => {
-                    this.state = State::Slow(slow);
-                    Poll::Pending
+            State::Start(fill) => {
+                match start_slow(this.cache, this.key, this.options.clone(), fill, cx) {
+                    Started::Finished(output) => Poll::Ready(output),
+                    Started::Running(slow) => {
+                        this.state = State::Slow(slow);
+                        Poll::Pending
+                    }
                 }
-            },
+            }
             State::Slow(mut slow) => {
                 let poll = slow.as_mut().poll(cx);
                 if poll.is_pending() {

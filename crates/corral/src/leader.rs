@@ -24,6 +24,7 @@ use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::stats::Counters;
 use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, Store, StoreKey};
+use crate::tags::Stamps;
 
 /// A value that may be served if the fill is slow or fails: the entry's
 /// value and when its physical life ends, measured on this process's
@@ -61,6 +62,8 @@ pub(crate) struct Job<F, V> {
     /// A background refresh: its callers were served already; it holds a
     /// permit of the cache's refresh limiter.
     pub(crate) permit: Option<OwnedSemaphorePermit>,
+    /// The tags the filled entry will carry.
+    pub(crate) tags: Arc<[Arc<str>]>,
     pub(crate) fill: F,
 }
 
@@ -83,6 +86,7 @@ where
         soft_timeout,
         mut fallback,
         mut permit,
+        tags,
         fill,
     } = job;
     let started = Instant::now();
@@ -122,11 +126,15 @@ where
                 return;
             }
             Err(_) => {
+                let kept = Kept {
+                    lease: None,
+                    stamps: None,
+                };
                 fail(
                     &inner,
                     &mut flight,
                     fallback,
-                    None,
+                    kept,
                     Failure::TimedOut(fill_timeout),
                 )
                 .await;
@@ -135,9 +143,15 @@ where
         }
     }
 
-    if let Some(cache) = inner.upgrade() {
-        Counters::bump(&cache.counters.fills);
-    }
+    // Read before the fill runs: a tag invalidation or clear landing while
+    // it runs leaves the entry stamped with the old version, fenced.
+    let stamps = match inner.upgrade() {
+        Some(cache) => {
+            Counters::bump(&cache.counters.fills);
+            cache.fill_stamps(&tags).await
+        }
+        None => None,
+    };
     // The fill is dropped at the end of this block: at the hard timeout it
     // is stopped, and nothing it would have produced is stored.
     let result = {
@@ -161,17 +175,24 @@ where
         }
     };
     match result {
-        Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, lease).await,
-        Ok(Err(failure)) => fail(&inner, &mut flight, fallback, lease, failure).await,
+        Ok(Ok(answer)) => {
+            let kept = Kept { lease, stamps };
+            succeed(&inner, &mut flight, &key, ttl, answer, kept).await;
+        }
+        Ok(Err(failure)) => {
+            let kept = Kept { lease, stamps };
+            fail(&inner, &mut flight, fallback, kept, failure).await;
+        }
         Err(_) => {
             if let Some(cache) = inner.upgrade() {
                 Counters::bump(&cache.counters.fill_timeouts);
             }
+            let kept = Kept { lease, stamps };
             fail(
                 &inner,
                 &mut flight,
                 fallback,
-                lease,
+                kept,
                 Failure::TimedOut(fill_timeout),
             )
             .await;
@@ -210,7 +231,7 @@ async fn succeed<V>(
     key: &str,
     ttl: Duration,
     answer: Answer<V>,
-    lease: Option<LeaseGuard>,
+    kept: Kept,
 ) where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
@@ -226,7 +247,7 @@ async fn succeed<V>(
             (None, None) => cache.policy.negative_ttl,
         };
         let ttls = cache.policy.ttls(cache.draw_ttl(base));
-        keep_value(&cache, flight, key, value.clone(), ttls, false, lease).await;
+        keep_value(&cache, flight, key, value.clone(), ttls, false, kept).await;
     } else {
         flight.retire(|| ());
     }
@@ -243,7 +264,7 @@ async fn fail<V>(
     inner: &Weak<Inner<V>>,
     flight: &mut Flight<V>,
     fallback: Option<Fallback<V>>,
-    lease: Option<LeaseGuard>,
+    kept: Kept,
     failure: Failure,
 ) where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
@@ -265,7 +286,7 @@ async fn fail<V>(
                     fallback.value.clone(),
                     ttls,
                     true,
-                    lease,
+                    kept,
                 )
                 .await;
             } else {
@@ -274,16 +295,26 @@ async fn fail<V>(
             serve_fallback(inner, flight, Some(&fallback), Freshness::FailSafe);
         }
         _ => {
-            drop(lease);
+            drop(kept);
             flight.retire(|| ());
             flight.publish(Outcome::Failed(failure));
         }
     }
 }
 
-/// Writes an answer into the cache's tier — in process only if no newer
-/// write detached the flight; in a shared store only under the lease, fenced
-/// — and retires the flight.
+/// What a leader stores its answer with: the lease it holds (if any) and
+/// the tag versions read before its fill ran (`None`: unknown, store
+/// nothing).
+struct Kept {
+    lease: Option<LeaseGuard>,
+    stamps: Option<Stamps>,
+}
+
+/// Writes an answer into the cache's tiers and retires the flight: in the
+/// L2 only under the lease, fenced, and only while no tag or clear it was
+/// stamped with moved; in the L1 only if the L2 took it (or the fill ran
+/// without a lease because the L2 was unreachable) and no newer write
+/// detached the flight or moved its stamps meanwhile.
 async fn keep_value<V>(
     cache: &Inner<V>,
     flight: &mut Flight<V>,
@@ -291,37 +322,45 @@ async fn keep_value<V>(
     value: Option<V>,
     ttls: Ttls,
     fail_safe: bool,
-    lease: Option<LeaseGuard>,
+    kept: Kept,
 ) where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
-    // With an L2 the value is written there first, under the lease and
-    // fenced; the L1 keeps a copy only if the L2 took it, or if the fill ran
-    // without a lease because the L2 was unreachable (nothing could have
-    // been written there meanwhile).
-    let mut keep_local = true;
-    if cache.tiers.l2.is_some() {
-        keep_local = false;
-        match lease {
-            Some(lease) => {
+    let Kept { lease, stamps } = kept;
+    let Some(stamps) = stamps else {
+        flight.retire(|| ());
+        return;
+    };
+    let keep_local = match (&cache.tiers.l2, lease) {
+        (None, _) => true,
+        (Some(_), None) => true,
+        (Some(_), Some(lease)) => {
+            if !cache.stamps_current(&stamps).await {
+                // A tag or clear moved while the fill ran: the lease is
+                // released unused.
+                Counters::bump(&cache.counters.commits_refused);
+                false
+            } else {
                 let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
-                match cache.encode(value.as_ref(), ttls, flags) {
-                    Ok(bytes) => {
-                        keep_local = lease.commit(cache, &bytes, ttls.physical).await;
-                    }
+                match cache.encode(value.as_ref(), ttls, flags, &stamps) {
+                    Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
                     Err(message) => {
                         Counters::bump(&cache.counters.encode_failures);
                         tracing::warn!(cache = %cache.name, %message, "filled value not stored");
+                        false
                     }
                 }
             }
-            None => keep_local = true,
         }
-    }
+    };
     let local = cache.tiers.l1.as_ref().filter(|_| keep_local);
     match local.map(|local| (local, weight(cache, key, value.as_ref()))) {
         Some((local, Ok(weight))) => {
-            flight.retire(|| local.insert(key, value, ttls, fail_safe, weight, Duration::ZERO));
+            flight.retire(|| {
+                if cache.tags.admit_to_l1(key, &stamps) {
+                    local.insert(key, value, ttls, fail_safe, weight, Duration::ZERO);
+                }
+            });
         }
         Some((_, Err(_))) | None => {
             flight.retire(|| ());
@@ -405,6 +444,12 @@ where
                     let Some(judged) = cache.judge_stored(&stored) else {
                         continue;
                     };
+                    if !cache.stamps_current(&judged.stamps).await {
+                        // A tag invalidation or clear made it a miss: it is
+                        // replaced like undecodable bytes.
+                        Counters::bump(&cache.counters.tag_misses);
+                        continue;
+                    }
                     let (place, freshness) = (judged.standing, judged.freshness);
                     let found = Fallback::new(judged.value.clone(), judged.remaining);
                     match place {
@@ -513,6 +558,9 @@ fn copy_to_l1<V>(
         return;
     };
     flight.retire(|| {
+        if !cache.tags.admit_to_l1(&key, &judged.stamps) {
+            return;
+        }
         local.insert(
             &key,
             judged.value.clone(),

@@ -72,6 +72,7 @@ mod policy;
 mod stats;
 pub mod store;
 mod sync;
+mod tags;
 mod ticker;
 
 #[cfg(feature = "redis")]

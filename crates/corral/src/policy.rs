@@ -1,5 +1,6 @@
 //! Time-to-live, jitter, timeouts and lease settings.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::entry::Ttls;
@@ -29,6 +30,9 @@ pub(crate) struct Policy {
     pub(crate) soft_timeout: Option<Duration>,
     /// The TTL of a cached "not found".
     pub(crate) negative_ttl: Duration,
+    /// How long a tag's (or clear's) version is kept in the store; no
+    /// entry lives longer.
+    pub(crate) tag_retention: Duration,
 }
 
 impl Default for Policy {
@@ -47,6 +51,7 @@ impl Default for Policy {
             fail_safe_throttle: Duration::from_secs(30),
             soft_timeout: None,
             negative_ttl: Duration::from_secs(60),
+            tag_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -89,6 +94,9 @@ impl Policy {
                 "soft_timeout must be greater than zero and less than fill_timeout",
             ));
         }
+        if self.tag_retention.is_zero() {
+            return Err(ConfigError::new("tag_retention must be greater than zero"));
+        }
         if self.lease_ttl < Duration::from_millis(30) {
             return Err(ConfigError::new("lease_ttl must be at least 30 ms"));
         }
@@ -98,12 +106,17 @@ impl Policy {
     /// The TTLs of an answer kept for `ttl`: fresh for `ttl`, servable
     /// stale for the grace period after it, and kept for fail-safe up to
     /// `fail_safe_max` after it.
+    ///
+    /// No entry outlives `tag_retention`: a tag version forgotten by the
+    /// store must not make an entry filled before its invalidation current
+    /// again.
     pub(crate) fn ttls(&self, ttl: Duration) -> Ttls {
+        let cap = self.tag_retention;
         let stale = ttl.saturating_add(self.grace);
         Ttls {
-            fresh: ttl,
-            stale,
-            physical: stale.max(ttl.saturating_add(self.fail_safe_max)),
+            fresh: ttl.min(cap),
+            stale: stale.min(cap),
+            physical: stale.max(ttl.saturating_add(self.fail_safe_max)).min(cap),
         }
     }
 
@@ -151,12 +164,13 @@ pub(crate) fn jittered(ttl: Duration, jitter: f64, unit: f64) -> Duration {
 /// When concurrent calls on one key pass different options, the options of
 /// the call that leads the flight (the first one) apply to the fill; the
 /// others only wait for its outcome.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 #[must_use]
 pub struct FillOptions {
     pub(crate) ttl: Option<Duration>,
     pub(crate) fill_timeout: Option<Duration>,
     pub(crate) soft_timeout: Option<Duration>,
+    pub(crate) tags: Option<Arc<[Arc<str>]>>,
 }
 
 impl FillOptions {
@@ -181,6 +195,27 @@ impl FillOptions {
     /// hand, callers get it after this long while the fill goes on.
     pub fn soft_timeout(mut self, timeout: Duration) -> Self {
         self.soft_timeout = Some(timeout);
+        self
+    }
+
+    /// The tags of the filled entry: [`Cache::invalidate_tag`] of any of
+    /// them makes it a miss in every process sharing the store, and fences
+    /// the fill if it is still running. Tags follow the key rules
+    /// ([`validate_key`](crate::validate_key)); at most 63 per entry
+    /// (duplicates count once); invalid tags make the call fail with
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey).
+    ///
+    /// [`Cache::invalidate_tag`]: crate::Cache::invalidate_tag
+    pub fn tags<I, T>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<str>,
+    {
+        self.tags = Some(
+            tags.into_iter()
+                .map(|tag| Arc::from(tag.as_ref()))
+                .collect(),
+        );
         self
     }
 }

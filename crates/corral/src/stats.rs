@@ -221,6 +221,8 @@ counters! {
     misses,
     /// Of the hits, those read from the shared store (L2) because the L1 had no servable copy (or there is no L1).
     l2_hits,
+    /// Entries read from the shared store that a tag invalidation or a clear had made a miss.
+    tag_misses,
     /// Backplane messages from other caches that reached the L1 (each evicts a key, a tag's entries or everything).
     backplane_messages,
     /// Times the whole L1 was dropped because backplane messages may have been lost (the store's subscription was interrupted).

@@ -1,0 +1,247 @@
+//! Tags and clear: invalidating groups of entries without scanning keys.
+//!
+//! Every tag of a namespace has a **version** in the shared store: absent
+//! until the tag is first invalidated, then a random token that each
+//! [`invalidate_tag`](crate::Cache::invalidate_tag) replaces. The empty tag
+//! is the namespace's **clear version**, replaced by
+//! [`clear`](crate::Cache::clear). A fill reads the versions of its tags and
+//! the clear version *before* it runs, and its entry carries them
+//! ([`Stamps`]); a reader serves an entry only while every version it
+//! carries is still current. So an invalidation makes every entry of the
+//! tag a miss at once, in every process, and a fill that was running when
+//! it happened is fenced: its entry carries the old version and is never
+//! served. No wall-clock time is compared anywhere: versions are tokens.
+//!
+//! Each cache keeps the versions it has read ([`TagTable`]) and trusts them
+//! only while the backplane keeps them current: a backplane message about a
+//! tag makes it forget that tag's version (read again when next needed), a
+//! lost-messages notice makes it forget all of them, and a cache without a
+//! backplane reads them from the store on every check (one `MGET` on Redis:
+//! all tag keys of a namespace share one hash slot). An entry in the L1 was
+//! checked when it got there; a tag invalidation evicts the L1 entries
+//! that carry the tag (indexed by tag here), a clear drops the whole L1.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::sync::{lock, Mutex};
+
+/// The tag whose version is the namespace's clear version.
+pub(crate) const CLEAR: &str = "";
+
+/// The versions an entry was filled under: its tags' and the clear
+/// version, as `(tag, version)` pairs, the clear version first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Stamps(pub(crate) Vec<(Arc<str>, Option<Arc<str>>)>);
+
+impl Stamps {
+    /// The tags stamped, without the clear tag.
+    pub(crate) fn user_tags(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0
+            .iter()
+            .map(|(tag, _)| tag)
+            .filter(|tag| !tag.is_empty())
+    }
+
+    /// Every tag stamped, the clear tag included.
+    pub(crate) fn tags(&self) -> Vec<Arc<str>> {
+        self.0.iter().map(|(tag, _)| Arc::clone(tag)).collect()
+    }
+
+    /// The stamps of an entry carrying `tags` (deduplicated), with their
+    /// versions read from `versions` in the same order, the clear tag
+    /// first.
+    pub(crate) fn zip(tags: &[Arc<str>], versions: Vec<Option<Arc<str>>>) -> Self {
+        Self(tags.iter().cloned().zip(versions).collect())
+    }
+
+    /// `CLEAR` followed by `tags` without duplicates: what a fill asks for.
+    pub(crate) fn wanted(tags: &[Arc<str>]) -> Vec<Arc<str>> {
+        let mut wanted: Vec<Arc<str>> = vec![CLEAR.into()];
+        for tag in tags {
+            if !wanted.contains(tag) {
+                wanted.push(Arc::clone(tag));
+            }
+        }
+        wanted
+    }
+}
+
+/// The tag versions one cache knows, and which L1 keys carry which tag.
+#[derive(Default)]
+pub(crate) struct TagTable {
+    state: Mutex<TagState>,
+}
+
+#[derive(Default)]
+struct TagState {
+    /// Versions read from the store and not invalidated since.
+    known: HashMap<Arc<str>, Option<Arc<str>>>,
+    /// Bumped whenever a version is forgotten, so a read of the store that
+    /// raced with an invalidation is not remembered.
+    forgets: u64,
+    /// Whether versions may be remembered at all (the backplane keeps
+    /// them current).
+    remember: bool,
+    /// L1 keys by the (non-clear) tags they carry.
+    l1_keys: HashMap<Arc<str>, HashSet<Box<str>>>,
+}
+
+/// What [`TagTable::lookup`] found.
+pub(crate) enum Known {
+    /// Every version, in the order asked.
+    All(Vec<Option<Arc<str>>>),
+    /// Some are unknown: read them all from the store, and hand this mark
+    /// to [`TagTable::learn`].
+    Unknown { mark: u64 },
+}
+
+impl TagTable {
+    /// A table that remembers versions only if `remember` (the cache
+    /// listens to a backplane, or has no store: then versions are its own).
+    pub(crate) fn new(remember: bool) -> Self {
+        let table = Self::default();
+        table.set_remember(remember);
+        table
+    }
+
+    /// Whether versions may be remembered from now on.
+    pub(crate) fn set_remember(&self, remember: bool) {
+        lock(&self.state).remember = remember;
+    }
+
+    /// The known versions of `tags`, if all are known.
+    pub(crate) fn lookup(&self, tags: &[Arc<str>]) -> Known {
+        let state = lock(&self.state);
+        let versions: Option<Vec<_>> = tags
+            .iter()
+            .map(|tag| state.known.get(tag).cloned())
+            .collect();
+        match versions {
+            Some(versions) => Known::All(versions),
+            None => Known::Unknown {
+                mark: state.forgets,
+            },
+        }
+    }
+
+    /// Remembers versions read from the store since `mark`, unless a
+    /// version was forgotten meanwhile (the read may predate it).
+    pub(crate) fn learn(&self, tags: &[Arc<str>], versions: &[Option<Arc<str>>], mark: u64) {
+        let mut state = lock(&self.state);
+        if !state.remember || state.forgets != mark {
+            return;
+        }
+        for (tag, version) in tags.iter().zip(versions) {
+            state.known.insert(Arc::clone(tag), version.clone());
+        }
+    }
+
+    /// `tag` was invalidated: forgets its version, or — for a cache without
+    /// a store, whose versions are its own — replaces it with `replaced_by`.
+    /// Returns the L1 keys that carry it, forgetting them too.
+    pub(crate) fn invalidated(
+        &self,
+        tag: &str,
+        replaced_by: Option<Arc<str>>,
+    ) -> HashSet<Box<str>> {
+        let mut state = lock(&self.state);
+        match replaced_by {
+            Some(version) => {
+                state.known.insert(tag.into(), Some(version));
+            }
+            None => {
+                state.known.remove(tag);
+            }
+        }
+        state.forgets += 1;
+        if tag == CLEAR {
+            state.l1_keys.clear();
+            return HashSet::new();
+        }
+        state.l1_keys.remove(tag).unwrap_or_default()
+    }
+
+    /// Forgets every version (backplane messages may have been lost) and
+    /// the L1 index (the L1 is dropped with it).
+    pub(crate) fn distrust(&self) {
+        let mut state = lock(&self.state);
+        state.known.clear();
+        state.l1_keys.clear();
+        state.forgets += 1;
+    }
+
+    /// Whether `stamps` are all current as far as this table knows (a
+    /// forgotten version counts as moved), and if so indexes `key` under
+    /// its tags for the L1: called under the flight table's lock with the
+    /// L1 insert, so an invalidation either sees the key indexed or the
+    /// insert sees the version moved.
+    pub(crate) fn admit_to_l1(&self, key: &str, stamps: &Stamps) -> bool {
+        let mut state = lock(&self.state);
+        if state.remember {
+            let current = stamps
+                .0
+                .iter()
+                .all(|(tag, version)| state.known.get(tag) == Some(version));
+            if !current {
+                return false;
+            }
+        }
+        for tag in stamps.user_tags() {
+            state
+                .l1_keys
+                .entry(Arc::clone(tag))
+                .or_default()
+                .insert(key.into());
+        }
+        true
+    }
+}
+
+#[cfg(all(test, not(shuttle)))]
+mod tests {
+    use super::*;
+
+    fn tags(names: &[&str]) -> Vec<Arc<str>> {
+        names.iter().map(|name| Arc::<str>::from(*name)).collect()
+    }
+
+    #[test]
+    fn a_read_racing_an_invalidation_is_not_remembered() {
+        let table = TagTable::new(true);
+        let wanted = tags(&["", "t"]);
+        let Known::Unknown { mark } = table.lookup(&wanted) else {
+            panic!("nothing is known yet");
+        };
+        table.invalidated("t", None);
+        table.learn(&wanted, &[None, Some("v0".into())], mark);
+        assert!(matches!(table.lookup(&wanted), Known::Unknown { .. }));
+        let Known::Unknown { mark } = table.lookup(&wanted) else {
+            panic!("still unknown");
+        };
+        table.learn(&wanted, &[None, Some("v1".into())], mark);
+        assert!(matches!(table.lookup(&wanted), Known::All(v) if v[1].as_deref() == Some("v1")));
+    }
+
+    #[test]
+    fn stale_stamps_are_not_admitted_and_admitted_keys_are_evicted_by_tag() {
+        let table = TagTable::new(true);
+        let wanted = tags(&["", "t"]);
+        table.learn(&wanted, &[None, Some("v1".into())], 0);
+        let old = Stamps::zip(&wanted, vec![None, Some("v0".into())]);
+        let new = Stamps::zip(&wanted, vec![None, Some("v1".into())]);
+        assert!(!table.admit_to_l1("k", &old));
+        assert!(table.admit_to_l1("k", &new));
+        let evicted = table.invalidated("t", None);
+        assert!(evicted.contains("k"));
+        assert!(!table.admit_to_l1("k", &new), "the version was forgotten");
+    }
+
+    #[test]
+    fn wanted_puts_clear_first_without_duplicates() {
+        assert_eq!(
+            Stamps::wanted(&tags(&["a", "b", "a"])),
+            tags(&["", "a", "b"])
+        );
+    }
+}
