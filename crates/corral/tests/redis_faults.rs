@@ -177,6 +177,7 @@ async fn a_long_fill_costs_two_round_trips_plus_renewals() {
     let server = RedisServer::start();
     let store = store(&server).await;
     let cache = cache(&store, Duration::from_millis(150));
+    subscribed(&server, &cache, 1).await;
     cache
         .get_or_fill("warm-up", ok("v"))
         .await
