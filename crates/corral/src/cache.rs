@@ -599,7 +599,11 @@ where
         };
         match inner.flights.claim(key, || None) {
             Claim::Lead(leadership) => {
-                Counters::bump(&inner.counters.refreshes);
+                // With a store, the leader counts the refresh once it holds
+                // the lease (or counts it stood down).
+                if inner.tiers.l2.is_none() {
+                    Counters::bump(&inner.counters.refreshes);
+                }
                 let job = self.job(key, options, fill, Some(fallback), Some(permit));
                 runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
             }

@@ -461,6 +461,11 @@ where
                             serve_fallback(self.inner, flight, Some(&found), freshness);
                             return Found::Done;
                         }
+                        // A refresh started from a stale L1 copy holds its
+                        // permit already.
+                        Standing::RefreshDue | Standing::Stale if permit.is_some() => {
+                            serve_fallback(self.inner, flight, Some(&found), freshness);
+                        }
                         Standing::RefreshDue | Standing::Stale => {
                             serve_fallback(self.inner, flight, Some(&found), freshness);
                             match Arc::clone(&cache.refresh_limiter).try_acquire_owned() {

@@ -20,6 +20,8 @@ enum Fixture {
     Memory(MemoryStore),
     Redis(RedisServer, RedisStore),
     Cluster(RedisCluster, RedisStore),
+    /// Another fixture's store with an L1 in front of it.
+    Tiered(Box<Fixture>),
 }
 
 impl Fixture {
@@ -48,6 +50,7 @@ impl Fixture {
             Self::Local => builder,
             Self::Memory(store) => builder.store(store.clone()),
             Self::Redis(_, store) | Self::Cluster(_, store) => builder.store(store.clone()),
+            Self::Tiered(inner) => return inner.builder(name).l1(true),
         }
     }
 
@@ -69,6 +72,7 @@ impl Fixture {
         );
         match self {
             Self::Local => unreachable!("no bytes in the in-process tier"),
+            Self::Tiered(inner) => Box::pin(inner.plant(cache, key, bytes)).await,
             Self::Memory(store) => {
                 store.put_raw(&store_key, bytes.to_vec(), Duration::from_secs(60))
             }
@@ -92,6 +96,7 @@ impl Fixture {
         match self {
             Self::Redis(server, _) => corral_testkit::log_tail(&server.log()),
             Self::Cluster(cluster, _) => cluster.logs(),
+            Self::Tiered(inner) => inner.logs(),
             _ => String::new(),
         }
     }
@@ -410,6 +415,19 @@ async fn in_process_tier() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store() {
     run(Fixture::Memory(MemoryStore::new())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_behind_an_l1() {
+    run(Fixture::Tiered(Box::new(Fixture::Memory(
+        MemoryStore::new(),
+    ))))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_redis_behind_an_l1() {
+    run(Fixture::Tiered(Box::new(Fixture::redis().await))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,14 +20,16 @@ use tokio::time::{advance, Instant};
 #[derive(Debug, PartialEq)]
 struct SourceDown;
 
-/// The two tiers judged by tokio's paused clock.
+/// The tiers judged by tokio's paused clock: in process only, a shared
+/// store only, and an L1 in front of a shared store.
 #[derive(Clone, Copy, Debug)]
 enum Tier {
     Local,
     Memory,
+    Tiered,
 }
 
-const TIERS: [Tier; 2] = [Tier::Local, Tier::Memory];
+const TIERS: [Tier; 3] = [Tier::Local, Tier::Memory, Tier::Tiered];
 
 /// Builds caches of one tier; caches of the Memory tier share one store,
 /// like processes sharing a Redis.
@@ -55,6 +57,7 @@ impl Caches {
         let builder = match self.tier {
             Tier::Local => builder,
             Tier::Memory => builder.store(self.store.clone()),
+            Tier::Tiered => builder.store(self.store.clone()).l1(true),
         };
         configure(builder).build().expect("config")
     }
@@ -115,7 +118,7 @@ async fn stale_readers_are_served_at_once_while_one_refresh_runs() {
         ];
         let replicas = match tier {
             Tier::Local => vec![replicas[0].clone()],
-            Tier::Memory => replicas.to_vec(),
+            Tier::Memory | Tier::Tiered => replicas.to_vec(),
         };
         replicas[0]
             .get_or_fill("k", value("old"))
