@@ -50,7 +50,7 @@ impl Fixture {
             Self::Local => builder,
             Self::Memory(store) => builder.store(store.clone()),
             Self::Redis(_, store) | Self::Cluster(_, store) => builder.store(store.clone()),
-            Self::Tiered(inner) => return inner.builder(name).l1(true),
+            Self::Tiered(inner) => inner.builder(name).l1(true),
         }
     }
 
