@@ -30,6 +30,30 @@
 //! | nothing (default) | in-process, decoded, bounded by entries or bytes | per process |
 //! | [`.store(MemoryStore)`](CacheBuilder::store) | an in-process shared store of envelopes, with leases | per store |
 //! | `.store(RedisStore)` (feature `redis`, default) | Redis or Redis Cluster | across every process sharing it |
+//! | `.store(..).l1(true)` | decoded in process (L1) in front of the store (L2) | across every process sharing the store |
+//!
+//! With two tiers, an L1 hit costs what an in-process hit costs (no await,
+//! no allocation, no shared write); an L2 hit copies the entry into the L1
+//! with the remaining life the store's clock gave it. The store's
+//! **backplane** (Redis pub/sub, a channel per namespace) carries every
+//! `set`, `invalidate`, committed fill, tag invalidation and `clear` of
+//! any cache of the namespace to the others, which evict the key from their
+//! L1 (messages carry keys and tags, never values; a cache ignores its own).
+//! When the store's subscription is interrupted, messages may have been
+//! lost and the whole L1 is dropped. [`CacheBuilder::l1_lifetime`] bounds
+//! how long an L1 copy lives whatever happens to messages;
+//! [`CacheBuilder::backplane`]`(false)` leaves L1 copies to that bound.
+//!
+//! ## Tags and clear
+//!
+//! A fill declares tags with [`FillOptions::tags`];
+//! [`Cache::invalidate_tag`] makes every entry carrying the tag a miss in
+//! every process, and [`Cache::clear`] every entry of the cache — without
+//! scanning keys: each moves a version in the store, entries carry the
+//! versions they were filled under, and a fill running meanwhile is
+//! fenced. L1 hits check nothing (invalidations evict L1 entries); a read of
+//! the store compares the entry's versions with the ones the cache keeps
+//! current through the backplane (read once, one `MGET`).
 //!
 //! ## Freshness and failure
 //!
