@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 use crate::codec::Codec;
 use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, InvalidKey, StoreError, StoreErrorKind};
+use crate::first_read::FirstRead;
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
@@ -113,11 +114,20 @@ impl<V: 'static> Inner<V> {
 
     /// The stamps a fill declaring `tags` writes with its entry: the
     /// current versions of its tags and of the clear tag, read before the
-    /// fill runs. `None` if they could not be read (the fill's answer is
-    /// then not stored).
-    pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>]) -> Option<Stamps> {
+    /// fill runs — from the store if `from_store` and they are not known
+    /// (a fill without a lease, the store unreachable, uses only the known
+    /// ones). `None` if they could not be had (the fill's answer is then
+    /// not stored).
+    pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>], from_store: bool) -> Option<Stamps> {
         let wanted = Stamps::wanted(tags);
-        let versions = self.current_versions(&wanted).await.ok()?;
+        let versions = match (self.tags.lookup(&wanted), from_store) {
+            (Known::All(versions), _) => versions,
+            (Known::Unknown { .. }, true) => self.current_versions(&wanted).await.ok()?,
+            (Known::Unknown { .. }, false) if self.tiers.l2.is_none() => {
+                self.current_versions(&wanted).await.ok()?
+            }
+            (Known::Unknown { .. }, false) => return None,
+        };
         Some(Stamps::zip(&wanted, versions))
     }
 
@@ -137,8 +147,9 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Decodes an envelope; undecodable bytes are counted and yield `None`.
-    pub(crate) fn decode(&self, bytes: &[u8]) -> Option<Decoded<V>> {
+    /// Decodes an envelope; undecodable bytes are counted (if `count`)
+    /// and yield `None`.
+    pub(crate) fn decode(&self, bytes: &[u8], count: bool) -> Option<Decoded<V>> {
         match entry::decode(
             &*self.codec,
             self.schema,
@@ -147,8 +158,10 @@ impl<V: 'static> Inner<V> {
         ) {
             Ok(decoded) => Some(decoded),
             Err(error) => {
-                Counters::bump(&self.counters.decode_failures);
-                tracing::warn!(cache = %self.name, %error, "undecodable entry treated as a miss");
+                if count {
+                    Counters::bump(&self.counters.decode_failures);
+                    tracing::warn!(cache = %self.name, %error, "undecodable entry treated as a miss");
+                }
                 None
             }
         }
@@ -158,7 +171,17 @@ impl<V: 'static> Inner<V> {
     /// the physical TTL in the envelope minus the remaining TTL read with
     /// them. Undecodable bytes are counted and yield `None`.
     pub(crate) fn judge_stored(&self, stored: &Stored) -> Option<Judged<V>> {
-        let decoded = self.decode(&stored.bytes)?;
+        self.judge_bytes(stored, true)
+    }
+
+    /// [`judge_stored`](Self::judge_stored) that leaves undecodable bytes
+    /// uncounted, for a look the leader repeats.
+    pub(crate) fn peek_stored(&self, stored: &Stored) -> Option<Judged<V>> {
+        self.judge_bytes(stored, false)
+    }
+
+    fn judge_bytes(&self, stored: &Stored, count: bool) -> Option<Judged<V>> {
+        let decoded = self.decode(&stored.bytes, count)?;
         let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
         let age = decoded.ttls.physical.saturating_sub(remaining);
         let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
@@ -183,25 +206,38 @@ impl<V: 'static> Inner<V> {
     where
         V: Clone,
     {
-        let Some(local) = &self.tiers.l1 else {
-            return;
-        };
-        let Ok(weight) = leader::weight(self, key, judged.value.as_ref()) else {
-            return;
-        };
-        self.flights.keep_if_unchanged(key, mark, || {
-            if !self.tags.admit_to_l1(key, &judged.stamps) {
-                return;
+        if let Some(copy) = self.l1_copy(key, judged) {
+            self.flights.keep_if_unchanged(key, mark, copy);
+        }
+    }
+
+    /// What copies an entry read from the L2 into the L1, with the age the
+    /// L2's clock gave it, if its stamps are still current: to be run under
+    /// the flight table's lock (a retiring flight's, or
+    /// [`keep_if_unchanged`](crate::flight::FlightTable::keep_if_unchanged)).
+    /// `None` without an L1 or when the value cannot be weighed.
+    pub(crate) fn l1_copy<'a>(
+        &'a self,
+        key: &'a str,
+        judged: &'a Judged<V>,
+    ) -> Option<impl FnOnce() + 'a>
+    where
+        V: Clone,
+    {
+        let local = self.tiers.l1.as_ref()?;
+        let weight = leader::weight(self, key, judged.value.as_ref()).ok()?;
+        Some(move || {
+            if self.tags.admit_to_l1(key, &judged.stamps) {
+                local.insert(
+                    key,
+                    judged.value.clone(),
+                    judged.ttls,
+                    judged.fail_safe,
+                    weight,
+                    judged.age,
+                );
             }
-            local.insert(
-                key,
-                judged.value.clone(),
-                judged.ttls,
-                judged.fail_safe,
-                weight,
-                judged.age,
-            );
-        });
+        })
     }
 
     /// `tag` (or, for [`CLEAR`], every tag) moved to a new version: forgets
@@ -544,12 +580,19 @@ where
                 flight
             }
             Claim::Lead(leadership) => {
-                if local {
-                    Counters::bump(&inner.counters.misses);
-                }
                 let flight = Arc::clone(leadership.flight());
                 let job = self.job(key, options, fill, fallback, None);
-                runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
+                match &inner.tiers.l2 {
+                    Some(store) => {
+                        FirstRead::new(inner, runtime, leadership, job)
+                            .run(inner, store)
+                            .await;
+                    }
+                    None => {
+                        Counters::bump(&inner.counters.misses);
+                        runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
+                    }
+                }
                 flight
             }
         };
@@ -573,6 +616,7 @@ where
             fallback,
             permit,
             tags: options.tags.unwrap_or_else(|| Arc::new([])),
+            store_failed: false,
             fill,
         }
     }

@@ -64,6 +64,9 @@ pub(crate) struct Job<F, V> {
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     /// The tags the filled entry will carry.
     pub(crate) tags: Arc<[Arc<str>]>,
+    /// The leading caller's first read found the store unreachable: fill
+    /// without a lease at once instead of paying its timeout again.
+    pub(crate) store_failed: bool,
     pub(crate) fill: F,
 }
 
@@ -87,6 +90,7 @@ where
         mut fallback,
         mut permit,
         tags,
+        store_failed,
         fill,
     } = job;
     let started = Instant::now();
@@ -100,7 +104,14 @@ where
     drop(cache);
 
     let mut lease = None;
-    if let Some(store) = store {
+    let mut reachable = store.is_some();
+    if let (Some(_), true) = (&store, store_failed) {
+        if let Some(cache) = inner.upgrade() {
+            Counters::bump(&cache.counters.fail_open_fills);
+            Counters::bump(&cache.counters.misses);
+        }
+        reachable = false;
+    } else if let Some(store) = store {
         let request = LeaseRequest {
             lease_ttl: policy.lease_ttl,
             fence_ttl: policy.fence_ttl(fill_timeout),
@@ -120,7 +131,7 @@ where
         .await;
         match found {
             Ok(Found::Lease(guard)) => lease = Some(guard),
-            Ok(Found::FailOpen) => {}
+            Ok(Found::FailOpen) => reachable = false,
             Ok(Found::Done) => {
                 flight.retire(|| ());
                 return;
@@ -148,7 +159,7 @@ where
     let stamps = match inner.upgrade() {
         Some(cache) => {
             Counters::bump(&cache.counters.fills);
-            cache.fill_stamps(&tags).await
+            cache.fill_stamps(&tags, reachable).await
         }
         None => None,
     };
@@ -455,8 +466,9 @@ where
                     match place {
                         Standing::Fresh => {
                             Counters::bump(&cache.counters.l2_hits);
-                            if let Some(local) = &cache.tiers.l1 {
-                                copy_to_l1(&cache, local, flight, &judged);
+                            let key = flight.key().to_owned();
+                            if let Some(copy) = cache.l1_copy(&key, &judged) {
+                                flight.retire(copy);
                             }
                             serve_fallback(self.inner, flight, Some(&found), freshness);
                             return Found::Done;
@@ -545,36 +557,6 @@ where
             }
         }
     }
-}
-
-/// Keeps a fresh entry found in the L2 in the L1 too, with the age the L2's
-/// clock gave it, and retires the flight (only if no newer write detached
-/// it).
-fn copy_to_l1<V>(
-    cache: &Inner<V>,
-    local: &crate::local::LocalTier<V>,
-    flight: &mut Flight<V>,
-    judged: &crate::freshness::Judged<V>,
-) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-{
-    let key = flight.key().to_owned();
-    let Ok(weight) = weight(cache, &key, judged.value.as_ref()) else {
-        return;
-    };
-    flight.retire(|| {
-        if !cache.tags.admit_to_l1(&key, &judged.stamps) {
-            return;
-        }
-        local.insert(
-            &key,
-            judged.value.clone(),
-            judged.ttls,
-            judged.fail_safe,
-            weight,
-            judged.age,
-        );
-    });
 }
 
 /// Sleeps until `deadline`, or forever without one.

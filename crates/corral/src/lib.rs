@@ -86,6 +86,7 @@ pub mod clock;
 pub mod codec;
 pub mod entry;
 mod error;
+mod first_read;
 mod flight;
 mod freshness;
 mod get_or_fill;

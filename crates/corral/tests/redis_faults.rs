@@ -73,10 +73,10 @@ async fn round_trips_per_operation() {
     let stats = server.command_stats();
     assert_eq!(
         round_trips(&stats),
-        2,
-        "leader cold miss: lease + commit; {stats:?}"
+        3,
+        "leader cold miss: the first read, lease + commit; {stats:?}"
     );
-    assert_eq!(stats.get("evalsha"), Some(&2));
+    assert_eq!(stats.get("evalsha"), Some(&3));
 
     server.reset_stats();
     cache.get_or_fill("cold", ok("other")).await.expect("hit");
@@ -149,8 +149,11 @@ async fn round_trips_per_operation() {
     // The waiter's cache is new: it reads the namespace's clear version
     // once (an MGET), then keeps it while the backplane keeps it current.
     assert_eq!(stats.get("mget"), Some(&1), "{stats:?}");
-    assert!(total <= 5, "leader 2 + waiter ≤ 2 + 1 MGET, got {total}");
-    eprintln!("waiter in another process: {} round trips", total - 2);
+    assert!(
+        total <= 7,
+        "leader 3 + waiter ≤ 3 + 1 MGET, got {total}: {stats:?}"
+    );
+    eprintln!("waiter in another process: {} round trips", total - 3);
 }
 
 /// Waits until `subscribers` stores listen on `cache`'s channel.
@@ -173,7 +176,7 @@ async fn cache_on_new_store(server: &RedisServer) -> Cache<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_fill_costs_two_round_trips_plus_renewals() {
+async fn a_long_fill_costs_three_round_trips_plus_renewals() {
     let server = RedisServer::start();
     let store = store(&server).await;
     let cache = cache(&store, Duration::from_millis(150));
@@ -192,7 +195,7 @@ async fn a_long_fill_costs_two_round_trips_plus_renewals() {
     assert_eq!(value.expect("value"), "v");
     let renewals = cache.stats().lease_renewals;
     assert!(renewals >= 3, "a fill of 3+ leases was renewed: {renewals}");
-    assert_eq!(round_trips(&server.command_stats()), 2 + renewals);
+    assert_eq!(round_trips(&server.command_stats()), 3 + renewals);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,3 +62,48 @@ async fn a_set_through_another_store_evicts_this_l1() {
     assert!(a.stats().backplane_messages >= 3);
     assert_eq!(b.stats().backplane_messages, 0, "b only heard itself");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned_leader() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let cache = Cache::<String>::builder("first-read")
+        .store(store.clone())
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("config");
+    cache.set("k", "stored".into()).await.expect("set");
+
+    server.freeze();
+    let leader = {
+        let cache = cache.clone();
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", || async {
+                    Ok::<_, std::io::Error>("filled".to_string())
+                })
+                .await
+        })
+    };
+    corral_testkit::until("the leader's first read is in flight", || {
+        cache.flights_in_progress() == 1
+    })
+    .await;
+    let joiner = {
+        let cache = cache.clone();
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", || async {
+                    Ok::<_, std::io::Error>("joiner".to_string())
+                })
+                .await
+        })
+    };
+    corral_testkit::until("the joiner joined", || cache.stats().coalesced == 1).await;
+    leader.abort();
+    assert!(leader.await.expect_err("aborted").is_cancelled());
+    server.thaw();
+    assert_eq!(joiner.await.expect("task").expect("value"), "stored");
+    corral_testkit::until("the flight ended", || cache.flights_in_progress() == 0).await;
+    assert_eq!(cache.stats().fills, 0);
+}
