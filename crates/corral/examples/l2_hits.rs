@@ -24,7 +24,8 @@
 //! - `fcall_ro/get2`: `FCALL_RO` of a function doing `GET` + `PTTL`;
 //! - `pipe/pttl+get`: a pipeline of `PTTL` and `GET` (one round trip), on
 //!   the `ConnectionManager`; `... on mux`: the same on the
-//!   `MultiplexedConnection`;
+//!   `MultiplexedConnection`; `... in timeout`: on the `ConnectionManager`
+//!   inside `tokio::time::timeout` (as the store bounds every call);
 //! - `multi/pttl+get`: `MULTI`, `PTTL`, `GET`, `EXEC` pipelined;
 //! - `store.get`: `corral::RedisStore` through `Store::get`;
 //! - `store.get_or_lease`: `Store::get_or_lease` (`Grant::IfNoValue`) on a
@@ -35,7 +36,6 @@
 //!   flight and runs a leader task per read, which asks
 //!   `Store::get_or_lease`).
 
-use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,6 +90,7 @@ enum Variant {
     FcallRoGet2,
     PipePttlGet,
     PipeMuxPttlGet,
+    PipeTimeoutPttlGet,
     MultiPttlGet,
     StoreGet,
     StoreGetOrLease,
@@ -97,7 +98,7 @@ enum Variant {
     CacheGetOrFill,
 }
 
-const VARIANTS: [Variant; 12] = [
+const VARIANTS: [Variant; 13] = [
     Variant::GetMux,
     Variant::GetMgr,
     Variant::EvalshaGet3,
@@ -105,6 +106,7 @@ const VARIANTS: [Variant; 12] = [
     Variant::FcallRoGet2,
     Variant::PipePttlGet,
     Variant::PipeMuxPttlGet,
+    Variant::PipeTimeoutPttlGet,
     Variant::MultiPttlGet,
     Variant::StoreGet,
     Variant::StoreGetOrLease,
@@ -122,6 +124,7 @@ impl Variant {
             Self::FcallRoGet2 => "fcall_ro/get2",
             Self::PipePttlGet => "pipe/pttl+get",
             Self::PipeMuxPttlGet => "pipe/pttl+get on mux",
+            Self::PipeTimeoutPttlGet => "pipe/pttl+get in timeout",
             Self::MultiPttlGet => "multi/pttl+get",
             Self::StoreGet => "store.get",
             Self::StoreGetOrLease => "store.get_or_lease",
@@ -169,7 +172,10 @@ fn names(namespace: &str, user: String) -> Names {
 }
 
 fn expect_bytes(value: Option<Vec<u8>>) {
-    assert!(value.is_some_and(|v| !v.is_empty()), "a seeded key is missing");
+    assert!(
+        value.is_some_and(|v| !v.is_empty()),
+        "a seeded key is missing"
+    );
 }
 
 impl Ctx {
@@ -248,6 +254,18 @@ impl Ctx {
                 assert!(pttl > 0);
                 expect_bytes(v);
             }
+            Variant::PipeTimeoutPttlGet => {
+                let mut pipe = redis::pipe();
+                pipe.cmd("PTTL").arg(&k.value).cmd("GET").arg(&k.value);
+                let mut conn = self.mgr.clone();
+                let (pttl, v): (i64, Option<Vec<u8>>) =
+                    tokio::time::timeout(Duration::from_secs(1), pipe.query_async(&mut conn))
+                        .await
+                        .expect("in time")
+                        .expect("pipe");
+                assert!(pttl > 0);
+                expect_bytes(v);
+            }
             Variant::MultiPttlGet => {
                 let (pttl, v): (i64, Option<Vec<u8>>) = redis::pipe()
                     .atomic()
@@ -297,7 +315,12 @@ fn cpu_micros(pid: &str) -> f64 {
     // Fields after the command name (which is in parentheses).
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |at: usize| fields.get(at).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |at: usize| {
+        fields
+            .get(at)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
     (ticks(11) + ticks(12)) * 1e6 / 100.0
 }
@@ -407,8 +430,9 @@ async fn setup(server: &RedisServer) -> Ctx {
 }
 
 fn arg(args: &[String], at: usize, default: u64) -> Result<u64, String> {
-    args.get(at)
-        .map_or(Ok(default), |s| s.parse().map_err(|e| format!("{s:?}: {e}")))
+    args.get(at).map_or(Ok(default), |s| {
+        s.parse().map_err(|e| format!("{s:?}: {e}"))
+    })
 }
 
 fn main() -> ExitCode {
@@ -429,61 +453,60 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn run(rounds: u64, ms: u64) -> impl Future<Output = ()> {
-    async move {
-        let server = RedisServer::start();
-        let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
-        let ctx = Arc::new(setup(&server).await);
-        // Warm-up: connections, script caches, allocator.
-        for variant in VARIANTS {
-            measure(&ctx, variant, ms / 4 + 1, &pid).await;
+async fn run(rounds: u64, ms: u64) {
+    let server = RedisServer::start();
+    let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let ctx = Arc::new(setup(&server).await);
+    // Warm-up: connections, script caches, allocator.
+    for variant in VARIANTS {
+        measure(&ctx, variant, ms / 4 + 1, &pid).await;
+    }
+    let n = VARIANTS.len();
+    let (mut rates, mut ratios) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    let (mut client_us, mut server_us) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    for round in 0..rounds {
+        let mut this = Vec::with_capacity(n);
+        this.resize_with(n, || None);
+        for step in 0..n {
+            let at = (step + round as usize) % n;
+            this[at] = Some(measure(&ctx, VARIANTS[at], ms, &pid).await);
         }
-        let n = VARIANTS.len();
-        let (mut rates, mut ratios) = (vec![Vec::new(); n], vec![Vec::new(); n]);
-        let (mut client_us, mut server_us) = (vec![Vec::new(); n], vec![Vec::new(); n]);
-        for round in 0..rounds {
-            let mut this = Vec::with_capacity(n);
-            this.resize_with(n, || None);
-            for step in 0..n {
-                let at = (step + round as usize) % n;
-                this[at] = Some(measure(&ctx, VARIANTS[at], ms, &pid).await);
-            }
-            let this: Vec<Sample> = this.into_iter().flatten().collect();
-            for (at, sample) in this.iter().enumerate() {
-                rates[at].push(sample.rate);
-                ratios[at].push(sample.rate / this[0].rate);
-                client_us[at].push(sample.client_us);
-                server_us[at].push(sample.server_us);
-            }
-            eprintln!("round {}/{rounds} done", round + 1);
+        let this: Vec<Sample> = this.into_iter().flatten().collect();
+        for (at, sample) in this.iter().enumerate() {
+            rates[at].push(sample.rate);
+            ratios[at].push(sample.rate / this[0].rate);
+            client_us[at].push(sample.client_us);
+            server_us[at].push(sample.server_us);
         }
+        eprintln!("round {}/{rounds} done", round + 1);
+    }
+    println!(
+        "{TASKS} tasks x own key, {rounds} rounds x {ms} ms per variant, redis-server {}",
+        server
+            .cli(&["INFO", "server"])
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+    );
+    println!(
+        "{:<26} {:>10} {:>8} {:>14} {:>10} {:>10}",
+        "variant", "reads/s", "ratio", "ratio min..max", "client us", "server us"
+    );
+    for (at, variant) in VARIANTS.iter().enumerate() {
+        let rate = median(&mut rates[at]);
+        let lo = ratios[at].iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios[at].iter().copied().fold(0.0, f64::max);
+        let ratio = median(&mut ratios[at]);
         println!(
-            "{TASKS} tasks x own key, {rounds} rounds x {ms} ms per variant, redis-server {}",
-            server.cli(&["INFO", "server"])
-                .lines()
-                .find_map(|l| l.strip_prefix("redis_version:"))
-                .unwrap_or("?")
-                .trim()
+            "{:<26} {:>10.0} {:>7.2}x {:>6.2}..{:<6.2} {:>10.2} {:>10.2}",
+            variant.name(),
+            rate,
+            ratio,
+            lo,
+            hi,
+            median(&mut client_us[at]),
+            median(&mut server_us[at]),
         );
-        println!(
-            "{:<26} {:>10} {:>8} {:>14} {:>10} {:>10}",
-            "variant", "reads/s", "ratio", "ratio min..max", "client us", "server us"
-        );
-        for (at, variant) in VARIANTS.iter().enumerate() {
-            let rate = median(&mut rates[at]);
-            let lo = ratios[at].iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = ratios[at].iter().copied().fold(0.0, f64::max);
-            let ratio = median(&mut ratios[at]);
-            println!(
-                "{:<26} {:>10.0} {:>7.2}x {:>6.2}..{:<6.2} {:>10.2} {:>10.2}",
-                variant.name(),
-                rate,
-                ratio,
-                lo,
-                hi,
-                median(&mut client_us[at]),
-                median(&mut server_us[at]),
-            );
-        }
     }
 }
