@@ -517,15 +517,17 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
         Some(read.generation.clone())
     );
 
-    // Over the generation read: granted, and a second refresher finds it held.
+    // Over the generation read: granted, and a second refresher over the
+    // same generation gets no lease (`Held` where the generation is the
+    // value's own, as in Redis; `Changed` where it is the fence, which the
+    // grant moved, as in `MemoryStore`).
     let refresh = match b.get_or_lease(&k, &over(read.generation.clone())).await {
         Ok(Lookup::Granted(lease)) => lease,
         other => panic!("expected a grant over the generation read, got {other:?}"),
     };
     assert!(matches!(
-        a.get_or_lease(&k, &over(Some(refresh.token().into())))
-            .await,
-        Ok(Lookup::Held { .. })
+        a.get_or_lease(&k, &over(read.generation.clone())).await,
+        Ok(Lookup::Held { .. } | Lookup::Changed)
     ));
     assert_eq!(
         b.commit(&k, &refresh, b"v2", TTL, corral::store::Origin::new(0))
@@ -565,6 +567,63 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
         Some(Lookup::Changed),
         "no value, no grant"
     );
+}
+
+/// A refresh lease granted to another process over the value read, which
+/// lapsed while its fence lives on, does not block the next refresh over
+/// that value (no livelock until the fence expires); the lapsed leader's
+/// late commit is still refused.
+async fn check_refresh_after_lapsed_lease(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "refresh-after-lapse");
+    let over = |generation, lease| LeaseRequest {
+        grant: Grant::OverGeneration(generation),
+        ..request(lease)
+    };
+    let first = grant(a, &k, LEASE).await;
+    assert_eq!(
+        a.commit(&k, &first, b"v1", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
+        Some(Commit::Stored)
+    );
+    let read = b.get(&k).await.expect("get").expect("present").generation;
+    assert_eq!(read.as_deref(), Some(first.token()));
+
+    // The other process's refresh: a short lease, a fence for 10 s.
+    let short = Duration::from_millis(100);
+    let lapsed = match a.get_or_lease(&k, &over(read.clone(), short)).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected the first refresh granted, got {other:?}"),
+    };
+    assert!(
+        matches!(
+            b.get_or_lease(&k, &over(read.clone(), LEASE)).await,
+            Ok(Lookup::Held { .. })
+        ),
+        "while the other refresh lives, this one waits its turn"
+    );
+    // Sleep past the lease's TTL (Redis expires it; the fence stays).
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    let refresh = match b.get_or_lease(&k, &over(read.clone(), LEASE)).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("a lapsed lease blocked the refresh: {other:?}"),
+    };
+    assert_eq!(
+        a.commit(&k, &lapsed, b"late", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
+        Some(Commit::Refused),
+        "the lapsed leader's fence moved"
+    );
+    assert_eq!(
+        b.commit(&k, &refresh, b"v2", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
+        Some(Commit::Stored)
+    );
+    let now = a.get(&k).await.expect("get").expect("present");
+    assert_eq!(now.bytes, b"v2");
+    assert_eq!(now.generation.as_deref(), Some(refresh.token()));
 }
 
 async fn check_generations(a: &RedisStore, b: &RedisStore, ns: &str) {
@@ -608,66 +667,242 @@ mod standalone {
         check_odd_keys,
         check_namespaces,
         check_generations,
+        check_refresh_after_lapsed_lease,
     );
 }
 
-/// After warm-up every operation is exactly one `EVALSHA`: no `EVAL`, no
-/// `SCRIPT LOAD`, no `NOSCRIPT` retry.
+/// After warm-up, reads are one pipelined `PTTL` + `GET` (no script) and
+/// every other operation one `EVALSHA`; `get_or_lease` reads first and runs
+/// its script only on a miss. No `EVAL`, no `SCRIPT LOAD`, no `NOSCRIPT`
+/// retry.
 #[tokio::test]
-async fn one_evalsha_per_operation() {
+async fn commands_per_operation() {
     let server = RedisServer::start();
     let store = connect(&server).await;
     server.reset_stats();
-    let ops = run_every_operation(&store, "stats:v1").await;
+    let expected = run_every_operation(&store, "stats:v1").await;
     let stats = server.command_stats();
-    assert_one_evalsha_each(&stats, ops, &server.log());
+    assert_commands(&stats, expected, &server.log());
 }
 
-/// Runs each store operation once on a fresh key; returns how many calls.
-async fn run_every_operation(store: &RedisStore, ns: &str) -> u64 {
+/// The commands [`run_every_operation`] sends.
+#[derive(Debug, Clone, Copy)]
+struct Commands {
+    evalsha: u64,
+    /// `PTTL`s: plain reads and the lease script's "hit" and "held" answers.
+    reads: u64,
+}
+
+/// Runs each store operation once on a fresh key; returns the commands.
+async fn run_every_operation(store: &RedisStore, ns: &str) -> Commands {
     let k = key(ns, "ops");
-    let lease = grant(store, &k, LEASE).await; // 1
+    let lease = grant(store, &k, LEASE).await; // evalsha
     assert_eq!(
         store.renew(&k, &lease, &request(LEASE)).await.ok(),
         Some(true)
-    ); // 2
+    ); // evalsha
     assert_eq!(
         store
             .commit(&k, &lease, b"v", TTL, corral::store::Origin::new(0))
             .await
             .ok(),
         Some(Commit::Stored)
-    ); // 3
+    ); // evalsha
     assert!(matches!(
         store.get_or_lease(&k, &request(LEASE)).await,
         Ok(Lookup::Hit(_))
-    )); // 4
-    assert!(value(store, &k).await.is_some()); // 5
+    )); // evalsha (a hit)
+    assert!(value(store, &k).await.is_some()); // read
     store
         .set(&k, b"w", TTL, corral::store::Origin::new(0))
         .await
-        .expect("set"); // 6
+        .expect("set"); // evalsha
     store
         .invalidate(&k, corral::store::Origin::new(0))
         .await
-        .expect("invalidate"); // 7
-    let again = grant(store, &k, LEASE).await; // 8
-    store.release(&k, &again).await.expect("release"); // 9
-    9
+        .expect("invalidate"); // evalsha
+    let again = grant(store, &k, LEASE).await; // evalsha
+    store.release(&k, &again).await.expect("release"); // evalsha
+                                                       // PTTL: the plain read, and the lease script's answer "hit".
+    Commands {
+        evalsha: 8,
+        reads: 2,
+    }
 }
 
-fn assert_one_evalsha_each(stats: &std::collections::BTreeMap<String, u64>, ops: u64, log: &str) {
+fn assert_commands(stats: &std::collections::BTreeMap<String, u64>, expected: Commands, log: &str) {
     let context = || format!("commandstats {stats:?}\n{}", log_tail(log));
-    assert_eq!(stats.get("evalsha").copied(), Some(ops), "{}", context());
+    assert_eq!(
+        stats.get("evalsha").copied(),
+        Some(expected.evalsha),
+        "{}",
+        context()
+    );
+    // `GET` also runs inside the scripts, and `PTTL` inside the lease
+    // script when it answers "hit" or "held".
+    assert_eq!(
+        stats.get("pttl").copied(),
+        Some(expected.reads),
+        "{}",
+        context()
+    );
     for name in [
         "eval",
         "eval_ro",
         "evalsha_ro",
         "script|load",
         "script|exists",
+        "multi",
+        "exec",
     ] {
         assert_eq!(stats.get(name), None, "{name} after warm-up: {}", context());
     }
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The Redis key holding the value of `user` in `namespace`.
+fn value_key(namespace: &str, user: &str) -> String {
+    format!(
+        "corral:{namespace}:{{{:016x}}}:v:{user}",
+        fnv1a64(user.as_bytes())
+    )
+}
+
+/// Bytes in Redis that are not a well-framed value — foreign, truncated,
+/// framed with a bad token, framed around garbage — are a miss the cache
+/// counts as a decode failure, and the next fill overwrites them (its
+/// refresh asks over the generation read: none, or the frame's). An
+/// unframed envelope (as written before values were framed) is served, with
+/// no generation, and can be refreshed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unframed_bytes_are_a_counted_miss_and_overwritten() {
+    use corral::Cache;
+
+    let server = RedisServer::start();
+    let store = connect(&server).await;
+    let cache = Cache::<String>::builder("foreign")
+        .store(store.clone())
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("cache");
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut raw = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
+    let token = "0123456789abcdef0123456789abcdef";
+    let tagged = |n: u8, rest: &[&[u8]]| [&[0xC0, n][..], &rest.concat()].concat();
+    let cases: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+        ("empty", Vec::new(), None),
+        ("foreign text", b"{\"json\": true}".to_vec(), None),
+        ("tag alone", vec![0xC0], None),
+        ("zero-length token", tagged(0, &[b"rest"]), None),
+        ("token past the end", tagged(40, &[token.as_bytes()]), None),
+        ("upper-case token", tagged(4, &[b"ABCD", b"rest"]), None),
+        ("non-hex token", tagged(4, &[b"wxyz", b"rest"]), None),
+        (
+            "non-UTF-8 token",
+            tagged(2, &[&[0xff, 0xfe], b"rest"]),
+            None,
+        ),
+        (
+            "framed garbage",
+            tagged(32, &[token.as_bytes(), b"not an envelope"]),
+            Some(token),
+        ),
+    ];
+    for (i, (what, bytes, generation)) in cases.iter().enumerate() {
+        let user = format!("k{i}");
+        let name = value_key(cache.namespace(), &user);
+        let () = redis::cmd("SET")
+            .arg(&name)
+            .arg(bytes.as_slice())
+            .arg("EX")
+            .arg(60)
+            .query_async(&mut raw)
+            .await
+            .expect("SET");
+        let k = StoreKey::new(cache.namespace(), &user);
+        let read = store.get(&k).await.expect("get").expect("present");
+        assert_eq!(read.generation.as_deref(), *generation, "{what}");
+        if generation.is_none() {
+            assert_eq!(&read.bytes, bytes, "{what}: unframed bytes pass whole");
+        }
+        assert_eq!(cache.get(&user).await.expect("get"), None, "{what}");
+        let filled = cache
+            .get_or_fill(&user, move || async move {
+                Ok::<_, std::io::Error>(format!("filled {i}"))
+            })
+            .await
+            .expect("fill over foreign bytes");
+        assert_eq!(filled, format!("filled {i}"), "{what}");
+        assert_eq!(
+            cache.get(&user).await.expect("get"),
+            Some(format!("filled {i}")),
+            "{what}: overwritten"
+        );
+        let now = store.get(&k).await.expect("get").expect("present");
+        assert!(
+            now.generation.is_some(),
+            "{what}: the fill framed its value"
+        );
+        assert_ne!(now.generation.as_deref(), *generation, "{what}");
+    }
+    let stats = cache.stats();
+    assert_eq!(
+        stats.decode_failures,
+        2 * cases.len() as u64,
+        "one by get, one by get_or_fill, per case: {stats:?}"
+    );
+
+    // An unframed envelope is served as is, without a generation, and a
+    // refresh over "no generation" replaces it.
+    cache.set("framed", "legacy".to_owned()).await.expect("set");
+    let framed: Vec<u8> = redis::cmd("GET")
+        .arg(value_key(cache.namespace(), "framed"))
+        .query_async(&mut raw)
+        .await
+        .expect("GET");
+    let envelope = &framed[2 + usize::from(framed[1])..];
+    let () = redis::cmd("SET")
+        .arg(value_key(cache.namespace(), "legacy"))
+        .arg(envelope)
+        .arg("EX")
+        .arg(60)
+        .query_async(&mut raw)
+        .await
+        .expect("SET");
+    assert_eq!(
+        cache.get("legacy").await.expect("get"),
+        Some("legacy".to_owned())
+    );
+    let k = StoreKey::new(cache.namespace(), "legacy");
+    let read = store.get(&k).await.expect("get").expect("present");
+    assert_eq!((read.bytes.as_slice(), read.generation), (envelope, None));
+    let over_none = LeaseRequest {
+        grant: Grant::OverGeneration(None),
+        ..request(LEASE)
+    };
+    let lease = match store.get_or_lease(&k, &over_none).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected a refresh over no generation, got {other:?}"),
+    };
+    assert_eq!(
+        store
+            .commit(&k, &lease, b"refreshed", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
+        Some(Commit::Stored)
+    );
+    let now = store.get(&k).await.expect("get").expect("present");
+    assert_eq!(now.bytes, b"refreshed");
+    assert_eq!(now.generation.as_deref(), Some(lease.token()));
+    assert_eq!(cache.stats().decode_failures, 2 * cases.len() as u64);
 }
 
 /// A frozen server: every call reports a timeout within the op timeout;
@@ -815,8 +1050,8 @@ async fn killed_and_restarted_server() {
     // EVAL (after one NOSCRIPT), then EVALSHA only.
     run_every_operation(&store, "kill:v2").await;
     server.reset_stats();
-    let ops = run_every_operation(&store, "kill:v3").await;
-    assert_one_evalsha_each(&server.command_stats(), ops, &server.log());
+    let expected = run_every_operation(&store, "kill:v3").await;
+    assert_commands(&server.command_stats(), expected, &server.log());
 }
 
 /// The subscriber task and both connections end when the last store clone
@@ -960,6 +1195,7 @@ async fn cluster_contract() {
         check_odd_keys(&a, &b, ns).await;
         check_namespaces(&a, &b, ns).await;
         check_generations(&a, &b, ns).await;
+        check_refresh_after_lapsed_lease(&a, &b, ns).await;
     })
     .await;
     eprintln!("cluster contract ran in {:?}", begun.elapsed());
@@ -990,8 +1226,78 @@ async fn cluster_contract() {
     );
 
     cluster.reset_stats();
-    let ops = run_every_operation(&a, "cluster-stats:v1").await;
-    assert_one_evalsha_each(&cluster.command_stats(), ops, &cluster.logs());
+    let expected = run_every_operation(&a, "cluster-stats:v1").await;
+    assert_commands(&cluster.command_stats(), expected, &cluster.logs());
+
+    cluster_reads_go_to_the_owner(&cluster, &a).await;
+}
+
+/// Plain reads (pipelined `PTTL` + `GET`, no script) of keys with braces
+/// reach the master owning their slot, on every master.
+async fn cluster_reads_go_to_the_owner(cluster: &RedisCluster, store: &RedisStore) {
+    let ns = "cluster-reads:v1";
+    let mut raws: Vec<String> = ["{", "}", "}leading", "a{b}c", "{}", "{tag}rest", "}{x}{"]
+        .iter()
+        .map(|raw| (*raw).to_owned())
+        .collect();
+    raws.extend((0..12).map(|i| format!("{{brace-{i}}}")));
+    for raw in &raws {
+        store
+            .set(
+                &key(ns, raw),
+                raw.as_bytes(),
+                TTL,
+                corral::store::Origin::new(0),
+            )
+            .await
+            .expect("set");
+    }
+    cluster.reset_stats();
+    for raw in &raws {
+        let k = key(ns, raw);
+        let read = store.get(&k).await.expect("get").expect("present");
+        assert_eq!(read.bytes, raw.as_bytes(), "{raw:?}");
+        assert!(
+            read.generation.is_some(),
+            "{raw:?}: a set writes a generation"
+        );
+        let left = read.remaining.unwrap_or_default();
+        assert!(left <= TTL && left > TTL / 2, "{raw:?}: {left:?}");
+        match store.get_or_lease(&k, &request(LEASE)).await {
+            Ok(Lookup::Hit(hit)) => {
+                assert_eq!(hit.bytes, read.bytes, "{raw:?}");
+                assert_eq!(hit.generation, read.generation, "{raw:?}");
+            }
+            other => panic!("{raw:?}: expected a hit, got {other:?}"),
+        }
+    }
+    let mut owned = std::collections::BTreeMap::<u16, u64>::new();
+    for raw in &raws {
+        *owned.entry(owner(cluster, &key(ns, raw))).or_default() += 1;
+    }
+    assert_eq!(
+        owned.len(),
+        3,
+        "the keys spread over every master: {owned:?}"
+    );
+    for node in cluster.nodes() {
+        let stats = node.command_stats();
+        let owned_here = owned.get(&node.port()).copied().unwrap_or(0);
+        // Per key it owns: a plain read (PTTL + GET) and the lease script,
+        // which answers "hit" (with its own PTTL).
+        assert_eq!(
+            stats.get("pttl").copied().unwrap_or(0),
+            2 * owned_here,
+            "node {}: {stats:?}",
+            node.port()
+        );
+        assert_eq!(
+            stats.get("evalsha").copied().unwrap_or(0),
+            owned_here,
+            "node {}: {stats:?}",
+            node.port()
+        );
+    }
 }
 
 /// The port of the master holding `k`'s value key (found by asking each

@@ -180,7 +180,10 @@ mod tests {
         assert_eq!(value, "v");
         let seen = store.take();
         let meter = seen.get("k").expect("key metered");
-        assert_eq!(meter.round_trips, 3, "the first read, the lease, then the commit");
+        assert_eq!(
+            meter.round_trips, 3,
+            "the first read, the lease, then the commit"
+        );
         assert!(meter.committed_at_us.is_some());
         assert!(store.take().is_empty());
     }

@@ -42,6 +42,43 @@ impl Connection {
         }
     }
 
+    /// Reads a value key's remaining time to live and its bytes: `PTTL`
+    /// then `GET`, pipelined in one round trip, no script. On a cluster both
+    /// commands name the same key, so they go to its slot's node together.
+    ///
+    /// The two commands are not atomic: a write may land between them.
+    /// `PTTL` goes first so that such a race can only make the value read
+    /// look *older* than it is, never younger: the bytes then belong to a
+    /// write made after the `PTTL` (at most the gap between the commands
+    /// ago), paired with an older value's remaining time, or with "absent"
+    /// (`None`, read as age 0 — true within that gap). Looking older costs
+    /// at most an early refresh, which asks over the generation read and so
+    /// cannot overwrite anything newer.
+    ///
+    /// Returns the raw `PTTL` and `GET` replies.
+    pub(super) async fn read(
+        &self,
+        value_key: &str,
+        timeout: Duration,
+    ) -> Result<(Value, Value), StoreError> {
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
+        let reply = bounded(timeout, "read", async {
+            match self {
+                Self::Standalone(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
+                Self::Cluster(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
+            }
+        })
+        .await?;
+        match reply {
+            Value::Array(items) => match <[Value; 2]>::try_from(items) {
+                Ok([pttl, value]) => Ok((pttl, value)),
+                Err(items) => Err(unexpected("read", &Value::Array(items))),
+            },
+            other => Err(unexpected("read", &other)),
+        }
+    }
+
     /// Loads every script (`SCRIPT LOAD`; on a cluster, on every master), so
     /// steady state sends only `EVALSHA`.
     pub(super) async fn load_scripts(&self, timeout: Duration) -> Result<(), StoreError> {

@@ -39,23 +39,17 @@ pub(super) struct KeyNames {
 impl KeyNames {
     /// The names for `key`.
     pub(super) fn new(key: &StoreKey) -> Self {
-        let raw = key.key();
-        let mut head = String::with_capacity(PREFIX.len() + key.namespace().len() + 20);
-        head.push_str(PREFIX);
-        head.push_str(key.namespace());
-        // Writing to a String cannot fail.
-        let _ = write!(head, ":{{{:016x}}}:", fnv1a64(raw.as_bytes()));
-        let name = |marker: &str| {
-            let mut name = String::with_capacity(head.len() + 2 + raw.len());
-            name.push_str(&head);
-            name.push_str(marker);
-            name.push_str(raw);
+        let value = value_name(key);
+        let marker = value.len() - key.key().len() - 2;
+        let name = |letter: &str| {
+            let mut name = value.clone();
+            name.replace_range(marker..marker + 1, letter);
             name
         };
         Self {
-            value: name("v:"),
-            lease: name("l:"),
-            fence: name("f:"),
+            lease: name("l"),
+            fence: name("f"),
+            value,
         }
     }
 }
@@ -77,6 +71,19 @@ pub(super) fn namespace_of(channel: &str) -> Option<&str> {
 /// key, which a backplane message names.
 pub(super) fn listener_id(namespace: &str, key: &str) -> String {
     format!("{namespace}\u{0}{key}")
+}
+
+/// The name of `key`'s value key alone (`corral:<namespace>:{<h>}:v:<key>`),
+/// built with one allocation: what a plain read needs.
+pub(super) fn value_name(key: &StoreKey) -> String {
+    let (namespace, raw) = (key.namespace(), key.key());
+    let mut name = String::with_capacity(PREFIX.len() + namespace.len() + 22 + raw.len());
+    name.push_str(PREFIX);
+    name.push_str(namespace);
+    // Writing to a String cannot fail.
+    let _ = write!(name, ":{{{:016x}}}:v:", fnv1a64(raw.as_bytes()));
+    name.push_str(raw);
+    name
 }
 
 /// The channel on which changes of keys in `namespace` are published:
@@ -136,6 +143,13 @@ mod tests {
         assert_eq!(names.value, format!("corral:users:v1:{{{h}}}:v:user:42"));
         assert_eq!(names.lease, format!("corral:users:v1:{{{h}}}:l:user:42"));
         assert_eq!(names.fence, format!("corral:users:v1:{{{h}}}:f:user:42"));
+        assert_eq!(
+            value_name(&StoreKey::new("users:v1", "user:42")),
+            names.value
+        );
+        let odd = KeyNames::new(&StoreKey::new("n:v1", "v:}{l:f:"));
+        assert!(odd.lease.ends_with("}:l:v:}{l:f:"), "{}", odd.lease);
+        assert!(odd.fence.ends_with("}:f:v:}{l:f:"), "{}", odd.fence);
         assert_eq!(channel("users:v1"), "corral:users:v1:filled");
     }
 

@@ -4,6 +4,7 @@
 //! private).
 
 mod conn;
+mod frame;
 mod keys;
 mod scripts;
 mod subscriber;
@@ -107,8 +108,9 @@ impl RedisConfig {
 }
 
 /// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
-/// commits and pub/sub wake-ups, one round trip per operation (Redis 7;
-/// Valkey works the same).
+/// commits and pub/sub wake-ups, one round trip per operation — a read is a
+/// pipelined `PTTL` + `GET`, no script — except a lease asked for on a miss,
+/// which takes two (Redis 7; Valkey works the same).
 ///
 /// Cheap to clone (the clones share the connections). The background
 /// subscriber task ends when the last clone is dropped. Works on a
@@ -122,9 +124,9 @@ impl RedisConfig {
 ///
 /// | key | holds | time to live |
 /// |---|---|---|
-/// | `corral:<namespace>:{<h>}:v:<key>` | the value (envelope bytes) | the value's TTL |
+/// | `corral:<namespace>:{<h>}:v:<key>` | the value: its generation and envelope bytes, framed (below) | the value's TTL |
 /// | `corral:<namespace>:{<h>}:l:<key>` | the fill lease's token | the lease TTL, renewed while the fill runs |
-/// | `corral:<namespace>:{<h>}:f:<key>` | the fence: the token of the last grant | the fence TTL (the longest a leader may take to commit) |
+/// | `corral:<namespace>:{<h>}:f:<key>` | the fence: the token of the last grant or write | the fence TTL (the longest a leader may take to commit); after a commit or `set`, the value's TTL |
 ///
 /// - **One slot per key.** The namespace holds no brace, so the first `{`
 ///   opens the hash tag `{<h>}`: the three keys of one logical key always
@@ -137,6 +139,26 @@ impl RedisConfig {
 /// - FNV-1a is fixed by its specification, so every process and every
 ///   version of corral computes the same names (`std`'s `DefaultHasher` may
 ///   change between Rust releases).
+///
+/// # Values carry their generation
+///
+/// A value is stored as `0xC0`, one byte `n`, the `n`-character token of
+/// the write that produced it (the lease token of a commit, a fresh random
+/// token of a `set`; lowercase hex), then the envelope bytes unchanged. So
+/// one plain read returns the value *and* its generation
+/// ([`Stored::generation`]), and a refresh's
+/// [`Grant::OverGeneration`] is checked against the value itself: granted
+/// only if the value is present with the generation read and no live lease
+/// is held (a write or invalidation in between answers
+/// [`Lookup::Changed`]; a lease that lapsed does not block it). The fence
+/// keeps its own role: a commit is stored only while the fence holds its
+/// lease's token.
+///
+/// Bytes that are not framed that way (foreign bytes, a broken frame, or an
+/// envelope written before values were framed) are returned whole, with no
+/// generation; the scripts read them the same way, so a refresh over "no
+/// generation" replaces them, and the cache's strict envelope decoder counts
+/// anything foreign as a miss.
 ///
 /// # Notifications
 ///
@@ -170,13 +192,23 @@ impl RedisConfig {
 ///
 /// # Round trips and timeouts
 ///
-/// Every operation is one Lua script run with `EVALSHA` (the scripts are
-/// loaded with `SCRIPT LOAD` at connect, on every master of a cluster). A
-/// server that lost its script cache (restart, failover) answers `NOSCRIPT`
-/// once per script, and the store sends that call again as `EVAL`, which
-/// caches the script again. Every call — including such a retry — is bounded
-/// by [`RedisConfig::op_timeout`] and reports [`StoreErrorKind::Timeout`]
-/// when it passes; unreachable servers give [`StoreErrorKind::Unavailable`].
+/// A read ([`Store::get`]) is one round trip without a script: `PTTL` and
+/// `GET` of the value key, pipelined (on a cluster both go to the key's
+/// slot). `PTTL` is sent first, so a write landing between the two can
+/// only make the value look older than it is (an early refresh), never
+/// younger. Freshness is judged by the server's clock: age = the physical
+/// TTL in the envelope − the remaining `PTTL`.
+/// A cache's leading caller reads this way first, so an L2 hit costs that
+/// one round trip; a miss goes on to [`Store::get_or_lease`], the lease
+/// script, which decides atomically (and returns a value that landed
+/// meanwhile). Every operation but the read is one Lua script run with
+/// `EVALSHA` (the scripts are loaded with `SCRIPT LOAD` at
+/// connect, on every master of a cluster). A server that lost its script
+/// cache (restart, failover) answers `NOSCRIPT` once per script, and the
+/// store sends that call again as `EVAL`, which caches the script again.
+/// Every call — including such a retry — is bounded by
+/// [`RedisConfig::op_timeout`] and reports [`StoreErrorKind::Timeout`] when
+/// it passes; unreachable servers give [`StoreErrorKind::Unavailable`].
 /// Connections reconnect by themselves, with backoff.
 ///
 /// # What it needs from Redis
@@ -355,6 +387,21 @@ impl RedisStore {
         format!("{:032x}", rng.u128(..))
     }
 
+    /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
+    async fn read(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
+        let name = keys::value_name(key);
+        let (pttl, value) = self
+            .inner
+            .connection
+            .read(&name, self.inner.config.op_timeout)
+            .await?;
+        match value {
+            Value::BulkString(bytes) => Ok(Some(stored(bytes, &pttl))),
+            Value::Nil => Ok(None),
+            other => Err(unexpected("get", &other)),
+        }
+    }
+
     async fn run(
         &self,
         lua: &scripts::Lua,
@@ -401,18 +448,29 @@ fn millis(duration: Duration) -> String {
     ms.clamp(1, MAX_TTL_MS).to_string()
 }
 
-/// A `PTTL` reply as a remaining time (`None` for "no expiry").
-/// The generation (fence token) in a script reply, if there was one.
-fn generation(fence: &Value) -> Option<Arc<str>> {
-    match fence {
-        Value::BulkString(token) => Some(String::from_utf8_lossy(token).into()),
+/// A value read with its `PTTL`: envelope bytes, remaining time and the
+/// generation from its frame.
+fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
+    let (bytes, generation) = frame::unframe(bytes);
+    Stored {
+        bytes,
+        remaining: remaining(pttl),
+        generation,
+    }
+}
+
+/// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
+fn remaining(pttl: &Value) -> Option<Duration> {
+    match pttl {
+        Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
         _ => None,
     }
 }
 
-fn remaining(pttl: &Value) -> Option<Duration> {
-    match pttl {
-        Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+/// A tag version in an `MGET` reply (`None`: the tag has none).
+fn tag_version(reply: &Value) -> Option<Arc<str>> {
+    match reply {
+        Value::BulkString(version) => Some(String::from_utf8_lossy(version).into()),
         _ => None,
     }
 }
@@ -437,10 +495,6 @@ impl Store for RedisStore {
         request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         Box::pin(async move {
-            let names = KeyNames::new(key);
-            let token = self.token();
-            let lease_ms = millis(request.lease_ttl);
-            let fence_ms = millis(request.fence_ttl);
             let (mode, expected): (&[u8], &[u8]) = match &request.grant {
                 Grant::IfNoValue => (b"0", b""),
                 Grant::OverAnyValue => (b"1", b""),
@@ -448,6 +502,10 @@ impl Store for RedisStore {
                     (b"2", generation.as_deref().map_or(&b""[..], str::as_bytes))
                 }
             };
+            let names = KeyNames::new(key);
+            let token = self.token();
+            let lease_ms = millis(request.lease_ttl);
+            let fence_ms = millis(request.fence_ttl);
             let reply = self
                 .run(
                     &scripts::GET_OR_LEASE,
@@ -463,12 +521,8 @@ impl Store for RedisStore {
                 .await?;
             match reply {
                 Value::Array(mut items) => match items.as_mut_slice() {
-                    [Value::Int(1), Value::BulkString(bytes), pttl, fence] => {
-                        Ok(Lookup::Hit(Stored {
-                            bytes: std::mem::take(bytes),
-                            remaining: remaining(pttl),
-                            generation: generation(fence),
-                        }))
+                    [Value::Int(1), Value::BulkString(bytes), pttl] => {
+                        Ok(Lookup::Hit(stored(std::mem::take(bytes), pttl)))
                     }
                     [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
                     [Value::Int(3), pttl] => Ok(Lookup::Held {
@@ -483,22 +537,7 @@ impl Store for RedisStore {
     }
 
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
-        Box::pin(async move {
-            let names = KeyNames::new(key);
-            match self.run(&scripts::GET, &names, &[]).await? {
-                Value::Array(mut items) => match items.as_mut_slice() {
-                    [] => Ok(None),
-                    [Value::BulkString(bytes), pttl, fence] => Ok(Some(Stored {
-                        bytes: std::mem::take(bytes),
-                        remaining: remaining(pttl),
-                        generation: generation(fence),
-                    })),
-                    _ => Err(unexpected("get", &Value::Array(items))),
-                },
-                Value::Nil => Ok(None),
-                other => Err(unexpected("get", &other)),
-            }
-        })
+        Box::pin(self.read(key))
     }
 
     fn renew<'a>(
@@ -539,13 +578,14 @@ impl Store for RedisStore {
             let channel = keys::channel(key.namespace());
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
+            let framed = frame::frame(lease.token(), bytes);
             let reply = self
                 .run(
                     &scripts::COMMIT,
                     &names,
                     &[
                         lease.token().as_bytes(),
-                        bytes,
+                        &framed,
                         ttl_ms.as_bytes(),
                         channel.as_bytes(),
                         message.as_bytes(),
@@ -597,12 +637,13 @@ impl Store for RedisStore {
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let generation = self.token();
+            let framed = frame::frame(&generation, bytes);
             let reply = self
                 .run(
                     &scripts::SET,
                     &names,
                     &[
-                        bytes,
+                        &framed,
                         ttl_ms.as_bytes(),
                         generation.as_bytes(),
                         channel.as_bytes(),
@@ -654,7 +695,7 @@ impl Store for RedisStore {
                 .await?;
             match reply {
                 Value::Array(items) if items.len() == tags.len() => {
-                    Ok(items.iter().map(generation).collect())
+                    Ok(items.iter().map(tag_version).collect())
                 }
                 other => Err(unexpected("tag versions", &other)),
             }

@@ -1,4 +1,6 @@
-//! The Lua scripts: one per store operation, each one round trip.
+//! The Lua scripts: one per store operation that writes or takes a lease,
+//! each one round trip. (A plain read needs no script: see
+//! [`Connection::read`](super::conn::Connection::read).)
 //!
 //! Every per-key script takes the same three keys — `KEYS[1]` value,
 //! `KEYS[2]` lease, `KEYS[3]` fence, all in one hash slot — so cluster
@@ -12,6 +14,8 @@
 use std::sync::LazyLock;
 
 use ::redis::Script;
+
+use super::frame::lua_generation;
 
 /// A Lua script: its source (sent with `EVAL` when a server lacks it) and
 /// its SHA1 (sent with `EVALSHA`).
@@ -45,19 +49,32 @@ impl Lua {
 ///
 /// ARGV: token, lease_ms, fence_ms, mode (`0` grant only without a value,
 /// `1` grant over any value, `2` grant only over a present value whose
-/// fence is ARGV[5], the empty string meaning "no fence"), expected fence.
-/// Returns `{1, bytes, pttl, fence or nil}` (hit), `{2}` (granted),
-/// `{3, pttl}` (held) or `{4}` (changed).
+/// embedded generation is ARGV[5], the empty string meaning "unframed, no
+/// generation"), expected generation. Returns `{1, bytes, pttl}` (hit),
+/// `{2}` (granted), `{3, pttl}` (held) or `{4}` (changed).
+///
+/// Mode 2 invariants. Every write embeds a generation no other write
+/// shares (`COMMIT` its lease token, fresh per grant; `SET` a fresh random
+/// token) and `INVALIDATE` deletes the value, so "present with the expected
+/// generation" means "no write and no invalidation since the caller read
+/// it": any of them landing in between answers `{4}`. The fence is not
+/// consulted: a lease granted elsewhere over the same value is either
+/// alive (the `NX` below fails: `{3}`, the refresh stands down) or lapsed,
+/// and then its leftover fence must not block this grant, which moves the
+/// fence to the new token — so the lapsed leader's late commit is refused
+/// by `COMMIT`'s fence check.
 pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_generation!(),
         r"
 if ARGV[4] == '0' then
   local value = redis.call('GET', KEYS[1])
   if value then
-    return {1, value, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3])}
+    return {1, value, redis.call('PTTL', KEYS[1])}
   end
 elseif ARGV[4] == '2' then
-  if redis.call('EXISTS', KEYS[1]) == 0 or (redis.call('GET', KEYS[3]) or '') ~= ARGV[5] then
+  local value = redis.call('GET', KEYS[1])
+  if not value or generation(value) ~= ARGV[5] then
     return {4}
   end
 end
@@ -66,23 +83,8 @@ if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {2}
 end
 return {3, redis.call('PTTL', KEYS[2])}
-",
-    )
-});
-
-/// The value, its remaining time to live and its generation.
-///
-/// No ARGV. Returns `{bytes, pttl, fence or nil}` or `{}` (miss).
-pub(super) static GET: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
-        r"
-local value = redis.call('GET', KEYS[1])
-if value then
-  return {value, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3])}
-end
-return {}
-",
-    )
+"
+    ))
 });
 
 /// Extends the lease, and the fence if it still holds the token, when the
@@ -104,11 +106,12 @@ return 1
     )
 });
 
-/// Fenced write (the token stays as the value's generation), owner-checked
-/// unlock and notification.
+/// Fenced write (the token stays as the fence for the value's life),
+/// owner-checked unlock and notification.
 ///
-/// ARGV: token, bytes, ttl_ms, channel, message. Returns 1 (stored) or 0
-/// (refused: the fence moved or expired).
+/// ARGV: token, bytes (framed with the token as generation), ttl_ms,
+/// channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
+/// expired).
 pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -119,8 +122,6 @@ end
 if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-end
-if fenced then
   redis.call('PUBLISH', ARGV[4], 'c' .. ARGV[5])
   return 1
 end
@@ -151,7 +152,8 @@ return 0
 /// Unconditional write that drops the lease and moves the fence to a new
 /// generation.
 ///
-/// ARGV: bytes, ttl_ms, new fence token, channel, message. Returns 0.
+/// ARGV: bytes (framed with the new token as generation), ttl_ms, new
+/// token, channel, message. Returns 0.
 pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(
         r"
@@ -193,11 +195,10 @@ return 0
 });
 
 /// Every script, for loading them all at connect.
-pub(super) fn all() -> [&'static Lua; 8] {
+pub(super) fn all() -> [&'static Lua; 7] {
     [
         &*INVALIDATE_TAG,
         &*GET_OR_LEASE,
-        &*GET,
         &*RENEW,
         &*COMMIT,
         &*RELEASE,

@@ -1,0 +1,132 @@
+//! An L2 hit of `RedisStore` against a bare redis-rs `GET`, side by side in
+//! one run: `cargo bench -p corral --bench l2_hit`.
+//!
+//! It starts its own `redis-server` (the test fixture) and seeds 50 keys
+//! through `RedisStore::set`. One iteration is one batch: 50 tokio tasks (on
+//! a 2-worker multi-thread runtime), each reading its own key 20 times in a
+//! row, awaited to the end — 1,000 reads. `bare_get_mux` reads the value
+//! keys with `GET` on one redis-rs `MultiplexedConnection`;
+//! `redis_store_get` reads them through `Store::get` (a pipelined `PTTL` +
+//! `GET`, the frame split off, the generation parsed). The ratio of the two
+//! times is the figure to read; each alone moves with the machine's load.
+//! `examples/l2_hits.rs` interleaves more variants round by round.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use corral::store::{Store, StoreKey};
+use corral::{RedisConfig, RedisStore};
+use corral_testkit::RedisServer;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use redis::aio::MultiplexedConnection;
+
+const TASKS: usize = 50;
+const READS_PER_TASK: usize = 20;
+const NAMESPACE: &str = "l2bench:v1";
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+struct Target {
+    mux: MultiplexedConnection,
+    store: RedisStore,
+    /// Per task: its store key and the Redis name of its value key.
+    keys: Vec<(StoreKey, String)>,
+}
+
+async fn bare_batch(target: &Arc<Target>) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let target = Arc::clone(target);
+            tokio::spawn(async move {
+                let name = &target.keys[i].1;
+                for _ in 0..READS_PER_TASK {
+                    let value: Option<Vec<u8>> = redis::cmd("GET")
+                        .arg(name)
+                        .query_async(&mut target.mux.clone())
+                        .await
+                        .expect("GET");
+                    assert!(value.is_some());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
+async fn store_batch(target: &Arc<Target>) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let target = Arc::clone(target);
+            tokio::spawn(async move {
+                let key = &target.keys[i].0;
+                for _ in 0..READS_PER_TASK {
+                    let stored = target.store.get(key).await.expect("store.get");
+                    assert!(stored.is_some());
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
+}
+
+fn l2_hit(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let server = RedisServer::start();
+    let target = runtime.block_on(async {
+        let client = redis::Client::open(server.url()).expect("client");
+        let mux = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connection");
+        let store = RedisStore::connect(&server.url(), RedisConfig::default())
+            .await
+            .expect("store");
+        let mut keys = Vec::new();
+        for i in 0..TASKS {
+            let user = format!("user:{i:04}");
+            let key = StoreKey::new(NAMESPACE, &user);
+            // An envelope-sized value: 40-byte header + a 32-byte value.
+            store
+                .set(
+                    &key,
+                    &[b'x'; 72],
+                    Duration::from_secs(3600),
+                    corral::store::Origin::new(0),
+                )
+                .await
+                .expect("seed");
+            let name = format!(
+                "corral:{NAMESPACE}:{{{:016x}}}:v:{user}",
+                fnv1a64(user.as_bytes())
+            );
+            keys.push((key, name));
+        }
+        Arc::new(Target { mux, store, keys })
+    });
+
+    let mut group = c.benchmark_group("l2_hit_50_tasks");
+    group.throughput(Throughput::Elements((TASKS * READS_PER_TASK) as u64));
+    group.bench_function("bare_get_mux", |b| {
+        b.to_async(&runtime).iter(|| bare_batch(&target));
+    });
+    group.bench_function("redis_store_get", |b| {
+        b.to_async(&runtime).iter(|| store_batch(&target));
+    });
+    group.finish();
+    drop(server);
+}
+
+criterion_group!(benches, l2_hit);
+criterion_main!(benches);

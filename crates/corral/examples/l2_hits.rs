@@ -1,0 +1,512 @@
+//! L2 hit throughput: how close a read of `RedisStore` comes to a bare
+//! redis-rs `GET`, measured interleaved round by round in one run.
+//!
+//! ```text
+//! cargo run --release -p corral --example l2_hits -- [ROUNDS] [MS_PER_LOOP]
+//! ```
+//!
+//! It starts its own `redis-server` (the test fixture), seeds 50 keys
+//! through a `Cache<String>` on a `RedisStore`, and then, every round, runs
+//! each variant below once, in a rotating order: 50 tokio tasks (on a
+//! 2-worker multi-thread runtime), each hammering its own key for
+//! MS_PER_LOOP. Every variant reads the same 50 value keys the cache
+//! wrote. It prints, per variant, the median over rounds of reads per
+//! second and of the per-round ratio to the bare `GET` of the same round
+//! (these machines are noisy: only ratios taken moments apart compare).
+//!
+//! Variants:
+//! - `get/mux`: bare `GET` on a redis-rs `MultiplexedConnection` (the
+//!   baseline);
+//! - `get/mgr`: bare `GET` on a `ConnectionManager` (what the store uses);
+//! - `evalsha/get3`: `EVALSHA` of the store's former read script (`GET`
+//!   value, `PTTL` value, `GET` fence);
+//! - `evalsha/get2`: `EVALSHA` of a script doing only `GET` + `PTTL`;
+//! - `fcall_ro/get2`: `FCALL_RO` of a function doing `GET` + `PTTL`;
+//! - `pipe/pttl+get`: a pipeline of `PTTL` and `GET` (one round trip), on
+//!   the `ConnectionManager`; `... on mux`: the same on the
+//!   `MultiplexedConnection`; `... in timeout`: on the `ConnectionManager`
+//!   inside `tokio::time::timeout` (as the store bounds every call);
+//! - `multi/pttl+get`: `MULTI`, `PTTL`, `GET`, `EXEC` pipelined;
+//! - `store.get`: `corral::RedisStore` through `Store::get`;
+//! - `store.get_or_lease`: `Store::get_or_lease` (`Grant::IfNoValue`) on a
+//!   present value, what a cache's leader asks;
+//! - `cache.get`: `Cache::get` (reads through `Store::get`, decodes; no
+//!   flight);
+//! - `cache.get_or_fill`: `Cache::get_or_fill` on warm keys (claims a
+//!   flight and runs a leader task per read, which asks
+//!   `Store::get_or_lease`).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corral::store::{Grant, LeaseRequest, Lookup, Store, StoreKey};
+use corral::{Cache, RedisConfig, RedisStore};
+use corral_testkit::RedisServer;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
+use redis::Value;
+
+const TASKS: usize = 50;
+const NAMESPACE_NAME: &str = "l2hits";
+
+/// The store's read script before values carried their generation.
+const GET3: &str = r"
+local value = redis.call('GET', KEYS[1])
+if value then
+  return {value, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3])}
+end
+return {}
+";
+
+/// Only the value and its remaining time to live.
+const GET2: &str = r"
+local value = redis.call('GET', KEYS[1])
+if value then
+  return {value, redis.call('PTTL', KEYS[1])}
+end
+return {}
+";
+
+const LIBRARY: &str = r"#!lua name=l2hits
+redis.register_function{
+  function_name = 'get2',
+  callback = function(keys)
+    local value = redis.call('GET', keys[1])
+    if value then
+      return {value, redis.call('PTTL', keys[1])}
+    end
+    return {}
+  end,
+  flags = {'no-writes'},
+}
+";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    GetMux,
+    GetMgr,
+    EvalshaGet3,
+    EvalshaGet2,
+    FcallRoGet2,
+    PipePttlGet,
+    PipeMuxPttlGet,
+    PipeTimeoutPttlGet,
+    MultiPttlGet,
+    StoreGet,
+    StoreGetOrLease,
+    CacheGet,
+    CacheGetOrFill,
+}
+
+const VARIANTS: [Variant; 13] = [
+    Variant::GetMux,
+    Variant::GetMgr,
+    Variant::EvalshaGet3,
+    Variant::EvalshaGet2,
+    Variant::FcallRoGet2,
+    Variant::PipePttlGet,
+    Variant::PipeMuxPttlGet,
+    Variant::PipeTimeoutPttlGet,
+    Variant::MultiPttlGet,
+    Variant::StoreGet,
+    Variant::StoreGetOrLease,
+    Variant::CacheGet,
+    Variant::CacheGetOrFill,
+];
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Self::GetMux => "get/mux (baseline)",
+            Self::GetMgr => "get/mgr",
+            Self::EvalshaGet3 => "evalsha/get3 (old read)",
+            Self::EvalshaGet2 => "evalsha/get2",
+            Self::FcallRoGet2 => "fcall_ro/get2",
+            Self::PipePttlGet => "pipe/pttl+get",
+            Self::PipeMuxPttlGet => "pipe/pttl+get on mux",
+            Self::PipeTimeoutPttlGet => "pipe/pttl+get in timeout",
+            Self::MultiPttlGet => "multi/pttl+get",
+            Self::StoreGet => "store.get",
+            Self::StoreGetOrLease => "store.get_or_lease",
+            Self::CacheGet => "cache.get",
+            Self::CacheGetOrFill => "cache.get_or_fill",
+        }
+    }
+}
+
+/// The names of one seeded key.
+struct Names {
+    user: String,
+    store_key: StoreKey,
+    value: String,
+    lease: String,
+    fence: String,
+}
+
+struct Ctx {
+    mux: MultiplexedConnection,
+    mgr: ConnectionManager,
+    store: RedisStore,
+    cache: Cache<String>,
+    keys: Vec<Names>,
+    get3: String,
+    get2: String,
+    request: LeaseRequest,
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+fn names(namespace: &str, user: String) -> Names {
+    let head = format!("corral:{namespace}:{{{:016x}}}:", fnv1a64(user.as_bytes()));
+    Names {
+        store_key: StoreKey::new(namespace, &user),
+        value: format!("{head}v:{user}"),
+        lease: format!("{head}l:{user}"),
+        fence: format!("{head}f:{user}"),
+        user,
+    }
+}
+
+fn expect_bytes(value: Option<Vec<u8>>) {
+    assert!(
+        value.is_some_and(|v| !v.is_empty()),
+        "a seeded key is missing"
+    );
+}
+
+impl Ctx {
+    async fn op(&self, variant: Variant, i: usize) {
+        let k = &self.keys[i];
+        match variant {
+            Variant::GetMux => {
+                let v: Option<Vec<u8>> = redis::cmd("GET")
+                    .arg(&k.value)
+                    .query_async(&mut self.mux.clone())
+                    .await
+                    .expect("GET");
+                expect_bytes(v);
+            }
+            Variant::GetMgr => {
+                let v: Option<Vec<u8>> = redis::cmd("GET")
+                    .arg(&k.value)
+                    .query_async(&mut self.mgr.clone())
+                    .await
+                    .expect("GET");
+                expect_bytes(v);
+            }
+            Variant::EvalshaGet3 => {
+                let v: Value = redis::cmd("EVALSHA")
+                    .arg(&self.get3)
+                    .arg(3)
+                    .arg(&k.value)
+                    .arg(&k.lease)
+                    .arg(&k.fence)
+                    .query_async(&mut self.mgr.clone())
+                    .await
+                    .expect("EVALSHA");
+                assert!(matches!(v, Value::Array(ref items) if items.len() == 3));
+            }
+            Variant::EvalshaGet2 => {
+                let v: Value = redis::cmd("EVALSHA")
+                    .arg(&self.get2)
+                    .arg(1)
+                    .arg(&k.value)
+                    .query_async(&mut self.mgr.clone())
+                    .await
+                    .expect("EVALSHA");
+                assert!(matches!(v, Value::Array(ref items) if items.len() == 2));
+            }
+            Variant::FcallRoGet2 => {
+                let v: Value = redis::cmd("FCALL_RO")
+                    .arg("get2")
+                    .arg(1)
+                    .arg(&k.value)
+                    .query_async(&mut self.mgr.clone())
+                    .await
+                    .expect("FCALL_RO");
+                assert!(matches!(v, Value::Array(ref items) if items.len() == 2));
+            }
+            Variant::PipePttlGet => {
+                let (pttl, v): (i64, Option<Vec<u8>>) = redis::pipe()
+                    .cmd("PTTL")
+                    .arg(&k.value)
+                    .cmd("GET")
+                    .arg(&k.value)
+                    .query_async(&mut self.mgr.clone())
+                    .await
+                    .expect("pipe");
+                assert!(pttl > 0);
+                expect_bytes(v);
+            }
+            Variant::PipeMuxPttlGet => {
+                let (pttl, v): (i64, Option<Vec<u8>>) = redis::pipe()
+                    .cmd("PTTL")
+                    .arg(&k.value)
+                    .cmd("GET")
+                    .arg(&k.value)
+                    .query_async(&mut self.mux.clone())
+                    .await
+                    .expect("pipe");
+                assert!(pttl > 0);
+                expect_bytes(v);
+            }
+            Variant::PipeTimeoutPttlGet => {
+                let mut pipe = redis::pipe();
+                pipe.cmd("PTTL").arg(&k.value).cmd("GET").arg(&k.value);
+                let mut conn = self.mgr.clone();
+                let (pttl, v): (i64, Option<Vec<u8>>) =
+                    tokio::time::timeout(Duration::from_secs(1), pipe.query_async(&mut conn))
+                        .await
+                        .expect("in time")
+                        .expect("pipe");
+                assert!(pttl > 0);
+                expect_bytes(v);
+            }
+            Variant::MultiPttlGet => {
+                let (pttl, v): (i64, Option<Vec<u8>>) = redis::pipe()
+                    .atomic()
+                    .cmd("PTTL")
+                    .arg(&k.value)
+                    .cmd("GET")
+                    .arg(&k.value)
+                    .query_async(&mut self.mgr.clone())
+                    .await
+                    .expect("multi");
+                assert!(pttl > 0);
+                expect_bytes(v);
+            }
+            Variant::StoreGet => {
+                let stored = self.store.get(&k.store_key).await.expect("store.get");
+                assert!(stored.is_some_and(|s| s.generation.is_some()));
+            }
+            Variant::StoreGetOrLease => {
+                let lookup = self
+                    .store
+                    .get_or_lease(&k.store_key, &self.request)
+                    .await
+                    .expect("get_or_lease");
+                assert!(matches!(lookup, Lookup::Hit(_)));
+            }
+            Variant::CacheGet => {
+                let value = self.cache.get(&k.user).await.expect("cache.get");
+                assert!(value.is_some());
+            }
+            Variant::CacheGetOrFill => {
+                let value = self
+                    .cache
+                    .get_or_fill(&k.user, || async {
+                        Err::<String, _>(std::io::Error::other("warm keys never fill"))
+                    })
+                    .await
+                    .expect("get_or_fill");
+                assert!(!value.is_empty());
+            }
+        }
+    }
+}
+
+/// CPU time (user + system) of process `pid` so far, in microseconds.
+fn cpu_micros(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which is in parentheses).
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |at: usize| {
+        fields
+            .get(at)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
+    (ticks(11) + ticks(12)) * 1e6 / 100.0
+}
+
+/// One timed loop: reads per second, and CPU microseconds per read spent
+/// by this process and by the server.
+struct Sample {
+    rate: f64,
+    client_us: f64,
+    server_us: f64,
+}
+
+/// Reads per second of `TASKS` tasks each reading its own key for `ms`.
+async fn measure(ctx: &Arc<Ctx>, variant: Variant, ms: u64, server_pid: &str) -> Sample {
+    let (client0, server0) = (cpu_micros("self"), cpu_micros(server_pid));
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(ms);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let ctx = Arc::clone(ctx);
+            tokio::spawn(async move {
+                let mut reads = 0u64;
+                while Instant::now() < deadline {
+                    ctx.op(variant, i).await;
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    let mut reads = 0;
+    for task in tasks {
+        reads += task.await.expect("reader task");
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let (client1, server1) = (cpu_micros("self"), cpu_micros(server_pid));
+    let reads = reads as f64;
+    Sample {
+        rate: reads / elapsed,
+        client_us: (client1 - client0) / reads,
+        server_us: (server1 - server0) / reads,
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+async fn setup(server: &RedisServer) -> Ctx {
+    let client = redis::Client::open(server.url()).expect("client");
+    let mux = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("multiplexed connection");
+    let mut mgr = ConnectionManager::new(client).await.expect("manager");
+    let store = RedisStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .expect("store");
+    let cache = Cache::<String>::builder(NAMESPACE_NAME)
+        .ttl(Duration::from_secs(3600))
+        .store(store.clone())
+        .build()
+        .expect("cache");
+    let mut keys = Vec::new();
+    for i in 0..TASKS {
+        let user = format!("user:{i:04}");
+        cache
+            .set(&user, format!("value of {user}, 32 bytes long.."))
+            .await
+            .expect("seed");
+        keys.push(names(cache.namespace(), user));
+    }
+    let load = |source: &str| {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(source);
+        cmd
+    };
+    let get3: String = load(GET3).query_async(&mut mgr).await.expect("load");
+    let get2: String = load(GET2).query_async(&mut mgr).await.expect("load");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(LIBRARY)
+        .query_async(&mut mgr)
+        .await
+        .expect("function load");
+    Ctx {
+        mux,
+        mgr,
+        store,
+        cache,
+        keys,
+        get3,
+        get2,
+        request: LeaseRequest {
+            lease_ttl: Duration::from_secs(5),
+            fence_ttl: Duration::from_secs(10),
+            grant: Grant::IfNoValue,
+        },
+    }
+}
+
+fn arg(args: &[String], at: usize, default: u64) -> Result<u64, String> {
+    args.get(at).map_or(Ok(default), |s| {
+        s.parse().map_err(|e| format!("{s:?}: {e}"))
+    })
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let (rounds, ms) = match (arg(&args, 1, 9), arg(&args, 2, 300)) {
+        (Ok(rounds), Ok(ms)) if rounds > 0 && ms > 0 => (rounds, ms),
+        _ => {
+            eprintln!("usage: l2_hits [ROUNDS > 0] [MS_PER_LOOP > 0]");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(rounds, ms));
+    ExitCode::SUCCESS
+}
+
+async fn run(rounds: u64, ms: u64) {
+    let server = RedisServer::start();
+    let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let ctx = Arc::new(setup(&server).await);
+    // Warm-up: connections, script caches, allocator.
+    for variant in VARIANTS {
+        measure(&ctx, variant, ms / 4 + 1, &pid).await;
+    }
+    let n = VARIANTS.len();
+    let (mut rates, mut ratios) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    let (mut client_us, mut server_us) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    for round in 0..rounds {
+        let mut this = Vec::with_capacity(n);
+        this.resize_with(n, || None);
+        for step in 0..n {
+            let at = (step + round as usize) % n;
+            this[at] = Some(measure(&ctx, VARIANTS[at], ms, &pid).await);
+        }
+        let this: Vec<Sample> = this.into_iter().flatten().collect();
+        for (at, sample) in this.iter().enumerate() {
+            rates[at].push(sample.rate);
+            ratios[at].push(sample.rate / this[0].rate);
+            client_us[at].push(sample.client_us);
+            server_us[at].push(sample.server_us);
+        }
+        eprintln!("round {}/{rounds} done", round + 1);
+    }
+    println!(
+        "{TASKS} tasks x own key, {rounds} rounds x {ms} ms per variant, redis-server {}",
+        server
+            .cli(&["INFO", "server"])
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+            .trim()
+    );
+    println!(
+        "{:<26} {:>10} {:>8} {:>14} {:>10} {:>10}",
+        "variant", "reads/s", "ratio", "ratio min..max", "client us", "server us"
+    );
+    for (at, variant) in VARIANTS.iter().enumerate() {
+        let rate = median(&mut rates[at]);
+        let lo = ratios[at].iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios[at].iter().copied().fold(0.0, f64::max);
+        let ratio = median(&mut ratios[at]);
+        println!(
+            "{:<26} {:>10.0} {:>7.2}x {:>6.2}..{:<6.2} {:>10.2} {:>10.2}",
+            variant.name(),
+            rate,
+            ratio,
+            lo,
+            hi,
+            median(&mut client_us[at]),
+            median(&mut server_us[at]),
+        );
+    }
+}

@@ -1,0 +1,162 @@
+//! The store-level frame around an envelope in a Redis value: the value's
+//! generation travels with its bytes, so one plain `GET` reads both.
+//!
+//! ```text
+//! offset size field
+//!  0     1    tag 0xC0 (a byte that never occurs in UTF-8 text)
+//!  1     1    n: length of the generation token, 1..=64
+//!  2     n    the token: lowercase hex digits (the lease token of a
+//!             commit, a fresh random token of a `set`)
+//!  2+n   ...  the envelope bytes, unchanged
+//! ```
+//!
+//! Anything else — another tag, a bad length, a token that is not lowercase
+//! hex, fewer than `2 + n` bytes — is *unframed*: all of its bytes are handed
+//! on as the envelope (the cache's strict decoder then rejects foreign bytes
+//! and counts them) and it has no generation. The Lua scripts parse frames
+//! by the same rule ([`LUA_GENERATION`]), where "no generation" is the empty
+//! string, as [`Grant::OverGeneration(None)`](crate::store::Grant) is sent:
+//! so a value with broken framing can always be replaced by a refresh over
+//! the generation read with it.
+
+use std::sync::Arc;
+
+/// The first byte of a framed value.
+pub(super) const TAG: u8 = 0xC0;
+/// The longest generation token a frame holds.
+pub(super) const MAX_TOKEN: usize = 64;
+
+/// The Lua twin of [`unframe`]'s generation: `generation(value)` is the
+/// token of a well-framed value, `''` otherwise. Prepended to the scripts
+/// that compare generations.
+macro_rules! lua_generation {
+    () => {
+        r"
+local function generation(value)
+  if string.byte(value, 1) ~= 192 then
+    return ''
+  end
+  local n = string.byte(value, 2) or 0
+  if n < 1 or n > 64 or #value < 2 + n then
+    return ''
+  end
+  local token = string.sub(value, 3, 2 + n)
+  if string.find(token, '^[0-9a-f]+$') then
+    return token
+  end
+  return ''
+end
+"
+    };
+}
+pub(super) use lua_generation;
+
+/// The Lua source of the generation parser, for tests of its text.
+#[cfg(test)]
+pub(super) const LUA_GENERATION: &str = lua_generation!();
+
+/// `envelope` framed with `token` as its generation. The store's tokens are
+/// 32 lowercase hex digits; any other token makes an unframed value (the
+/// fences refuse commits with tokens the store did not grant anyway).
+pub(super) fn frame(token: &str, envelope: &[u8]) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(2 + token.len() + envelope.len());
+    framed.push(TAG);
+    framed.push(u8::try_from(token.len()).unwrap_or(0));
+    framed.extend_from_slice(token.as_bytes());
+    framed.extend_from_slice(envelope);
+    framed
+}
+
+/// Splits a stored value into its envelope bytes and its generation
+/// (`None` for an unframed value), reusing the buffer.
+pub(super) fn unframe(mut bytes: Vec<u8>) -> (Vec<u8>, Option<Arc<str>>) {
+    let Some(len) = token_len(&bytes) else {
+        return (bytes, None);
+    };
+    let generation = std::str::from_utf8(&bytes[2..2 + len])
+        .ok()
+        .map(Arc::<str>::from);
+    bytes.drain(..2 + len);
+    (bytes, generation)
+}
+
+/// The length of the token of a well-framed value.
+fn token_len(bytes: &[u8]) -> Option<usize> {
+    match bytes {
+        [TAG, n, rest @ ..] => {
+            let n = usize::from(*n);
+            (n <= rest.len() && is_token(&rest[..n])).then_some(n)
+        }
+        _ => None,
+    }
+}
+
+/// Whether `token` is 1..=64 lowercase hex digits.
+fn is_token(token: &[u8]) -> bool {
+    (1..=MAX_TOKEN).contains(&token.len())
+        && token
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn frames_round_trip() {
+        for envelope in [&b""[..], b"CRL\0 envelope", &[0xC0; 70]] {
+            let framed = frame(TOKEN, envelope);
+            assert_eq!(framed[0], TAG);
+            assert_eq!(usize::from(framed[1]), TOKEN.len());
+            let (bytes, generation) = unframe(framed);
+            assert_eq!(bytes, envelope);
+            assert_eq!(generation.as_deref(), Some(TOKEN));
+        }
+    }
+
+    #[test]
+    fn broken_frames_are_unframed_bytes_without_generation() {
+        let long = "a".repeat(MAX_TOKEN + 1);
+        let mut no_room = frame(TOKEN, b"");
+        no_room.pop();
+        let cases: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            vec![TAG],
+            vec![TAG, 0],
+            vec![TAG, 0, b'x'],
+            no_room,
+            b"CRL\0legacy envelope".to_vec(),
+            b"garbage".to_vec(),
+            [&[TAG, 4][..], b"ABCD", b"rest"].concat(),
+            [&[TAG, 4][..], b"ab-d", b"rest"].concat(),
+            [&[TAG, 4][..], &[0xff, 0xfe, b'a', b'b'], b"rest"].concat(),
+            [&[TAG, 65][..], long.as_bytes()].concat(),
+            [&[TAG, 0xff][..], &[b'a'; 300][..]].concat(),
+        ];
+        for case in cases {
+            let (bytes, generation) = unframe(case.clone());
+            assert_eq!(bytes, case, "unframed bytes pass whole");
+            assert_eq!(generation, None, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn longest_token_is_accepted() {
+        let longest = "f".repeat(MAX_TOKEN);
+        let (bytes, generation) = unframe(frame(&longest, b"e"));
+        assert_eq!(bytes, b"e");
+        assert_eq!(generation.as_deref(), Some(longest.as_str()));
+    }
+
+    #[test]
+    fn lua_rule_matches_the_rust_one() {
+        // The Lua text states the same limits as the Rust parser.
+        assert!(LUA_GENERATION.contains("~= 192"));
+        assert_eq!(TAG, 192);
+        assert!(LUA_GENERATION.contains(&format!("n > {MAX_TOKEN}")));
+        assert!(LUA_GENERATION.contains("'^[0-9a-f]+$'"));
+    }
+}
