@@ -136,13 +136,12 @@ impl<V: 'static> Inner<V> {
     /// may be stored). A store error counts as "not current": invalidation
     /// wins.
     pub(crate) async fn stamps_current(&self, stamps: &Stamps) -> bool {
+        if let Some(current) = self.tags.check(stamps) {
+            return current;
+        }
         let tags = stamps.tags();
         match self.current_versions(&tags).await {
-            Ok(versions) => stamps
-                .0
-                .iter()
-                .zip(versions)
-                .all(|((_, stamped), current)| *stamped == current),
+            Ok(versions) => stamps.matches(&versions),
             Err(_) => false,
         }
     }
@@ -193,9 +192,6 @@ impl<V: 'static> Inner<V> {
             self.policy.eager_refresh,
         );
         judged.stamps = Stamps(decoded.stamps);
-        if !judged.stamps.0.iter().any(|(tag, _)| tag.is_empty()) {
-            judged.stamps.0.insert(0, (CLEAR.into(), None));
-        }
         Some(judged)
     }
 
@@ -690,7 +686,9 @@ where
             (Some(judged), _) => Some(judged),
             (None, None) => None,
             (None, Some(store)) => {
-                let mark = inner.flights.write_mark();
+                // Only a copy into the L1 needs to know whether a write
+                // landed meanwhile.
+                let mark = inner.tiers.l1.as_ref().map(|_| inner.flights.write_mark());
                 let skey = inner.store_key(key);
                 let stored = inner
                     .store_call(store.get(&skey))
@@ -705,7 +703,9 @@ where
                 }
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {
                     Counters::bump(&inner.counters.l2_hits);
-                    inner.keep_in_l1(key, judged, mark);
+                    if let Some(mark) = mark {
+                        inner.keep_in_l1(key, judged, mark);
+                    }
                 }
                 judged
             }

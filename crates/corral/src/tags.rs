@@ -29,8 +29,9 @@ use crate::sync::{lock, Mutex};
 /// The tag whose version is the namespace's clear version.
 pub(crate) const CLEAR: &str = "";
 
-/// The versions an entry was filled under: its tags' and the clear
-/// version, as `(tag, version)` pairs, the clear version first.
+/// The versions an entry was filled under: `(tag, version)` pairs for its
+/// tags and the clear tag. An entry without a clear stamp was filled before
+/// any clear (its clear version is `None`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Stamps(pub(crate) Vec<(Arc<str>, Option<Arc<str>>)>);
 
@@ -43,9 +44,28 @@ impl Stamps {
             .filter(|tag| !tag.is_empty())
     }
 
+    /// Every `(tag, version)` stamped, the implicit clear stamp included.
+    fn all(&self) -> impl Iterator<Item = (&str, Option<&Arc<str>>)> {
+        let implicit_clear =
+            (!self.0.iter().any(|(tag, _)| tag.is_empty())).then_some((CLEAR, None));
+        implicit_clear.into_iter().chain(
+            self.0
+                .iter()
+                .map(|(tag, version)| (&**tag, version.as_ref())),
+        )
+    }
+
     /// Every tag stamped, the clear tag included.
     pub(crate) fn tags(&self) -> Vec<Arc<str>> {
-        self.0.iter().map(|(tag, _)| Arc::clone(tag)).collect()
+        self.all().map(|(tag, _)| Arc::from(tag)).collect()
+    }
+
+    /// Whether `versions` (of [`tags`](Self::tags), in order) are the
+    /// stamped ones.
+    pub(crate) fn matches(&self, versions: &[Option<Arc<str>>]) -> bool {
+        self.all()
+            .zip(versions)
+            .all(|((_, stamped), current)| stamped == current.as_ref())
     }
 
     /// The stamps of an entry carrying `tags` (deduplicated), with their
@@ -87,6 +107,16 @@ struct TagState {
     l1_keys: HashMap<Arc<str>, HashSet<Box<str>>>,
 }
 
+impl TagState {
+    fn check(&self, stamps: &Stamps) -> Option<bool> {
+        let mut current = true;
+        for (tag, stamped) in stamps.all() {
+            current &= self.known.get(tag)?.as_ref() == stamped;
+        }
+        Some(current)
+    }
+}
+
 /// What [`TagTable::lookup`] found.
 pub(crate) enum Known {
     /// Every version, in the order asked.
@@ -108,6 +138,13 @@ impl TagTable {
     /// Whether versions may be remembered from now on.
     pub(crate) fn set_remember(&self, remember: bool) {
         lock(&self.state).remember = remember;
+    }
+
+    /// Whether `stamps` are all current, if every version they name is
+    /// known (`None`: read the unknown ones from the store). Allocates
+    /// nothing: the check of every read of the store.
+    pub(crate) fn check(&self, stamps: &Stamps) -> Option<bool> {
+        lock(&self.state).check(stamps)
     }
 
     /// The known versions of `tags`, if all are known.
@@ -178,14 +215,8 @@ impl TagTable {
     /// insert sees the version moved.
     pub(crate) fn admit_to_l1(&self, key: &str, stamps: &Stamps) -> bool {
         let mut state = lock(&self.state);
-        if state.remember {
-            let current = stamps
-                .0
-                .iter()
-                .all(|(tag, version)| state.known.get(tag) == Some(version));
-            if !current {
-                return false;
-            }
+        if state.remember && state.check(stamps) != Some(true) {
+            return false;
         }
         for tag in stamps.user_tags() {
             state
