@@ -7,15 +7,18 @@
 //! row, awaited to the end — 1,000 reads. `bare_get_mux` reads the value
 //! keys with `GET` on one redis-rs `MultiplexedConnection`;
 //! `redis_store_get` reads them through `Store::get` (a pipelined `PTTL` +
-//! `GET`, the frame split off, the generation parsed). The ratio of the two
-//! times is the figure to read; each alone moves with the machine's load.
+//! `GET`, the frame split off, the generation parsed); `cache_get_or_fill`
+//! reads 50 other keys through a `Cache<String>` on the same store with no
+//! L1 (the whole L2 hit: the flight, the read, the decode, the tag check).
+//! The ratios to `bare_get_mux` are the figures to read; each time alone
+//! moves with the machine's load.
 //! `examples/l2_hits.rs` interleaves more variants round by round.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use corral::store::{Store, StoreKey};
-use corral::{RedisConfig, RedisStore};
+use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::aio::MultiplexedConnection;
@@ -35,6 +38,33 @@ struct Target {
     store: RedisStore,
     /// Per task: its store key and the Redis name of its value key.
     keys: Vec<(StoreKey, String)>,
+    cache: Cache<String>,
+    /// Per task: its key in `cache`.
+    cache_keys: Vec<String>,
+}
+
+async fn cache_batch(target: &Arc<Target>) {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let target = Arc::clone(target);
+            tokio::spawn(async move {
+                let key = &target.cache_keys[i];
+                for _ in 0..READS_PER_TASK {
+                    let value = target
+                        .cache
+                        .get_or_fill(key, || async {
+                            Err::<String, _>("every key was seeded: never filled")
+                        })
+                        .await
+                        .expect("an L2 hit");
+                    assert_eq!(value.len(), 32);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task");
+    }
 }
 
 async fn bare_batch(target: &Arc<Target>) {
@@ -113,7 +143,24 @@ fn l2_hit(c: &mut Criterion) {
             );
             keys.push((key, name));
         }
-        Arc::new(Target { mux, store, keys })
+        let cache = Cache::<String>::builder("l2cache")
+            .store(store.clone())
+            .ttl(Duration::from_secs(3600))
+            .build()
+            .expect("cache");
+        let mut cache_keys = Vec::new();
+        for i in 0..TASKS {
+            let key = format!("user:{i:04}");
+            cache.set(&key, "v".repeat(32)).await.expect("seed");
+            cache_keys.push(key);
+        }
+        Arc::new(Target {
+            mux,
+            store,
+            keys,
+            cache,
+            cache_keys,
+        })
     });
 
     let mut group = c.benchmark_group("l2_hit_50_tasks");
@@ -123,6 +170,9 @@ fn l2_hit(c: &mut Criterion) {
     });
     group.bench_function("redis_store_get", |b| {
         b.to_async(&runtime).iter(|| store_batch(&target));
+    });
+    group.bench_function("cache_get_or_fill", |b| {
+        b.to_async(&runtime).iter(|| cache_batch(&target));
     });
     group.finish();
     drop(server);
