@@ -375,9 +375,6 @@ where
                 self.l1_lifetime,
             )
         });
-        if let Some(store) = &self.store {
-            store.attach(&namespace);
-        }
         let mut rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -405,13 +402,19 @@ where
                 .refresh_limiter
                 .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
         });
-        if let (Some(store), true) = (&store, listens) {
-            let sink: Weak<dyn ChangeSink> = Arc::downgrade(&inner) as Weak<dyn ChangeSink>;
-            // Tag versions are remembered only while messages keep them
-            // current; otherwise every check reads them from the store.
-            inner
-                .tags
-                .set_remember(store.backplane(&inner.namespace, sink));
+        if let Some(store) = &store {
+            // The sink is attached before the namespace is subscribed, so
+            // the subscription's confirmation reaches it (anything kept
+            // before then is distrusted).
+            if listens {
+                let sink: Weak<dyn ChangeSink> = Arc::downgrade(&inner) as Weak<dyn ChangeSink>;
+                // Tag versions are remembered only while messages keep them
+                // current; otherwise every check reads them from the store.
+                inner
+                    .tags
+                    .set_remember(store.backplane(&inner.namespace, sink));
+            }
+            store.attach(&inner.namespace);
         }
         Ok(Cache { inner })
     }

@@ -107,3 +107,24 @@ async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned
     corral_testkit::until("the flight ended", || cache.flights_in_progress() == 0).await;
     assert_eq!(cache.stats().fills, 0);
 }
+
+#[tokio::test]
+async fn a_subscriber_reconnect_drops_the_l1() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let cache = cache(&store, "reconnect");
+    corral_testkit::until("subscribed once", || cache.stats().backplane_resets >= 1).await;
+    let resets = cache.stats().backplane_resets;
+    for key in ["a", "b", "c"] {
+        cache.set(key, key.into()).await.expect("set");
+    }
+    assert_eq!(cache.local_len(), 3);
+
+    // Messages published while the subscription is down are lost: the
+    // cache must not trust what it kept.
+    let killed = server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed.trim(), "1", "one subscriber connection");
+    corral_testkit::until("resubscribed", || cache.stats().backplane_resets > resets).await;
+    assert_eq!(cache.local_len(), 0, "the L1 was dropped");
+    assert_eq!(cache.get("b").await.expect("read").as_deref(), Some("b"));
+}
