@@ -185,20 +185,14 @@ where
             None => tokio::time::timeout_at(deadline, &mut filling).await,
         }
     };
+    let kept = Kept { lease, stamps };
     match result {
-        Ok(Ok(answer)) => {
-            let kept = Kept { lease, stamps };
-            succeed(&inner, &mut flight, &key, ttl, answer, kept).await;
-        }
-        Ok(Err(failure)) => {
-            let kept = Kept { lease, stamps };
-            fail(&inner, &mut flight, fallback, kept, failure).await;
-        }
+        Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, kept).await,
+        Ok(Err(failure)) => fail(&inner, &mut flight, fallback, kept, failure).await,
         Err(_) => {
             if let Some(cache) = inner.upgrade() {
                 Counters::bump(&cache.counters.fill_timeouts);
             }
-            let kept = Kept { lease, stamps };
             fail(
                 &inner,
                 &mut flight,
