@@ -26,7 +26,7 @@ use crate::policy::{jittered, FillOptions, Policy};
 use crate::stats::{Counters, Stats};
 use crate::store::{Origin, Store, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
-use crate::tags::{Known, Stamps, TagTable, CLEAR};
+use crate::tags::{Stamps, TagTable};
 
 /// Where a cache keeps its values: decoded in process (L1), as envelopes in
 /// a shared store (L2), or both, the L1 in front.
@@ -87,63 +87,6 @@ impl<V: 'static> Inner<V> {
             self.policy.max_value_bytes,
             &stamps.0,
         )
-    }
-
-    /// The current versions of `tags`: known ones from the tag table, the
-    /// rest read from the store in one round trip (and remembered while the
-    /// backplane keeps them current). Without a store, versions are the
-    /// table's own.
-    pub(crate) async fn current_versions(
-        &self,
-        tags: &[Arc<str>],
-    ) -> Result<Vec<Option<Arc<str>>>, StoreError> {
-        let mark = match self.tags.lookup(tags) {
-            Known::All(versions) => return Ok(versions),
-            Known::Unknown { mark } => mark,
-        };
-        let versions = match &self.tiers.l2 {
-            Some(store) => self
-                .store_call(store.tag_versions(&self.namespace, tags))
-                .await
-                .inspect_err(|_| Counters::bump(&self.counters.store_errors))?,
-            None => vec![None; tags.len()],
-        };
-        self.tags.learn(tags, &versions, mark);
-        Ok(versions)
-    }
-
-    /// The stamps a fill declaring `tags` writes with its entry: the
-    /// current versions of its tags and of the clear tag, read before the
-    /// fill runs — from the store if `from_store` and they are not known
-    /// (a fill without a lease, the store unreachable, uses only the known
-    /// ones). `None` if they could not be had (the fill's answer is then
-    /// not stored).
-    pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>], from_store: bool) -> Option<Stamps> {
-        let wanted = Stamps::wanted(tags);
-        let versions = match (self.tags.lookup(&wanted), from_store) {
-            (Known::All(versions), _) => versions,
-            (Known::Unknown { .. }, true) => self.current_versions(&wanted).await.ok()?,
-            (Known::Unknown { .. }, false) if self.tiers.l2.is_none() => {
-                self.current_versions(&wanted).await.ok()?
-            }
-            (Known::Unknown { .. }, false) => return None,
-        };
-        Some(Stamps::zip(&wanted, versions))
-    }
-
-    /// Whether every version in `stamps` is still current (an entry read
-    /// from the store carrying them may be served; a fill stamped with them
-    /// may be stored). A store error counts as "not current": invalidation
-    /// wins.
-    pub(crate) async fn stamps_current(&self, stamps: &Stamps) -> bool {
-        if let Some(current) = self.tags.check(stamps) {
-            return current;
-        }
-        let tags = stamps.tags();
-        match self.current_versions(&tags).await {
-            Ok(versions) => stamps.matches(&versions),
-            Err(_) => false,
-        }
     }
 
     /// Decodes an envelope; undecodable bytes are counted (if `count`)
@@ -234,29 +177,6 @@ impl<V: 'static> Inner<V> {
                 );
             }
         })
-    }
-
-    /// `tag` (or, for [`CLEAR`], every tag) moved to a new version: forgets
-    /// the old one (or takes `version`, for a cache without a store) and
-    /// evicts the L1 entries carrying it. Under the flight table's lock, the
-    /// lock L1 inserts hold while they check their stamps.
-    pub(crate) fn tag_moved(&self, tag: &str, version: Option<Arc<str>>)
-    where
-        V: Clone,
-    {
-        self.flights.detach_all(|| {
-            let keys = self.tags.invalidated(tag, version);
-            let Some(local) = &self.tiers.l1 else {
-                return;
-            };
-            if tag == CLEAR {
-                local.clear();
-            } else {
-                for key in keys {
-                    local.remove(&key);
-                }
-            }
-        });
     }
 
     /// Drops the key's in-process copy, if any.
@@ -822,62 +742,6 @@ where
         };
         inner.flights.detach(key, || inner.remove_from_l1(key));
         removed.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-        Ok(())
-    }
-
-    /// Makes every entry filled with `tag` (see [`FillOptions::tags`]) a
-    /// miss, in every process sharing the store, without scanning keys: the
-    /// tag moves to a new version and entries stamped with the old one are
-    /// never served again (they expire from the store by their TTL). Fills
-    /// of tagged entries in flight — in any process — are fenced: their
-    /// callers get their value, but it is not stored. Other processes' L1s
-    /// drop the tag's entries when the backplane message arrives.
-    ///
-    /// A read of the store checks an entry's tag versions against the
-    /// versions this cache knows (read once from the store and kept current
-    /// by the backplane; without a backplane, read on every check: one
-    /// more round trip per read of the store). L1 hits check nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidKey`] for a tag that breaks the key rules;
-    /// [`Error::Store`] if the store did not confirm (this instance's L1
-    /// entries of the tag are dropped anyway; treat the tag as possibly
-    /// still valid elsewhere).
-    pub async fn invalidate_tag(&self, tag: &str) -> Result<(), Error> {
-        validate_key(tag)?;
-        self.move_tag(tag).await
-    }
-
-    /// Makes every entry of this cache a miss, in every process sharing
-    /// the store, without scanning keys: like an [`invalidate_tag`] of a tag
-    /// every entry carries. Fills in flight are fenced; values already in
-    /// the store stay there, unserved, until their TTL ends.
-    ///
-    /// [`invalidate_tag`]: Cache::invalidate_tag
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Store`] as for [`invalidate_tag`](Cache::invalidate_tag).
-    pub async fn clear(&self) -> Result<(), Error> {
-        self.move_tag(CLEAR).await
-    }
-
-    async fn move_tag(&self, tag: &str) -> Result<(), Error> {
-        let inner = &self.inner;
-        let (moved, local_version) = match &inner.tiers.l2 {
-            Some(store) => {
-                let retention = inner.policy.tag_retention;
-                let call = store.invalidate_tag(&inner.namespace, tag, retention, inner.origin);
-                (inner.store_call(call).await, None)
-            }
-            None => {
-                let version = format!("{:032x}", lock(&inner.rng).u128(..));
-                (Ok(()), Some(version.into()))
-            }
-        };
-        inner.tag_moved(tag, local_version);
-        moved.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
         Ok(())
     }
 
