@@ -6,18 +6,27 @@
 //! - the **value**: an envelope ([`crate::entry`]) with a time to live;
 //! - the **lease**: the token of the one fill allowed to run for the key,
 //!   with its own time to live, renewed while the fill runs;
-//! - the **fence**: the key's generation — the token of the last lease grant,
-//!   or of the write that produced the current value. Granting a lease sets
-//!   it to the lease's token; a successful commit keeps it (for the value's
-//!   life); `set` sets a new random token; `invalidate` deletes it. A commit
-//!   carries the token it was granted and is refused unless the fence still
-//!   holds that token, so a fill that started before a newer write, or whose
-//!   lease lapsed and was granted to another leader, cannot overwrite newer
-//!   data. A refresh asks for its lease only over the generation it read
-//!   ([`Grant::OverGeneration`]), so a write or invalidation that lands
-//!   between its read and its grant wins too. Tokens are random, so a store
-//!   that loses its data (a restart without persistence, an eviction)
-//!   refuses old commits instead of matching them again.
+//! - the **fence**: the token of the last lease grant, or of the write that
+//!   produced the current value. Granting a lease sets it to the lease's
+//!   token; a successful commit keeps it (for the value's life); `set` sets a
+//!   new random token; `invalidate` deletes it. A commit carries the token it
+//!   was granted and is refused unless the fence still holds that token, so
+//!   a fill that started before a newer write, or whose lease lapsed and was
+//!   granted to another leader, cannot overwrite newer data.
+//!
+//! A value read comes with its **generation**: a token that identifies the
+//! write that produced it (Redis embeds the writing token in the value;
+//! [`MemoryStore`] reads the fence). A refresh asks for its lease only over
+//! the generation it read ([`Grant::OverGeneration`]), so a write or
+//! invalidation that lands between its read and its grant wins too. Tokens
+//! are random, so a store that loses its data (a restart without
+//! persistence, an eviction) refuses old commits instead of matching them
+//! again.
+//!
+//! Stores also carry the **backplane** ([`Store::backplane`], [`Change`]):
+//! every write announces what it changed, so caches with an in-process tier
+//! evict it; and the versions of tags ([`Store::tag_versions`],
+//! [`Store::invalidate_tag`]).
 //!
 //! Each store judges time by one clock of its own: Redis by the server's
 //! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
@@ -128,7 +137,9 @@ pub struct Stored {
     pub bytes: Vec<u8>,
     /// The value's remaining time to live, by the store's clock.
     pub remaining: Option<Duration>,
-    /// The key's generation when it was read (its fence token, if any).
+    /// The generation of the value read: a token identifying the write
+    /// that produced it (`None`: unknown, e.g. bytes written by something
+    /// else).
     pub generation: Option<Arc<str>>,
 }
 
@@ -160,9 +171,12 @@ pub enum Commit {
     Refused,
 }
 
-/// A shared bytes store with fill leases, fenced commits and notifications.
+/// A shared bytes store with fill leases, fenced commits, notifications and
+/// a backplane.
 ///
-/// Every method is one round trip to the store. Implementations bound each
+/// Every method is one round trip to the store; [`get`](Store::get) should
+/// be the cheapest (a cache's leading caller reads with it first, and asks
+/// for the lease only when it misses). Implementations bound each
 /// call by their own operation timeout and report failures as
 /// [`StoreError`]; they never panic.
 pub trait Store: Send + Sync + Debug + 'static {
