@@ -814,7 +814,7 @@ fn validate_tags(tags: &[Arc<str>]) -> Result<(), InvalidKey> {
     Ok(())
 }
 
-fn outcome_to_result<V, E: Send + Sync + 'static>(
+pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
     outcome: Outcome<Fetched<V>>,
 ) -> Result<Fetched<V>, Error<E>> {
     match outcome {

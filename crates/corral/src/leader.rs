@@ -70,7 +70,7 @@ pub(crate) struct Job<F, V> {
     pub(crate) fill: F,
 }
 
-type Flight<V> = Leadership<Fetched<V>>;
+pub(crate) type Flight<V> = Leadership<Fetched<V>>;
 
 /// Runs one flight to its end: publishes exactly one outcome and retires the
 /// flight on every path (its `Leadership` does so even if this task is
@@ -230,7 +230,7 @@ fn serve_fallback<V: Clone>(
 
 /// Stores the fill's answer (unless it asked not to be cached), retires the
 /// flight and hands the answer to its callers.
-async fn succeed<V>(
+pub(crate) async fn succeed<V>(
     inner: &Weak<Inner<V>>,
     flight: &mut Flight<V>,
     key: &str,
@@ -310,9 +310,9 @@ async fn fail<V>(
 /// What a leader stores its answer with: the lease it holds (if any) and
 /// the tag versions read before its fill ran (`None`: unknown, store
 /// nothing).
-struct Kept {
-    lease: Option<LeaseGuard>,
-    stamps: Option<Stamps>,
+pub(crate) struct Kept {
+    pub(crate) lease: Option<LeaseGuard>,
+    pub(crate) stamps: Option<Stamps>,
 }
 
 /// Writes an answer into the cache's tiers and retires the flight: in the
@@ -504,14 +504,13 @@ where
                     } else {
                         Counters::bump(&cache.counters.misses);
                     }
-                    return Found::Lease(LeaseGuard {
-                        store: Arc::clone(&self.store),
-                        key: self.key.clone(),
+                    return Found::Lease(LeaseGuard::new(
+                        Arc::clone(&self.store),
+                        self.key.clone(),
                         lease,
-                        request: self.request.clone(),
+                        self.request.clone(),
                         store_timeout,
-                        armed: true,
-                    });
+                    ));
                 }
                 Ok(Lookup::Held { remaining }) => {
                     if flight.has_published() {
@@ -606,10 +605,13 @@ where
 }
 
 /// Runs the fill, turning its error and panic into a typed [`Failure`].
-async fn call_fill<V, F, Fut, E>(inner: &Weak<Inner<V>>, fill: F) -> Result<Answer<V>, Failure>
+pub(crate) async fn call_fill<V, T, F, Fut, E>(
+    inner: &Weak<Inner<V>>,
+    fill: F,
+) -> Result<T, Failure>
 where
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let result = AssertUnwindSafe(async move { fill().await })
@@ -644,7 +646,7 @@ where
 /// A granted lease. Committing uses it up; dropping it unused (the fill
 /// failed, panicked or timed out) releases it in the background so a
 /// waiter elsewhere can take over at once instead of at the lease's lapse.
-struct LeaseGuard {
+pub(crate) struct LeaseGuard {
     store: Arc<dyn Store>,
     key: StoreKey,
     lease: Lease,
@@ -654,6 +656,24 @@ struct LeaseGuard {
 }
 
 impl LeaseGuard {
+    /// Guards `lease` of `key`, granted by `store` as `request` asked.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        key: StoreKey,
+        lease: Lease,
+        request: LeaseRequest,
+        store_timeout: Duration,
+    ) -> Self {
+        Self {
+            store,
+            key,
+            lease,
+            request,
+            store_timeout,
+            armed: true,
+        }
+    }
+
     /// Commits `bytes` under the lease (fenced), counting the result;
     /// whether the store took them.
     async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) -> bool {

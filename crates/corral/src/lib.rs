@@ -80,6 +80,7 @@
 #![forbid(unsafe_code)]
 
 mod backplane;
+mod batch;
 mod builder;
 mod cache;
 pub mod clock;
@@ -103,6 +104,7 @@ mod ticker;
 #[cfg(feature = "redis")]
 mod redis;
 
+pub use batch::Batch;
 pub use builder::{CacheBuilder, Capacity};
 pub use cache::Cache;
 pub use error::{ConfigError, Error, InvalidKey, StoreError, StoreErrorKind};

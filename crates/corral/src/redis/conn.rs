@@ -56,6 +56,37 @@ impl Connection {
     /// cannot overwrite anything newer.
     ///
     /// Returns the raw `PTTL` and `GET` replies.
+    /// Reads several value keys of one hash slot in one pipeline: their
+    /// `PTTL` and `GET` replies, in order.
+    pub(super) async fn read_many(
+        &self,
+        value_keys: &[&str],
+        timeout: Duration,
+    ) -> Result<Vec<(Value, Value)>, StoreError> {
+        let mut pipe = ::redis::pipe();
+        for key in value_keys {
+            pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
+        }
+        let reply = bounded(timeout, "read", async {
+            match self {
+                Self::Standalone(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
+                Self::Cluster(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
+            }
+        })
+        .await?;
+        match reply {
+            Value::Array(items) if items.len() == 2 * value_keys.len() => {
+                let mut items = items.into_iter();
+                let mut pairs = Vec::with_capacity(value_keys.len());
+                while let (Some(pttl), Some(value)) = (items.next(), items.next()) {
+                    pairs.push((pttl, value));
+                }
+                Ok(pairs)
+            }
+            other => Err(unexpected("read", &other)),
+        }
+    }
+
     pub(super) async fn read(
         &self,
         value_key: &str,

@@ -86,6 +86,33 @@ pub(super) fn value_name(key: &StoreKey) -> String {
     name
 }
 
+/// The Redis Cluster hash slot of a key name: CRC16 (XMODEM) of its hash
+/// tag, or of the whole name when it has no usable tag, modulo 16384.
+pub(super) fn slot(name: &str) -> u16 {
+    let bytes = name.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
 /// The channel on which changes of keys in `namespace` are published:
 /// `corral:<namespace>:filled`. The messages are backplane messages
 /// ([`Change`](crate::store::Change)s, or `r|<origin>|<key>` for a released
@@ -102,31 +129,14 @@ pub(super) fn channel(namespace: &str) -> String {
 mod tests {
     use super::*;
 
-    /// The hash slot Redis Cluster computes for `key` (CRC16/XMODEM of the
-    /// hash tag, or of the whole key when there is no usable tag).
-    fn slot(key: &str) -> u16 {
-        let bytes = key.as_bytes();
-        let tagged = bytes
-            .iter()
-            .position(|&b| b == b'{')
-            .and_then(|open| {
-                let rest = &bytes[open + 1..];
-                let close = rest.iter().position(|&b| b == b'}')?;
-                (close > 0).then(|| &rest[..close])
-            })
-            .unwrap_or(bytes);
-        let mut crc: u16 = 0;
-        for &byte in tagged {
-            crc ^= u16::from(byte) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc % 16384
+    #[test]
+    fn slots_match_redis_reference_values() {
+        // From the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot("123456789"), 0x31c3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        // An empty tag is no tag: the whole name is hashed.
+        assert_ne!(slot("foo{}{bar}"), slot("{bar}"));
     }
 
     #[test]

@@ -540,6 +540,43 @@ impl Store for RedisStore {
         Box::pin(self.read(key))
     }
 
+    fn get_many<'a>(
+        &'a self,
+        keys: &'a [StoreKey],
+    ) -> BoxFuture<'a, Result<Vec<Option<Stored>>, StoreError>> {
+        Box::pin(async move {
+            let names: Vec<String> = keys.iter().map(keys::value_name).collect();
+            // One pipeline per hash slot (a cluster routes a pipeline to one
+            // node), all sent at once; standalone keys still group by slot,
+            // which costs nothing there.
+            let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+            for (index, name) in names.iter().enumerate() {
+                groups.entry(keys::slot(name)).or_default().push(index);
+            }
+            let groups: Vec<Vec<usize>> = match &self.inner.connection {
+                conn::Connection::Standalone(_) => vec![(0..names.len()).collect()],
+                conn::Connection::Cluster(_) => groups.into_values().collect(),
+            };
+            let timeout = self.inner.config.op_timeout;
+            let reads = groups.iter().map(|group| {
+                let group_names: Vec<&str> = group.iter().map(|&i| names[i].as_str()).collect();
+                async move { self.inner.connection.read_many(&group_names, timeout).await }
+            });
+            let replies = futures_util::future::join_all(reads).await;
+            let mut found: Vec<Option<Stored>> = vec![None; keys.len()];
+            for (group, reply) in groups.iter().zip(replies) {
+                for (&index, (pttl, value)) in group.iter().zip(reply?) {
+                    found[index] = match value {
+                        Value::BulkString(bytes) => Some(stored(bytes, &pttl)),
+                        Value::Nil => None,
+                        other => return Err(unexpected("get", &other)),
+                    };
+                }
+            }
+            Ok(found)
+        })
+    }
+
     fn renew<'a>(
         &'a self,
         key: &'a StoreKey,

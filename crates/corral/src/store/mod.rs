@@ -191,6 +191,22 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Reads the value.
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;
 
+    /// Reads the values of `keys`, in order: as [`get`](Store::get) each,
+    /// in one round trip where the store allows (Redis: one pipeline per
+    /// cluster slot, sent together). The default reads them concurrently.
+    fn get_many<'a>(
+        &'a self,
+        keys: &'a [StoreKey],
+    ) -> BoxFuture<'a, Result<Vec<Option<Stored>>, StoreError>> {
+        Box::pin(async move {
+            let reads = keys.iter().map(|key| self.get(key));
+            futures_util::future::join_all(reads)
+                .await
+                .into_iter()
+                .collect()
+        })
+    }
+
     /// Extends the lease and its fence if `lease` still owns them; returns
     /// whether it did.
     fn renew<'a>(
