@@ -37,8 +37,8 @@ const COLD_CALLERS: usize = 1000;
 mod targets;
 
 use targets::{
-    corral_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos, quick_cache, Corral,
-    HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
+    corral_builder, corral_two_tier_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos,
+    quick_cache, Corral, CorralTwoTier, HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
 };
 
 fn corral_cache() -> corral::Cache<String> {
@@ -166,8 +166,21 @@ fn bench_two_threads<T: HitTarget>(
     occupancy.report(group, T::NAME);
 }
 
+/// A two-tier corral with the hot key in its L1.
+fn hot_two_tier() -> CorralTwoTier {
+    let target: CorralTwoTier = Corral(corral_two_tier_builder().build().expect("corral cache"));
+    current_thread().block_on(async {
+        for _ in 0..2 {
+            assert_eq!(target.hit(KEY).await, VALUE);
+        }
+    });
+    assert_eq!(target.0.local_len(), 1, "the hot key is in the L1");
+    target
+}
+
 fn hit_path(c: &mut Criterion) {
     let (corral, moka, quick) = hot_targets();
+    let two_tier = hot_two_tier();
     // Each thread on its own instance: nothing of the map is shared, so any
     // slowdown over 1 thread is a hit writing process-wide shared memory.
     let (corral_2, moka_2, quick_2) = hot_targets();
@@ -177,6 +190,7 @@ fn hit_path(c: &mut Criterion) {
         let mut group = c.benchmark_group(&name);
         group.throughput(Throughput::Elements(1));
         bench_one_thread(&mut group, &name, shape, &corral);
+        bench_one_thread(&mut group, &name, shape, &two_tier);
         bench_one_thread(&mut group, &name, shape, &moka);
         bench_one_thread(&mut group, &name, shape, &quick);
         group.finish();
@@ -185,6 +199,7 @@ fn hit_path(c: &mut Criterion) {
         let mut group = c.benchmark_group(&name);
         group.throughput(Throughput::Elements(1));
         bench_two_threads(&mut group, &name, shape, [&corral, &corral]);
+        bench_two_threads(&mut group, &name, shape, [&two_tier, &two_tier]);
         bench_two_threads(&mut group, &name, shape, [&moka, &moka]);
         bench_two_threads(&mut group, &name, shape, [&quick, &quick]);
         group.finish();
@@ -200,8 +215,12 @@ fn hit_path(c: &mut Criterion) {
         }
     }
 
-    // The counter the corral hit path bumps must have seen every hit.
+    // The counter the corral hit path bumps must have seen every hit, and
+    // the two-tier cache answered from its L1, never from its store.
     assert!(corral.0.stats().hits > 0);
+    let stats = two_tier.0.stats();
+    assert!(stats.hits > 0);
+    assert_eq!(stats.l2_hits, 0);
 }
 
 /// Keys never used before in this process, so every round starts cold.

@@ -48,7 +48,7 @@ async fn corral_hits(hits: u64) {
 }
 
 async fn corral_hot_hits(hits: u64) {
-    let cache = Corral(corral_builder().build().expect("corral cache"));
+    let cache: Corral = Corral(corral_builder().build().expect("corral cache"));
     black_box(cache.hit(KEY).await);
     // Under valgrind hits come far too slowly to heat the cache: its clock
     // is kept ticking instead, as a hot cache's is.

@@ -42,8 +42,8 @@ use std::time::Instant;
 mod targets;
 
 use targets::{
-    corral_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos, quick_cache, Corral,
-    HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
+    corral_builder, corral_two_tier_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos,
+    quick_cache, Corral, CorralTwoTier, HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
 };
 
 /// `corral::clock::CoarseClock` as it was before it switched to
@@ -151,7 +151,13 @@ fn measure_mode<T: HitTarget>(
 }
 
 /// The targets, in report order; ratios are of the first over the others.
-const NAMES: [&str; 4] = ["corral", "corral+store", "moka", "quick_cache"];
+const NAMES: [&str; 5] = [
+    "corral",
+    "corral+store",
+    "corral L1+L2",
+    "moka",
+    "quick_cache",
+];
 
 /// Instances of each target; round `r` uses instance `r % INSTANCES`.
 ///
@@ -166,6 +172,7 @@ const INSTANCES: usize = 4;
 struct Targets {
     corral: Vec<Corral>,
     corral_storing: Vec<Corral>,
+    two_tier: Vec<CorralTwoTier>,
     moka: Vec<Moka>,
     quick: Vec<QuickCache>,
 }
@@ -183,6 +190,7 @@ impl Targets {
         let mut targets = Self {
             corral: Vec::new(),
             corral_storing: Vec::new(),
+            two_tier: Vec::new(),
             moka: Vec::new(),
             quick: Vec::new(),
         };
@@ -192,6 +200,9 @@ impl Targets {
             targets.corral_storing.push(corral(Some(StoringCoarseClock(
                 coarsetime::Instant::now_without_cache_update(),
             ))));
+            targets.two_tier.push(Corral(
+                corral_two_tier_builder().build().expect("corral cache"),
+            ));
             targets.moka.push(Moka(moka_cache()));
             targets.quick.push(QuickCache(quick_cache()));
         }
@@ -201,6 +212,7 @@ impl Targets {
                 for _ in 0..2 {
                     assert_eq!(targets.corral[instance].hit(KEY).await, VALUE);
                     assert_eq!(targets.corral_storing[instance].hit(KEY).await, VALUE);
+                    assert_eq!(targets.two_tier[instance].hit(KEY).await, VALUE);
                     assert_eq!(targets.moka[instance].hit(KEY).await, VALUE);
                     assert_eq!(targets.quick[instance].hit(KEY).await, VALUE);
                 }
@@ -219,7 +231,8 @@ impl Targets {
         match index {
             0 => measure_mode(&self.corral, instance, mode, calls),
             1 => measure_mode(&self.corral_storing, instance, mode, calls),
-            2 => measure_mode(&self.moka, instance, mode, calls),
+            2 => measure_mode(&self.two_tier, instance, mode, calls),
+            3 => measure_mode(&self.moka, instance, mode, calls),
             _ => measure_mode(&self.quick, instance, mode, calls),
         }
     }
@@ -307,6 +320,10 @@ fn main() -> ExitCode {
             }
             println!();
         }
+        let two_tier = NAMES.len() - 3;
+        let quick = NAMES.len() - 1;
+        let (ratio, lo, hi) = spread(rounds.iter().map(|ns| ns[two_tier] / ns[quick]).collect());
+        println!("  corral L1+L2/quick_cache {ratio:.2} ({lo:.2}–{hi:.2})");
     }
     ExitCode::SUCCESS
 }

@@ -55,11 +55,16 @@ pub(crate) async fn hit_loop<T: HitTarget>(target: &T, shape: Shape, key: &str, 
     }
 }
 
-/// corral's `get_or_fill` on a filled key.
-pub(crate) struct Corral(pub(crate) corral::Cache<String>);
+/// corral's `get_or_fill` on a filled key (`TWO_TIER`: of a cache with an
+/// L1 in front of a store).
+pub(crate) struct Corral<const TWO_TIER: bool = false>(pub(crate) corral::Cache<String>);
 
-impl HitTarget for Corral {
-    const NAME: &'static str = "corral_get_or_fill";
+impl<const TWO_TIER: bool> HitTarget for Corral<TWO_TIER> {
+    const NAME: &'static str = if TWO_TIER {
+        "corral_two_tier_get_or_fill"
+    } else {
+        "corral_get_or_fill"
+    };
 
     async fn hit(&self, key: &str) -> String {
         match self
@@ -87,6 +92,11 @@ impl HitTarget for Corral {
         }
     }
 }
+
+/// corral's `get_or_fill` on a key held in the L1 of a two-tier cache (an
+/// L1 in front of the embedded store, listening to its backplane): the hit
+/// path of a service's cache in front of Redis.
+pub(crate) type CorralTwoTier = Corral<true>;
 
 /// moka's `future::Cache::get_with_by_ref` on a present key.
 pub(crate) struct Moka(pub(crate) moka::future::Cache<String, String>);
@@ -139,6 +149,12 @@ pub(crate) fn corral_builder() -> corral::CacheBuilder<String> {
     corral::Cache::<String>::builder("bench")
         .ttl(TTL)
         .max_entries(CAPACITY)
+}
+
+/// corral with an L1 in front of a store, as every measurement configures
+/// it.
+pub(crate) fn corral_two_tier_builder() -> corral::CacheBuilder<String> {
+    corral_builder().store(corral::MemoryStore::new()).l1(true)
 }
 
 /// moka as every measurement configures it.
