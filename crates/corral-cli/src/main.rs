@@ -33,11 +33,16 @@ enum Command {
     /// JSON lines on stdin and stdout).
     #[command(hide = true)]
     HerdWorker(herd::WorkerArgs),
+    /// One worker process of `corral herd --redis --hot-rate` (started by
+    /// it).
+    #[command(hide = true)]
+    HotWorker(herd::HotWorkerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Herd(args) => herd::run(args),
         Command::HerdWorker(args) => herd::run_worker(args),
+        Command::HotWorker(args) => herd::run_hot_worker(args),
     }
 }

@@ -11,6 +11,7 @@
 //! - [`report`], [`shared_report`]: the figures, the tables and the JSON.
 
 mod embedded;
+mod hot;
 mod metered;
 mod outage;
 mod report;
@@ -20,6 +21,7 @@ mod shared_report;
 mod wire;
 mod worker;
 
+pub(crate) use hot::HotWorkerArgs;
 pub(crate) use worker::WorkerArgs;
 
 use std::io::IsTerminal as _;
@@ -60,6 +62,8 @@ pub(crate) struct HerdArgs {
     threads: Option<u16>,
     #[command(flatten)]
     shared: shared::SharedArgs,
+    #[command(flatten)]
+    hot: hot::HotArgs,
 }
 
 impl HerdArgs {
@@ -94,6 +98,18 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         let report = runtime.block_on(outage::run(scenario, &progress));
         progress.finish();
         return emit(&report?, args.json);
+    }
+    if let (Some(url), Some(rate)) = (&args.shared.redis, args.hot.hot_rate) {
+        let comparison = runtime.block_on(hot::run(url, args.shared.processes, &args.hot, rate))?;
+        if args.json {
+            let line = serde_json::to_string(&comparison).context("encoding the report as JSON")?;
+            println!("{line}");
+        } else {
+            print!("{}", comparison.table());
+        }
+        let failures = comparison.failures();
+        anyhow::ensure!(failures == 0, "{failures} requests failed (see the report)");
+        return Ok(());
     }
     match &args.shared.redis {
         None => {
@@ -130,6 +146,15 @@ fn emit<R: Report>(report: &R, json: bool) -> anyhow::Result<()> {
     let failures = report.failures();
     anyhow::ensure!(failures == 0, "{failures} calls failed (see the report)");
     Ok(())
+}
+
+/// Runs one worker process of `corral herd --redis --hot-rate`.
+///
+/// # Errors
+///
+/// See [`hot::run_worker`].
+pub(crate) fn run_hot_worker(args: HotWorkerArgs) -> anyhow::Result<()> {
+    hot::run_worker(args)
 }
 
 /// Runs one worker process of `corral herd --redis`.
