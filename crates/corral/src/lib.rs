@@ -55,6 +55,15 @@
 //! the store compares the entry's versions with the ones the cache keeps
 //! current through the backplane (read once, one `MGET`).
 //!
+//! ## Batch
+//!
+//! [`Cache::get_many_or_fill`] answers many keys at once: L1 hits first,
+//! then one read of the store for the rest (one round trip; one pipeline
+//! per hash slot on a cluster), then **one** call of the batch fill with
+//! exactly the keys still missing. Every key is its own flight, so batches
+//! and single calls never fill a key twice; answers and errors are per key
+//! ([`Batch`]).
+//!
 //! ## Freshness and failure
 //!
 //! | setting | what readers get |
