@@ -56,8 +56,24 @@ impl Connection {
     /// cannot overwrite anything newer.
     ///
     /// Returns the raw `PTTL` and `GET` replies.
-    /// Reads several value keys of one hash slot in one pipeline: their
-    /// `PTTL` and `GET` replies, in order.
+    pub(super) async fn read(
+        &self,
+        value_key: &str,
+        timeout: Duration,
+    ) -> Result<(Value, Value), StoreError> {
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
+        match self.pipelined(&pipe, timeout).await? {
+            Value::Array(items) => match <[Value; 2]>::try_from(items) {
+                Ok([pttl, value]) => Ok((pttl, value)),
+                Err(items) => Err(unexpected("read", &Value::Array(items))),
+            },
+            other => Err(unexpected("read", &other)),
+        }
+    }
+
+    /// [`read`](Self::read) of several value keys of one hash slot in one
+    /// pipeline: their `PTTL` and `GET` replies, in order.
     pub(super) async fn read_many(
         &self,
         value_keys: &[&str],
@@ -67,14 +83,7 @@ impl Connection {
         for key in value_keys {
             pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
         }
-        let reply = bounded(timeout, "read", async {
-            match self {
-                Self::Standalone(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
-                Self::Cluster(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
-            }
-        })
-        .await?;
-        match reply {
+        match self.pipelined(&pipe, timeout).await? {
             Value::Array(items) if items.len() == 2 * value_keys.len() => {
                 let mut items = items.into_iter();
                 let mut pairs = Vec::with_capacity(value_keys.len());
@@ -87,27 +96,19 @@ impl Connection {
         }
     }
 
-    pub(super) async fn read(
+    /// Sends `pipe` and reads its replies, bounded by `timeout`.
+    async fn pipelined(
         &self,
-        value_key: &str,
+        pipe: &::redis::Pipeline,
         timeout: Duration,
-    ) -> Result<(Value, Value), StoreError> {
-        let mut pipe = ::redis::pipe();
-        pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
-        let reply = bounded(timeout, "read", async {
+    ) -> Result<Value, StoreError> {
+        bounded(timeout, "read", async {
             match self {
                 Self::Standalone(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
                 Self::Cluster(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
             }
         })
-        .await?;
-        match reply {
-            Value::Array(items) => match <[Value; 2]>::try_from(items) {
-                Ok([pttl, value]) => Ok((pttl, value)),
-                Err(items) => Err(unexpected("read", &Value::Array(items))),
-            },
-            other => Err(unexpected("read", &other)),
-        }
+        .await
     }
 
     /// Loads every script (`SCRIPT LOAD`; on a cluster, on every master), so
