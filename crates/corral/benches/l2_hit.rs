@@ -9,16 +9,20 @@
 //! `redis_store_get` reads them through `Store::get` (a pipelined `PTTL` +
 //! `GET`, the frame split off, the generation parsed); `cache_get_or_fill`
 //! reads 50 other keys through a `Cache<String>` on the same store with no
-//! L1 (the whole L2 hit: the flight, the read, the decode, the tag check).
+//! L1 (the whole L2 hit: the flight, the read, the decode, the tag check);
+//! `cache_get_or_fill_3_tags` the same on entries filled with three tags
+//! (what tags cost an L2 hit: the stamps in the envelope and their check
+//! against the versions the cache keeps).
 //! The ratios to `bare_get_mux` are the figures to read; each time alone
 //! moves with the machine's load.
 //! `examples/l2_hits.rs` interleaves more variants round by round.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use corral::store::{Store, StoreKey};
-use corral::{Cache, RedisConfig, RedisStore};
+use corral::{Cache, FillOptions, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use redis::aio::MultiplexedConnection;
@@ -39,19 +43,25 @@ struct Target {
     /// Per task: its store key and the Redis name of its value key.
     keys: Vec<(StoreKey, String)>,
     cache: Cache<String>,
-    /// Per task: its key in `cache`.
+    /// The same cache's entries filled with three tags.
+    tagged: Cache<String>,
+    /// Per task: its key in `cache` and `tagged`.
     cache_keys: Vec<String>,
 }
 
-async fn cache_batch(target: &Arc<Target>) {
+async fn cache_batch(target: &Arc<Target>, tagged: bool) {
     let tasks: Vec<_> = (0..TASKS)
         .map(|i| {
             let target = Arc::clone(target);
             tokio::spawn(async move {
                 let key = &target.cache_keys[i];
+                let cache = if tagged {
+                    &target.tagged
+                } else {
+                    &target.cache
+                };
                 for _ in 0..READS_PER_TASK {
-                    let value = target
-                        .cache
+                    let value = cache
                         .get_or_fill(key, || async {
                             Err::<String, _>("every key was seeded: never filled")
                         })
@@ -148,10 +158,21 @@ fn l2_hit(c: &mut Criterion) {
             .ttl(Duration::from_secs(3600))
             .build()
             .expect("cache");
+        let tagged = Cache::<String>::builder("l2tagged")
+            .store(store.clone())
+            .ttl(Duration::from_secs(3600))
+            .build()
+            .expect("cache");
         let mut cache_keys = Vec::new();
         for i in 0..TASKS {
             let key = format!("user:{i:04}");
             cache.set(&key, "v".repeat(32)).await.expect("seed");
+            let tags =
+                FillOptions::new().tags([format!("team:{}", i % 5), "org:1".into(), "all".into()]);
+            tagged
+                .get_or_fill_with(&key, tags, || async { Ok::<_, Infallible>("v".repeat(32)) })
+                .await
+                .expect("seed tagged");
             cache_keys.push(key);
         }
         Arc::new(Target {
@@ -159,6 +180,7 @@ fn l2_hit(c: &mut Criterion) {
             store,
             keys,
             cache,
+            tagged,
             cache_keys,
         })
     });
@@ -172,7 +194,10 @@ fn l2_hit(c: &mut Criterion) {
         b.to_async(&runtime).iter(|| store_batch(&target));
     });
     group.bench_function("cache_get_or_fill", |b| {
-        b.to_async(&runtime).iter(|| cache_batch(&target));
+        b.to_async(&runtime).iter(|| cache_batch(&target, false));
+    });
+    group.bench_function("cache_get_or_fill_3_tags", |b| {
+        b.to_async(&runtime).iter(|| cache_batch(&target, true));
     });
     group.finish();
     drop(server);
