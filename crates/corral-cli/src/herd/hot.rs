@@ -129,8 +129,8 @@ impl HotComparison {
             / 1000.0
             / self.with_l1.processes.max(1) as f64;
         out.push_str(&format!(
-            "\nwith the L1: {per_ttl:.1} Redis commands per process per TTL (a read is PTTL + GET; \
-             each process's subscriber PINGs once a second)\n"
+            "\nwith the L1: {per_ttl:.1} Redis commands per process per TTL (a read is a GET, with \
+             PTTL the first time a write is read; each process's subscriber PINGs once a second)\n"
         ));
         out
     }

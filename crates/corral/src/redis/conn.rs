@@ -72,6 +72,17 @@ impl Connection {
         }
     }
 
+    /// A plain `GET` of a value key, bounded by `timeout`.
+    pub(super) async fn get(
+        &self,
+        value_key: &str,
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
+        let mut get = ::redis::cmd("GET");
+        get.arg(value_key);
+        bounded(timeout, "read", self.query(&get)).await
+    }
+
     /// [`read`](Self::read) of several value keys of one hash slot in one
     /// pipeline: their `PTTL` and `GET` replies, in order.
     pub(super) async fn read_many(

@@ -4,6 +4,7 @@
 //! private).
 
 mod conn;
+mod expiries;
 mod frame;
 mod keys;
 mod scripts;
@@ -18,6 +19,7 @@ use ::redis::cluster::ClusterClientBuilder;
 use ::redis::{Client, Value};
 
 use self::conn::{bounded, store_error, unexpected, Connection};
+use self::expiries::Expiries;
 use self::keys::KeyNames;
 use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
@@ -63,6 +65,11 @@ pub struct RedisConfig {
     /// The longest pause between reconnect attempts (they start at 50 ms
     /// and double, with jitter). Default: **1 s**.
     pub reconnect_max_delay: Duration,
+    /// How many keys the store remembers the expiry of, so that reading a
+    /// value already read (the same write) is a plain `GET` (see the
+    /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
+    /// its `GET`. Default: **65,536** (about 4 MiB).
+    pub read_memory: usize,
 }
 
 impl Default for RedisConfig {
@@ -71,6 +78,7 @@ impl Default for RedisConfig {
             op_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
+            read_memory: 1 << 16,
         }
     }
 }
@@ -88,6 +96,13 @@ impl RedisConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets [`read_memory`](Self::read_memory).
+    #[must_use]
+    pub fn read_memory(mut self, entries: usize) -> Self {
+        self.read_memory = entries;
         self
     }
 
@@ -198,6 +213,13 @@ impl RedisConfig {
 /// only make the value look older than it is (an early refresh), never
 /// younger. Freshness is judged by the server's clock: age = the physical
 /// TTL in the envelope − the remaining `PTTL`.
+/// The store remembers, for up to [`RedisConfig::read_memory`] keys, the
+/// generation it last read and when that write's time to live ends (the
+/// `PTTL` read with it, aged on this process's monotonic clock, as an L1
+/// copy is aged; the deadline errs early). A write's time to live never
+/// changes, so reading the same write again is a plain `GET`: its frame
+/// names its generation, and a remembered one needs no `PTTL`. A new write
+/// (another generation) is read with its `PTTL` again.
 /// A cache's leading caller reads this way first, so an L2 hit costs that
 /// one round trip; a miss goes on to [`Store::get_or_lease`], the lease
 /// script, which decides atomically (and returns a value that landed
@@ -248,6 +270,7 @@ struct Inner {
     config: RedisConfig,
     rng: Mutex<fastrand::Rng>,
     subscriber: Subscriber,
+    expiries: Expiries,
 }
 
 impl fmt::Debug for RedisStore {
@@ -365,9 +388,10 @@ impl RedisStore {
             inner: Arc::new(Inner {
                 target,
                 connection,
-                config,
                 rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
                 subscriber,
+                expiries: Expiries::new(config.read_memory),
+                config,
             }),
         })
     }
@@ -390,13 +414,44 @@ impl RedisStore {
     /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
     async fn read(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
         let name = keys::value_name(key);
-        let (pttl, value) = self
-            .inner
-            .connection
-            .read(&name, self.inner.config.op_timeout)
-            .await?;
+        let id = keys::fnv1a64(name.as_bytes());
+        let timeout = self.inner.config.op_timeout;
+        let expiries = &self.inner.expiries;
+        if let Some(known) = expiries.get(id) {
+            // A plain GET; its frame tells whether it is the write whose
+            // expiry is remembered.
+            match self.inner.connection.get(&name, timeout).await? {
+                Value::Nil => {
+                    expiries.forget(id);
+                    return Ok(None);
+                }
+                Value::BulkString(bytes) => {
+                    let (bytes, generation) = frame::unframe(bytes);
+                    let remaining = generation
+                        .as_deref()
+                        .and_then(|generation| known.remaining_of(generation));
+                    if let Some(remaining) = remaining {
+                        return Ok(Some(Stored {
+                            bytes,
+                            remaining: Some(remaining),
+                            generation,
+                        }));
+                    }
+                }
+                other => return Err(unexpected("get", &other)),
+            }
+        }
+        let asked = std::time::Instant::now();
+        let (pttl, value) = self.inner.connection.read(&name, timeout).await?;
         match value {
-            Value::BulkString(bytes) => Ok(Some(stored(bytes, &pttl))),
+            Value::BulkString(bytes) => {
+                let stored = stored(bytes, &pttl);
+                if let (Some(generation), Some(remaining)) = (&stored.generation, stored.remaining)
+                {
+                    expiries.learn(id, generation, remaining, asked);
+                }
+                Ok(Some(stored))
+            }
             Value::Nil => Ok(None),
             other => Err(unexpected("get", &other)),
         }

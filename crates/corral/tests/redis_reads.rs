@@ -1,0 +1,111 @@
+//! How `RedisStore` reads: a write read once costs `PTTL` + `GET`; read
+//! again it is a plain `GET`, its remaining time aged from the first read;
+//! a new write is read with its own `PTTL` again. On a real redis-server.
+
+use std::time::Duration;
+
+use corral::store::{Origin, Store, StoreKey};
+use corral::{RedisConfig, RedisStore};
+use corral_testkit::RedisServer;
+
+const ORIGIN: Origin = Origin::new(1);
+
+async fn store(server: &RedisServer, config: RedisConfig) -> RedisStore {
+    RedisStore::connect(&server.url(), config)
+        .await
+        .expect("connect")
+}
+
+fn count(server: &RedisServer, command: &str) -> u64 {
+    server.command_stats().get(command).copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_write_read_again_is_a_plain_get_until_it_changes() {
+    let server = RedisServer::start();
+    let store = store(&server, RedisConfig::default()).await;
+    let key = StoreKey::new("reads:v1", "k");
+    store
+        .set(&key, b"first", Duration::from_secs(60), ORIGIN)
+        .await
+        .expect("set");
+
+    server.reset_stats();
+    let first = store.get(&key).await.expect("read").expect("present");
+    assert_eq!((count(&server, "pttl"), count(&server, "get")), (1, 1));
+    for _ in 0..5 {
+        let again = store.get(&key).await.expect("read").expect("present");
+        assert_eq!(again.bytes, b"first");
+        assert_eq!(again.generation, first.generation);
+        let (left, before) = (again.remaining.expect("ttl"), first.remaining.expect("ttl"));
+        assert!(left <= before && left > Duration::from_secs(55), "{left:?}");
+    }
+    assert_eq!(
+        (count(&server, "pttl"), count(&server, "get")),
+        (1, 6),
+        "read again: plain GETs"
+    );
+
+    // Another write: its generation is new, so its own PTTL is read.
+    store
+        .set(&key, b"second", Duration::from_secs(5), ORIGIN)
+        .await
+        .expect("set");
+    server.reset_stats();
+    let second = store.get(&key).await.expect("read").expect("present");
+    assert_eq!(second.bytes, b"second");
+    assert_ne!(second.generation, first.generation);
+    let left = second.remaining.expect("ttl");
+    assert!(
+        left <= Duration::from_secs(5),
+        "the new write's TTL: {left:?}"
+    );
+    assert_eq!(count(&server, "pttl"), 1);
+    let _ = store.get(&key).await.expect("read");
+    assert_eq!(count(&server, "pttl"), 1, "then plain GETs again");
+
+    store.invalidate(&key, ORIGIN).await.expect("invalidate");
+    assert!(store.get(&key).await.expect("read").is_none());
+}
+
+#[tokio::test]
+async fn without_read_memory_every_read_brings_its_pttl() {
+    let server = RedisServer::start();
+    let store = store(&server, RedisConfig::default().read_memory(0)).await;
+    let key = StoreKey::new("reads:v1", "k");
+    store
+        .set(&key, b"v", Duration::from_secs(60), ORIGIN)
+        .await
+        .expect("set");
+    server.reset_stats();
+    for _ in 0..3 {
+        assert!(store.get(&key).await.expect("read").is_some());
+    }
+    assert_eq!((count(&server, "pttl"), count(&server, "get")), (3, 3));
+}
+
+#[tokio::test]
+async fn bytes_written_by_something_else_are_always_read_with_their_pttl() {
+    let server = RedisServer::start();
+    let store = store(&server, RedisConfig::default()).await;
+    let key = StoreKey::new("reads:v1", "foreign");
+    let name = format!(
+        "corral:reads:v1:{{{:016x}}}:v:foreign",
+        b"foreign"
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+            })
+    );
+    server.cli(&["SET", &name, "not a frame", "PX", "60000"]);
+    server.reset_stats();
+    for _ in 0..3 {
+        let read = store.get(&key).await.expect("read").expect("present");
+        assert_eq!(read.generation, None);
+    }
+    assert_eq!(
+        count(&server, "pttl"),
+        3,
+        "no generation, nothing remembered"
+    );
+}
