@@ -500,9 +500,10 @@ where
                 let job = self.job(key, options, fill, fallback, None);
                 match &inner.tiers.l2 {
                     Some(store) => {
-                        FirstRead::new(inner, runtime, leadership, job)
-                            .run(inner, store)
-                            .await;
+                        let first = FirstRead::new(inner, runtime, leadership, job);
+                        if let Some(fetched) = first.run(inner, store).await {
+                            return Ok(fetched);
+                        }
                     }
                     None => {
                         Counters::bump(&inner.counters.misses);

@@ -65,30 +65,36 @@ where
     }
 
     /// Reads the key from `store`; a fresh, current value finishes the
-    /// flight (copied into the L1, handed to its callers). Otherwise the
-    /// spawned leader takes over.
-    pub(crate) async fn run(mut self, inner: &Inner<V>, store: &Arc<dyn Store>) {
+    /// flight (copied into the L1, handed to its callers) and is returned.
+    /// Otherwise the spawned leader takes over, and the caller waits for
+    /// the flight like any other.
+    pub(crate) async fn run(
+        mut self,
+        inner: &Inner<V>,
+        store: &Arc<dyn Store>,
+    ) -> Option<Fetched<V>> {
         match self.try_fresh_hit(inner, store).await {
-            Ok(true) => {}
-            Ok(false) => self.hand_over(false),
+            Ok(Some(fetched)) => return Some(fetched),
+            Ok(None) => self.hand_over(false),
             Err(()) => self.hand_over(true),
         }
+        None
     }
 
-    /// Whether a fresh hit finished the flight; `Err` if the store failed
-    /// (counted).
+    /// The fresh hit that finished the flight, if any; `Err` if the store
+    /// failed (counted).
     async fn try_fresh_hit(
         &mut self,
         inner: &Inner<V>,
         store: &Arc<dyn Store>,
-    ) -> Result<bool, ()> {
+    ) -> Result<Option<Fetched<V>>, ()> {
         let Some((leadership, _)) = &self.lead else {
-            return Ok(false);
+            return Ok(None);
         };
         let skey = inner.store_key(leadership.key());
         let stored = match inner.store_call(store.get(&skey)).await {
             Ok(Some(stored)) => stored,
-            Ok(None) => return Ok(false),
+            Ok(None) => return Ok(None),
             Err(error) => {
                 Counters::bump(&inner.counters.store_errors);
                 tracing::warn!(cache = %inner.name, %error, "store unreachable: filling without a lease");
@@ -96,13 +102,13 @@ where
             }
         };
         let Some(judged) = inner.peek_stored(&stored) else {
-            return Ok(false);
+            return Ok(None);
         };
         if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
-            return Ok(false);
+            return Ok(None);
         }
         let Some((mut leadership, _)) = self.lead.take() else {
-            return Ok(false);
+            return Ok(None);
         };
         Counters::bump(&inner.counters.l2_hits);
         inner.counters.served(judged.freshness);
@@ -111,11 +117,9 @@ where
             Some(copy) => leadership.retire(copy),
             None => leadership.retire(|| ()),
         };
-        leadership.publish(Outcome::Value(Fetched {
-            value: judged.value,
-            freshness: judged.freshness,
-        }));
-        Ok(true)
+        let fetched = judged.into_fetched();
+        leadership.publish(Outcome::Value(fetched.clone()));
+        Ok(Some(fetched))
     }
 }
 
