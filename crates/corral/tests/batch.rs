@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use corral::store::Store;
 use corral::{Cache, Error, InvalidKey, MemoryStore, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, RedisCluster, RedisServer};
 
@@ -74,23 +75,26 @@ async fn half_present_one_fill(cache: &Cache<String>) {
     assert!(again.all().is_empty());
 }
 
+/// A cache named `name` on `store` (none: in process only), with an L1 if
+/// `l1`.
+fn cache_on(name: &str, store: Option<Arc<dyn Store>>, l1: bool) -> Cache<String> {
+    let builder = Cache::<String>::builder(name);
+    let builder = match store {
+        Some(store) => builder.shared_store(store).l1(l1),
+        None => builder,
+    };
+    builder.build().expect("config")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_present_fills_exactly_the_other_half_once_in_process() {
-    let cache = Cache::<String>::builder("batch-local")
-        .build()
-        .expect("config");
-    half_present_one_fill(&cache).await;
+    half_present_one_fill(&cache_on("batch-local", None, true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_present_fills_exactly_the_other_half_once_on_the_embedded_store() {
-    let store = MemoryStore::new();
-    let cache = Cache::<String>::builder("batch-mem")
-        .store(store)
-        .l1(true)
-        .build()
-        .expect("config");
-    half_present_one_fill(&cache).await;
+    let store = Arc::new(MemoryStore::new());
+    half_present_one_fill(&cache_on("batch-mem", Some(store), true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,11 +103,7 @@ async fn half_present_fills_exactly_the_other_half_once_on_redis() {
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect");
-    let cache = Cache::<String>::builder("batch-redis")
-        .store(store)
-        .build()
-        .expect("config");
-    half_present_one_fill(&cache).await;
+    half_present_one_fill(&cache_on("batch-redis", Some(Arc::new(store)), false)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,12 +112,7 @@ async fn half_present_fills_exactly_the_other_half_once_on_a_cluster() {
     let store = RedisStore::connect_cluster(&cluster.urls(), RedisConfig::default())
         .await
         .expect("connect");
-    let cache = Cache::<String>::builder("batch-cluster")
-        .store(store)
-        .l1(true)
-        .build()
-        .expect("config");
-    half_present_one_fill(&cache).await;
+    half_present_one_fill(&cache_on("batch-cluster", Some(Arc::new(store)), true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
