@@ -16,7 +16,7 @@
 //! goes to the single-key leader, whose fill calls the batch fill with that
 //! one key if it must fill at all.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
@@ -135,9 +135,10 @@ where
         let inner = &self.inner;
         let mut waits = Vec::new();
         let mut led: Led<V> = Vec::new();
+        let mut seen = HashSet::with_capacity(keys.len());
         for key in keys {
             let key = key.as_ref();
-            if results.contains_key(key) || waits.iter().any(|(k, _)| k == key) {
+            if !seen.insert(key) {
                 continue;
             }
             if let Err(invalid) = validate_key(key) {
