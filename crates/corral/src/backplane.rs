@@ -20,15 +20,22 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
         if change.origin == self.origin {
             return;
         }
-        Counters::bump(&self.counters.backplane_messages);
         match &change.event {
             Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
+                // Without an L1 there is nothing of the key to evict.
                 if let Some(local) = &self.tiers.l1 {
+                    Counters::bump(&self.counters.backplane_messages);
                     self.flights.detach(key, || local.remove(key));
                 }
             }
-            Event::TagInvalidated(tag) => self.tag_moved(tag, None),
-            Event::Cleared => self.tag_moved(CLEAR, None),
+            Event::TagInvalidated(tag) => {
+                Counters::bump(&self.counters.backplane_messages);
+                self.tag_moved(tag, None);
+            }
+            Event::Cleared => {
+                Counters::bump(&self.counters.backplane_messages);
+                self.tag_moved(CLEAR, None);
+            }
         }
     }
 

@@ -305,7 +305,8 @@ where
     /// subscription is interrupted (messages may have been lost) the whole
     /// L1 is dropped. Off, L1 entries live out their freshness or
     /// [`l1_lifetime`](CacheBuilder::l1_lifetime), and tag versions are read
-    /// from the store on every read of the store instead of being kept.
+    /// from the store on every read of the store and every `set` (one more
+    /// round trip each) instead of being kept.
     /// Default: on.
     pub fn backplane(mut self, on: bool) -> Self {
         self.backplane = on;

@@ -223,7 +223,7 @@ counters! {
     l2_hits,
     /// Entries read from the shared store that a tag invalidation or a clear had made a miss.
     tag_misses,
-    /// Backplane messages from other caches that reached the L1 (each evicts a key, a tag's entries or everything).
+    /// Backplane messages from other caches that this cache acted on: a key evicted from the L1, or a tag or clear version forgotten (and its L1 entries evicted).
     backplane_messages,
     /// Times the whole L1 was dropped because backplane messages may have been lost (the store's subscription was interrupted).
     backplane_resets,
