@@ -225,7 +225,7 @@ counters! {
     tag_misses,
     /// Backplane messages from other caches that this cache acted on: a key evicted from the L1, or a tag or clear version forgotten (and its L1 entries evicted).
     backplane_messages,
-    /// Times the whole L1 was dropped because backplane messages may have been lost (the store's subscription was interrupted).
+    /// Times the cache dropped its whole L1 and forgot its tag versions because backplane messages may have been lost (the store's subscription was confirmed anew, after a reconnect or for the first time).
     backplane_resets,
     /// Fills started (the source of truth was called).
     fills,
