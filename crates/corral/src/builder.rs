@@ -158,7 +158,9 @@ where
         self
     }
 
-    /// The bound of each shared-store call made by the cache.
+    /// The bound of each shared-store call made by the cache. A store that
+    /// bounds its own calls at least as tightly (`RedisStore`, by its
+    /// `op_timeout`) is left to do so, with no timer of the cache's.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.policy.store_timeout = timeout;
         self
@@ -382,6 +384,12 @@ where
         };
         let origin = Origin::new(rng.u64(..));
         let listens = self.backplane;
+        let store_timeout = self.policy.store_timeout;
+        let store_bounds_calls = self
+            .store
+            .as_ref()
+            .and_then(|store| store.call_bound())
+            .is_some_and(|bound| bound <= store_timeout);
         let store = self.store;
         let inner = Arc::new(Inner {
             namespace,
@@ -395,6 +403,7 @@ where
             },
             origin,
             tags: TagTable::new(store.is_none()),
+            store_bounds_calls,
             flights: Arc::new(FlightTable::new()),
             counters: Counters::new(),
             rng: Mutex::new(rng),

@@ -47,6 +47,10 @@ pub(crate) struct Inner<V> {
     pub(crate) origin: Origin,
     /// The tag versions this instance knows, and its L1 keys by tag.
     pub(crate) tags: TagTable,
+    /// Whether the store fails every call within the cache's store timeout
+    /// by itself ([`Store::call_bound`]), so no timer of the cache's is
+    /// needed.
+    pub(crate) store_bounds_calls: bool,
     pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -189,11 +193,15 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Runs one store call under the cache's store timeout.
+    /// Runs one store call under the cache's store timeout (the store's
+    /// own, when it bounds its calls at least as tightly).
     pub(crate) async fn store_call<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
+        if self.store_bounds_calls {
+            return call.await;
+        }
         store_call(self.policy.store_timeout, call).await
     }
 }

@@ -143,6 +143,10 @@ impl<S: Store> Store for MeteredStore<S> {
         self.inner.invalidate_tag(namespace, tag, retention, origin)
     }
 
+    fn call_bound(&self) -> Option<Duration> {
+        self.inner.call_bound()
+    }
+
     fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
         self.notifications && self.inner.backplane(namespace, sink)
     }

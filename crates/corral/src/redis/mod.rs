@@ -834,6 +834,10 @@ impl Store for RedisStore {
         true
     }
 
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.inner.config.op_timeout)
+    }
+
     fn attach(&self, namespace: &str) {
         self.inner.subscriber.subscribe(&keys::channel(namespace));
     }

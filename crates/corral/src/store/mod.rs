@@ -288,6 +288,14 @@ pub trait Store: Send + Sync + Debug + 'static {
         false
     }
 
+    /// The longest any call of this store takes before it fails with a
+    /// timeout of its own, if it bounds its calls. A cache whose store
+    /// timeout is no shorter relies on it instead of arming a timer of its
+    /// own per call. The default: `None` (the cache always arms its own).
+    fn call_bound(&self) -> Option<Duration> {
+        None
+    }
+
     /// Called once by each cache built on this store, with its namespace,
     /// so the store can subscribe to the namespace's notifications before
     /// the first waiter needs them. The default does nothing.
