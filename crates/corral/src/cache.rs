@@ -505,16 +505,17 @@ where
             }
             Claim::Lead(leadership) => {
                 let flight = Arc::clone(leadership.flight());
-                let job = self.job(key, options, fill, fallback, None);
                 match &inner.tiers.l2 {
                     Some(store) => {
+                        let job = move || self.job(key, options, fill, fallback, None);
                         let first = FirstRead::new(inner, runtime, leadership, job);
-                        if let Some(fetched) = first.run(inner, store).await {
+                        if let Some(fetched) = first.run(store).await {
                             return Ok(fetched);
                         }
                     }
                     None => {
                         Counters::bump(&inner.counters.misses);
+                        let job = self.job(key, options, fill, fallback, None);
                         runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
                     }
                 }

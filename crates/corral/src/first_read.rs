@@ -10,7 +10,7 @@
 //! them if the read did not finish the flight.
 
 use std::future::Future;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -24,42 +24,43 @@ use crate::stats::Counters;
 use crate::store::Store;
 
 /// Starts the spawned leader of a flight; `true`: the first read found
-/// the store unreachable.
-type HandOver<V> = Box<dyn FnOnce(Leadership<Fetched<V>>, bool) + Send>;
+/// the store unreachable. Built lazily: a hit never makes the leader's job.
+type HandOver<'a, V> = Box<dyn FnOnce(&Arc<Inner<V>>, Leadership<Fetched<V>>, bool) + Send + 'a>;
 
 /// A flight led from the caller's task until it is finished or handed to
 /// a spawned leader.
-pub(crate) struct FirstRead<V: Clone> {
+pub(crate) struct FirstRead<'a, V: Clone> {
+    inner: &'a Arc<Inner<V>>,
     /// `None` once finished or handed over.
-    lead: Option<(Leadership<Fetched<V>>, HandOver<V>)>,
+    lead: Option<(Leadership<Fetched<V>>, HandOver<'a, V>)>,
 }
 
-impl<V> FirstRead<V>
+impl<'a, V> FirstRead<'a, V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
-    /// Leads `leadership`'s flight; `job` is what the spawned leader runs
-    /// if this first read does not finish it.
+    /// Leads `leadership`'s flight; `job` makes what the spawned leader
+    /// runs if this first read does not finish it.
     pub(crate) fn new<F, Fut, E>(
-        inner: &Arc<Inner<V>>,
+        inner: &'a Arc<Inner<V>>,
         runtime: Handle,
         leadership: Leadership<Fetched<V>>,
-        job: Job<F, V>,
+        job: impl FnOnce() -> Job<F, V> + Send + 'a,
     ) -> Self
     where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        let inner: Weak<Inner<V>> = Arc::downgrade(inner);
-        let hand_over: HandOver<V> = Box::new(move |leadership, store_failed| {
+        let hand_over: HandOver<'a, V> = Box::new(move |inner, leadership, store_failed| {
             let job = Job {
                 store_failed,
-                ..job
+                ..job()
             };
-            runtime.spawn(leader::run(inner, leadership, job));
+            runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
         });
         Self {
+            inner,
             lead: Some((leadership, hand_over)),
         }
     }
@@ -68,11 +69,8 @@ where
     /// flight (copied into the L1, handed to its callers) and is returned.
     /// Otherwise the spawned leader takes over, and the caller waits for
     /// the flight like any other.
-    pub(crate) async fn run(
-        mut self,
-        inner: &Inner<V>,
-        store: &Arc<dyn Store>,
-    ) -> Option<Fetched<V>> {
+    pub(crate) async fn run(mut self, store: &Arc<dyn Store>) -> Option<Fetched<V>> {
+        let inner = self.inner;
         match self.try_fresh_hit(inner, store).await {
             Ok(Some(fetched)) => return Some(fetched),
             Ok(None) => self.hand_over(false),
@@ -123,16 +121,16 @@ where
     }
 }
 
-impl<V: Clone> FirstRead<V> {
+impl<V: Clone> FirstRead<'_, V> {
     /// Spawns the leader with the flight, unless it is finished.
     fn hand_over(&mut self, store_failed: bool) {
         if let Some((leadership, hand_over)) = self.lead.take() {
-            hand_over(leadership, store_failed);
+            hand_over(self.inner, leadership, store_failed);
         }
     }
 }
 
-impl<V: Clone> Drop for FirstRead<V> {
+impl<V: Clone> Drop for FirstRead<'_, V> {
     /// The caller was cancelled mid-read: the spawned leader still runs the
     /// flight.
     fn drop(&mut self) {
