@@ -787,7 +787,8 @@ where
     /// only while it takes ~500,000 hits a second), until the cache is
     /// dropped. The ticker thread starts in the background; see
     /// [`hits_read_ticked_clock`](Self::hits_read_ticked_clock). False, and
-    /// nothing changes, with an injected clock or a shared store.
+    /// nothing changes, with an injected clock or without an in-process tier
+    /// (a shared store without `l1(true)`).
     #[doc(hidden)]
     pub fn keep_clock_ticking(&self) -> bool {
         matches!(&self.inner.tiers.l1, Some(local) if local.keep_clock_ticking())
