@@ -457,6 +457,15 @@ async fn run(rounds: u64, ms: u64) {
     let server = RedisServer::start();
     let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let ctx = Arc::new(setup(&server).await);
+    // `L2_HITS_PROFILE=<variant name prefix>`: run only that variant, for
+    // a profiler, and print its rate.
+    if let Ok(prefix) = std::env::var("L2_HITS_PROFILE") {
+        for variant in VARIANTS.iter().filter(|v| v.name().starts_with(&prefix)) {
+            let sample = measure(&ctx, *variant, ms * rounds, &pid).await;
+            println!("{}: {:.0} reads/s", variant.name(), sample.rate);
+        }
+        return;
+    }
     // Warm-up: connections, script caches, allocator.
     for variant in VARIANTS {
         measure(&ctx, variant, ms / 4 + 1, &pid).await;

@@ -270,8 +270,10 @@ where
     /// clock judged it, so an L1 copy never stays fresh longer than the
     /// store's. Writes, invalidations, tag invalidations and clears made
     /// through any cache of the same namespace reach this L1 through the
-    /// [`backplane`](CacheBuilder::backplane). Default: off (every read asks
-    /// the store). Without a store the in-process tier is always on.
+    /// [`backplane`](CacheBuilder::backplane). Default: off: every read asks
+    /// the store, and concurrent reads of one key are not coalesced (each
+    /// is one `GET`; fills still are). Without a store the in-process tier
+    /// is always on.
     pub fn l1(mut self, on: bool) -> Self {
         self.l1_with_store = on;
         self

@@ -15,7 +15,7 @@ use tokio::sync::Semaphore;
 use crate::codec::Codec;
 use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, InvalidKey, StoreError, StoreErrorKind};
-use crate::first_read::FirstRead;
+use crate::first_read::{read_ahead, FirstRead, ReadAhead};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
@@ -234,6 +234,14 @@ pub(crate) async fn store_call<T>(
 /// other processes wait for it too (they find its lease held and are woken
 /// when its value lands). All of them receive the same outcome: the value,
 /// or the same error.
+///
+/// Reads are coalesced where they are cheap to coalesce. With an L1, a
+/// caller that misses it joins the key's one flight, and only that flight
+/// reads the store. Without an L1 (`.store(..)` alone) every caller first
+/// reads the store itself — an L2 hit then costs about one `GET`, touching
+/// no flight table — and joins the flight only if it found no fresh value
+/// or a flight of the key is already running: fills are coalesced, reads
+/// are not. Turn the L1 on for keys that many tasks read at once.
 ///
 /// The fill runs on its own tokio task, so it must be `'static` and `Send`:
 /// a caller that is cancelled does not cancel the fill; the other callers
@@ -468,8 +476,19 @@ where
         if let Some(tags) = &options.tags {
             validate_tags(tags)?;
         }
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         let inner = &self.inner;
+        let mut store_failed = false;
+        // Without an L1, a caller reads the store before it claims a flight
+        // (see `first_read`), unless a flight of the key runs: then it joins.
+        let l2_only = inner.tiers.l2.as_ref().filter(|_| inner.tiers.l1.is_none());
+        if let Some(store) = l2_only.filter(|_| !inner.flights.is_running(key)) {
+            match read_ahead(inner, store, key).await {
+                ReadAhead::Fresh(fetched) => return Ok(fetched),
+                ReadAhead::Unsettled => {}
+                ReadAhead::Unreachable => store_failed = true,
+            }
+        }
+        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         // Without an L2 a miss is known here; with one, the leader tells.
         let local = inner.tiers.l2.is_none();
         let fallback = match self.local_judged(key) {
@@ -505,17 +524,22 @@ where
             }
             Claim::Lead(leadership) => {
                 let flight = Arc::clone(leadership.flight());
-                match &inner.tiers.l2 {
-                    Some(store) => {
+                match (&inner.tiers.l1, &inner.tiers.l2) {
+                    (Some(_), Some(store)) => {
                         let job = move || self.job(key, options, fill, fallback, None);
                         let first = FirstRead::new(inner, runtime, leadership, job);
                         if let Some(fetched) = first.run(store).await {
                             return Ok(fetched);
                         }
                     }
-                    None => {
-                        Counters::bump(&inner.counters.misses);
-                        let job = self.job(key, options, fill, fallback, None);
+                    (_, l2) => {
+                        if l2.is_none() {
+                            Counters::bump(&inner.counters.misses);
+                        }
+                        let job = Job {
+                            store_failed,
+                            ..self.job(key, options, fill, fallback, None)
+                        };
                         runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
                     }
                 }

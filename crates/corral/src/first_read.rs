@@ -1,11 +1,20 @@
-//! A flight's first step, taken in the leading caller's own task: one read
-//! of the shared store. A fresh hit — the common case of a cache with an L2
-//! — is answered right there, without spawning the leader's task; anything
-//! else (a miss, a stale or undecodable value, a store error) hands the
-//! flight to the spawned leader, which asks for the lease.
+//! A flight's first step, a read of the shared store taken in the calling
+//! task. A fresh hit — the common case of a cache with an L2 — is answered
+//! right there, without spawning a leader task; anything else (a miss, a
+//! stale or undecodable value, a store error) goes to the spawned leader,
+//! which asks for the lease.
 //!
-//! The caller may be cancelled during the read. The flight must not be
-//! abandoned then (its other callers would get `Aborted`): [`FirstRead`]
+//! - A cache without an L1 reads **before** claiming a flight
+//!   ([`read_ahead`]): a hit touches no flight table, so reads of the store
+//!   are not coalesced (each caller's hit is one `GET`); fills still are.
+//!   A read taken before the claim is as good as one taken after: the
+//!   leader's lease request is what decides, atomically, in the store.
+//! - A cache with an L1 reads after claiming ([`FirstRead`]), so that the
+//!   copy it keeps is written under its flight, and no newer write is
+//!   overwritten.
+//!
+//! The caller may be cancelled during a [`FirstRead`]. The flight must not
+//! be abandoned then (its other callers would get `Aborted`): [`FirstRead`]
 //! owns the leadership and the job, and its `Drop` spawns the leader with
 //! them if the read did not finish the flight.
 
@@ -18,7 +27,7 @@ use tokio::runtime::Handle;
 
 use crate::cache::Inner;
 use crate::flight::{Leadership, Outcome};
-use crate::freshness::{Answer, Fetched, Standing};
+use crate::freshness::{Answer, Fetched, Judged, Standing};
 use crate::leader::{self, Job};
 use crate::stats::Counters;
 use crate::store::Store;
@@ -89,27 +98,12 @@ where
         let Some((leadership, _)) = &self.lead else {
             return Ok(None);
         };
-        let skey = inner.store_key(leadership.key());
-        let stored = match inner.store_call(store.get(&skey)).await {
-            Ok(Some(stored)) => stored,
-            Ok(None) => return Ok(None),
-            Err(error) => {
-                Counters::bump(&inner.counters.store_errors);
-                tracing::warn!(cache = %inner.name, %error, "store unreachable: filling without a lease");
-                return Err(());
-            }
-        };
-        let Some(judged) = inner.peek_stored(&stored) else {
+        let Some(judged) = read_fresh(inner, store, leadership.key()).await? else {
             return Ok(None);
         };
-        if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
-            return Ok(None);
-        }
         let Some((mut leadership, _)) = self.lead.take() else {
             return Ok(None);
         };
-        Counters::bump(&inner.counters.l2_hits);
-        inner.counters.served(judged.freshness);
         let key = leadership.key().to_owned();
         match inner.l1_copy(&key, &judged) {
             Some(copy) => leadership.retire(copy),
@@ -119,6 +113,60 @@ where
         leadership.publish(Outcome::Value(fetched.clone()));
         Ok(Some(fetched))
     }
+}
+
+/// What a read of the store before claiming a flight found.
+pub(crate) enum ReadAhead<V> {
+    /// A fresh, current value (counted as an L2 hit): the answer.
+    Fresh(Fetched<V>),
+    /// Nothing servable without the leader: a miss, a stale value, bytes
+    /// that do not decode, or stale tag stamps.
+    Unsettled,
+    /// The store did not answer (counted): the leader fills without a lease.
+    Unreachable,
+}
+
+/// Reads `key` from `store` for a cache without an L1, outside any flight.
+pub(crate) async fn read_ahead<V>(inner: &Inner<V>, store: &Arc<dyn Store>, key: &str) -> ReadAhead<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    match read_fresh(inner, store, key).await {
+        Ok(Some(judged)) => ReadAhead::Fresh(judged.into_fetched()),
+        Ok(None) => ReadAhead::Unsettled,
+        Err(()) => ReadAhead::Unreachable,
+    }
+}
+
+/// The key's entry in `store` if it is fresh and its stamps are current,
+/// counted as a served L2 hit; `Err` if the store failed (counted).
+async fn read_fresh<V>(
+    inner: &Inner<V>,
+    store: &Arc<dyn Store>,
+    key: &str,
+) -> Result<Option<Judged<V>>, ()>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let skey = inner.store_key(key);
+    let stored = match inner.store_call(store.get(&skey)).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return Ok(None),
+        Err(error) => {
+            Counters::bump(&inner.counters.store_errors);
+            tracing::warn!(cache = %inner.name, %error, "store unreachable: filling without a lease");
+            return Err(());
+        }
+    };
+    let Some(judged) = inner.peek_stored(&stored) else {
+        return Ok(None);
+    };
+    if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
+        return Ok(None);
+    }
+    Counters::bump(&inner.counters.l2_hits);
+    inner.counters.served(judged.freshness);
+    Ok(Some(judged))
 }
 
 impl<V: Clone> FirstRead<'_, V> {

@@ -19,7 +19,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -131,6 +131,9 @@ pub(crate) struct FlightTable<V> {
     /// reader that saw no bump since it started read nothing a newer write
     /// replaced.
     writes: AtomicU64,
+    /// The table's length, stored under the table lock after every change:
+    /// a glance that takes no lock (and may be a moment behind).
+    running: AtomicUsize,
     flights: Mutex<FlightMap<V>>,
 }
 
@@ -150,6 +153,7 @@ impl<V: Clone> FlightTable<V> {
         Self {
             next_id: AtomicU64::new(1),
             writes: AtomicU64::new(0),
+            running: AtomicUsize::new(0),
             flights: Mutex::new(HashMap::default()),
         }
     }
@@ -174,6 +178,7 @@ impl<V: Clone> FlightTable<V> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let flight = Arc::new(Flight::new(id));
         flights.insert(key.into(), Arc::clone(&flight));
+        self.running.store(flights.len(), Ordering::Relaxed);
         Claim::Lead(Leadership {
             table: Arc::downgrade(self),
             key: key.into(),
@@ -188,7 +193,9 @@ impl<V: Clone> FlightTable<V> {
     /// publishes its outcome to its callers but no longer writes.
     pub(crate) fn detach<R>(&self, key: &str, newer_write: impl FnOnce() -> R) -> R {
         let mut flights = lock(&self.flights);
-        flights.remove(key);
+        if flights.remove(key).is_some() {
+            self.running.store(flights.len(), Ordering::Relaxed);
+        }
         self.writes.fetch_add(1, Ordering::Relaxed);
         newer_write()
     }
@@ -216,6 +223,13 @@ impl<V: Clone> FlightTable<V> {
         if self.writes.load(Ordering::Relaxed) == mark && !flights.contains_key(key) {
             keep();
         }
+    }
+
+    /// Whether a flight of `key` is in progress; without taking the lock
+    /// while no flight of any key is. A flight claimed meanwhile may be
+    /// missed: the answer is a hint, not a claim.
+    pub(crate) fn is_running(&self, key: &str) -> bool {
+        self.running.load(Ordering::Relaxed) > 0 && lock(&self.flights).contains_key(key)
     }
 
     /// How many flights are in progress.
@@ -271,6 +285,7 @@ impl<V: Clone> Leadership<V> {
         if current {
             if_current();
             flights.remove(&*self.key);
+            table.running.store(flights.len(), Ordering::Relaxed);
         }
         current
     }

@@ -67,12 +67,20 @@ async fn a_set_through_another_store_evicts_this_l1() {
 async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned_leader() {
     let server = RedisServer::start();
     let store = store(&server).await;
+    // A cache with an L1 reads the store under its flight (one without
+    // reads before claiming one, and a cancelled read leaves no flight).
     let cache = Cache::<String>::builder("first-read")
         .store(store.clone())
+        .l1(true)
         .ttl(Duration::from_secs(60))
         .build()
         .expect("config");
-    cache.set("k", "stored".into()).await.expect("set");
+    let writer = Cache::<String>::builder("first-read")
+        .store(store.clone())
+        .build()
+        .expect("config");
+    writer.set("k", "stored".into()).await.expect("set");
+    assert_eq!(cache.local_len(), 0);
 
     server.freeze();
     let leader = {

@@ -123,6 +123,9 @@ async fn serve(args: WorkerArgs) -> anyhow::Result<()> {
         .with_context(|| format!("connecting the fill counter to {}", args.redis))?;
     let mut builder = corral::Cache::<String>::builder("herd")
         .shared_store(Arc::clone(&metered) as Arc<dyn corral::Store>)
+        // An L1, as in production: every caller of a process joins its
+        // one flight (without one, each caller would read the store first).
+        .l1(true)
         .ttl(Duration::from_secs(60))
         .fill_timeout(fill + Duration::from_secs(30));
     if let Some(poll_ms) = args.poll_ms {
