@@ -127,7 +127,11 @@ pub(crate) enum ReadAhead<V> {
 }
 
 /// Reads `key` from `store` for a cache without an L1, outside any flight.
-pub(crate) async fn read_ahead<V>(inner: &Inner<V>, store: &Arc<dyn Store>, key: &str) -> ReadAhead<V>
+pub(crate) async fn read_ahead<V>(
+    inner: &Inner<V>,
+    store: &Arc<dyn Store>,
+    key: &str,
+) -> ReadAhead<V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {

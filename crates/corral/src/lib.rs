@@ -90,6 +90,7 @@
 
 mod backplane;
 mod batch;
+mod bounded_map;
 mod builder;
 mod cache;
 pub mod clock;

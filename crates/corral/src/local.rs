@@ -1,14 +1,13 @@
 //! The in-process tier: decoded values with their deadlines, in a bounded
-//! concurrent map (quick_cache with sharded read locks: S3-FIFO eviction,
-//! and hits on one hot key from many threads write no shared lock word; see
-//! `BENCHMARKS.md`).
+//! concurrent map ([`BoundedMap`]: S3-FIFO eviction, and hits on one hot
+//! key from many threads write no shared lock word; see `BENCHMARKS.md`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use quick_cache::sync::Cache as Map;
 use quick_cache::Weighter;
 
+use crate::bounded_map::BoundedMap;
 use crate::clock::{millis, Clock};
 use crate::entry::Ttls;
 use crate::freshness::{quiet_for, Judged, Standing};
@@ -84,7 +83,7 @@ impl TierClock {
 
 /// Decoded values of one cache instance, bounded by total weight.
 pub(crate) struct LocalTier<V> {
-    map: Map<Box<str>, LocalEntry<V>, EntryWeighter>,
+    map: BoundedMap<Box<str>, LocalEntry<V>, EntryWeighter>,
     clock: TierClock,
     eager: Option<f64>,
     /// The longest an entry stays in process, in ms (`None`: as long as
@@ -101,7 +100,7 @@ impl<V: Clone> LocalTier<V> {
         lifetime: Option<Duration>,
     ) -> Self {
         Self {
-            map: Map::with_weighter(
+            map: BoundedMap::new(
                 estimated_items.max(1),
                 weight_capacity.max(1),
                 EntryWeighter,

@@ -107,7 +107,10 @@ async fn round_trips_per_operation() {
         .build()
         .expect("config");
     let (_, herd) = cold_herd(&server, &with_l1, "herd-l1").await;
-    assert!(herd <= 4, "10,000 callers behind an L1 cost {herd} round trips");
+    assert!(
+        herd <= 4,
+        "10,000 callers behind an L1 cost {herd} round trips"
+    );
     eprintln!("10,000 concurrent callers on one cold key behind an L1: {herd} round trips");
 
     // A waiter in another process (another store, another connection).

@@ -13,7 +13,11 @@
 
 use std::time::{Duration, Instant};
 
-use quick_cache::sync::Cache as Map;
+use quick_cache::UnitWeighter;
+
+use crate::bounded_map::BoundedMap;
+
+type Map = BoundedMap<u64, Expiry, UnitWeighter>;
 
 /// When the value of one generation expires. Generations are the tokens
 /// `RedisStore` draws (32 hex digits), kept as the number they spell.
@@ -44,7 +48,7 @@ fn parse(generation: &str) -> Option<u128> {
 pub(super) struct Expiries {
     /// Keyed by the FNV-1a hash of the value key's name; a colliding key
     /// holds another generation and is read with its `PTTL`.
-    map: Option<Map<u64, Expiry>>,
+    map: Option<Map>,
 }
 
 impl Expiries {
@@ -52,7 +56,7 @@ impl Expiries {
     /// `PTTL`).
     pub(super) fn new(entries: usize) -> Self {
         Self {
-            map: (entries > 0).then(|| Map::new(entries)),
+            map: (entries > 0).then(|| Map::new(entries, entries as u64, UnitWeighter)),
         }
     }
 

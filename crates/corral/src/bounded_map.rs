@@ -1,0 +1,144 @@
+//! A bounded concurrent map: quick_cache's single-threaded S3-FIFO cache,
+//! split into shards, each behind a `crossbeam_utils` [`ShardedLock`].
+//!
+//! A read takes only the reading thread's slice of its shard's lock, so hits
+//! on one hot key from many threads write no shared lock word (the property
+//! the in-process hit path is measured on, see `BENCHMARKS.md`). corral
+//! builds this itself rather than turning on a quick_cache lock feature:
+//! quick_cache's `sharded-lock` and its default `parking_lot` exclude each
+//! other, so turning it on would break every application that also depends
+//! on quick_cache with its defaults. Only `quick_cache::unsync` is used,
+//! which no feature changes.
+
+use std::hash::{BuildHasher, Hash};
+
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
+use crossbeam_utils::CachePadded;
+use foldhash::fast::RandomState;
+use quick_cache::unsync::{Cache, DefaultLifecycle};
+use quick_cache::{Equivalent, Weighter};
+
+type Shard<K, V, W> = CachePadded<ShardedLock<Cache<K, V, W, RandomState, DefaultLifecycle<K, V>>>>;
+
+/// Entries bounded by total weight, evicted by S3-FIFO per shard.
+pub(crate) struct BoundedMap<K, V, W> {
+    shards: Box<[Shard<K, V, W>]>,
+    /// Picks the shard; each shard hashes again with its own seed.
+    hasher: RandomState,
+}
+
+impl<K: Eq + Hash, V: Clone, W: Weighter<K, V> + Clone> BoundedMap<K, V, W> {
+    /// A map of about `estimated_items` entries and at most
+    /// `weight_capacity` total weight (both at least 1).
+    pub(crate) fn new(estimated_items: usize, weight_capacity: u64, weighter: W) -> Self {
+        let count = shard_count(weight_capacity);
+        let items = (estimated_items / count).max(1);
+        let weight = (weight_capacity / count as u64).max(1);
+        let shards = (0..count)
+            .map(|_| {
+                CachePadded::new(ShardedLock::new(Cache::with(
+                    items,
+                    weight,
+                    weighter.clone(),
+                    RandomState::default(),
+                    DefaultLifecycle::default(),
+                )))
+            })
+            .collect();
+        Self {
+            shards,
+            hasher: RandomState::default(),
+        }
+    }
+
+    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &ShardedLock<Cache<K, V, W, RandomState>> {
+        // The high bits: the low ones are what the shard's table uses.
+        let hash = self.hasher.hash_one(key);
+        let at = (hash >> 32) as usize & (self.shards.len() - 1);
+        &self.shards[at]
+    }
+
+    /// A copy of the value of `key`, taken under the shard's read lock.
+    #[inline]
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        read(self.shard(key)).get(key).cloned()
+    }
+
+    pub(crate) fn insert(&self, key: K, value: V) {
+        write(self.shard(&key)).insert(key, value);
+    }
+
+    pub(crate) fn remove<Q>(&self, key: &Q)
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        write(self.shard(key)).remove(key);
+    }
+
+    pub(crate) fn clear(&self) {
+        for shard in &*self.shards {
+            write(shard).clear();
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.shards.iter().map(|shard| read(shard).len()).sum()
+    }
+}
+
+/// Four shards per CPU (a power of two), fewer for small bounds so that
+/// every shard can hold a few entries.
+fn shard_count(weight_capacity: u64) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(4, usize::from);
+    let wanted = (cpus * 4).next_power_of_two();
+    let affordable = (weight_capacity / 32).max(1);
+    let mut count = wanted;
+    while count > 1 && count as u64 > affordable {
+        count /= 2;
+    }
+    count
+}
+
+// Poisoning is ignored: quick_cache leaves a shard consistent before any
+// call that could panic (a weigher or a hasher of corral's own).
+fn read<T>(lock: &ShardedLock<T>) -> ShardedLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quick_cache::UnitWeighter;
+
+    #[test]
+    fn holds_removes_clears_and_stays_bounded() {
+        let map = BoundedMap::<u64, u64, UnitWeighter>::new(1_000, 1_000, UnitWeighter);
+        for i in 0..10_000 {
+            map.insert(i, i * 2);
+        }
+        let len = map.len();
+        assert!(len > 0 && len <= 1_000, "{len} entries kept");
+        map.insert(7, 14);
+        assert_eq!(map.get(&7), Some(14));
+        map.remove(&7);
+        assert_eq!(map.get(&7), None);
+        map.clear();
+        assert_eq!(map.len(), 0);
+    }
+
+    #[test]
+    fn a_bound_of_one_still_holds_an_entry() {
+        let map = BoundedMap::<u64, u64, UnitWeighter>::new(1, 1, UnitWeighter);
+        map.insert(1, 1);
+        assert_eq!(map.get(&1), Some(1));
+    }
+}
