@@ -342,6 +342,7 @@ where
         for ((key, flight), (skey, grant)) in missing.into_iter().zip(grants) {
             match grant {
                 Ok(Lookup::Granted(lease)) => {
+                    Counters::bump(&cache.counters.leases_acquired);
                     let guard = LeaseGuard::new(
                         Arc::clone(store),
                         skey,

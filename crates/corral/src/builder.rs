@@ -55,6 +55,7 @@ pub struct CacheBuilder<V> {
     seed: Option<u64>,
     refresh_limiter: Option<Arc<Semaphore>>,
     refresh_limit: usize,
+    metrics_interval: Option<Duration>,
     _value: PhantomData<fn() -> V>,
 }
 
@@ -89,6 +90,7 @@ where
             seed: None,
             refresh_limiter: None,
             refresh_limit: 16,
+            metrics_interval: Some(Duration::from_secs(1)),
             _value: PhantomData,
         }
     }
@@ -326,6 +328,17 @@ where
         self
     }
 
+    /// How often the cache copies its counters into the `metrics` recorder
+    /// (feature `metrics`; default every second; `None`: never by itself,
+    /// only on [`Cache::export_metrics`]). The exporter task starts with
+    /// [`build`](CacheBuilder::build) when it is called inside a tokio
+    /// runtime and ends when the cache is dropped.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_interval(mut self, interval: Option<Duration>) -> Self {
+        self.metrics_interval = interval.filter(|interval| !interval.is_zero());
+        self
+    }
+
     /// Seeds the instance's random source (TTL jitter), for reproducible
     /// tests.
     pub fn seed(mut self, seed: u64) -> Self {
@@ -428,6 +441,14 @@ where
             }
             store.attach(&inner.namespace);
         }
+        #[cfg(feature = "metrics")]
+        if let Some(interval) = self.metrics_interval {
+            crate::metrics_export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
+                (Arc::clone(&inner.name), inner.counters.snapshot())
+            });
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = self.metrics_interval;
         Ok(Cache { inner })
     }
 }

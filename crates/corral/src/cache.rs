@@ -520,6 +520,14 @@ where
                 if local {
                     Counters::bump(&inner.counters.misses);
                 }
+                #[cfg(feature = "metrics")]
+                {
+                    let started = std::time::Instant::now();
+                    let outcome = flight.wait().await;
+                    crate::metrics_export::wait_took(&inner.name, started.elapsed());
+                    return outcome_to_result(outcome);
+                }
+                #[cfg(not(feature = "metrics"))]
                 flight
             }
             Claim::Lead(leadership) => {
@@ -782,6 +790,16 @@ where
     /// A snapshot of this instance's counters.
     pub fn stats(&self) -> Stats {
         self.inner.counters.snapshot()
+    }
+
+    /// Copies this cache's counters into the `metrics` recorder now (an
+    /// exporter task does it every
+    /// [`metrics_interval`](CacheBuilder::metrics_interval)). Names are
+    /// prefixed `corral_` and labelled `cache` = [`name`](Cache::name); see
+    /// the crate docs for the list.
+    #[cfg(feature = "metrics")]
+    pub fn export_metrics(&self) {
+        crate::metrics_export::export(&self.inner.name, &self.stats());
     }
 
     /// The cache's name.

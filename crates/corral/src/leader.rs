@@ -165,6 +165,7 @@ where
     };
     // The fill is dropped at the end of this block: at the hard timeout it
     // is stopped, and nothing it would have produced is stored.
+    let fill_started = Instant::now();
     let result = {
         let filling = fill_renewing(&inner, fill, lease.as_ref());
         tokio::pin!(filling);
@@ -185,6 +186,10 @@ where
             None => tokio::time::timeout_at(deadline, &mut filling).await,
         }
     };
+    #[cfg(feature = "metrics")]
+    if let Some(cache) = inner.upgrade() {
+        crate::metrics_export::fill_took(&cache.name, fill_started.elapsed());
+    }
     let kept = Kept { lease, stamps };
     match result {
         Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, kept).await,
@@ -499,6 +504,7 @@ where
                     self.request.grant = Grant::IfNoValue;
                 }
                 Ok(Lookup::Granted(lease)) => {
+                    Counters::bump(&cache.counters.leases_acquired);
                     if flight.has_published() {
                         Counters::bump(&cache.counters.refreshes);
                     } else {

@@ -84,6 +84,35 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `redis` | yes | [`RedisStore`]: standalone and cluster Redis 7 |
+//! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
+//!
+//! ## Metrics
+//!
+//! With the feature `metrics`, every cache copies its counters into the
+//! application's `metrics` recorder (e.g. `metrics-exporter-prometheus`)
+//! every [`metrics_interval`](CacheBuilder::metrics_interval) and on
+//! [`Cache::export_metrics`]; hits stay free of shared writes. Every metric
+//! is labelled `cache` = the cache's name:
+//!
+//! | metric | labels | counts |
+//! |---|---|---|
+//! | `corral_hits_total` | `tier` = `l1` / `l2` | fresh values served, by the tier they came from (`l1`: in process) |
+//! | `corral_misses_total` | | reads that found no servable value |
+//! | `corral_fills_total` | | calls of the source of truth |
+//! | `corral_coalesced_total` | | callers that joined a flight instead of filling |
+//! | `corral_fill_errors_total`, `_panics_total`, `_timeouts_total` | | fills that failed, panicked, passed the hard timeout |
+//! | `corral_soft_timeouts_total` | | flights that served their fallback at the soft timeout |
+//! | `corral_served_total` | `freshness` = `stale` / `fail_safe` | stale and fail-safe values served |
+//! | `corral_refreshes_total` | `outcome` = `started` / `stood_down` / `skipped` | background refreshes |
+//! | `corral_leases_total` | `outcome` = `acquired` / `contended` / `errored` | fill leases granted, found held, unobtainable (filled open) |
+//! | `corral_lease_renewals_total` | | lease renewals of long fills |
+//! | `corral_commits_total`, `corral_commits_refused_total` | | fills written to the store; refused by a moved fence |
+//! | `corral_store_errors_total` | | store calls that failed or timed out |
+//! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
+//! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
+//! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops after lost messages |
+//! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
+//! | `corral_wait_duration_seconds` (histogram) | | how long each coalesced caller waited |
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
@@ -104,6 +133,8 @@ mod get_or_fill;
 mod key;
 mod leader;
 mod local;
+#[cfg(feature = "metrics")]
+mod metrics_export;
 mod policy;
 mod stats;
 pub mod store;

@@ -249,6 +249,8 @@ counters! {
     store_errors,
     /// Fills run without a lease because the store was unreachable.
     fail_open_fills,
+    /// Fill leases granted by the shared store (a fill or refresh that will run under it).
+    leases_acquired,
     /// Times a flight leader found the lease held by another process and waited.
     lease_waits,
     /// Lease renewals sent while a long fill ran.
