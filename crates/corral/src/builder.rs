@@ -339,6 +339,15 @@ where
         self
     }
 
+    /// Whether traces (spans and events of fills, refreshes, leases and
+    /// store errors) show raw keys. Default: no: a key appears as a stable
+    /// hash (`h:` and 16 hex digits of its FNV-1a, the same in every
+    /// process), so keys holding personal data stay out of logs.
+    pub fn trace_raw_keys(mut self, on: bool) -> Self {
+        self.policy.trace_raw_keys = on;
+        self
+    }
+
     /// Seeds the instance's random source (TTL jitter), for reproducible
     /// tests.
     pub fn seed(mut self, seed: u64) -> Self {

@@ -26,6 +26,37 @@ pub fn validate_key(key: &str) -> Result<(), InvalidKey> {
     Ok(())
 }
 
+/// 64-bit FNV-1a of `bytes`: fixed by its specification, so every process
+/// and version of corral derives the same hash for a key (Redis hash tags, trace labels) (unlike `std`'s
+/// `DefaultHasher`, whose algorithm may change).
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
+    })
+}
+
+/// How a key appears in traces: a stable hash (`h:` and 16 hex digits of
+/// its FNV-1a) unless the cache was built with
+/// [`trace_raw_keys`](crate::CacheBuilder::trace_raw_keys), so keys that
+/// hold personal data stay out of logs. The same key gives the same label
+/// in every process and every version of corral.
+pub(crate) struct KeyLabel<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) raw: bool,
+}
+
+impl std::fmt::Display for KeyLabel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.raw {
+            f.write_str(self.key)
+        } else {
+            write!(f, "h:{:016x}", fnv1a64(self.key.as_bytes()))
+        }
+    }
+}
+
 /// The longest cache name accepted.
 pub(crate) const MAX_NAME_LEN: usize = 64;
 

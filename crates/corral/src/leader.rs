@@ -16,12 +16,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::cache::{store_call, Inner};
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
+use crate::key::KeyLabel;
 use crate::stats::Counters;
 use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, Store, StoreKey};
 use crate::tags::Stamps;
@@ -75,7 +77,37 @@ pub(crate) type Flight<V> = Leadership<Fetched<V>>;
 /// Runs one flight to its end: publishes exactly one outcome and retires the
 /// flight on every path (its `Leadership` does so even if this task is
 /// dropped).
-pub(crate) async fn run<V, F, Fut, E>(inner: Weak<Inner<V>>, mut flight: Flight<V>, job: Job<F, V>)
+pub(crate) fn run<V, F, Fut, E>(
+    inner: Weak<Inner<V>>,
+    flight: Flight<V>,
+    job: Job<F, V>,
+) -> impl Future<Output = ()> + Send
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    E: Send + Sync + 'static,
+{
+    let span = match inner.upgrade() {
+        Some(cache) => {
+            let key = KeyLabel {
+                key: &job.key,
+                raw: cache.policy.trace_raw_keys,
+            };
+            let kind = if flight.has_published() {
+                "refresh"
+            } else {
+                "fill"
+            };
+            tracing::debug_span!("corral.flight", cache = %cache.name, key = %key, kind)
+        }
+        None => tracing::Span::none(),
+    };
+    lead(inner, flight, job).instrument(span)
+}
+
+/// The body of [`run`], inside its span.
+async fn lead<V, F, Fut, E>(inner: Weak<Inner<V>>, mut flight: Flight<V>, job: Job<F, V>)
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
@@ -186,9 +218,18 @@ where
             None => tokio::time::timeout_at(deadline, &mut filling).await,
         }
     };
+    let took = fill_started.elapsed();
     #[cfg(feature = "metrics")]
     if let Some(cache) = inner.upgrade() {
-        crate::metrics_export::fill_took(&cache.name, fill_started.elapsed());
+        crate::metrics_export::fill_took(&cache.name, took);
+    }
+    match &result {
+        Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),
+        Ok(Err(_)) => {}
+        Err(_) => tracing::warn!(
+            timeout_ms = fill_timeout.as_millis(),
+            "fill passed the hard timeout: stopped, nothing stored"
+        ),
     }
     let kept = Kept { lease, stamps };
     match result {
@@ -505,6 +546,7 @@ where
                 }
                 Ok(Lookup::Granted(lease)) => {
                     Counters::bump(&cache.counters.leases_acquired);
+                    tracing::debug!("lease acquired");
                     if flight.has_published() {
                         Counters::bump(&cache.counters.refreshes);
                     } else {
@@ -522,9 +564,14 @@ where
                     if flight.has_published() {
                         // A refresh stands down: another process is filling.
                         Counters::bump(&cache.counters.refreshes_stood_down);
+                        tracing::debug!("refresh stood down: another process is filling");
                         return Found::Done;
                     }
                     Counters::bump(&cache.counters.lease_waits);
+                    tracing::debug!(
+                        remaining_ms = remaining.map(|r| r.as_millis()),
+                        "lease held by another process: waiting for its value"
+                    );
                     drop(cache);
                     let lapse = remaining
                         .unwrap_or(poll_interval)
@@ -629,6 +676,10 @@ where
             if let Some(cache) = inner.upgrade() {
                 Counters::bump(&cache.counters.fill_errors);
             }
+            tracing::warn!(
+                error_type = std::any::type_name::<E>(),
+                "fill returned an error: nothing stored"
+            );
             Failure::Fill {
                 error: Arc::new(error),
                 type_name: std::any::type_name::<E>(),
@@ -643,6 +694,7 @@ where
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "non-string panic payload".to_owned());
+            tracing::error!(panic = %message, "fill panicked: nothing stored");
             Failure::Panicked(message.into())
         }
     };

@@ -33,6 +33,8 @@ pub(crate) struct Policy {
     /// How long a tag's (or clear's) version is kept in the store; no
     /// entry lives longer.
     pub(crate) tag_retention: Duration,
+    /// Whether traces show raw keys rather than their stable hash.
+    pub(crate) trace_raw_keys: bool,
 }
 
 impl Default for Policy {
@@ -52,6 +54,7 @@ impl Default for Policy {
             soft_timeout: None,
             negative_ttl: Duration::from_secs(60),
             tag_retention: Duration::from_secs(7 * 24 * 3600),
+            trace_raw_keys: false,
         }
     }
 }

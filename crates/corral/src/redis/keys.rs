@@ -9,16 +9,7 @@ use crate::store::StoreKey;
 /// Prefix of every key and channel corral writes.
 const PREFIX: &str = "corral:";
 
-/// 64-bit FNV-1a of `bytes`: fixed by its specification, so every process
-/// and version of corral derives the same hash tag for a key (unlike `std`'s
-/// `DefaultHasher`, whose algorithm may change).
-pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
-    })
-}
+pub(super) use crate::key::fnv1a64;
 
 /// The three Redis keys of one logical key; they share a hash slot.
 ///
