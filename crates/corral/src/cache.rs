@@ -802,6 +802,33 @@ where
         crate::metrics_export::export(&self.inner.name, &self.stats());
     }
 
+    /// Checks the shared store with one round trip (`PING` on Redis),
+    /// bounded by the cache's store timeout, and says how long it took.
+    /// Never fails: a store that does not answer is reported as
+    /// [`StoreHealth::Failed`](crate::StoreHealth::Failed). For readiness
+    /// probes: serve traffic while [`Health::is_ok`](crate::Health::is_ok)
+    /// — though corral keeps answering (filling open) when the store is
+    /// down.
+    pub async fn health(&self) -> crate::Health {
+        let inner = &self.inner;
+        let store = match &inner.tiers.l2 {
+            None => crate::StoreHealth::None,
+            Some(store) => {
+                let started = std::time::Instant::now();
+                let answer = inner.store_call(store.ping()).await;
+                let latency = started.elapsed();
+                match answer {
+                    Ok(()) => crate::StoreHealth::Answered { latency },
+                    Err(error) => crate::StoreHealth::Failed { latency, error },
+                }
+            }
+        };
+        crate::Health {
+            store,
+            flights_in_progress: inner.flights.len(),
+        }
+    }
+
     /// The cache's name.
     pub fn name(&self) -> &str {
         &self.inner.name

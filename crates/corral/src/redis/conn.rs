@@ -176,6 +176,13 @@ impl Connection {
         .await
     }
 
+    /// `PING`, bounded by `timeout` (on a cluster, to any one node).
+    pub(super) async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
+        bounded(timeout, "PING", self.query(&::redis::cmd("PING")))
+            .await
+            .map(drop)
+    }
+
     /// `MGET` of `keys` (all in one hash slot), bounded by `timeout`.
     pub(super) async fn mget(
         &self,

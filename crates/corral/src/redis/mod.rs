@@ -838,6 +838,10 @@ impl Store for RedisStore {
         Some(self.inner.config.op_timeout)
     }
 
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.inner.connection.ping(self.inner.config.op_timeout))
+    }
+
     fn attach(&self, namespace: &str) {
         self.inner.subscriber.subscribe(&keys::channel(namespace));
     }

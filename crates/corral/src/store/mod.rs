@@ -288,6 +288,13 @@ pub trait Store: Send + Sync + Debug + 'static {
         false
     }
 
+    /// One round trip that touches no key, to tell whether the store
+    /// answers ([`Cache::health`](crate::Cache::health)). The default (a
+    /// store in this process) answers at once.
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The longest any call of this store takes before it fails with a
     /// timeout of its own, if it bounds its calls. A cache whose store
     /// timeout is no shorter relies on it instead of arming a timer of its
