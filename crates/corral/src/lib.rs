@@ -84,6 +84,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `redis` | yes | [`RedisStore`]: standalone and cluster Redis 7 |
+//! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets |
 //! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
 //!
 //! ## Metrics
@@ -124,6 +125,8 @@ mod builder;
 mod cache;
 pub mod clock;
 pub mod codec;
+#[cfg(feature = "config")]
+mod config;
 pub mod entry;
 mod error;
 mod first_read;
@@ -149,6 +152,8 @@ mod redis;
 pub use batch::Batch;
 pub use builder::{CacheBuilder, Capacity};
 pub use cache::Cache;
+#[cfg(feature = "config")]
+pub use config::CacheConfig;
 pub use error::{ConfigError, Error, InvalidKey, StoreError, StoreErrorKind};
 pub use freshness::{Answer, Cached, Fetched, Freshness};
 pub use health::{Health, StoreHealth};

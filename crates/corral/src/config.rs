@@ -1,0 +1,461 @@
+//! Configuration from a TOML file and from environment variables (feature
+//! `config`), with documented presets.
+//!
+//! ```toml
+//! # corral.toml
+//! redis_url = "redis://cache.internal:6379/"
+//! l1 = true
+//! ttl = "5m"
+//! jitter = 0.1
+//! grace = "1m"
+//! fail_safe = "1h"
+//! fill_timeout = "10s"
+//! ```
+//!
+//! Every field is optional; what is not set keeps the builder's default.
+//! Durations are written as a number and a unit: `ms`, `s`, `m`, `h` or `d`
+//! (`"250ms"`, `"1.5s"`, `"5m"`). From the environment, field `x` is read
+//! from `CORRAL_X` (`CORRAL_REDIS_URL`, `CORRAL_TTL`, `CORRAL_L1`, ...);
+//! [`CacheConfig::overlay`] lets the environment override a file.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::{Cache, CacheBuilder, ConfigError};
+
+/// A cache's settings, as read from TOML or the environment.
+///
+/// `Debug` never shows the Redis URL's password.
+#[derive(Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct CacheConfig {
+    /// A Redis URL (`redis://[user:password@]host:port/[db]`): values are
+    /// shared through it. Unset: in process only.
+    pub redis_url: Option<String>,
+    /// Redis Cluster node URLs (instead of `redis_url`).
+    pub redis_cluster_urls: Option<Vec<String>>,
+    /// With a store, also keep decoded values in process (the L1).
+    pub l1: Option<bool>,
+    /// Listen to the store's backplane (default on).
+    pub backplane: Option<bool>,
+    /// How long an L1 copy lives at most.
+    #[serde(default, deserialize_with = "duration")]
+    pub l1_lifetime: Option<Duration>,
+    /// How long a value is fresh.
+    #[serde(default, deserialize_with = "duration")]
+    pub ttl: Option<Duration>,
+    /// Random spread of TTLs, a fraction in `[0, 1]`.
+    pub jitter: Option<f64>,
+    /// How long past its TTL a value is served stale while one refresh runs.
+    #[serde(default, deserialize_with = "duration")]
+    pub grace: Option<Duration>,
+    /// The fraction of the TTL after which a background refresh starts.
+    pub eager_refresh: Option<f64>,
+    /// How long past its TTL a value is kept to serve if the fill fails.
+    #[serde(default, deserialize_with = "duration")]
+    pub fail_safe: Option<Duration>,
+    /// The hard limit of one fill.
+    #[serde(default, deserialize_with = "duration")]
+    pub fill_timeout: Option<Duration>,
+    /// With a fail-safe value at hand, how long callers wait for a fill.
+    #[serde(default, deserialize_with = "duration")]
+    pub soft_timeout: Option<Duration>,
+    /// How long a "not found" is cached.
+    #[serde(default, deserialize_with = "duration")]
+    pub negative_ttl: Option<Duration>,
+    /// The fill lease's time to live (renewed while a fill runs).
+    #[serde(default, deserialize_with = "duration")]
+    pub lease_ttl: Option<Duration>,
+    /// The bound of one store call.
+    #[serde(default, deserialize_with = "duration")]
+    pub store_timeout: Option<Duration>,
+    /// The in-process bound, in entries.
+    pub max_entries: Option<u64>,
+    /// The in-process bound, in bytes of encoded values (instead of
+    /// entries).
+    pub max_bytes: Option<u64>,
+    /// The largest encoded value stored.
+    pub max_value_bytes: Option<usize>,
+}
+
+/// The fields, their environment variable suffix and how to read them.
+#[derive(Clone, Copy)]
+enum Kind {
+    Text,
+    List,
+    Bool,
+    Number,
+}
+
+const FIELDS: &[(&str, Kind)] = &[
+    ("redis_url", Kind::Text),
+    ("redis_cluster_urls", Kind::List),
+    ("l1", Kind::Bool),
+    ("backplane", Kind::Bool),
+    ("l1_lifetime", Kind::Text),
+    ("ttl", Kind::Text),
+    ("jitter", Kind::Number),
+    ("grace", Kind::Text),
+    ("eager_refresh", Kind::Number),
+    ("fail_safe", Kind::Text),
+    ("fill_timeout", Kind::Text),
+    ("soft_timeout", Kind::Text),
+    ("negative_ttl", Kind::Text),
+    ("lease_ttl", Kind::Text),
+    ("store_timeout", Kind::Text),
+    ("max_entries", Kind::Number),
+    ("max_bytes", Kind::Number),
+    ("max_value_bytes", Kind::Number),
+];
+
+impl CacheConfig {
+    /// Preset: in process only, values fresh for a minute, a hung source
+    /// never pins a key for more than 10 s. What
+    /// `Cache::builder(name).build()` gives, made explicit.
+    pub fn in_memory() -> Self {
+        Self {
+            ttl: Some(Duration::from_secs(60)),
+            fill_timeout: Some(Duration::from_secs(10)),
+            ..Self::default()
+        }
+    }
+
+    /// Preset for services sharing a Redis: an L1 kept coherent by the
+    /// backplane, TTLs of 5 minutes spread by 10%, stale values served for a
+    /// minute while one refresh runs, the last good value served for an
+    /// hour if the source fails (after at most 1 s of waiting for it),
+    /// fills stopped after 10 s.
+    pub fn production(redis_url: &str) -> Self {
+        Self {
+            redis_url: Some(redis_url.to_owned()),
+            l1: Some(true),
+            backplane: Some(true),
+            ttl: Some(Duration::from_secs(300)),
+            jitter: Some(0.1),
+            grace: Some(Duration::from_secs(60)),
+            fail_safe: Some(Duration::from_secs(3600)),
+            soft_timeout: Some(Duration::from_secs(1)),
+            fill_timeout: Some(Duration::from_secs(10)),
+            ..Self::default()
+        }
+    }
+
+    /// Reads a TOML document.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the field for bad syntax, an unknown field, a
+    /// value of the wrong type or a duration without a unit.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::new(format!("corral config: {e}")))
+    }
+
+    /// Reads `CORRAL_*` variables of the process environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`from_vars`](Self::from_vars).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars("CORRAL_", std::env::vars())
+    }
+
+    /// Reads field `x` from variable `{prefix}X` of `vars` (for tests, or
+    /// another prefix). Cluster URLs are comma-separated.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the variable for a value of the wrong type or
+    /// a duration without a unit, and for an unknown `{prefix}*` variable
+    /// (a typo would otherwise be ignored).
+    pub fn from_vars(
+        prefix: &str,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = toml::Table::new();
+        for (name, value) in vars {
+            let Some(field) = name.strip_prefix(prefix) else {
+                continue;
+            };
+            let field = field.to_ascii_lowercase();
+            let Some((field, kind)) = FIELDS.iter().find(|(known, _)| *known == field) else {
+                return Err(ConfigError::new(format!(
+                    "unknown variable {name} (known: {})",
+                    FIELDS
+                        .iter()
+                        .map(|(f, _)| format!("{prefix}{}", f.to_ascii_uppercase()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            };
+            let bad =
+                |what: &str| ConfigError::new(format!("{name}: expected {what}, got {value:?}"));
+            let value = match kind {
+                Kind::Text => toml::Value::String(value.clone()),
+                Kind::List => toml::Value::Array(
+                    value
+                        .split(',')
+                        .map(str::trim)
+                        .filter(|url| !url.is_empty())
+                        .map(|url| toml::Value::String(url.to_owned()))
+                        .collect(),
+                ),
+                Kind::Bool => match value.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => toml::Value::Boolean(true),
+                    "0" | "false" | "no" | "off" => toml::Value::Boolean(false),
+                    _ => return Err(bad("true or false")),
+                },
+                Kind::Number => match value.trim().parse::<i64>() {
+                    Ok(int) => toml::Value::Integer(int),
+                    Err(_) => {
+                        toml::Value::Float(value.trim().parse().map_err(|_| bad("a number"))?)
+                    }
+                },
+            };
+            table.insert((*field).to_owned(), value);
+        }
+        Self::deserialize(table).map_err(|e| ConfigError::new(format!("{prefix}* variables: {e}")))
+    }
+
+    /// `self` with every field that `over` sets replaced by `over`'s (e.g.
+    /// a file overlaid with the environment).
+    #[must_use]
+    pub fn overlay(self, over: Self) -> Self {
+        Self {
+            redis_url: over.redis_url.or(self.redis_url),
+            redis_cluster_urls: over.redis_cluster_urls.or(self.redis_cluster_urls),
+            l1: over.l1.or(self.l1),
+            backplane: over.backplane.or(self.backplane),
+            l1_lifetime: over.l1_lifetime.or(self.l1_lifetime),
+            ttl: over.ttl.or(self.ttl),
+            jitter: over.jitter.or(self.jitter),
+            grace: over.grace.or(self.grace),
+            eager_refresh: over.eager_refresh.or(self.eager_refresh),
+            fail_safe: over.fail_safe.or(self.fail_safe),
+            fill_timeout: over.fill_timeout.or(self.fill_timeout),
+            soft_timeout: over.soft_timeout.or(self.soft_timeout),
+            negative_ttl: over.negative_ttl.or(self.negative_ttl),
+            lease_ttl: over.lease_ttl.or(self.lease_ttl),
+            store_timeout: over.store_timeout.or(self.store_timeout),
+            max_entries: over.max_entries.or(self.max_entries),
+            max_bytes: over.max_bytes.or(self.max_bytes),
+            max_value_bytes: over.max_value_bytes.or(self.max_value_bytes),
+        }
+    }
+
+    /// Applies the in-process settings to `builder` (everything but the
+    /// store; see [`build`](Self::build)).
+    pub fn apply<V>(&self, mut builder: CacheBuilder<V>) -> CacheBuilder<V>
+    where
+        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        macro_rules! set {
+            ($($field:ident => $method:ident),* $(,)?) => {
+                $( if let Some(value) = self.$field.clone() { builder = builder.$method(value); } )*
+            };
+        }
+        set! {
+            l1 => l1, backplane => backplane, l1_lifetime => l1_lifetime, ttl => ttl,
+            jitter => jitter, grace => grace, eager_refresh => eager_refresh,
+            fail_safe => fail_safe, fill_timeout => fill_timeout,
+            soft_timeout => soft_timeout, negative_ttl => negative_ttl,
+            lease_ttl => lease_ttl, store_timeout => store_timeout,
+            max_entries => max_entries, max_bytes => max_bytes,
+            max_value_bytes => max_value_bytes,
+        }
+        builder
+    }
+
+    /// Builds cache `name`: connects to Redis when a URL is set (feature
+    /// `redis`), then applies every setting.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] for invalid settings, for a Redis URL in a build
+    /// without the `redis` feature, and when Redis cannot be reached (the
+    /// message shows the URL without its password).
+    pub async fn build<V>(&self, name: &str) -> Result<Cache<V>, ConfigError>
+    where
+        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let builder = self.apply(Cache::<V>::builder(name));
+        let builder = self.with_store(builder).await?;
+        builder.build()
+    }
+
+    #[cfg(feature = "redis")]
+    async fn with_store<V>(&self, builder: CacheBuilder<V>) -> Result<CacheBuilder<V>, ConfigError>
+    where
+        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        let mut redis = crate::RedisConfig::default();
+        if let Some(timeout) = self.store_timeout {
+            redis = redis.op_timeout(timeout);
+        }
+        let connected = match (&self.redis_url, &self.redis_cluster_urls) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::new(
+                    "set redis_url or redis_cluster_urls, not both",
+                ))
+            }
+            (Some(url), None) => crate::RedisStore::connect(url, redis)
+                .await
+                .map_err(|e| ConfigError::new(format!("redis at {}: {e}", redacted(url))))?,
+            (None, Some(urls)) => crate::RedisStore::connect_cluster(urls, redis)
+                .await
+                .map_err(|e| {
+                    let urls: Vec<String> = urls.iter().map(|url| redacted(url)).collect();
+                    ConfigError::new(format!("redis cluster at {urls:?}: {e}"))
+                })?,
+            (None, None) => return Ok(builder),
+        };
+        Ok(builder.store(connected))
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn with_store<V>(
+        &self,
+        builder: CacheBuilder<V>,
+    ) -> Result<CacheBuilder<V>, ConfigError> {
+        if self.redis_url.is_some() || self.redis_cluster_urls.is_some() {
+            return Err(ConfigError::new(
+                "a Redis URL is set but corral was built without the `redis` feature",
+            ));
+        }
+        Ok(builder)
+    }
+}
+
+impl fmt::Debug for CacheConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut set = BTreeMap::new();
+        if let Some(url) = &self.redis_url {
+            set.insert("redis_url", redacted(url));
+        }
+        if let Some(urls) = &self.redis_cluster_urls {
+            let urls: Vec<String> = urls.iter().map(|url| redacted(url)).collect();
+            set.insert("redis_cluster_urls", format!("{urls:?}"));
+        }
+        let durations = [
+            ("l1_lifetime", self.l1_lifetime),
+            ("ttl", self.ttl),
+            ("grace", self.grace),
+            ("fail_safe", self.fail_safe),
+            ("fill_timeout", self.fill_timeout),
+            ("soft_timeout", self.soft_timeout),
+            ("negative_ttl", self.negative_ttl),
+            ("lease_ttl", self.lease_ttl),
+            ("store_timeout", self.store_timeout),
+        ];
+        for (name, value) in durations {
+            if let Some(value) = value {
+                set.insert(name, format!("{value:?}"));
+            }
+        }
+        let others = [
+            ("l1", self.l1.map(|v| v.to_string())),
+            ("backplane", self.backplane.map(|v| v.to_string())),
+            ("jitter", self.jitter.map(|v| v.to_string())),
+            ("eager_refresh", self.eager_refresh.map(|v| v.to_string())),
+            ("max_entries", self.max_entries.map(|v| v.to_string())),
+            ("max_bytes", self.max_bytes.map(|v| v.to_string())),
+            (
+                "max_value_bytes",
+                self.max_value_bytes.map(|v| v.to_string()),
+            ),
+        ];
+        for (name, value) in others {
+            if let Some(value) = value {
+                set.insert(name, value);
+            }
+        }
+        f.debug_map().entries(set).finish()
+    }
+}
+
+/// `url` with its password (if any) replaced by `***`.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let hidden = if userinfo.contains(':') || !userinfo.is_empty() {
+                format!("{user}:***")
+            } else {
+                String::new()
+            };
+            format!("{scheme}://{hidden}@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Deserializes an optional duration written as a number and a unit.
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
+/// Parses `"250ms"`, `"1.5s"`, `"5m"`, `"2h"`, `"1d"`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("duration {text:?} has no unit (ms, s, m, h or d)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?}: {number:?} is not a number"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        "d" => number * 86_400.0,
+        other => {
+            return Err(format!(
+                "duration {text:?}: unknown unit {other:?} (ms, s, m, h or d)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration(" 2h "), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("60").is_err());
+        assert!(parse_duration("5 weeks").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redacted("redis://:hunter2@h:6379/0"),
+            "redis://:***@h:6379/0"
+        );
+        assert_eq!(
+            redacted("redis://app:hunter2@h:6379"),
+            "redis://app:***@h:6379"
+        );
+        assert_eq!(redacted("redis://h:6379/"), "redis://h:6379/");
+        assert_eq!(redacted("rediss://u:p@w@h/1"), "rediss://u:***@h/1");
+    }
+}
