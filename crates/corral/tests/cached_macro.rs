@@ -40,9 +40,10 @@ async fn a_thousand_concurrent_calls_run_the_body_once_in_process() {
     let calls: Vec<_> = (0..CALLERS)
         .map(|_| tokio::spawn(herd_user(7, gate.clone())))
         .collect();
-    until("every call joined the one flight", || {
-        HERD.stats().coalesced == CALLERS as u64 - 1
-    })
+    until(
+        "the body runs and every other call joined its flight",
+        || HERD_RUNS.load(SeqCst) == 1 && HERD.stats().coalesced == CALLERS as u64 - 1,
+    )
     .await;
     assert_eq!(HERD_RUNS.load(SeqCst), 1);
     gate.open();
@@ -105,10 +106,11 @@ async fn a_thousand_concurrent_calls_through_two_caches_on_redis_run_the_body_on
         .collect();
     let per_cache = (CALLERS / 2) as u64;
     until(
-        "every call joined a flight, one leader waits on the lease",
+        "one body runs, every call joined a flight, a leader waits on the lease",
         || {
             let (a, b) = (apps[0].users.stats(), apps[1].users.stats());
-            a.coalesced == per_cache - 1
+            runs.load(SeqCst) == 1
+                && a.coalesced == per_cache - 1
                 && b.coalesced == per_cache - 1
                 && a.lease_waits + b.lease_waits >= 1
         },
