@@ -1,7 +1,8 @@
 //! The expansion: the function body becomes the fill of a `get_or_fill`.
 
 use proc_macro2::{Ident, Span, TokenStream, TokenTree};
-use quote::{quote, ToTokens};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
 use syn::{Item, ItemFn};
 
 use crate::args::Args;
@@ -110,15 +111,18 @@ fn generate(
     // The fill moves the arguments it uses; a cache expression naming an
     // argument (`state.users`) must not borrow it across the call, so the
     // cache handle is cloned first (one `Arc` clone). Otherwise it is borrowed.
+    // Spanned at the expression: a cache of the wrong value type is
+    // reported there.
+    let cache_ref = quote_spanned!(cache.span()=> &(#cache));
     let borrow_cache = if mentions_any(cache.to_token_stream(), arg_names) {
         quote! {
             let #owned_var: ::corral::Cache<#value> =
-                <::corral::Cache<#value> as ::core::clone::Clone>::clone(&(#cache));
+                <::corral::Cache<#value> as ::core::clone::Clone>::clone(#cache_ref);
             let #cache_var: &::corral::Cache<#value> = &#owned_var;
         }
     } else {
         quote! {
-            let #cache_var: &::corral::Cache<#value> = &(#cache);
+            let #cache_var: &::corral::Cache<#value> = #cache_ref;
         }
     };
 

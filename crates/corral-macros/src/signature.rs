@@ -1,7 +1,6 @@
 //! What a `#[cached]` function may look like, and the errors for the rest.
 
 use proc_macro2::Ident;
-use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{
     FnArg, GenericArgument, Lifetime, Pat, PathArguments, ReturnType, Signature, Type,
@@ -153,8 +152,8 @@ fn output(output: &ReturnType, sig: &Signature, errors: &mut Vec<syn::Error>) ->
             written: (**written).clone(),
         }),
         _ => {
-            errors.push(syn::Error::new(
-                written.span(),
+            errors.push(syn::Error::new_spanned(
+                written,
                 "#[cached] needs the error type spelled out, `-> Result<V, E>`, to return \
                  `Result<V, corral::Error<E>>`: a `Result` alias hides it",
             ));
