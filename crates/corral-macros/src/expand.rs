@@ -175,7 +175,7 @@ fn generate(
 /// Whether `tokens` contain one of `names` as an identifier.
 fn mentions_any(tokens: TokenStream, names: &[Ident]) -> bool {
     tokens.into_iter().any(|tree| match tree {
-        TokenTree::Ident(ident) => names.iter().any(|name| *name == ident),
+        TokenTree::Ident(ident) => names.contains(&ident),
         TokenTree::Group(group) => mentions_any(group.stream(), names),
         TokenTree::Punct(_) | TokenTree::Literal(_) => false,
     })

@@ -124,9 +124,7 @@ fn output(output: &ReturnType, sig: &Signature, errors: &mut Vec<syn::Error>) ->
             written: (**written).clone(),
         });
     };
-    let Some(last) = path.path.segments.last() else {
-        return None;
-    };
+    let last = path.path.segments.last()?;
     if last.ident != "Result" || path.qself.is_some() {
         return Some(Output {
             value: (**written).clone(),
