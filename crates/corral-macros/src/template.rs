@@ -123,3 +123,83 @@ fn unknown(name: &str, args: &[Ident]) -> String {
         names.join(", ")
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proc_macro2::Span;
+
+    fn idents(names: &[&str]) -> Vec<Ident> {
+        names
+            .iter()
+            .map(|name| match name.strip_prefix("r#") {
+                Some(raw) => Ident::new_raw(raw, Span::call_site()),
+                None => Ident::new(name, Span::call_site()),
+            })
+            .collect()
+    }
+
+    fn parsed(template: &str, args: &[&str]) -> Result<(String, Vec<String>), String> {
+        let template = LitStr::new(template, Span::call_site());
+        parse(&template, &idents(args))
+            .map(|key| {
+                let format = key.format.to_string();
+                let used = key.args.iter().map(ToString::to_string).collect();
+                (format, used)
+            })
+            .map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn placeholders_become_positional_arguments_in_order() {
+        assert_eq!(
+            parsed("org:{org}:user:{id}:{org}", &["id", "org"]),
+            Ok((
+                "\"org:{}:user:{}:{}\"".to_owned(),
+                vec!["org".to_owned(), "id".to_owned(), "org".to_owned()]
+            ))
+        );
+        assert_eq!(
+            parsed("{{literal}}:{ id }", &["id"]),
+            Ok(("\"{{literal}}:{}\"".to_owned(), vec!["id".to_owned()]))
+        );
+        assert_eq!(
+            parsed("constant", &["id"]),
+            Ok(("\"constant\"".to_owned(), vec![]))
+        );
+    }
+
+    #[test]
+    fn raw_identifiers_are_named_without_their_prefix() {
+        assert_eq!(
+            parsed("kind:{type}", &["r#type"]),
+            Ok(("\"kind:{}\"".to_owned(), vec!["r#type".to_owned()]))
+        );
+    }
+
+    #[test]
+    fn malformed_templates_are_rejected() {
+        for (template, fragment) in [
+            ("", "empty"),
+            ("a\nb", "control character"),
+            ("user:{}", "empty `{}`"),
+            ("user:{id", "unclosed `{`"),
+            ("user:id}", "unmatched `}`"),
+            ("user:{id:?}", "no format spec"),
+            ("user:{name}", "names `name`, which is not an argument"),
+        ] {
+            let error = parsed(template, &["id"]).expect_err(template);
+            assert!(error.contains(fragment), "{template}: {error}");
+        }
+        let error = parsed("{id}", &[]).expect_err("no arguments");
+        assert!(error.contains("takes no arguments"), "{error}");
+    }
+
+    #[test]
+    fn the_default_key_is_the_name_then_every_argument() {
+        let key = default_key("load_user", &idents(&["org", "id"]));
+        assert_eq!(key.format.to_string(), "\"load_user:{}:{}\"");
+        assert_eq!(key.args.len(), 2);
+        assert_eq!(default_key("config", &[]).format.to_string(), "\"config\"");
+    }
+}
