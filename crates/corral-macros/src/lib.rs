@@ -72,7 +72,9 @@ use proc_macro::TokenStream;
 ///   formatted with `Display` (`{{` and `}}` for literal braces; no format
 ///   specs). The default is `"<fn name>:{arg1}:{arg2}..."` over every
 ///   argument. Keys are only formatted, never hashed, so they are the same
-///   in every build and process. Two functions sharing a cache need keys
+///   in every build and process. Arguments left out of the template (a
+///   database handle, say) do not tell calls apart: calls that differ only
+///   in them share one key and one fill. Two functions sharing a cache need keys
 ///   that cannot collide (the default's function name sees to it); and
 ///   since `Display` output is joined as is, `"{a}:{b}"` gives the same key
 ///   for `("x:y", "z")` and `("x", "y:z")` — keep such arguments last, or
