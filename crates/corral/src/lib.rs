@@ -84,6 +84,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `redis` | yes | [`RedisStore`]: standalone and cluster Redis 7 |
+//! | `macros` | yes | [`#[cached]`](cached): an `async fn` whose body is the fill of a [`Cache::get_or_fill`] |
 //! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets |
 //! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
 //!
@@ -164,6 +165,41 @@ pub use store::{MemoryStore, Store};
 
 #[cfg(feature = "redis")]
 pub use redis::{RedisConfig, RedisStore};
+
+/// `#[corral::cached(cache = <expr>, key = "...")]` on an `async fn`: its
+/// body becomes the fill of [`Cache::get_or_fill`], run once per key however
+/// many callers (and processes) ask at once.
+///
+/// **The return type changes:** `-> Result<V, E>` becomes
+/// `-> Result<V, corral::Error<E>>` and `-> V` becomes
+/// `-> Result<V, corral::Error>`, because a call can fail in ways the body
+/// cannot (the hard fill timeout, a panic, an invalid key) and a coalesced
+/// caller gets the leader's error, shared, as [`Error::Fill`]`(Arc<E>)`.
+/// Only `Ok` values are cached.
+///
+/// ```
+/// use std::sync::LazyLock;
+/// use std::time::Duration;
+/// use corral::Cache;
+///
+/// static PRICES: LazyLock<Cache<u64>> =
+///     LazyLock::new(|| Cache::builder("prices").build().expect("valid config"));
+///
+/// /// A price in cents; an infallible body.
+/// #[corral::cached(cache = PRICES, key = "price:{sku}", ttl = Duration::from_secs(5))]
+/// async fn price(sku: String) -> u64 {
+///     sku.len() as u64 * 100 // ask the pricing service here
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), corral::Error> {
+/// assert_eq!(price("abc".to_owned()).await?, 300);
+/// assert_eq!(PRICES.get("price:abc").await?, Some(300));
+/// # Ok(())
+/// # }
+/// ```
+#[cfg(feature = "macros")]
+pub use corral_macros::cached;
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
