@@ -24,6 +24,7 @@ use tokio::sync::Semaphore;
 
 /// The bound of the in-process tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Capacity {
     /// At most this many entries.
     Entries(u64),

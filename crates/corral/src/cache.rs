@@ -844,6 +844,8 @@ where
         self.inner.tiers.l1.as_ref().map_or(0, LocalTier::len)
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     /// Test support: whether in-process hits currently read the ticked
     /// clock reading of a hot cache instead of the clock.
     #[doc(hidden)]
@@ -851,6 +853,8 @@ where
         matches!(&self.inner.tiers.l1, Some(local) if local.ticking())
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     /// Measurement support: makes in-process hits read a ticked clock
     /// reading from now on, however few hits come (a cache normally ticks
     /// only while it takes ~500,000 hits a second), until the cache is
@@ -871,6 +875,8 @@ where
         self.inner.flights.len()
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     /// A weak handle for tests that check a dropped cache really goes away.
     #[doc(hidden)]
     pub fn downgrade(&self) -> std::sync::Weak<impl Any + Send + Sync> {

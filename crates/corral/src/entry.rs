@@ -36,23 +36,24 @@ use crate::codec::Codec;
 const MAGIC: [u8; 4] = *b"CRL\0";
 const FORMAT: u8 = 1;
 /// Size of the envelope header in bytes.
-pub const HEADER_LEN: usize = 40;
+pub(crate) const HEADER_LEN: usize = 40;
 
 /// The freshness TTLs written with a value. The age of an entry is judged by
 /// the store's own clock (its remaining time to live), never by a timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ttls {
+pub(crate) struct Ttls {
     /// Fresh while younger than this.
-    pub fresh: Duration,
+    pub(crate) fresh: Duration,
     /// Servable (stale) while younger than this; at least `fresh`.
-    pub stale: Duration,
+    pub(crate) stale: Duration,
     /// Kept physically this long; at least `stale`.
-    pub physical: Duration,
+    pub(crate) physical: Duration,
 }
 
 impl Ttls {
     /// TTLs for an entry that is fresh for `ttl` and then gone.
-    pub fn simple(ttl: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn simple(ttl: Duration) -> Self {
         Self {
             fresh: ttl,
             stale: ttl,
@@ -62,22 +63,22 @@ impl Ttls {
 }
 
 /// Flag: the entry is a cached "not found" and carries no value bytes.
-pub const FLAG_NOT_FOUND: u16 = 1;
+pub(crate) const FLAG_NOT_FOUND: u16 = 1;
 /// Flag: the entry was re-cached by fail-safe after its source failed.
-pub const FLAG_FAIL_SAFE: u16 = 2;
+pub(crate) const FLAG_FAIL_SAFE: u16 = 2;
 /// Flag: tag versions follow the value.
-pub const FLAG_STAMPED: u16 = 4;
+pub(crate) const FLAG_STAMPED: u16 = 4;
 const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED;
 /// The most tags one entry may carry.
-pub const MAX_TAGS: usize = 64;
+pub(crate) const MAX_TAGS: usize = 64;
 
 /// The tag versions an entry was filled under: `(tag, version)` pairs, the
 /// empty tag standing for the namespace's clear version.
-pub type Stamps = Vec<(Arc<str>, Option<Arc<str>>)>;
+pub(crate) type Stamps = Vec<(Arc<str>, Option<Arc<str>>)>;
 
 /// Why an envelope was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DecodeError {
+pub(crate) enum DecodeError {
     /// Shorter than the header.
     Truncated,
     /// Not written by corral.
@@ -121,22 +122,22 @@ impl std::error::Error for DecodeError {}
 
 /// A decoded envelope.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decoded<V> {
+pub(crate) struct Decoded<V> {
     /// The value; `None` for a cached "not found".
-    pub value: Option<V>,
+    pub(crate) value: Option<V>,
     /// The TTLs it was written with.
-    pub ttls: Ttls,
+    pub(crate) ttls: Ttls,
     /// Its flags ([`FLAG_NOT_FOUND`], [`FLAG_FAIL_SAFE`], [`FLAG_STAMPED`]).
-    pub flags: u16,
+    pub(crate) flags: u16,
     /// The tag versions it was filled under (empty without [`FLAG_STAMPED`]).
-    pub stamps: Stamps,
+    pub(crate) stamps: Stamps,
 }
 
 /// Encodes `value` (`None`: a cached "not found") into an envelope,
 /// refusing values larger than `max_value_bytes`. `flags` may carry
 /// [`FLAG_FAIL_SAFE`]; [`FLAG_NOT_FOUND`] is set from `value`, and
 /// [`FLAG_STAMPED`] when `stamps` hold a tag or a clear version.
-pub fn encode<V: 'static>(
+pub(crate) fn encode<V: 'static>(
     codec: &dyn Codec<V>,
     schema: u32,
     ttls: Ttls,
@@ -227,7 +228,7 @@ fn split(bytes: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
 }
 
 /// Decodes an envelope strictly. Never panics, whatever the bytes.
-pub fn decode<V: 'static>(
+pub(crate) fn decode<V: 'static>(
     codec: &dyn Codec<V>,
     schema: u32,
     bytes: &[u8],

@@ -14,6 +14,7 @@ use crate::tags::Stamps;
 
 /// How fresh a value handed to a caller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Freshness {
     /// Within its TTL (or just filled).
     Fresh,
@@ -27,12 +28,21 @@ pub enum Freshness {
 
 /// A value with its freshness, from [`Cache::fetch`](crate::Cache::fetch).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Fetched<V> {
     /// The value; `None` when the source answered "not found" (a cached
     /// negative answer).
     pub value: Option<V>,
     /// How fresh it is.
     pub freshness: Freshness,
+}
+
+impl<V> Fetched<V> {
+    /// A value (`None`: "not found") with its freshness, e.g. to compare
+    /// with what [`Cache::fetch`](crate::Cache::fetch) returned.
+    pub fn new(value: Option<V>, freshness: Freshness) -> Self {
+        Self { value, freshness }
+    }
 }
 
 /// What a fill answers in [`Cache::fetch`](crate::Cache::fetch): a value or
@@ -92,6 +102,7 @@ impl<V> Answer<V> {
 
 /// What [`Cache::lookup`](crate::Cache::lookup) finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Cached<V> {
     /// A servable value.
     Value {

@@ -128,7 +128,7 @@ pub mod clock;
 pub mod codec;
 #[cfg(feature = "config")]
 mod config;
-pub mod entry;
+mod entry;
 mod error;
 mod first_read;
 mod flight;

@@ -138,10 +138,7 @@ async fn stale_readers_are_served_at_once_while_one_refresh_runs() {
             let fetched = reader.await.expect("task").expect("served");
             assert_eq!(
                 fetched,
-                Fetched {
-                    value: Some("old".into()),
-                    freshness: Freshness::Stale
-                },
+                Fetched::new(Some("old".into()), Freshness::Stale),
                 "{tier:?}"
             );
         }
@@ -152,10 +149,7 @@ async fn stale_readers_are_served_at_once_while_one_refresh_runs() {
             let fresh = fetch(replica, value("unused")).await.expect("fresh");
             assert_eq!(
                 fresh,
-                Fetched {
-                    value: Some("new".into()),
-                    freshness: Freshness::Fresh
-                },
+                Fetched::new(Some("new".into()), Freshness::Fresh),
                 "{tier:?}"
             );
         }
@@ -274,13 +268,7 @@ async fn eager_refresh_starts_before_the_entry_goes_stale() {
         let fetched = fetch(&cache, gated(&calls, &gate, "new"))
             .await
             .expect("fresh");
-        assert_eq!(
-            fetched,
-            Fetched {
-                value: Some("old".into()),
-                freshness: Freshness::Fresh
-            }
-        );
+        assert_eq!(fetched, Fetched::new(Some("old".into()), Freshness::Fresh));
         until_yielding(|| calls.load(SeqCst) == 1).await;
         gate.open();
         until_yielding(|| cache.flights_in_progress() == 0).await;
@@ -309,13 +297,7 @@ async fn past_ttl_and_grace_the_key_is_a_cold_miss() {
             "{tier:?}"
         );
         let fetched = fetch(&cache, value("new")).await.expect("filled");
-        assert_eq!(
-            fetched,
-            Fetched {
-                value: Some("new".into()),
-                freshness: Freshness::Fresh
-            }
-        );
+        assert_eq!(fetched, Fetched::new(Some("new".into()), Freshness::Fresh));
     }
 }
 
@@ -331,10 +313,7 @@ async fn fail_safe_serves_the_old_value_throttles_and_never_outlives_its_max() {
         cache.get_or_fill("k", value("kept")).await.expect("fill");
         advance(Duration::from_secs(11)).await;
         let calls = Arc::new(AtomicUsize::new(0));
-        let kept = Fetched {
-            value: Some("kept".to_owned()),
-            freshness: Freshness::FailSafe,
-        };
+        let kept = Fetched::new(Some("kept".to_owned()), Freshness::FailSafe);
 
         // An erroring fill: the old value, once; then throttled.
         assert_eq!(
@@ -412,13 +391,7 @@ async fn the_soft_timeout_serves_stale_and_the_fill_lands_later() {
             .await
             .expect("stale at the soft timeout");
         assert_eq!(started.elapsed(), Duration::from_millis(100), "{tier:?}");
-        assert_eq!(
-            fetched,
-            Fetched {
-                value: Some("old".into()),
-                freshness: Freshness::Stale
-            }
-        );
+        assert_eq!(fetched, Fetched::new(Some("old".into()), Freshness::Stale));
         until_yielding(|| cache.stats().soft_timeouts == 1).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         until_yielding(|| cache.flights_in_progress() == 0).await;
@@ -562,10 +535,7 @@ async fn an_invalidated_key_is_served_by_neither_grace_nor_fail_safe() {
         let fetched = fetch(&cache, value("new")).await.expect("filled");
         assert_eq!(
             fetched,
-            Fetched {
-                value: Some("new".into()),
-                freshness: Freshness::Fresh
-            },
+            Fetched::new(Some("new".into()), Freshness::Fresh),
             "{tier:?}"
         );
 

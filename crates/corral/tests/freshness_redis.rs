@@ -313,6 +313,7 @@ impl From<Freshness> for Is {
             Freshness::Fresh => Self::Fresh,
             Freshness::Stale => Self::Stale,
             Freshness::FailSafe => Self::FailSafe,
+            other => panic!("a freshness this test does not know: {other:?}"),
         }
     }
 }
@@ -362,6 +363,7 @@ impl From<Cached<String>> for Looked {
             Cached::Value { value, freshness } => Self::Value(value, freshness.into()),
             Cached::NotFound { freshness } => Self::NotFound(freshness.into()),
             Cached::Miss => Self::Miss,
+            other => panic!("an answer this test does not know: {other:?}"),
         }
     }
 }

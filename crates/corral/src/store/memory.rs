@@ -112,6 +112,8 @@ impl MemoryStore {
         }
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     /// Writes raw bytes as the value of `key`, bypassing fences and
     /// notifications: for tests that plant foreign or corrupt bytes.
     pub fn put_raw(&self, key: &StoreKey, bytes: Vec<u8>, ttl: Duration) {
@@ -120,6 +122,8 @@ impl MemoryStore {
         state.slots.entry(key.clone()).or_default().value = Some((bytes, now + ttl));
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     /// The raw value bytes of `key`, if present.
     pub fn raw(&self, key: &StoreKey) -> Option<Vec<u8>> {
         let now = Instant::now();
@@ -151,6 +155,8 @@ impl MemoryStore {
         }
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
     /// Tells every attached sink that messages may have been lost, as a
     /// store does after its subscription was interrupted: for tests of what
     /// caches do then.

@@ -3,7 +3,8 @@
 //! notifications.
 //!
 //! A store holds, per logical key, three things:
-//! - the **value**: an envelope ([`crate::entry`]) with a time to live;
+//! - the **value**: opaque bytes (corral's versioned envelope; a store never
+//!   looks inside) with a time to live;
 //! - the **lease**: the token of the one fill allowed to run for the key,
 //!   with its own time to live, renewed while the fill runs;
 //! - the **fence**: the token of the last lease grant, or of the write that
@@ -117,6 +118,7 @@ pub struct LeaseRequest {
 
 /// When [`Store::get_or_lease`] may grant a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Grant {
     /// Only when no value is present; a present value is returned instead.
     IfNoValue,
@@ -145,6 +147,7 @@ pub struct Stored {
 
 /// The answer of [`Store::get_or_lease`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Lookup {
     /// A value is present.
     Hit(Stored),
@@ -163,6 +166,7 @@ pub enum Lookup {
 
 /// The answer of [`Store::commit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Commit {
     /// The value was written.
     Stored,
