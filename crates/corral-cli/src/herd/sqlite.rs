@@ -22,21 +22,22 @@ use serde::Serialize;
 /// Flags of `corral herd` for the SQLite source (the default run).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SqliteArgs {
-    /// The SQLite file to create and seed (its `users` and `orders` tables
-    /// are replaced) [default: a file in a fresh temporary directory].
+    /// Default run: the SQLite file to create and seed (its `users` and
+    /// `orders` tables are replaced) [default: a file in a fresh temporary
+    /// directory].
     #[arg(long, value_name = "PATH")]
     db: Option<PathBuf>,
-    /// Orders to seed; each fill's query scans all of them.
+    /// Default run: orders to seed; each fill's query scans all of them.
     #[arg(long, default_value_t = 400_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     rows: u64,
-    /// Users the orders belong to; each key names one of them.
+    /// Default run: users the orders belong to; each key names one of them.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     users: u64,
-    /// Connections in the SQLite pool of each side.
+    /// Default run: connections in the SQLite pool of each side.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pool_size: u64,
-    /// How long a call waits for a pooled connection before it gives up
-    /// (counted as a timeout), in milliseconds.
+    /// Default run: how long a call waits for a pooled connection before
+    /// it gives up (counted as a timeout), in milliseconds.
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pool_wait_ms: u64,
 }
