@@ -1,8 +1,10 @@
 //! `corral herd`: a stampede on cold keys, through corral and through a
 //! naive cache-aside, side by side.
 //!
-//! - [`scenario`]: the counted source, the callers of one round released
-//!   together, what they measured;
+//! - [`scenario`]: the callers of one round released together, what they
+//!   measured, and the sleeping source of the Redis and outage runs;
+//! - [`sqlite`]: the default run's source of truth, a seeded SQLite file
+//!   behind a bounded connection pool;
 //! - [`embedded`]: both sides in this process (the default);
 //! - [`shared`]: `--redis URL --processes N`, the stampede across worker
 //!   processes ([`worker`]) sharing Redis, coordinated over [`wire`], with
@@ -18,6 +20,7 @@ mod report;
 mod scenario;
 mod shared;
 mod shared_report;
+mod sqlite;
 mod wire;
 mod worker;
 
@@ -42,7 +45,9 @@ pub(crate) struct HerdArgs {
     /// Cold keys per round.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     keys: u64,
-    /// How long one call of the source of truth takes, in milliseconds.
+    /// How long one call of the sleeping source of truth takes, in
+    /// milliseconds (with --redis or --outage; the default run queries
+    /// SQLite instead).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     fill_ms: u64,
     /// Rounds; each round asks for fresh keys, so every round starts cold.
@@ -60,6 +65,8 @@ pub(crate) struct HerdArgs {
     /// per CPU].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
+    #[command(flatten)]
+    sqlite: sqlite::SqliteArgs,
     #[command(flatten)]
     shared: shared::SharedArgs,
     #[command(flatten)]
@@ -114,7 +121,7 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
     match &args.shared.redis {
         None => {
             let progress = Progress::new(scenario.rounds * 2, !args.json);
-            let comparison = runtime.block_on(embedded::run(scenario, &progress));
+            let comparison = runtime.block_on(embedded::run(scenario, &args.sqlite, &progress));
             progress.finish();
             emit(&comparison?, args.json)
         }
@@ -177,16 +184,16 @@ fn runtime(threads: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// A progress bar over rounds on stderr; hidden when not wanted or when
-/// stderr is not a terminal.
+/// stdout or stderr is not a terminal.
 pub(crate) struct Progress {
     bar: ProgressBar,
 }
 
 impl Progress {
-    /// A bar of `rounds` steps, drawn only if `visible` and stderr is a
-    /// terminal.
+    /// A bar of `rounds` steps, drawn only if `visible` and both stdout and
+    /// stderr are terminals.
     pub(crate) fn new(rounds: u64, visible: bool) -> Self {
-        if !visible || !std::io::stderr().is_terminal() {
+        if !visible || !std::io::stdout().is_terminal() || !std::io::stderr().is_terminal() {
             return Self {
                 bar: ProgressBar::hidden(),
             };

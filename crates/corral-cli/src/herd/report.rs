@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::scenario::{RoundTally, Scenario};
+use super::sqlite::{DatabaseInfo, SourceCounts};
 
 /// A finished run's report: serialized for `--json`, else printed as a table.
 pub(crate) trait Report: Serialize {
@@ -143,26 +144,41 @@ impl CallFigures {
 pub(crate) struct SideReport {
     /// Which cache: `corral` or `naive`.
     pub(crate) side: &'static str,
-    /// Its calls, fills and latencies.
+    /// Its calls, fill attempts (calls of the source, whether or not they
+    /// got a connection) and latencies.
     #[serde(flatten)]
     pub(crate) figures: CallFigures,
+    /// Queries SQLite actually ran.
+    pub(crate) sqlite_queries: u64,
+    /// `sqlite_queries / (keys × rounds)`.
+    pub(crate) queries_per_cold_key_per_round: f64,
+    /// Source calls that found no free pooled connection in time.
+    pub(crate) timeouts: u64,
+    /// Source calls that failed otherwise.
+    pub(crate) errors: u64,
     /// Callers that waited for a fill in flight (corral only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) coalesced: Option<u64>,
 }
 
 impl SideReport {
-    /// The report of a side that ran `scenario`, called its source `fills`
-    /// times and measured `tally`.
+    /// The report of a side that ran `scenario`, whose source calls came
+    /// to `counts`, and whose callers measured `tally`.
     pub(crate) fn new(
         side: &'static str,
         scenario: Scenario,
-        fills: u64,
+        counts: SourceCounts,
         tally: RoundTally,
     ) -> Self {
+        let attempts = counts.queries + counts.timeouts + counts.errors;
         Self {
             side,
-            figures: CallFigures::new(scenario, fills, tally),
+            figures: CallFigures::new(scenario, attempts, tally),
+            sqlite_queries: counts.queries,
+            queries_per_cold_key_per_round: counts.queries as f64
+                / scenario.cold_keys().max(1) as f64,
+            timeouts: counts.timeouts,
+            errors: counts.errors,
             coalesced: None,
         }
     }
@@ -170,22 +186,55 @@ impl SideReport {
     /// The rows of this side in the table, in [`SIDE_ROWS`] order.
     fn column(&self) -> Vec<String> {
         let figures = &self.figures;
-        let mut cells = Vec::from(figures.call_cells());
-        cells.push(self.coalesced.map_or_else(|| "-".to_owned(), group));
+        let [callers, keys, rounds, answered, attempts, _] = figures.call_cells();
+        let mut cells = vec![
+            callers,
+            keys,
+            rounds,
+            answered,
+            attempts,
+            group(self.sqlite_queries),
+            decimal(self.queries_per_cold_key_per_round),
+            group(self.timeouts),
+            group(self.errors),
+            self.coalesced.map_or_else(|| "-".to_owned(), group),
+        ];
         cells.extend(figures.latency_cells());
         cells.push(format!("{:.0}", figures.wall_ms));
         cells
     }
+
+    /// `1 SQLite query per cold key per round (N total)`, or the rate when
+    /// it is not one.
+    fn queries_phrase(&self) -> String {
+        let cold_keys = self.figures.keys * self.figures.rounds;
+        if self.sqlite_queries == cold_keys {
+            format!(
+                "1 SQLite query per cold key per round ({} total)",
+                group(self.sqlite_queries)
+            )
+        } else {
+            format!(
+                "{} SQLite queries per cold key per round ({} total for {} cold keys)",
+                decimal(self.queries_per_cold_key_per_round),
+                group(self.sqlite_queries),
+                group(cold_keys)
+            )
+        }
+    }
 }
 
 /// Row labels of a side's column.
-const SIDE_ROWS: [&str; 11] = [
+const SIDE_ROWS: [&str; 14] = [
     "callers per round",
     "cold keys per round",
     "rounds",
     "calls answered",
-    "fills run (source calls)",
-    "fills per cold key per round",
+    "source calls (fill attempts)",
+    "SQLite queries run",
+    "queries per cold key per round",
+    "timeouts (no pooled connection)",
+    "other errors",
     "callers coalesced",
     "latency p50 (ms)",
     "latency p99 (ms)",
@@ -204,8 +253,8 @@ pub(crate) struct Comparison {
     pub(crate) keys: u64,
     /// Rounds run.
     pub(crate) rounds: u64,
-    /// Duration of one source call.
-    pub(crate) fill_ms: u64,
+    /// The source of truth both sides read.
+    pub(crate) database: DatabaseInfo,
     /// corral's figures.
     pub(crate) corral: SideReport,
     /// The naive cache-aside's figures.
@@ -216,14 +265,19 @@ pub(crate) struct Comparison {
 
 impl Comparison {
     /// Puts the two sides together and writes the verdict.
-    pub(crate) fn new(scenario: Scenario, corral: SideReport, naive: SideReport) -> Self {
-        let verdict = verdict(&corral.figures, &naive.figures);
+    pub(crate) fn new(
+        scenario: Scenario,
+        database: DatabaseInfo,
+        corral: SideReport,
+        naive: SideReport,
+    ) -> Self {
+        let verdict = verdict(&corral, &naive);
         Self {
             mode: "embedded",
             callers: scenario.callers,
             keys: scenario.keys,
             rounds: scenario.rounds,
-            fill_ms: u64::try_from(scenario.fill.as_millis()).unwrap_or(u64::MAX),
+            database,
             corral,
             naive,
             verdict,
@@ -232,20 +286,33 @@ impl Comparison {
 }
 
 impl Report for Comparison {
+    /// corral's failed calls, and the naive side's failures other than
+    /// timeouts waiting for a connection (those are the comparison).
     fn failures(&self) -> u64 {
-        self.corral.figures.failures + self.naive.figures.failures
+        self.corral.figures.failures
+            + self
+                .naive
+                .figures
+                .failures
+                .saturating_sub(self.naive.timeouts)
     }
 
     fn table(&self) -> String {
-        let title = format!(
-            "corral herd: {} callers on {} cold keys, {} rounds, {} ms fill (in process)",
+        let db = &self.database;
+        let mut out = format!(
+            "corral herd: {} callers on {} cold keys, {} rounds (in process)\n\
+             source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} ms; \
+             pool of {} connections per side, wait ≤ {} ms\n\n",
             group(self.callers),
             group(self.keys),
             group(self.rounds),
-            group(self.fill_ms),
+            group(db.rows),
+            group(db.users),
+            db.seed_ms,
+            db.query_ms,
+            group(db.pool_size),
+            group(db.pool_wait_ms),
         );
-        let mut out = title;
-        out.push_str("\n\n");
         out.push_str(&render_table(
             &["", "corral", "naive cache-aside"],
             &SIDE_ROWS,
@@ -261,21 +328,24 @@ impl Report for Comparison {
     }
 }
 
-/// One line: fills per cold key per round on each side, and the ratio.
-fn verdict(corral: &CallFigures, naive: &CallFigures) -> String {
-    let corral_part = corral.fills_phrase();
-    let ratio = if corral.fills == 0 {
+/// One line: SQLite queries per cold key per round on each side, the
+/// naive side's timeouts, and the ratio.
+fn verdict(corral: &SideReport, naive: &SideReport) -> String {
+    let ratio = if corral.sqlite_queries == 0 {
         String::new()
     } else {
         format!(
-            " — {}x the source calls",
-            decimal(naive.fills as f64 / corral.fills as f64)
+            " — {}x the queries",
+            decimal(naive.sqlite_queries as f64 / corral.sqlite_queries as f64)
         )
     };
     format!(
-        "corral: {corral_part}; naive: {} fills ({} per cold key per round){ratio}",
-        group(naive.fills),
-        decimal(naive.fills_per_cold_key_per_round),
+        "corral: {}, {} timeouts; naive: {} SQLite queries ({} per cold key per round), {} timeouts{ratio}",
+        corral.queries_phrase(),
+        group(corral.timeouts),
+        group(naive.sqlite_queries),
+        decimal(naive.queries_per_cold_key_per_round),
+        group(naive.timeouts),
     )
 }
 

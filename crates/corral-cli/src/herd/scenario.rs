@@ -86,6 +86,11 @@ impl Source {
 pub(crate) trait Contender: Send + Sync + 'static {
     /// Reads `key` through the cache.
     fn get(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
+
+    /// Whether `value` is the source's value for `key`.
+    fn is_value_of(&self, key: &str, value: &str) -> bool {
+        value == Source::value_of(key)
+    }
 }
 
 /// What the callers of one round measured.
@@ -191,7 +196,7 @@ pub(crate) fn arm<C: Contender>(
             let end = Instant::now();
             let end_us = wall_clock_us();
             let outcome = match result {
-                Ok(value) if value == Source::value_of(&key) => Ok(()),
+                Ok(value) if contender.is_value_of(&key, &value) => Ok(()),
                 Ok(value) => Err(format!("caller {caller}: wrong value {value:?} for {key}")),
                 Err(error) => Err(format!("caller {caller}: {error:#}")),
             };
