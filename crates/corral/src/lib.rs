@@ -133,6 +133,9 @@ mod error;
 mod first_read;
 mod flight;
 mod freshness;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod get_or_fill;
 mod health;
 mod key;

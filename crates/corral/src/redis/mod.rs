@@ -470,6 +470,32 @@ impl RedisStore {
     }
 }
 
+/// The key encoding and value framing on arbitrary input, for
+/// [`crate::fuzzing::keys`].
+#[cfg(feature = "test-hooks")]
+pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
+    let store_key = StoreKey::new(namespace, key);
+    let names = keys::KeyNames::new(&store_key);
+    let slot = keys::slot(&names.value);
+    assert_eq!(keys::slot(&names.lease), slot, "lease in another slot");
+    assert_eq!(keys::slot(&names.fence), slot, "fence in another slot");
+    assert!(names.value != names.lease && names.lease != names.fence && names.value != names.fence);
+    assert_eq!(keys::value_name(&store_key), names.value);
+    let _ = keys::namespace_of(&keys::channel(namespace));
+    let _ = keys::tag_key(namespace, key);
+    let (body, generation) = frame::unframe(bytes.to_vec());
+    if let Some(generation) = generation {
+        let reframed = frame::frame(&generation, &body);
+        let (again, token) = frame::unframe(reframed);
+        assert_eq!(again, body, "a value changed on re-framing");
+        assert_eq!(
+            token.as_deref(),
+            Some(&*generation),
+            "a generation changed on re-framing"
+        );
+    }
+}
+
 /// The tokio runtime the store's connections and subscriber run on.
 fn runtime() -> Result<tokio::runtime::Handle, StoreError> {
     tokio::runtime::Handle::try_current().map_err(|_| {
