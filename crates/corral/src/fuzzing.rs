@@ -75,8 +75,18 @@ where
 /// each other; the value frame round-trips.
 pub fn keys(bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
-    let (namespace, key) = text.split_at(text.len().min(text.find('\u{0}').unwrap_or(0)));
+    let (name, key) = text.split_at(text.len().min(text.find('\u{0}').unwrap_or(0)));
     let _ = crate::validate_key(key);
+    // Namespaces are `<cache name>:v<version>`, and cache names are
+    // checked (ASCII letters, digits, `_`, `-`, `.`): a brace there would
+    // move the hash tag. Keys may hold any character.
+    let name: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        .take(64)
+        .collect();
+    let namespace = format!("{}:v{}", if name.is_empty() { "n" } else { &name }, bytes.len() % 10);
+    let namespace = namespace.as_str();
     #[cfg(feature = "redis")]
     crate::redis::fuzz_keys(namespace, key, bytes);
     #[cfg(not(feature = "redis"))]

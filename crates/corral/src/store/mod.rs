@@ -64,7 +64,11 @@ pub struct StoreKey {
 }
 
 impl StoreKey {
-    /// The address of `key` in `namespace`.
+    /// The address of `key` in `namespace`. A namespace is a cache's
+    /// (`<name>:v<version>`, see [`Cache::namespace`](crate::Cache::namespace)):
+    /// stores rely on its characters being those of a cache name (ASCII
+    /// letters, digits, `_`, `-`, `.`); Redis, for one, finds a key's hash
+    /// tag after it. Keys may hold any character.
     pub fn new(namespace: impl Into<Arc<str>>, key: &str) -> Self {
         Self {
             namespace: namespace.into(),
