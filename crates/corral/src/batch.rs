@@ -302,7 +302,7 @@ where
                 missing.push((key, flight));
                 continue;
             };
-            match cache.peek_stored(&stored) {
+            match cache.peek_stored(&key, &stored) {
                 Some(judged)
                     if judged.standing == Standing::Fresh
                         && cache.stamps_current(&judged.stamps).await =>

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::cache::{Cache, Inner, Tiers};
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
+use crate::encryption::Encryption;
 use crate::error::ConfigError;
 use crate::flight::FlightTable;
 use crate::key::valid_name;
@@ -48,6 +49,7 @@ pub struct CacheBuilder<V> {
     policy: Policy,
     capacity: Capacity,
     codec: Arc<dyn Codec<V>>,
+    encryption: Option<Encryption>,
     store: Option<Arc<dyn Store>>,
     l1_with_store: bool,
     l1_lifetime: Option<Duration>,
@@ -68,6 +70,7 @@ impl<V> std::fmt::Debug for CacheBuilder<V> {
             .field("policy", &self.policy)
             .field("capacity", &self.capacity)
             .field("store", &self.store)
+            .field("encryption", &self.encryption)
             .finish_non_exhaustive()
     }
 }
@@ -83,6 +86,7 @@ where
             policy: Policy::default(),
             capacity: Capacity::Entries(10_000),
             codec: Arc::new(Postcard),
+            encryption: None,
             store: None,
             l1_with_store: false,
             l1_lifetime: None,
@@ -252,6 +256,25 @@ where
         self
     }
 
+    /// Encrypts values in the shared store (feature `encryption`): every
+    /// envelope is sealed with AES-256-GCM under a key derived for this
+    /// cache from the [`Encryption`]'s master key, bound to the cache's
+    /// namespace and the full key, so the store holds only ciphertext (and
+    /// the keys in clear). Bytes that do not decrypt are a miss, counted in
+    /// [`Stats::decrypt_failures`](crate::Stats::decrypt_failures), and
+    /// overwritten by the next fill. The in-process tier holds decoded
+    /// values as always. Without a store there is nothing to encrypt.
+    /// Default: off.
+    ///
+    /// Every cache sharing a namespace must use the same master keys: a
+    /// cache without encryption (or with other keys) counts the other's
+    /// values as undecodable and overwrites them.
+    #[cfg(feature = "encryption")]
+    pub fn encryption(mut self, encryption: Encryption) -> Self {
+        self.encryption = Some(encryption);
+        self
+    }
+
     /// Keeps values in a shared store ([`MemoryStore`](crate::MemoryStore),
     /// `RedisStore`) instead of in process: one fill per key across every
     /// cache sharing the store.
@@ -363,7 +386,8 @@ where
     /// [`ConfigError`] for an invalid name, a zero TTL or timeout, a jitter
     /// outside `[0, 1]`, an eager-refresh fraction outside `(0, 1)`, a soft
     /// timeout not below the fill timeout, a zero capacity or a lease TTL
-    /// under 30 ms.
+    /// under 30 ms, or an `encryption` with
+    /// more than 8 previous keys.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         if !valid_name(&self.name) {
             return Err(ConfigError::new(format!(
@@ -390,6 +414,10 @@ where
             ),
         };
         let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
+        let cipher = match &self.encryption {
+            Some(encryption) => Some(encryption.cipher(&namespace)?),
+            None => None,
+        };
         let l1 = (self.store.is_none() || self.l1_with_store).then(|| {
             let clock = match self.clock {
                 Some(clock) => TierClock::Injected(clock),
@@ -422,6 +450,7 @@ where
             schema: self.version,
             policy: self.policy,
             codec: self.codec,
+            cipher,
             tiers: Tiers {
                 l1,
                 l2: store.clone(),

@@ -13,13 +13,14 @@ use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
 use crate::codec::Codec;
+use crate::encryption::Cipher;
 use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, InvalidKey, StoreError, StoreErrorKind};
 use crate::first_read::{read_ahead, FirstRead, ReadAhead};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
-use crate::key::validate_key;
+use crate::key::{validate_key, KeyLabel};
 use crate::leader::{self, Fallback, Job};
 use crate::local::LocalTier;
 use crate::policy::{jittered, FillOptions, Policy};
@@ -42,6 +43,9 @@ pub(crate) struct Inner<V> {
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
     pub(crate) codec: Arc<dyn Codec<V>>,
+    /// Seals what goes to the shared store and opens what comes back
+    /// (feature `encryption`; `None`: envelopes are stored as they are).
+    pub(crate) cipher: Option<Cipher>,
     pub(crate) tiers: Tiers<V>,
     /// This instance's id on the backplane.
     pub(crate) origin: Origin,
@@ -73,16 +77,18 @@ impl<V: 'static> Inner<V> {
         StoreKey::new(Arc::clone(&self.namespace), key)
     }
 
-    /// The envelope of `value` (`None`: "not found") written with `ttls`,
-    /// filled under `stamps`.
+    /// The bytes of `key`'s `value` (`None`: "not found") in the shared
+    /// store, written with `ttls`, filled under `stamps`: its envelope,
+    /// sealed when the cache encrypts.
     pub(crate) fn encode(
         &self,
+        key: &str,
         value: Option<&V>,
         ttls: Ttls,
         flags: u16,
         stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
-        entry::encode(
+        let envelope = entry::encode(
             &*self.codec,
             self.schema,
             ttls,
@@ -90,16 +96,42 @@ impl<V: 'static> Inner<V> {
             value,
             self.policy.max_value_bytes,
             &stamps.0,
-        )
+        )?;
+        match &self.cipher {
+            Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
+            None => Ok(envelope),
+        }
     }
 
-    /// Decodes an envelope; undecodable bytes are counted (if `count`)
+    /// Decodes the stored bytes of `key` (opening them first when the cache
+    /// encrypts); bytes that do not open or decode are counted (if `count`)
     /// and yield `None`.
-    pub(crate) fn decode(&self, bytes: &[u8], count: bool) -> Option<Decoded<V>> {
+    pub(crate) fn decode(&self, key: &str, bytes: &[u8], count: bool) -> Option<Decoded<V>> {
+        let opened;
+        let envelope = match &self.cipher {
+            None => bytes,
+            Some(cipher) => match cipher.open(&self.namespace, key, bytes) {
+                Ok(envelope) => {
+                    opened = envelope;
+                    opened.as_slice()
+                }
+                Err(error) => {
+                    if count {
+                        Counters::bump(&self.counters.decrypt_failures);
+                        let key = KeyLabel {
+                            key,
+                            raw: self.policy.trace_raw_keys,
+                        };
+                        tracing::warn!(cache = %self.name, %key, %error, "entry did not decrypt: treated as a miss");
+                    }
+                    return None;
+                }
+            },
+        };
         match entry::decode(
             &*self.codec,
             self.schema,
-            bytes,
+            envelope,
             self.policy.max_value_bytes,
         ) {
             Ok(decoded) => Some(decoded),
@@ -113,21 +145,21 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Judges bytes read from the shared store by the store's clock: age is
+    /// Judges the bytes of `key` read from the shared store by the store's clock: age is
     /// the physical TTL in the envelope minus the remaining TTL read with
     /// them. Undecodable bytes are counted and yield `None`.
-    pub(crate) fn judge_stored(&self, stored: &Stored) -> Option<Judged<V>> {
-        self.judge_bytes(stored, true)
+    pub(crate) fn judge_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
+        self.judge_bytes(key, stored, true)
     }
 
     /// [`judge_stored`](Self::judge_stored) that leaves undecodable bytes
     /// uncounted, for a look the leader repeats.
-    pub(crate) fn peek_stored(&self, stored: &Stored) -> Option<Judged<V>> {
-        self.judge_bytes(stored, false)
+    pub(crate) fn peek_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
+        self.judge_bytes(key, stored, false)
     }
 
-    fn judge_bytes(&self, stored: &Stored, count: bool) -> Option<Judged<V>> {
-        let decoded = self.decode(&stored.bytes, count)?;
+    fn judge_bytes(&self, key: &str, stored: &Stored, count: bool) -> Option<Judged<V>> {
+        let decoded = self.decode(key, &stored.bytes, count)?;
         let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
         let age = decoded.ttls.physical.saturating_sub(remaining);
         let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
@@ -656,7 +688,7 @@ where
                     .store_call(store.get(&skey))
                     .await
                     .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
-                let mut judged = stored.and_then(|stored| inner.judge_stored(&stored));
+                let mut judged = stored.and_then(|stored| inner.judge_stored(key, &stored));
                 if let Some(found) = &judged {
                     if !inner.stamps_current(&found.stamps).await {
                         Counters::bump(&inner.counters.tag_misses);
@@ -729,7 +761,7 @@ where
         let stamps = Stamps::zip(&wanted, inner.current_versions(&wanted).await?);
         if let Some(store) = &inner.tiers.l2 {
             let bytes = inner
-                .encode(Some(&value), ttls, 0, &stamps)
+                .encode(key, Some(&value), ttls, 0, &stamps)
                 .map_err(|message| {
                     Counters::bump(&inner.counters.encode_failures);
                     Error::Encode {

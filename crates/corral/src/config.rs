@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::redact::redact_url;
 use crate::{Cache, CacheBuilder, ConfigError};
 
 /// A cache's settings, as read from TOML or the environment.
@@ -303,11 +304,11 @@ impl CacheConfig {
             }
             (Some(url), None) => crate::RedisStore::connect(url, redis)
                 .await
-                .map_err(|e| ConfigError::new(format!("redis at {}: {e}", redacted(url))))?,
+                .map_err(|e| ConfigError::new(format!("redis at {}: {e}", redact_url(url))))?,
             (None, Some(urls)) => crate::RedisStore::connect_cluster(urls, redis)
                 .await
                 .map_err(|e| {
-                    let urls: Vec<String> = urls.iter().map(|url| redacted(url)).collect();
+                    let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
                     ConfigError::new(format!("redis cluster at {urls:?}: {e}"))
                 })?,
             (None, None) => return Ok(builder),
@@ -333,10 +334,10 @@ impl fmt::Debug for CacheConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut set = BTreeMap::new();
         if let Some(url) = &self.redis_url {
-            set.insert("redis_url", redacted(url));
+            set.insert("redis_url", redact_url(url));
         }
         if let Some(urls) = &self.redis_cluster_urls {
-            let urls: Vec<String> = urls.iter().map(|url| redacted(url)).collect();
+            let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
             set.insert("redis_cluster_urls", format!("{urls:?}"));
         }
         let durations = [
@@ -373,26 +374,6 @@ impl fmt::Debug for CacheConfig {
             }
         }
         f.debug_map().entries(set).finish()
-    }
-}
-
-/// `url` with its password (if any) replaced by `***`.
-fn redacted(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let hidden = if userinfo.contains(':') || !userinfo.is_empty() {
-                format!("{user}:***")
-            } else {
-                String::new()
-            };
-            format!("{scheme}://{hidden}@{host}{path}")
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -443,19 +424,5 @@ mod tests {
         assert!(parse_duration("60").is_err());
         assert!(parse_duration("5 weeks").is_err());
         assert!(parse_duration("s").is_err());
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redacted("redis://:hunter2@h:6379/0"),
-            "redis://:***@h:6379/0"
-        );
-        assert_eq!(
-            redacted("redis://app:hunter2@h:6379"),
-            "redis://app:***@h:6379"
-        );
-        assert_eq!(redacted("redis://h:6379/"), "redis://h:6379/");
-        assert_eq!(redacted("rediss://u:p@w@h/1"), "rediss://u:***@h/1");
     }
 }

@@ -162,7 +162,7 @@ where
             return Err(());
         }
     };
-    let Some(judged) = inner.peek_stored(&stored) else {
+    let Some(judged) = inner.peek_stored(key, &stored) else {
         return Ok(None);
     };
     if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {

@@ -393,7 +393,7 @@ async fn keep_value<V>(
                 false
             } else {
                 let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
-                match cache.encode(value.as_ref(), ttls, flags, &stamps) {
+                match cache.encode(key, value.as_ref(), ttls, flags, &stamps) {
                     Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
                     Err(message) => {
                         Counters::bump(&cache.counters.encode_failures);
@@ -492,7 +492,7 @@ where
                     // Whatever comes next replaces only this generation: a
                     // write or invalidation landing meanwhile wins.
                     self.request.grant = Grant::OverGeneration(stored.generation.clone());
-                    let Some(judged) = cache.judge_stored(&stored) else {
+                    let Some(judged) = cache.judge_stored(self.key.key(), &stored) else {
                         continue;
                     };
                     if !cache.stamps_current(&judged.stamps).await {

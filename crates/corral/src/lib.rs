@@ -87,6 +87,24 @@
 //! | `macros` | yes | [`#[cached]`](cached): an `async fn` whose body is the fill of a [`Cache::get_or_fill`] |
 //! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets |
 //! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
+//! | `encryption` | no | `Encryption`: values in shared stores sealed with AES-256-GCM |
+//!
+//! ## Encryption
+//!
+//! With the feature `encryption`,
+//! `CacheBuilder::encryption(Encryption::new(master_key))` makes the
+//! shared store hold only ciphertext: each envelope is sealed with
+//! AES-256-GCM under a key derived for the cache (HKDF-SHA256 of the
+//! 32-byte master key and the cache's namespace), with a random 96-bit
+//! nonce, and bound to the namespace and the full key (the associated
+//! data). Bytes that do not decrypt — copied from another key or cache,
+//! altered, sealed under an unknown master key, or unencrypted — **fail
+//! closed**: a miss, counted in [`Stats::decrypt_failures`] and logged
+//! without key material, and overwritten by the next fill. To rotate,
+//! deploy `Encryption::new(new).previous_key(old)`: values sealed under
+//! `old` are still read, new ones are sealed under `new`. Keys stay in the
+//! store in clear (they name the entries); the L1 keeps decoded values.
+//! `Debug` of `Encryption` shows how many keys it holds, never a key.
 //!
 //! ## Metrics
 //!
@@ -111,6 +129,7 @@
 //! | `corral_commits_total`, `corral_commits_refused_total` | | fills written to the store; refused by a moved fence |
 //! | `corral_store_errors_total` | | store calls that failed or timed out |
 //! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
+//! | `corral_decrypt_failures_total` | | bytes that did not decrypt (feature `encryption`) |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
 //! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops after lost messages |
 //! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
@@ -128,6 +147,8 @@ pub mod clock;
 pub mod codec;
 #[cfg(feature = "config")]
 mod config;
+#[cfg_attr(not(feature = "encryption"), path = "encryption_off.rs")]
+mod encryption;
 mod entry;
 mod error;
 mod first_read;
@@ -144,6 +165,8 @@ mod local;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod policy;
+#[cfg(any(feature = "redis", feature = "config"))]
+mod redact;
 mod stats;
 pub mod store;
 mod sync;
@@ -158,6 +181,8 @@ pub use builder::{CacheBuilder, Capacity};
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::CacheConfig;
+#[cfg(feature = "encryption")]
+pub use encryption::Encryption;
 pub use error::{ConfigError, Error, InvalidKey, StoreError, StoreErrorKind};
 pub use freshness::{Answer, Cached, Fetched, Freshness};
 pub use health::{Health, StoreHealth};

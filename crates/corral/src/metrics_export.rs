@@ -77,6 +77,9 @@ const COUNTERS: &[Reading] = &[
     ("corral_store_errors_total", None, |s| s.store_errors),
     ("corral_decode_failures_total", None, |s| s.decode_failures),
     ("corral_encode_failures_total", None, |s| s.encode_failures),
+    ("corral_decrypt_failures_total", None, |s| {
+        s.decrypt_failures
+    }),
     ("corral_tag_misses_total", None, |s| s.tag_misses),
     ("corral_backplane_messages_total", None, |s| {
         s.backplane_messages

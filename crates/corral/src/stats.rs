@@ -239,6 +239,8 @@ counters! {
     fill_timeouts,
     /// Stored bytes that could not be decoded (treated as a miss).
     decode_failures,
+    /// Stored bytes that did not decrypt (feature `encryption`): tampered, copied from another key or cache, sealed under an unknown master key, or unencrypted. Treated as a miss, never served.
+    decrypt_failures,
     /// Values that could not be encoded or were over the size limit (returned, not stored).
     encode_failures,
     /// Values written to the store by a fill.

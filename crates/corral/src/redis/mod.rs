@@ -23,6 +23,7 @@ use self::expiries::Expiries;
 use self::keys::KeyNames;
 use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
+use crate::redact::redact_url;
 use crate::store::{
     BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Origin, Store,
     StoreKey, Stored,
@@ -313,7 +314,7 @@ impl RedisStore {
         )
         .await?;
         Self::finish(
-            redact(url),
+            redact_url(url),
             Connection::Standalone(manager),
             vec![client],
             config,
@@ -356,7 +357,11 @@ impl RedisStore {
             cluster.get_async_connection(),
         )
         .await?;
-        let target = urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
+        let target = urls
+            .iter()
+            .map(|u| redact_url(u))
+            .collect::<Vec<_>>()
+            .join(",");
         Self::finish(
             format!("cluster[{target}]"),
             Connection::Cluster(connection),
@@ -510,17 +515,6 @@ fn runtime() -> Result<tokio::runtime::Handle, StoreError> {
 pub(super) fn random_seed() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(0x636f_7272_616c_u64)
-}
-
-/// `url` without its password, for `Debug` output.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => match url[scheme + 3..at].split_once(':') {
-            Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-            None => url.to_owned(),
-        },
-        _ => url.to_owned(),
-    }
 }
 
 /// Milliseconds for `PX`/`PEXPIRE`: at least 1, at most [`MAX_TTL_MS`].
@@ -899,17 +893,6 @@ mod tests {
         );
         assert_eq!(remaining(&Value::Int(-1)), None);
         assert_eq!(remaining(&Value::Int(-2)), None);
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(redact("redis://127.0.0.1:6379/"), "redis://127.0.0.1:6379/");
-        assert_eq!(
-            redact("redis://user:secret@host:1/0"),
-            "redis://user:***@host:1/0"
-        );
-        assert_eq!(redact("redis://:secret@host"), "redis://:***@host");
-        assert_eq!(redact("redis://user@host"), "redis://user@host");
     }
 
     #[test]
