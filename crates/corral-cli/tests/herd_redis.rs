@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use corral_testkit::RedisServer;
+use corral_testkit::{RedisCluster, RedisServer};
 use serde_json::Value;
 
 const CALLERS: u64 = 300;
@@ -103,4 +103,51 @@ fn one_fill_per_cold_key_across_processes_notified_and_polling() {
     );
     let count = |name: &str| stats.get(name).copied().unwrap_or(0);
     assert!(count("evalsha") + count("pttl") >= round_trips, "{stats:?}");
+}
+
+/// `--redis` with several comma-separated URLs runs on a Redis Cluster:
+/// still one fill per cold key per round across every process.
+#[test]
+fn one_fill_per_cold_key_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    cluster.reset_stats();
+    let (callers, keys, rounds, processes) = (60_u64, 6_u64, 2_u64, 2_u64);
+    let output = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["herd", "--redis", &cluster.urls().join(",")])
+        .args(["--processes", &processes.to_string()])
+        .args(["--callers", &callers.to_string()])
+        .args(["--keys", &keys.to_string()])
+        .args(["--rounds", &rounds.to_string()])
+        .args(["--fill-ms", "30", "--wake", "notify", "--json"])
+        .output()
+        .expect("run corral herd --redis URL,URL,URL");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "corral herd on a cluster failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}\n{}",
+        output.status,
+        cluster.logs()
+    );
+    let report: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{stdout}"));
+    assert_eq!(
+        u64_of(&report, "notify", "fills"),
+        keys * rounds,
+        "one fill per cold key per round\n{report:#}"
+    );
+    assert_eq!(u64_of(&report, "notify", "successes"), callers * rounds);
+    assert_eq!(u64_of(&report, "notify", "failures"), 0);
+    // The fill counters were spread over the masters: the cluster agrees.
+    let stats = cluster.command_stats();
+    assert_eq!(
+        stats.get("incr").copied().unwrap_or(0),
+        keys * rounds + keys,
+        "measured fills plus the warm-up round's: {stats:?}"
+    );
+    eprintln!(
+        "herd on a 3-master cluster: {} fills for {} cold keys",
+        u64_of(&report, "notify", "fills"),
+        keys * rounds
+    );
 }

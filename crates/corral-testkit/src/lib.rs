@@ -6,7 +6,8 @@
 //! panics. It can freeze (`SIGSTOP`), thaw, kill and restart the server on the
 //! same port for fault tests, and reads `INFO commandstats` so tests can count
 //! the commands an operation sent. [`RedisCluster`] starts a three-master
-//! cluster with `redis-cli --cluster create`.
+//! cluster with `redis-cli --cluster create`, optionally with one replica
+//! per master, and can kill a master and wait until its replica took over.
 //!
 //! Every failure panics with the tail of the server log(s) in the message.
 //!

@@ -6,7 +6,8 @@
 //! - [`sqlite`]: the default run's source of truth, a seeded SQLite file
 //!   behind a bounded connection pool;
 //! - [`embedded`]: both sides in this process (the default);
-//! - [`shared`]: `--redis URL --processes N`, the stampede across worker
+//! - [`shared`]: `--redis URL[,URL...] --processes N` (several URLs: a
+//!   Redis Cluster, see [`redis_conn`]), the stampede across worker
 //!   processes ([`worker`]) sharing Redis, coordinated over [`wire`], with
 //!   round trips and commits observed by [`metered`];
 //! - [`outage`]: `--outage`, the source failing for a while (fail-safe);
@@ -16,6 +17,7 @@ mod embedded;
 mod hot;
 mod metered;
 mod outage;
+mod redis_conn;
 mod report;
 mod scenario;
 mod shared;
@@ -107,6 +109,10 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         return emit(&report?, args.json);
     }
     if let (Some(url), Some(rate)) = (&args.shared.redis, args.hot.hot_rate) {
+        anyhow::ensure!(
+            !redis_conn::is_cluster(url),
+            "--hot-rate runs on one Redis server; --redis names several (a cluster)"
+        );
         let comparison = runtime.block_on(hot::run(url, args.shared.processes, &args.hot, rate))?;
         if args.json {
             let line = serde_json::to_string(&comparison).context("encoding the report as JSON")?;

@@ -18,6 +18,7 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use super::redis_conn::Conn;
 use super::report::{CallFigures, Latency};
 use super::scenario::{wall_clock_us, RoundTally, Scenario};
 use super::shared_report::{SharedComparison, SharedSideReport};
@@ -55,7 +56,8 @@ impl WakeChoice {
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SharedArgs {
     /// Run the stampede across --processes OS processes sharing this Redis
-    /// (e.g. redis://127.0.0.1:6379/) instead of in this process.
+    /// (e.g. redis://127.0.0.1:6379/) instead of in this process; several
+    /// comma-separated URLs name the nodes of one Redis Cluster.
     #[arg(long, value_name = "URL")]
     pub(crate) redis: Option<String>,
     /// Worker processes sharing Redis (with --redis); caller i runs in
@@ -95,13 +97,11 @@ pub(crate) async fn run(
         scenario.keys,
         scenario.callers
     );
-    let mut redis = redis::Client::open(url)
-        .with_context(|| format!("parsing the Redis URL {}", redact(url)))?
-        .get_multiplexed_async_connection()
+    let mut redis = Conn::connect(url)
         .await
         .with_context(|| format!("connecting to Redis at {}", redact(url)))?;
-    redis::cmd("PING")
-        .query_async::<()>(&mut redis)
+    redis
+        .query::<()>(&redis::cmd("PING"))
         .await
         .with_context(|| format!("Redis at {} does not answer PING", redact(url)))?;
 
@@ -139,11 +139,7 @@ struct Side<'a> {
 }
 
 impl Side<'_> {
-    async fn run(
-        &self,
-        redis: &mut redis::aio::MultiplexedConnection,
-        progress: &Progress,
-    ) -> anyhow::Result<SharedSideReport> {
+    async fn run(&self, redis: &mut Conn, progress: &Progress) -> anyhow::Result<SharedSideReport> {
         progress.note(&format!(
             "redis, {}: starting {} worker processes",
             self.wake.as_str(),
@@ -214,10 +210,7 @@ impl Side<'_> {
 
     /// Sums the fill counters of the measured rounds' keys, and deletes every
     /// counter of this side (warm-up included).
-    async fn count_fills(
-        &self,
-        redis: &mut redis::aio::MultiplexedConnection,
-    ) -> anyhow::Result<u64> {
+    async fn count_fills(&self, redis: &mut Conn) -> anyhow::Result<u64> {
         let warm_up = format!("{}-warm-up", self.run);
         let measured: Vec<String> = (0..self.scenario.rounds)
             .flat_map(|round| (0..self.scenario.keys).map(move |k| (round, k)))
@@ -225,25 +218,18 @@ impl Side<'_> {
             .collect();
         let mut fills = 0;
         for chunk in measured.chunks(1000) {
-            let counts: Vec<Option<u64>> = redis::cmd("MGET")
-                .arg(chunk)
-                .query_async(redis)
+            let counts = redis
+                .take_counts(chunk)
                 .await
-                .context("reading the fill counters")?;
+                .context("reading and deleting the fill counters")?;
             fills += counts.into_iter().flatten().sum::<u64>();
-            redis::cmd("DEL")
-                .arg(chunk)
-                .query_async::<()>(redis)
-                .await
-                .context("deleting the fill counters")?;
         }
         let warm_up: Vec<String> = (0..self.scenario.keys)
             .map(|k| fills_counter(&Scenario::key(&warm_up, 0, k)))
             .collect();
         for chunk in warm_up.chunks(1000) {
-            redis::cmd("DEL")
-                .arg(chunk)
-                .query_async::<()>(redis)
+            redis
+                .take_counts(chunk)
                 .await
                 .context("deleting the warm-up fill counters")?;
         }

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
 use super::metered::MeteredStore;
+use super::redis_conn::Conn;
 use super::scenario::{arm, ArmedRound, Contender, Scenario, Source};
 use super::wire::{Event, Order, ProcessRound};
 
@@ -35,7 +36,7 @@ impl Wake {
 /// Flags of `corral herd-worker` (set by the coordinator).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct WorkerArgs {
-    /// The shared Redis.
+    /// The shared Redis: one URL, or a cluster's comma-separated node URLs.
     #[arg(long, value_name = "URL")]
     redis: String,
     /// Names this run's keys.
@@ -79,7 +80,7 @@ pub(crate) fn fills_counter(key: &str) -> String {
 struct SharedSide {
     cache: corral::Cache<String>,
     source: Arc<Source>,
-    counter: redis::aio::MultiplexedConnection,
+    counter: Conn,
 }
 
 impl Contender for SharedSide {
@@ -89,9 +90,8 @@ impl Contender for SharedSide {
         let owned = key.to_owned();
         self.cache
             .get_or_fill(key, move || async move {
-                redis::cmd("INCR")
-                    .arg(fills_counter(&owned))
-                    .query_async::<i64>(&mut counter)
+                counter
+                    .query::<i64>(redis::cmd("INCR").arg(fills_counter(&owned)))
                     .await?;
                 Ok::<_, redis::RedisError>(source.load(&owned).await)
             })
@@ -112,13 +112,9 @@ pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
 
 async fn serve(args: WorkerArgs) -> anyhow::Result<()> {
     let fill = Duration::from_millis(args.fill_ms);
-    let store = corral::RedisStore::connect(&args.redis, corral::RedisConfig::default())
-        .await
-        .with_context(|| format!("connecting the corral store to {}", args.redis))?;
+    let store = super::redis_conn::store(&args.redis).await?;
     let metered = MeteredStore::new(store, args.wake == Wake::Notify);
-    let counter = redis::Client::open(args.redis.as_str())
-        .context("parsing the Redis URL")?
-        .get_multiplexed_async_connection()
+    let counter = Conn::connect(&args.redis)
         .await
         .with_context(|| format!("connecting the fill counter to {}", args.redis))?;
     let mut builder = corral::Cache::<String>::builder("herd")
