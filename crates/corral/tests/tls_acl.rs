@@ -1,0 +1,1 @@
+//! TLS and ACL (placeholder during the first build).
