@@ -44,6 +44,23 @@ impl TlsMaterial {
         self.root_ca.is_some() || self.client.is_some()
     }
 
+    /// Refuses a CA that holds no PEM certificate at all (redis-rs would
+    /// trust nothing and every handshake would fail as "unknown issuer").
+    fn check(&self) -> Result<(), StoreError> {
+        let has_certificate = |pem: &[u8]| {
+            let marker = b"-----BEGIN CERTIFICATE-----";
+            pem.windows(marker.len()).any(|window| window == marker)
+        };
+        match &self.root_ca {
+            Some(pem) if !has_certificate(pem) => Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                "redis connect: tls_root_ca holds no PEM certificate \
+                 (-----BEGIN CERTIFICATE-----)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn certificates(&self) -> ::redis::TlsCertificates {
         ::redis::TlsCertificates {
             client_tls: self
@@ -66,8 +83,16 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
     {
         ensure_crypto_provider();
         if config.tls.is_set() {
-            return Client::build_with_tls(url, config.tls.certificates())
-                .map_err(|e| scrubbed(url, store_error("connect", &e)));
+            config.tls.check()?;
+            // Only the TLS material is read here (no network), so any
+            // failure is a configuration mistake.
+            return Client::build_with_tls(url, config.tls.certificates()).map_err(|e| {
+                let error = store_error("connect", &e);
+                scrubbed(
+                    url,
+                    StoreError::new(StoreErrorKind::Protocol, error.message()),
+                )
+            });
         }
     }
     #[cfg(not(feature = "tls"))]
