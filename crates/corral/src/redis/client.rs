@@ -9,15 +9,19 @@ use super::conn::store_error;
 use super::RedisConfig;
 use crate::error::{StoreError, StoreErrorKind};
 
+/// PEM bytes, shared by the clones of a config.
+#[cfg(feature = "tls")]
+type Pem = std::sync::Arc<[u8]>;
+
 /// PEM material for TLS connections. `Debug` shows only which parts are
 /// set and their sizes, never their bytes.
 #[cfg(feature = "tls")]
 #[derive(Clone, Default, PartialEq, Eq)]
 pub(super) struct TlsMaterial {
     /// CA certificates (PEM) to trust instead of the webpki roots.
-    pub(super) root_ca: Option<std::sync::Arc<[u8]>>,
+    pub(super) root_ca: Option<Pem>,
     /// Client certificate chain and private key (PEM), for mutual TLS.
-    pub(super) client: Option<(std::sync::Arc<[u8]>, std::sync::Arc<[u8]>)>,
+    pub(super) client: Option<(Pem, Pem)>,
 }
 
 #[cfg(feature = "tls")]
