@@ -959,6 +959,10 @@ mod tests {
         );
         assert_eq!(redact("redis://:secret@host"), "redis://:***@host");
         assert_eq!(redact("redis://user@host"), "redis://user@host");
+        assert_eq!(
+            redact("rediss://u:p@ss@host:1/#insecure"),
+            "rediss://u:***@host:1/#insecure"
+        );
     }
 
     #[test]
