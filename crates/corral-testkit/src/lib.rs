@@ -34,7 +34,7 @@ mod worker;
 
 pub use cluster::RedisCluster;
 pub use gate::{until, until_yielding, Gate};
-pub use server::RedisServer;
+pub use server::{RedisServer, TlsFiles};
 pub use worker::Worker;
 
 /// How many lines [`log_tail`] keeps.

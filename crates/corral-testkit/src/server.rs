@@ -46,6 +46,20 @@ enum StartError {
     Failed(String),
 }
 
+/// The PEM files of a TLS-only server ([`RedisServer::start_tls`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The server's certificate chain (`--tls-cert-file`); it must name
+    /// `127.0.0.1` (an IP subject alternative name) for clients that check
+    /// the host.
+    pub cert: PathBuf,
+    /// The server's private key (`--tls-key-file`).
+    pub key: PathBuf,
+    /// The CA that signed `cert` (`--tls-ca-cert-file`); the fixture's own
+    /// `redis-cli` runs trust it (`--cacert`).
+    pub ca: PathBuf,
+}
+
 /// A `redis-server` child process on `127.0.0.1`, killed on drop.
 ///
 /// It runs with `--save "" --appendonly no` (no persistence), a log file in
@@ -57,6 +71,7 @@ enum StartError {
 pub struct RedisServer {
     port: u16,
     extra_args: Vec<String>,
+    tls: Option<TlsFiles>,
     child: Mutex<Option<Child>>,
     frozen: AtomicBool,
     dir: TempDir,
@@ -89,7 +104,28 @@ impl RedisServer {
         Self::start_inner(args, PortNeeds::ClientOnly)
     }
 
+    /// Starts a TLS-only `redis-server`: `--port 0 --tls-port PORT` with the
+    /// certificate, key and CA of `files` and `--tls-auth-clients no`
+    /// (clients need no certificate), then `args` (which may override
+    /// those, e.g. `--tls-auth-clients yes`). Waits until it answers `PING`
+    /// over TLS (through `redis-cli --tls --cacert`).
+    ///
+    /// [`port`](Self::port) is the TLS port, [`url`](Self::url) a
+    /// `rediss://` URL; [`cli`](Self::cli), [`command_stats`](Self::command_stats)
+    /// and [`ping_within`](Self::ping_within) go through `redis-cli --tls`.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_tls(files: &TlsFiles, args: &[&str]) -> RedisServer {
+        Self::start_configured(args, Some(files.clone()), PortNeeds::ClientOnly)
+    }
+
     pub(crate) fn start_inner(args: &[&str], needs: PortNeeds) -> RedisServer {
+        Self::start_configured(args, None, needs)
+    }
+
+    fn start_configured(args: &[&str], tls: Option<TlsFiles>, needs: PortNeeds) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("corral-redis-")
             .tempdir()
@@ -97,6 +133,7 @@ impl RedisServer {
         let mut server = RedisServer {
             port: 0,
             extra_args: args.iter().map(|&a| a.to_owned()).collect(),
+            tls,
             child: Mutex::new(None),
             frozen: AtomicBool::new(false),
             dir,
@@ -119,9 +156,15 @@ impl RedisServer {
         self.port
     }
 
-    /// The URL clients connect with: `redis://127.0.0.1:PORT/`.
+    /// The URL clients connect with: `redis://127.0.0.1:PORT/`, or
+    /// `rediss://127.0.0.1:PORT/` for a [TLS server](Self::start_tls).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// The process id of the running server, or `None` after [`kill`](Self::kill).
@@ -237,13 +280,20 @@ impl RedisServer {
     /// Like [`cli`](Self::cli), but returns failures as `Err` with
     /// `redis-cli`'s output.
     pub fn try_cli(&self, args: &[&str]) -> Result<String, String> {
-        let finished = process::run(
-            Command::new(process::redis_cli_bin())
-                .args(["-h", "127.0.0.1", "-p"])
-                .arg(self.port.to_string())
-                .args(args),
-            CLI_TIMEOUT,
-        )?;
+        self.cli_within(args, CLI_TIMEOUT)
+    }
+
+    /// Runs `redis-cli` (with `--tls --cacert` for a TLS server), bounded
+    /// by `timeout`.
+    fn cli_within(&self, args: &[&str], timeout: Duration) -> Result<String, String> {
+        let mut command = Command::new(process::redis_cli_bin());
+        command
+            .args(["-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string());
+        if let Some(tls) = &self.tls {
+            command.arg("--tls").arg("--cacert").arg(&tls.ca);
+        }
+        let finished = process::run(command.args(args), timeout)?;
         if finished.status.success() {
             Ok(finished.stdout.trim().to_owned())
         } else {
@@ -255,7 +305,24 @@ impl RedisServer {
     /// back within `timeout` (applied to connect, write and read). A frozen
     /// or killed server gives `false`.
     pub fn ping_within(&self, timeout: Duration) -> bool {
-        matches!(resp::command(self.port, &["PING"], timeout), Ok(Some(r)) if r == "PONG")
+        matches!(self.ask(&["PING"], timeout), Ok(Some(r)) if r == "PONG")
+    }
+
+    /// One command on a fresh connection (the fixture's own RESP client, or
+    /// `redis-cli --tls` for a TLS server): the reply as text, `None` for
+    /// nil.
+    fn ask(&self, args: &[&str], timeout: Duration) -> Result<Option<String>, String> {
+        if self.tls.is_none() {
+            return resp::command(self.port, args, timeout);
+        }
+        let reply = self.cli_within(args, timeout)?;
+        if let Some(error) = reply
+            .strip_prefix("ERR ")
+            .or_else(|| reply.strip_prefix("NOPERM "))
+        {
+            return Err(error.to_owned());
+        }
+        Ok(Some(reply))
     }
 
     /// Parses `INFO commandstats` into command name (lower case, e.g.
@@ -285,7 +352,7 @@ impl RedisServer {
     /// Sends one command over the fixture's own connection and returns the
     /// reply as text (`""` for nil), panicking with the log tail on error.
     pub(crate) fn request(&self, args: &[&str]) -> String {
-        match resp::command(self.port, args, REQUEST_TIMEOUT) {
+        match self.ask(args, REQUEST_TIMEOUT) {
             Ok(reply) => reply.unwrap_or_default(),
             Err(e) => self.fail(&format!("{args:?}: {e}")),
         }
@@ -350,9 +417,21 @@ impl RedisServer {
             .open(self.stdio_path())
             .and_then(|f| Ok((f.try_clone()?, f)))
             .map_err(|e| StartError::Failed(format!("cannot open {STDIO_FILE}: {e}")))?;
-        Command::new(process::redis_server_bin())
-            .arg("--port")
-            .arg(self.port.to_string())
+        let mut command = Command::new(process::redis_server_bin());
+        match &self.tls {
+            None => command.arg("--port").arg(self.port.to_string()),
+            Some(tls) => command
+                .args(["--port", "0", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args(["--tls-auth-clients", "no"]),
+        };
+        command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
             .args(["--appendonly", "no"])
@@ -401,9 +480,7 @@ impl RedisServer {
             if self.ping_within(Duration::from_millis(250)) {
                 // Make sure the PONG came from our process, not from another
                 // server that grabbed the port between probing and binding.
-                if let Ok(Some(info)) =
-                    resp::command(self.port, &["INFO", "server"], REQUEST_TIMEOUT)
-                {
+                if let Ok(Some(info)) = self.ask(&["INFO", "server"], REQUEST_TIMEOUT) {
                     return match info_field(&info, "process_id") {
                         Some(p) if p == pid.to_string() => Ok(()),
                         _ => Err(StartError::PortTaken),

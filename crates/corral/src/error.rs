@@ -68,6 +68,11 @@ pub enum StoreErrorKind {
     Unavailable,
     /// The store answered with an error or an unexpected reply.
     Protocol,
+    /// The store refused the call or the connection: a Redis ACL denied a
+    /// key, channel or command (`NOPERM`), or authentication failed (wrong
+    /// user name or password, `NOAUTH`). Retrying does not help; the
+    /// message says what was refused.
+    Denied,
 }
 
 impl StoreError {
@@ -82,6 +87,11 @@ impl StoreError {
     /// The kind of failure.
     pub fn kind(&self) -> StoreErrorKind {
         self.kind
+    }
+
+    /// The message, without the kind.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
     }
 
     /// Whether the call timed out.

@@ -85,6 +85,7 @@
 //! |---|---|---|
 //! | `redis` | yes | [`RedisStore`]: standalone and cluster Redis 7 |
 //! | `macros` | yes | [`#[cached]`](cached): an `async fn` whose body is the fill of a [`Cache::get_or_fill`] |
+//! | `tls` | no | `rediss://` for [`RedisStore`] through rustls (ring): webpki roots or your own CA ([`RedisConfig::tls_root_ca`](RedisConfig)), client certificates |
 //! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets |
 //! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
 //! | `encryption` | no | `Encryption`: values in shared stores sealed with AES-256-GCM |

@@ -53,6 +53,10 @@ mod tests {
             ("redis://:secret@host", "redis://:***@host"),
             ("redis://user@host", "redis://user@host"),
             ("rediss://u:p@w@h/1", "rediss://u:***@h/1"),
+            (
+                "rediss://u:p@ss@host:1/#insecure",
+                "rediss://u:***@host:1/#insecure",
+            ),
             ("redis://u:pa/ss@h/1", "redis://u:***@h/1"),
             (
                 "redis://u:secret@h/0?protocol=3",

@@ -232,6 +232,12 @@ pub(super) async fn bounded<T>(
 /// Classifies a redis-rs error: timeouts, unreachable or not-ready servers
 /// (refused, reset, loading, cluster down) and everything else.
 pub(super) fn store_error(what: &str, e: &RedisError) -> StoreError {
+    if let Some(refusal) = refusal(e) {
+        return StoreError::new(
+            StoreErrorKind::Denied,
+            format!("redis {what}: {refusal}: {e}"),
+        );
+    }
     let kind = if e.is_timeout() {
         StoreErrorKind::Timeout
     } else if e.is_io_error()
@@ -253,6 +259,21 @@ pub(super) fn store_error(what: &str, e: &RedisError) -> StoreError {
         StoreErrorKind::Protocol
     };
     StoreError::new(kind, format!("redis {what}: {e}"))
+}
+
+/// What refused `e`, if it is an ACL or authentication refusal: `NOPERM`
+/// (a key, channel or command outside the user's ACL), a failed `AUTH`
+/// (`WRONGPASS`), or a command sent without authenticating (`NOAUTH`).
+pub(super) fn refusal(e: &RedisError) -> Option<&'static str> {
+    match (e.kind(), e.code()) {
+        (ErrorKind::Server(ServerErrorKind::NoPerm), _) | (_, Some("NOPERM")) => {
+            Some("refused by Redis ACL (NOPERM: the user may not use this key, channel or command)")
+        }
+        (ErrorKind::AuthenticationFailed, _) | (_, Some("WRONGPASS" | "NOAUTH")) => {
+            Some("authentication refused by Redis (check the user name and password)")
+        }
+        _ => None,
+    }
 }
 
 /// A reply of a shape the scripts never send.

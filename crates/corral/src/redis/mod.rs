@@ -3,6 +3,7 @@
 //! needs from Redis are documented on [`RedisStore`] (this module is
 //! private).
 
+mod client;
 mod conn;
 mod expiries;
 mod frame;
@@ -15,7 +16,6 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::cluster::ClusterClientBuilder;
 use ::redis::{Client, Value};
 
 use self::conn::{bounded, store_error, unexpected, Connection};
@@ -71,6 +71,12 @@ pub struct RedisConfig {
     /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
     /// its `GET`. Default: **65,536** (about 4 MiB).
     pub read_memory: usize,
+    /// TLS material for `rediss://` connections (feature `tls`): see
+    /// [`tls_root_ca`](Self::tls_root_ca) and
+    /// [`tls_client_auth`](Self::tls_client_auth). Its `Debug` output shows
+    /// sizes, never bytes.
+    #[cfg(feature = "tls")]
+    tls: client::TlsMaterial,
 }
 
 impl Default for RedisConfig {
@@ -80,6 +86,8 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
             read_memory: 1 << 16,
+            #[cfg(feature = "tls")]
+            tls: client::TlsMaterial::default(),
         }
     }
 }
@@ -111,6 +119,37 @@ impl RedisConfig {
     #[must_use]
     pub fn reconnect_max_delay(mut self, delay: Duration) -> Self {
         self.reconnect_max_delay = delay;
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (one or more PEM blocks) for
+    /// `rediss://` connections — the command connection, the subscriber
+    /// and every cluster node — *instead of* the built-in webpki roots
+    /// (feature `tls`). The server's certificate must name the host of the
+    /// URL (a DNS name or an IP address in its subject alternative names).
+    ///
+    /// An unreadable PEM fails [`RedisStore::connect`] with
+    /// [`StoreErrorKind::Protocol`]; giving TLS material and a `redis://`
+    /// URL fails it too.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into().into());
+        self
+    }
+
+    /// Authenticates to the server with a client certificate chain and its
+    /// private key, both PEM (mutual TLS, feature `tls`). Without
+    /// [`tls_root_ca`](Self::tls_root_ca), the server is checked against
+    /// the webpki roots. The key never appears in `Debug` output or errors.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_client_auth(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((certificate_pem.into().into(), key_pem.into().into()));
         self
     }
 
@@ -243,6 +282,25 @@ impl RedisConfig {
 /// (Sharded pub/sub, `SPUBLISH`, is not used: it would need a channel per
 /// slot instead of one per namespace.)
 ///
+/// # ACL users
+///
+/// A user needs the keys and the channel of its caches' namespaces and a
+/// few commands. For caches named `orders` (namespaces `orders:v<n>`):
+///
+/// ```text
+/// ACL SETUSER orders-app on >password resetkeys ~corral:orders:* resetchannels &corral:orders:*
+///     -@all +get +mget +pttl +set +del +pexpire +publish +evalsha +eval +script|load
+///     +subscribe +unsubscribe +ping
+/// ```
+///
+/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.)
+/// A call the ACL refuses — a cache of another namespace on the same
+/// store, a missing command — fails with [`StoreErrorKind::Denied`] and a
+/// message that says it was refused by the ACL: `set` and `invalidate`
+/// return it, `get_or_fill` fails open (fills without a lease) and counts
+/// a store error. A channel refused to the subscriber is logged once and
+/// its waiters fall back to polling; the other channels are not affected.
+///
 /// # Example
 ///
 /// ```no_run
@@ -286,13 +344,25 @@ impl fmt::Debug for RedisStore {
 
 impl RedisStore {
     /// Connects to one Redis server (`redis://[user:password@]host[:port][/db]`,
-    /// `rediss://` with TLS features of redis-rs, or `unix://`), loads the
-    /// scripts and starts the subscriber. Must be called within a tokio
+    /// `rediss://...` for TLS with the feature `tls`, or `unix://`), loads
+    /// the scripts and starts the subscriber. Must be called within a tokio
     /// runtime.
+    ///
+    /// The user name and password of the URL authenticate every connection
+    /// of the store (commands, scripts and the subscriber); see "What it
+    /// needs from Redis" for the least an ACL user needs. With `rediss://`,
+    /// every connection uses TLS, verified against the webpki roots or the
+    /// CA of [`RedisConfig::tls_root_ca`], with the client certificate of
+    /// [`RedisConfig::tls_client_auth`] if given. The password appears in no
+    /// `Debug` output or error (it is shown as `***`).
     ///
     /// # Errors
     ///
-    /// [`StoreErrorKind::Protocol`] for a malformed URL;
+    /// [`StoreErrorKind::Protocol`] for a malformed URL, a `rediss://` URL
+    /// without the feature `tls`, unreadable TLS material, or TLS material
+    /// with a `redis://` URL;
+    /// [`StoreErrorKind::Denied`] when authentication fails or the ACL
+    /// refuses loading the scripts;
     /// [`StoreErrorKind::Unavailable`] or [`StoreErrorKind::Timeout`] when the
     /// server cannot be reached within `config.connect_timeout` (plus
     /// `config.op_timeout` to load the scripts);
@@ -300,7 +370,7 @@ impl RedisStore {
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
-        let client = Client::open(url).map_err(|e| store_error("connect", &e))?;
+        let client = client::client(url, &config)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.op_timeout))
@@ -312,7 +382,8 @@ impl RedisStore {
             "connect",
             ConnectionManager::new_with_config(client.clone(), manager_config),
         )
-        .await?;
+        .await
+        .map_err(|e| client::scrubbed(url, e))?;
         Self::finish(
             redact_url(url),
             Connection::Standalone(manager),
@@ -343,20 +414,24 @@ impl RedisStore {
         }
         let clients = urls
             .iter()
-            .map(|url| Client::open(url.as_str()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| store_error("connect", &e))?;
-        let cluster = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+            .map(|url| client::client(url, &config))
+            .collect::<Result<Vec<_>, _>>()?;
+        let scrub = |e: StoreError| {
+            urls.iter()
+                .fold(e, |e, url| client::scrubbed(url.as_str(), e))
+        };
+        let cluster = client::cluster_builder(urls, &config)?
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.op_timeout)
             .build()
-            .map_err(|e| store_error("connect", &e))?;
+            .map_err(|e| scrub(store_error("connect", &e)))?;
         let connection = bounded(
             config.connect_timeout,
             "connect",
             cluster.get_async_connection(),
         )
-        .await?;
+        .await
+        .map_err(scrub)?;
         let target = urls
             .iter()
             .map(|u| redact_url(u))

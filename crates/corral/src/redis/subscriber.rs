@@ -48,6 +48,9 @@ struct Shared {
     notifier: Notifier,
     /// Every channel asked for so far; subscribed again after a reconnect.
     channels: Mutex<BTreeSet<Arc<str>>>,
+    /// Channels the server's ACL refused (`NOPERM`): not asked for again,
+    /// their waiters rely on polling.
+    denied: Mutex<BTreeSet<Arc<str>>>,
     /// The backplane sinks of each channel.
     sinks: Sinks,
 }
@@ -63,6 +66,10 @@ impl std::fmt::Debug for Shared {
 impl Shared {
     fn channels(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn denied(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
+        self.denied.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A subscription of `channels` was (re)confirmed: messages published
@@ -95,6 +102,7 @@ impl Subscriber {
         let shared = Arc::new(Shared {
             notifier: Notifier::new(),
             channels: Mutex::new(BTreeSet::new()),
+            denied: Mutex::new(BTreeSet::new()),
             sinks: Sinks::default(),
         });
         let (requests, receiver) = mpsc::unbounded_channel();
@@ -200,11 +208,20 @@ impl Task {
         };
         let (mut sink, mut stream) = pubsub.split();
 
-        let wanted: Vec<Arc<str>> = self.shared.channels().iter().cloned().collect();
-        if !wanted.is_empty() && !self.subscribe(&mut sink, &wanted).await {
-            return Ended::Lost { established: false };
-        }
-        self.shared.resubscribed(&wanted);
+        let wanted: Vec<Arc<str>> = {
+            let denied = self.shared.denied();
+            let channels = self.shared.channels();
+            channels.difference(&denied).cloned().collect()
+        };
+        let subscribed = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            match self.subscribe(&mut sink, &wanted).await {
+                Some(subscribed) => subscribed,
+                None => return Ended::Lost { established: false },
+            }
+        };
+        self.shared.resubscribed(&subscribed);
 
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -214,11 +231,10 @@ impl Task {
                 request = self.requests.recv() => match request {
                     None => return Ended::StoreDropped,
                     Some(channel) => {
-                        let channel = [channel];
-                        if !self.subscribe(&mut sink, &channel).await {
-                            return Ended::Lost { established: true };
+                        match self.subscribe(&mut sink, &[channel]).await {
+                            Some(subscribed) => self.shared.resubscribed(&subscribed),
+                            None => return Ended::Lost { established: true },
                         }
-                        self.shared.resubscribed(&channel);
                     }
                 },
                 message = stream.next() => match message {
@@ -235,12 +251,61 @@ impl Task {
         }
     }
 
-    /// Subscribes `channels`; whether Redis confirmed in time.
-    async fn subscribe(&self, sink: &mut PubSubSink, channels: &[Arc<str>]) -> bool {
+    /// Subscribes `channels` and returns those Redis confirmed in time, or
+    /// `None` when the connection is not usable (an error or no answer).
+    ///
+    /// A channel the ACL refuses (`NOPERM`) is not an outage: it is logged,
+    /// remembered as denied (never asked for again; its waiters poll) and
+    /// left out, and the others are subscribed one by one (Redis refuses a
+    /// whole `SUBSCRIBE` if one of its channels is denied).
+    async fn subscribe(
+        &self,
+        sink: &mut PubSubSink,
+        channels: &[Arc<str>],
+    ) -> Option<Vec<Arc<str>>> {
+        match self.subscribe_all(sink, channels).await? {
+            Ok(()) => return Some(channels.to_vec()),
+            Err(refusal) if channels.len() == 1 => {
+                self.deny(&channels[0], &refusal);
+                return Some(Vec::new());
+            }
+            Err(_) => {}
+        }
+        let mut subscribed = Vec::with_capacity(channels.len());
+        for channel in channels {
+            match self
+                .subscribe_all(sink, std::slice::from_ref(channel))
+                .await?
+            {
+                Ok(()) => subscribed.push(Arc::clone(channel)),
+                Err(refusal) => self.deny(channel, &refusal),
+            }
+        }
+        Some(subscribed)
+    }
+
+    /// One `SUBSCRIBE` of `channels`: `None` if the connection failed or
+    /// did not answer in time, `Some(Err(message))` if the ACL refused it.
+    async fn subscribe_all(
+        &self,
+        sink: &mut PubSubSink,
+        channels: &[Arc<str>],
+    ) -> Option<Result<(), String>> {
         let names: Vec<&str> = channels.iter().map(|c| &**c).collect();
-        let subscribed =
-            tokio::time::timeout(self.settings.op_timeout, sink.subscribe(names)).await;
-        matches!(subscribed, Ok(Ok(())))
+        match tokio::time::timeout(self.settings.op_timeout, sink.subscribe(names)).await {
+            Ok(Ok(())) => Some(Ok(())),
+            Ok(Err(e)) if super::conn::refusal(&e).is_some() => Some(Err(e.to_string())),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    }
+
+    fn deny(&self, channel: &Arc<str>, refusal: &str) {
+        tracing::warn!(
+            channel = &**channel,
+            "corral: redis refused SUBSCRIBE by ACL ({refusal}); waiters on this channel poll \
+             instead of being notified"
+        );
+        self.shared.denied().insert(Arc::clone(channel));
     }
 
     /// Wakes the waiters of the key a message names and hands backplane

@@ -1,0 +1,208 @@
+//! Building redis-rs clients from a URL and a [`RedisConfig`]: the TLS
+//! material (feature `tls`), a clear error for `rediss://` without it, and
+//! error messages that never repeat the URL's password.
+
+use ::redis::cluster::ClusterClientBuilder;
+use ::redis::Client;
+
+use super::conn::store_error;
+use super::RedisConfig;
+use crate::error::{StoreError, StoreErrorKind};
+
+/// PEM bytes, shared by the clones of a config.
+#[cfg(feature = "tls")]
+type Pem = std::sync::Arc<[u8]>;
+
+/// PEM material for TLS connections. `Debug` shows only which parts are
+/// set and their sizes, never their bytes.
+#[cfg(feature = "tls")]
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(super) struct TlsMaterial {
+    /// CA certificates (PEM) to trust instead of the webpki roots.
+    pub(super) root_ca: Option<Pem>,
+    /// Client certificate chain and private key (PEM), for mutual TLS.
+    pub(super) client: Option<(Pem, Pem)>,
+}
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let root_ca = self
+            .root_ca
+            .as_ref()
+            .map(|pem| format!("<{} bytes of PEM>", pem.len()));
+        let client = self
+            .client
+            .as_ref()
+            .map(|(cert, _key)| format!("<certificate: {} bytes, key: redacted>", cert.len()));
+        f.debug_struct("TlsMaterial")
+            .field("root_ca", &root_ca)
+            .field("client", &client)
+            .finish()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl TlsMaterial {
+    fn is_set(&self) -> bool {
+        self.root_ca.is_some() || self.client.is_some()
+    }
+
+    /// Refuses a CA that holds no PEM certificate at all (redis-rs would
+    /// trust nothing and every handshake would fail as "unknown issuer").
+    fn check(&self) -> Result<(), StoreError> {
+        let has_certificate = |pem: &[u8]| {
+            let marker = b"-----BEGIN CERTIFICATE-----";
+            pem.windows(marker.len()).any(|window| window == marker)
+        };
+        match &self.root_ca {
+            Some(pem) if !has_certificate(pem) => Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                "redis connect: tls_root_ca holds no PEM certificate \
+                 (-----BEGIN CERTIFICATE-----)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn certificates(&self) -> ::redis::TlsCertificates {
+        ::redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| ::redis::ClientTlsConfig {
+                    client_cert: cert.to_vec(),
+                    client_key: key.to_vec(),
+                }),
+            root_cert: self.root_ca.as_ref().map(|pem| pem.to_vec()),
+        }
+    }
+}
+
+/// A client for one server (or one cluster seed) at `url`, with the TLS
+/// material of `config` when it has some.
+pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreError> {
+    check_scheme(url)?;
+    #[cfg(feature = "tls")]
+    {
+        ensure_crypto_provider();
+        if config.tls.is_set() {
+            config.tls.check()?;
+            // Only the TLS material is read here (no network), so any
+            // failure is a configuration mistake.
+            return Client::build_with_tls(url, config.tls.certificates()).map_err(|e| {
+                let error = store_error("connect", &e);
+                scrubbed(
+                    url,
+                    StoreError::new(StoreErrorKind::Protocol, error.message()),
+                )
+            });
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = config;
+    Client::open(url).map_err(|e| scrubbed(url, store_error("connect", &e)))
+}
+
+/// A cluster client builder seeded with `urls` and the TLS material of
+/// `config`. User name and password come from the first URL.
+pub(super) fn cluster_builder(
+    urls: &[String],
+    config: &RedisConfig,
+) -> Result<ClusterClientBuilder, StoreError> {
+    for url in urls {
+        check_scheme(url)?;
+    }
+    let builder = ClusterClientBuilder::new(urls.iter().map(String::as_str));
+    #[cfg(feature = "tls")]
+    {
+        ensure_crypto_provider();
+        if config.tls.is_set() {
+            return Ok(builder.certs(config.tls.certificates()));
+        }
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = config;
+    Ok(builder)
+}
+
+/// Refuses `rediss://` when corral was built without TLS, with a message
+/// that names the feature (redis-rs's own error does not).
+fn check_scheme(url: &str) -> Result<(), StoreError> {
+    let tls = url
+        .get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
+    if tls && !cfg!(feature = "tls") {
+        return Err(StoreError::new(
+            StoreErrorKind::Protocol,
+            format!(
+                "redis connect: {} is a TLS URL (rediss://); build corral with the `tls` feature",
+                crate::redact::redact_url(url)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `error` with the password of `url` (if any, and if it appears) masked.
+pub(super) fn scrubbed(url: &str, error: StoreError) -> StoreError {
+    match password(url) {
+        Some(password) if error.to_string().contains(password) => {
+            let message = error.message().replace(password, "***");
+            StoreError::new(error.kind(), message)
+        }
+        _ => error,
+    }
+}
+
+/// The password part of `scheme://user:password@host...`, if non-empty.
+pub(super) fn password(url: &str) -> Option<&str> {
+    let scheme = url.find("://")?;
+    let at = url.rfind('@')?;
+    let userinfo = url.get(scheme + 3..at)?;
+    let (_user, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then_some(password)
+}
+
+/// rustls needs a process-wide crypto provider; redis-rs builds its TLS
+/// settings with the default one. corral turns on rustls's `ring` provider,
+/// so there is exactly one unless the application enables another one too;
+/// then nothing would be the default and building TLS settings would
+/// panic. Installs `ring` as the default only when none is installed yet.
+#[cfg(feature = "tls")]
+fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: one is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_passwords() {
+        assert_eq!(password("redis://u:p%40ss@h:1/0"), Some("p%40ss"));
+        assert_eq!(password("rediss://:secret@h"), Some("secret"));
+        assert_eq!(password("redis://user@h"), None);
+        assert_eq!(password("redis://h:6379/"), None);
+    }
+
+    #[test]
+    fn scrubs_passwords_from_errors() {
+        let error = StoreError::new(StoreErrorKind::Protocol, "bad redis://u:hunter2@h");
+        let clean = scrubbed("redis://u:hunter2@h", error);
+        assert!(!clean.to_string().contains("hunter2"), "{clean}");
+        assert_eq!(clean.kind(), StoreErrorKind::Protocol);
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn rediss_without_the_feature_names_it() {
+        let error = check_scheme("rediss://u:pw@h:1/").err();
+        let text = error.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("`tls` feature"), "{text}");
+        assert!(!text.contains("pw@"), "{text}");
+    }
+}
