@@ -8,13 +8,14 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::breaker::{self, Breaker};
 use crate::builder::CacheBuilder;
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 
 use crate::codec::Codec;
 use crate::entry::{self, Decoded, Ttls};
-use crate::error::{Error, InvalidKey, StoreError, StoreErrorKind};
+use crate::error::{Error, InvalidKey, StoreError};
 use crate::first_read::{read_ahead, FirstRead, ReadAhead};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
@@ -51,6 +52,9 @@ pub(crate) struct Inner<V> {
     /// by itself ([`Store::call_bound`]), so no timer of the cache's is
     /// needed.
     pub(crate) store_bounds_calls: bool,
+    /// The circuit breaker every store call goes through; `None` without a
+    /// store or with the breaker turned off.
+    pub(crate) breaker: Option<Arc<Breaker>>,
     pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -193,30 +197,25 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Runs one store call under the cache's store timeout (the store's
-    /// own, when it bounds its calls at least as tightly).
+    /// Runs one store call through the circuit breaker (refused at once
+    /// while it is open) under the cache's store timeout (the store's own,
+    /// when it bounds its calls at least as tightly).
     pub(crate) async fn store_call<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        if self.store_bounds_calls {
-            return call.await;
-        }
-        store_call(self.policy.store_timeout, call).await
+        let timeout = (!self.store_bounds_calls).then_some(self.policy.store_timeout);
+        breaker::guarded(self.breaker.as_deref(), timeout, call).await
     }
-}
 
-/// Runs one store call under `timeout`.
-pub(crate) async fn store_call<T>(
-    timeout: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::new(
-            StoreErrorKind::Timeout,
-            format!("no answer within {timeout:?}"),
-        )),
+    /// A snapshot of the instance's counters, the breaker's included.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.counters.snapshot();
+        if let Some(breaker) = &self.breaker {
+            stats.breaker_opened = breaker.opened();
+            stats.store_calls_skipped = breaker.skipped();
+        }
+        stats
     }
 }
 
@@ -655,7 +654,7 @@ where
                 let stored = inner
                     .store_call(store.get(&skey))
                     .await
-                    .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+                    .inspect_err(|error| inner.counters.store_failed(error))?;
                 let mut judged = stored.and_then(|stored| inner.judge_stored(&stored));
                 if let Some(found) = &judged {
                     if !inner.stamps_current(&found.stamps).await {
@@ -741,7 +740,7 @@ where
                 .store_call(store.set(&skey, &bytes, ttls.physical, inner.origin))
                 .await;
             if let Err(error) = written {
-                Counters::bump(&inner.counters.store_errors);
+                inner.counters.store_failed(&error);
                 // The write may or may not have landed: keep no copy of
                 // either value in process.
                 inner.flights.detach(key, || inner.remove_from_l1(key));
@@ -783,13 +782,13 @@ where
             None => Ok(()),
         };
         inner.flights.detach(key, || inner.remove_from_l1(key));
-        removed.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+        removed.inspect_err(|error| inner.counters.store_failed(error))?;
         Ok(())
     }
 
     /// A snapshot of this instance's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        self.inner.stats()
     }
 
     /// Copies this cache's counters into the `metrics` recorder now (an

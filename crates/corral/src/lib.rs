@@ -113,6 +113,8 @@
 //! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
 //! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops after lost messages |
+//! | `corral_breaker_opened_total` | | times the store's circuit breaker opened (see [`CacheBuilder::circuit_breaker`]) |
+//! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
 //! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
 //! | `corral_wait_duration_seconds` (histogram) | | how long each coalesced caller waited |
 
@@ -121,6 +123,7 @@
 
 mod backplane;
 mod batch;
+mod breaker;
 mod bounded_map;
 mod builder;
 mod cache;
