@@ -244,7 +244,9 @@ impl Drop for Probe<'_> {
     fn drop(&mut self) {
         if !self.finished {
             // Cancelled: no verdict; the next call probes.
-            self.breaker.word.store(self.breaker.open_word(Duration::ZERO), Release);
+            self.breaker
+                .word
+                .store(self.breaker.open_word(Duration::ZERO), Release);
         }
     }
 }

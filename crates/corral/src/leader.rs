@@ -794,7 +794,12 @@ impl Drop for LeaseGuard {
         let timeout = self.store_timeout;
         let breaker = self.breaker.clone();
         runtime.spawn(async move {
-            let _ = guarded(breaker.as_deref(), Some(timeout), store.release(&key, &lease)).await;
+            let _ = guarded(
+                breaker.as_deref(),
+                Some(timeout),
+                store.release(&key, &lease),
+            )
+            .await;
         });
     }
 }

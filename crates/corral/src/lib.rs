@@ -123,8 +123,8 @@
 
 mod backplane;
 mod batch;
-mod breaker;
 mod bounded_map;
+mod breaker;
 mod builder;
 mod cache;
 pub mod clock;

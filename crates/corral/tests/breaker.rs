@@ -70,7 +70,10 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
     for i in 0..FAILURES {
         let (answer, took) = timed_read(&cache, &format!("before{i}"), "filled").await;
         assert_eq!(answer, "filled");
-        assert!(took >= OP_TIMEOUT, "a call to the frozen store took {took:?}");
+        assert!(
+            took >= OP_TIMEOUT,
+            "a call to the frozen store took {took:?}"
+        );
         before.push(took);
     }
     let opened_by = Instant::now();
@@ -88,7 +91,11 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
     }
     let batch = cache
         .get_many_or_fill(&["b1", "b2"], |keys: Vec<String>| async move {
-            Ok::<_, String>(keys.into_iter().map(|k| (k, "batch".to_owned())).collect::<HashMap<_, _>>())
+            Ok::<_, String>(
+                keys.into_iter()
+                    .map(|k| (k, "batch".to_owned()))
+                    .collect::<HashMap<_, _>>(),
+            )
         })
         .await;
     assert_eq!(batch.get("b1").expect("b1").as_deref().ok(), Some("batch"));
@@ -108,11 +115,18 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
             other => panic!("expected a store error: {other}"),
         }
     }
-    assert!(writes_took < SKIPPED, "5 refused operations took {writes_took:?}");
+    assert!(
+        writes_took < SKIPPED,
+        "5 refused operations took {writes_took:?}"
+    );
     let stats = cache.stats();
     // 20 reads, one batch read, 5 operations (none of them retried).
     assert_eq!(stats.store_calls_skipped, 26, "{stats:?}");
-    assert_eq!(stats.store_errors, u64::from(FAILURES), "skips are no errors");
+    assert_eq!(
+        stats.store_errors,
+        u64::from(FAILURES),
+        "skips are no errors"
+    );
     assert_eq!(stats.fail_open_fills, u64::from(FAILURES) + 20 + 2);
     assert_eq!(stats.breaker_opened, 1);
 
@@ -153,7 +167,10 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
     tokio::time::sleep_until(reopened_by + COOL_DOWN).await;
     let (probe, probe_took) = timed_read(&cache, "warm", "not filled").await;
     assert_eq!(probe, "up", "read from Redis");
-    cache.set("after", "thaw".into()).await.expect("writes again");
+    cache
+        .set("after", "thaw".into())
+        .await
+        .expect("writes again");
     assert_eq!(cache.get("after").await.expect("get"), Some("thaw".into()));
     let (filled, _) = timed_read(&cache, "new", "stored").await;
     assert_eq!(filled, "stored");
@@ -231,10 +248,7 @@ async fn without_a_store_nothing_changes() {
         .build()
         .expect("config");
     cache.set("k", "v".into()).await.expect("set");
-    assert_eq!(
-        cache.get_or_fill("k", ok("other")).await.expect("hit"),
-        "v"
-    );
+    assert_eq!(cache.get_or_fill("k", ok("other")).await.expect("hit"), "v");
     cache.invalidate("k").await.expect("invalidate");
     cache.clear().await.expect("clear");
     let stats = cache.stats();
