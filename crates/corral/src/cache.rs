@@ -295,7 +295,10 @@ where
     /// fail-safe values are served. Reads fail open: if the shared store is
     /// unreachable, the fill runs without a lease and its value is returned
     /// (not stored); the failure is counted in [`Stats::store_errors`] and
-    /// [`Stats::fail_open_fills`].
+    /// [`Stats::fail_open_fills`]. While the cache's circuit breaker is open
+    /// (see [`CacheBuilder::circuit_breaker`]) the store is not asked at
+    /// all: the fill runs at once, counted in [`Stats::fail_open_fills`] and
+    /// [`Stats::store_calls_skipped`].
     ///
     /// # Errors
     ///
@@ -804,7 +807,10 @@ where
     /// Checks the shared store with one round trip (`PING` on Redis),
     /// bounded by the cache's store timeout, and says how long it took.
     /// Never fails: a store that does not answer is reported as
-    /// [`StoreHealth::Failed`](crate::StoreHealth::Failed). For readiness
+    /// [`StoreHealth::Failed`](crate::StoreHealth::Failed) — at once, with
+    /// a [`BreakerOpen`](crate::StoreErrorKind::BreakerOpen) error, while
+    /// the circuit breaker is open (the check may be its half-open probe).
+    /// For readiness
     /// probes: serve traffic while [`Health::is_ok`](crate::Health::is_ok)
     /// — though corral keeps answering (filling open) when the store is
     /// down.

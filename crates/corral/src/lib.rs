@@ -79,6 +79,20 @@
 //! value or "not found", with its own TTL, or not to be cached) and its
 //! caller gets a [`Fetched`] value with its [`Freshness`].
 //!
+//! ## A sick store
+//!
+//! Every store call is bounded by the store timeout, and reads fail open:
+//! when the store does not answer, [`Cache::get_or_fill`] runs the fill
+//! without a lease and returns its value, while `set`, `invalidate`,
+//! `invalidate_tag`, `clear` and `get` report [`Error::Store`]. So that a
+//! frozen or unreachable store does not cost every call its timeout, each
+//! cache with a store has a circuit breaker (on by default; see
+//! [`CacheBuilder::circuit_breaker`]): after 5 consecutive store calls that
+//! timed out or found it unreachable, store calls are skipped at once for
+//! a 5 s cool-down ([`StoreErrorKind::BreakerOpen`]); then one probe call
+//! decides whether it closes or stays open for another cool-down. L1 hits
+//! never ask it.
+//!
 //! ## Features
 //!
 //! | feature | default | what it adds |
