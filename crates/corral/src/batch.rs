@@ -287,8 +287,12 @@ where
         let found = match cache.store_call(store.get_many(&skeys)).await {
             Ok(found) => found,
             Err(error) => {
-                Counters::bump(&cache.counters.store_errors);
-                tracing::warn!(cache = %cache.name, %error, "store unreachable: filling a batch without leases");
+                cache.counters.store_failed(&error);
+                if error.is_breaker_open() {
+                    tracing::debug!(cache = %cache.name, "circuit breaker open: filling a batch without leases");
+                } else {
+                    tracing::warn!(cache = %cache.name, %error, "store unreachable: filling a batch without leases");
+                }
                 for _ in &led {
                     Counters::bump(&cache.counters.fail_open_fills);
                 }
@@ -349,14 +353,15 @@ where
                         lease,
                         request.clone(),
                         cache.policy.store_timeout,
+                        cache.breaker.clone(),
                     );
                     to_fill.push((key, flight, Some(guard)));
                 }
                 Ok(Lookup::Hit(_) | Lookup::Held { .. } | Lookup::Changed) => {
                     self.delegate(cache, key, flight);
                 }
-                Err(_) => {
-                    Counters::bump(&cache.counters.store_errors);
+                Err(error) => {
+                    cache.counters.store_failed(&error);
                     Counters::bump(&cache.counters.fail_open_fills);
                     reachable = false;
                     to_fill.push((key, flight, None));

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::breaker::{Breaker, BreakerSettings};
 use crate::cache::{Cache, Inner, Tiers};
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
@@ -41,7 +42,9 @@ pub enum Capacity {
 /// timeout 30 s, postcard codec, schema version 0, values up to 8 MiB
 /// encoded; with a shared store: lease 3 s (renewed every second while a
 /// fill runs), waiters poll every 250 ms as a fallback to notifications,
-/// store calls time out after 1 s.
+/// store calls time out after 1 s, and a circuit breaker skips store calls
+/// for 5 s after 5 consecutive ones failed (see
+/// [`circuit_breaker`](CacheBuilder::circuit_breaker)).
 #[must_use]
 pub struct CacheBuilder<V> {
     name: String,
@@ -59,6 +62,7 @@ pub struct CacheBuilder<V> {
     refresh_limiter: Option<Arc<Semaphore>>,
     refresh_limit: usize,
     metrics_interval: Option<Duration>,
+    breaker: Option<BreakerSettings>,
     _value: PhantomData<fn() -> V>,
 }
 
@@ -96,6 +100,7 @@ where
             refresh_limiter: None,
             refresh_limit: 16,
             metrics_interval: Some(Duration::from_secs(1)),
+            breaker: Some(BreakerSettings::default()),
             _value: PhantomData,
         }
     }
@@ -170,6 +175,44 @@ where
     /// `op_timeout`) is left to do so, with no timer of the cache's.
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.policy.store_timeout = timeout;
+        self
+    }
+
+    /// The circuit breaker in front of the shared store (on by default with
+    /// 5 failures and a 5 s cool-down; without a store it has nothing to
+    /// do). After `failures` consecutive store calls that timed out or
+    /// found the store unreachable, it **opens** for `cool_down`: store
+    /// calls are skipped at once instead of each paying the store timeout.
+    /// Meanwhile reads fail open — [`get_or_fill`](crate::Cache::get_or_fill)
+    /// answers from the L1 or runs the fill without a lease, storing
+    /// nothing in the store — and operations that must reach the store
+    /// ([`set`](crate::Cache::set), [`invalidate`](crate::Cache::invalidate),
+    /// [`invalidate_tag`](crate::Cache::invalidate_tag),
+    /// [`clear`](crate::Cache::clear), [`get`](crate::Cache::get),
+    /// [`lookup`](crate::Cache::lookup)) fail at once with a
+    /// [`StoreErrorKind::BreakerOpen`](crate::StoreErrorKind::BreakerOpen)
+    /// error. After the cool-down the breaker is **half-open**: the next
+    /// store call is the one probe let through (the others are still
+    /// skipped while it runs); if the store answers, the breaker closes,
+    /// otherwise it opens for another cool-down. An error the store answers
+    /// with (a protocol error) is an answer: it does not count as a failure.
+    ///
+    /// Counted in [`Stats::breaker_opened`](crate::Stats::breaker_opened)
+    /// and [`Stats::store_calls_skipped`](crate::Stats::store_calls_skipped);
+    /// opening and closing are logged. `failures` must be at least 1 and
+    /// `cool_down` greater than zero.
+    pub fn circuit_breaker(mut self, failures: u32, cool_down: Duration) -> Self {
+        self.breaker = Some(BreakerSettings {
+            failures,
+            cool_down,
+        });
+        self
+    }
+
+    /// Turns the circuit breaker off: every store call goes to the store
+    /// and pays its timeout when the store is sick.
+    pub fn no_circuit_breaker(mut self) -> Self {
+        self.breaker = None;
         self
     }
 
@@ -385,9 +428,9 @@ where
     ///
     /// [`ConfigError`] for an invalid name, a zero TTL or timeout, a jitter
     /// outside `[0, 1]`, an eager-refresh fraction outside `(0, 1)`, a soft
-    /// timeout not below the fill timeout, a zero capacity or a lease TTL
-    /// under 30 ms, or an `encryption` with
-    /// more than 8 previous keys.
+    /// timeout not below the fill timeout, a zero capacity, a lease TTL
+    /// under 30 ms, a circuit breaker with 0 failures or no cool-down, or an
+    /// `encryption` with more than 8 previous keys.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         if !valid_name(&self.name) {
             return Err(ConfigError::new(format!(
@@ -396,6 +439,13 @@ where
             )));
         }
         self.policy.validate()?;
+        if let Some(breaker) = self.breaker {
+            if breaker.failures == 0 || breaker.cool_down.is_zero() {
+                return Err(ConfigError::new(
+                    "circuit_breaker needs at least 1 failure and a cool-down greater than zero",
+                ));
+            }
+        }
         let (estimated_items, weight_capacity, weigh_by_bytes) = match self.capacity {
             Capacity::Entries(0) | Capacity::Bytes(0) => {
                 return Err(ConfigError::new("capacity must be greater than zero"));
@@ -444,9 +494,14 @@ where
             .and_then(|store| store.call_bound())
             .is_some_and(|bound| bound <= store_timeout);
         let store = self.store;
+        let name: Arc<str> = self.name.into();
+        let breaker = store
+            .as_ref()
+            .and(self.breaker)
+            .map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
         let inner = Arc::new(Inner {
             namespace,
-            name: self.name.into(),
+            name,
             schema: self.version,
             policy: self.policy,
             codec: self.codec,
@@ -458,6 +513,7 @@ where
             origin,
             tags: TagTable::new(store.is_none()),
             store_bounds_calls,
+            breaker,
             flights: Arc::new(FlightTable::new()),
             counters: Counters::new(),
             rng: Mutex::new(rng),
@@ -483,7 +539,7 @@ where
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
             crate::metrics_export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
-                (Arc::clone(&inner.name), inner.counters.snapshot())
+                (Arc::clone(&inner.name), inner.stats())
             });
         }
         #[cfg(not(feature = "metrics"))]

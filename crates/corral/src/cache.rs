@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::breaker::{self, Breaker};
 use crate::builder::CacheBuilder;
 use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
@@ -15,7 +16,7 @@ use tokio::sync::Semaphore;
 use crate::codec::Codec;
 use crate::encryption::Cipher;
 use crate::entry::{self, Decoded, Ttls};
-use crate::error::{Error, InvalidKey, StoreError, StoreErrorKind};
+use crate::error::{Error, InvalidKey, StoreError};
 use crate::first_read::{read_ahead, FirstRead, ReadAhead};
 use crate::flight::{Claim, Failure, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
@@ -55,6 +56,9 @@ pub(crate) struct Inner<V> {
     /// by itself ([`Store::call_bound`]), so no timer of the cache's is
     /// needed.
     pub(crate) store_bounds_calls: bool,
+    /// The circuit breaker every store call goes through; `None` without a
+    /// store or with the breaker turned off.
+    pub(crate) breaker: Option<Arc<Breaker>>,
     pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -225,30 +229,25 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Runs one store call under the cache's store timeout (the store's
-    /// own, when it bounds its calls at least as tightly).
+    /// Runs one store call through the circuit breaker (refused at once
+    /// while it is open) under the cache's store timeout (the store's own,
+    /// when it bounds its calls at least as tightly).
     pub(crate) async fn store_call<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        if self.store_bounds_calls {
-            return call.await;
-        }
-        store_call(self.policy.store_timeout, call).await
+        let timeout = (!self.store_bounds_calls).then_some(self.policy.store_timeout);
+        breaker::guarded(self.breaker.as_deref(), timeout, call).await
     }
-}
 
-/// Runs one store call under `timeout`.
-pub(crate) async fn store_call<T>(
-    timeout: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::new(
-            StoreErrorKind::Timeout,
-            format!("no answer within {timeout:?}"),
-        )),
+    /// A snapshot of the instance's counters, the breaker's included.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.counters.snapshot();
+        if let Some(breaker) = &self.breaker {
+            stats.breaker_opened = breaker.opened();
+            stats.store_calls_skipped = breaker.skipped();
+        }
+        stats
     }
 }
 
@@ -328,7 +327,10 @@ where
     /// fail-safe values are served. Reads fail open: if the shared store is
     /// unreachable, the fill runs without a lease and its value is returned
     /// (not stored); the failure is counted in [`Stats::store_errors`] and
-    /// [`Stats::fail_open_fills`].
+    /// [`Stats::fail_open_fills`]. While the cache's circuit breaker is open
+    /// (see [`CacheBuilder::circuit_breaker`]) the store is not asked at
+    /// all: the fill runs at once, counted in [`Stats::fail_open_fills`] and
+    /// [`Stats::store_calls_skipped`].
     ///
     /// # Errors
     ///
@@ -687,7 +689,7 @@ where
                 let stored = inner
                     .store_call(store.get(&skey))
                     .await
-                    .inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+                    .inspect_err(|error| inner.counters.store_failed(error))?;
                 let mut judged = stored.and_then(|stored| inner.judge_stored(key, &stored));
                 if let Some(found) = &judged {
                     if !inner.stamps_current(&found.stamps).await {
@@ -773,7 +775,7 @@ where
                 .store_call(store.set(&skey, &bytes, ttls.physical, inner.origin))
                 .await;
             if let Err(error) = written {
-                Counters::bump(&inner.counters.store_errors);
+                inner.counters.store_failed(&error);
                 // The write may or may not have landed: keep no copy of
                 // either value in process.
                 inner.flights.detach(key, || inner.remove_from_l1(key));
@@ -815,13 +817,13 @@ where
             None => Ok(()),
         };
         inner.flights.detach(key, || inner.remove_from_l1(key));
-        removed.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+        removed.inspect_err(|error| inner.counters.store_failed(error))?;
         Ok(())
     }
 
     /// A snapshot of this instance's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.counters.snapshot()
+        self.inner.stats()
     }
 
     /// Copies this cache's counters into the `metrics` recorder now (an
@@ -837,7 +839,10 @@ where
     /// Checks the shared store with one round trip (`PING` on Redis),
     /// bounded by the cache's store timeout, and says how long it took.
     /// Never fails: a store that does not answer is reported as
-    /// [`StoreHealth::Failed`](crate::StoreHealth::Failed). For readiness
+    /// [`StoreHealth::Failed`](crate::StoreHealth::Failed) — at once, with
+    /// a [`BreakerOpen`](crate::StoreErrorKind::BreakerOpen) error, while
+    /// the circuit breaker is open (the check may be its half-open probe).
+    /// For readiness
     /// probes: serve traffic while [`Health::is_ok`](crate::Health::is_ok)
     /// — though corral keeps answering (filling open) when the store is
     /// down.

@@ -73,6 +73,11 @@ pub enum StoreErrorKind {
     /// user name or password, `NOAUTH`). Retrying does not help; the
     /// message says what was refused.
     Denied,
+    /// The call was not made: the cache's circuit breaker is open after
+    /// consecutive timeouts or unavailability (see
+    /// [`CacheBuilder::circuit_breaker`](crate::CacheBuilder::circuit_breaker)).
+    /// Returned at once, without waiting for the store.
+    BreakerOpen,
 }
 
 impl StoreError {
@@ -97,6 +102,12 @@ impl StoreError {
     /// Whether the call timed out.
     pub fn is_timeout(&self) -> bool {
         self.kind == StoreErrorKind::Timeout
+    }
+
+    /// Whether the call was skipped because the cache's circuit breaker is
+    /// open ([`StoreErrorKind::BreakerOpen`]).
+    pub fn is_breaker_open(&self) -> bool {
+        self.kind == StoreErrorKind::BreakerOpen
     }
 }
 
@@ -197,6 +208,13 @@ impl<E> Error<E> {
     /// Whether the shared store failed.
     pub fn is_store(&self) -> bool {
         matches!(self, Self::Store(_))
+    }
+
+    /// Whether the store call was skipped because the cache's circuit
+    /// breaker is open (a [`Store`](Self::Store) error of kind
+    /// [`StoreErrorKind::BreakerOpen`]).
+    pub fn is_breaker_open(&self) -> bool {
+        matches!(self, Self::Store(e) if e.is_breaker_open())
     }
 
     /// The fill's error, when the fill returned one of this caller's type.

@@ -157,8 +157,12 @@ where
         Ok(Some(stored)) => stored,
         Ok(None) => return Ok(None),
         Err(error) => {
-            Counters::bump(&inner.counters.store_errors);
-            tracing::warn!(cache = %inner.name, %error, "store unreachable: filling without a lease");
+            inner.counters.store_failed(&error);
+            if error.is_breaker_open() {
+                tracing::debug!(cache = %inner.name, "circuit breaker open: filling without a lease");
+            } else {
+                tracing::warn!(cache = %inner.name, %error, "store unreachable: filling without a lease");
+            }
             return Err(());
         }
     };

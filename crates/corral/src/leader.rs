@@ -18,7 +18,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::cache::{store_call, Inner};
+use crate::breaker::{guarded, Breaker};
+use crate::cache::Inner;
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
@@ -131,6 +132,7 @@ where
         return;
     };
     let store = cache.tiers.l2.clone();
+    let breaker = cache.breaker.clone();
     let skey = cache.store_key(&key);
     let policy = cache.policy.clone();
     drop(cache);
@@ -152,6 +154,7 @@ where
         let finder = Finder {
             inner: &inner,
             store,
+            breaker,
             key: &skey,
             request,
             soft_deadline: soft_timeout.map(|soft| started + soft),
@@ -456,6 +459,7 @@ enum Found {
 struct Finder<'a, V> {
     inner: &'a Weak<Inner<V>>,
     store: Arc<dyn Store>,
+    breaker: Option<Arc<Breaker>>,
     key: &'a StoreKey,
     request: LeaseRequest,
     soft_deadline: Option<Instant>,
@@ -479,8 +483,9 @@ where
         drop(cache);
         loop {
             let mut listener = self.store.listen(self.key);
-            let lookup = store_call(
-                store_timeout,
+            let lookup = guarded(
+                self.breaker.as_deref(),
+                Some(store_timeout),
                 self.store.get_or_lease(self.key, &self.request),
             )
             .await;
@@ -558,6 +563,7 @@ where
                         lease,
                         self.request.clone(),
                         store_timeout,
+                        self.breaker.clone(),
                     ));
                 }
                 Ok(Lookup::Held { remaining }) => {
@@ -591,13 +597,17 @@ where
                     }
                 }
                 Err(error) => {
-                    Counters::bump(&cache.counters.store_errors);
+                    cache.counters.store_failed(&error);
                     if flight.has_published() {
                         return Found::Done;
                     }
                     Counters::bump(&cache.counters.fail_open_fills);
                     Counters::bump(&cache.counters.misses);
-                    tracing::warn!(cache = %cache.name, %error, "store unreachable: filling without a lease");
+                    if error.is_breaker_open() {
+                        tracing::debug!(cache = %cache.name, "circuit breaker open: filling without a lease");
+                    } else {
+                        tracing::warn!(cache = %cache.name, %error, "store unreachable: filling without a lease");
+                    }
                     return Found::FailOpen;
                 }
             }
@@ -634,8 +644,9 @@ where
         let period = (lease.request.lease_ttl / 3).max(Duration::from_millis(10));
         loop {
             tokio::time::sleep(period).await;
-            let renewed = store_call(
-                lease.store_timeout,
+            let renewed = guarded(
+                lease.breaker.as_deref(),
+                Some(lease.store_timeout),
                 lease.store.renew(&lease.key, &lease.lease, &lease.request),
             )
             .await;
@@ -645,7 +656,7 @@ where
             match renewed {
                 Ok(true) => Counters::bump(&cache.counters.lease_renewals),
                 Ok(false) => return,
-                Err(_) => Counters::bump(&cache.counters.store_errors),
+                Err(error) => cache.counters.store_failed(&error),
             }
         }
     };
@@ -710,17 +721,20 @@ pub(crate) struct LeaseGuard {
     lease: Lease,
     request: LeaseRequest,
     store_timeout: Duration,
+    breaker: Option<Arc<Breaker>>,
     armed: bool,
 }
 
 impl LeaseGuard {
-    /// Guards `lease` of `key`, granted by `store` as `request` asked.
+    /// Guards `lease` of `key`, granted by `store` as `request` asked; its
+    /// calls go through `breaker`.
     pub(crate) fn new(
         store: Arc<dyn Store>,
         key: StoreKey,
         lease: Lease,
         request: LeaseRequest,
         store_timeout: Duration,
+        breaker: Option<Arc<Breaker>>,
     ) -> Self {
         Self {
             store,
@@ -728,6 +742,7 @@ impl LeaseGuard {
             lease,
             request,
             store_timeout,
+            breaker,
             armed: true,
         }
     }
@@ -736,8 +751,9 @@ impl LeaseGuard {
     /// whether the store took them.
     async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) -> bool {
         self.armed = false;
-        let result = store_call(
-            self.store_timeout,
+        let result = guarded(
+            self.breaker.as_deref(),
+            Some(self.store_timeout),
             self.store
                 .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
         )
@@ -752,8 +768,12 @@ impl LeaseGuard {
                 false
             }
             Err(error) => {
-                Counters::bump(&cache.counters.store_errors);
-                tracing::warn!(cache = %cache.name, %error, "commit failed; value returned, not stored");
+                cache.counters.store_failed(&error);
+                if error.is_breaker_open() {
+                    tracing::debug!(cache = %cache.name, "circuit breaker open: value returned, not stored");
+                } else {
+                    tracing::warn!(cache = %cache.name, %error, "commit failed; value returned, not stored");
+                }
                 false
             }
         }
@@ -772,8 +792,14 @@ impl Drop for LeaseGuard {
         let key = self.key.clone();
         let lease = self.lease.clone();
         let timeout = self.store_timeout;
+        let breaker = self.breaker.clone();
         runtime.spawn(async move {
-            let _ = store_call(timeout, store.release(&key, &lease)).await;
+            let _ = guarded(
+                breaker.as_deref(),
+                Some(timeout),
+                store.release(&key, &lease),
+            )
+            .await;
         });
     }
 }

@@ -79,6 +79,20 @@
 //! value or "not found", with its own TTL, or not to be cached) and its
 //! caller gets a [`Fetched`] value with its [`Freshness`].
 //!
+//! ## A sick store
+//!
+//! Every store call is bounded by the store timeout, and reads fail open:
+//! when the store does not answer, [`Cache::get_or_fill`] runs the fill
+//! without a lease and returns its value, while `set`, `invalidate`,
+//! `invalidate_tag`, `clear` and `get` report [`Error::Store`]. So that a
+//! frozen or unreachable store does not cost every call its timeout, each
+//! cache with a store has a circuit breaker (on by default; see
+//! [`CacheBuilder::circuit_breaker`]): after 5 consecutive store calls that
+//! timed out or found it unreachable, store calls are skipped at once for
+//! a 5 s cool-down ([`StoreErrorKind::BreakerOpen`]); then one probe call
+//! decides whether it closes or stays open for another cool-down. L1 hits
+//! never ask it.
+//!
 //! ## Features
 //!
 //! | feature | default | what it adds |
@@ -133,6 +147,8 @@
 //! | `corral_decrypt_failures_total` | | bytes that did not decrypt (feature `encryption`) |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
 //! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops after lost messages |
+//! | `corral_breaker_opened_total` | | times the store's circuit breaker opened (see [`CacheBuilder::circuit_breaker`]) |
+//! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
 //! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
 //! | `corral_wait_duration_seconds` (histogram) | | how long each coalesced caller waited |
 
@@ -142,6 +158,7 @@
 mod backplane;
 mod batch;
 mod bounded_map;
+mod breaker;
 mod builder;
 mod cache;
 pub mod clock;

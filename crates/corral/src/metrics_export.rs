@@ -87,6 +87,10 @@ const COUNTERS: &[Reading] = &[
     ("corral_backplane_resets_total", None, |s| {
         s.backplane_resets
     }),
+    ("corral_breaker_opened_total", None, |s| s.breaker_opened),
+    ("corral_store_calls_skipped_total", None, |s| {
+        s.store_calls_skipped
+    }),
 ];
 
 /// Copies `stats` into the recorder's counters of cache `name`.

@@ -185,7 +185,10 @@ fn next_probe(probe: usize) -> usize {
 }
 
 macro_rules! counters {
-    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+    (
+        $( $(#[$doc:meta])* $name:ident ),* $(,)?
+        ; kept by the breaker: $( $(#[$bdoc:meta])* $bname:ident ),* $(,)?
+    ) => {
         /// A plain snapshot of one cache instance's counters.
         ///
         /// Counters only grow; subtract two snapshots to get the activity in
@@ -196,6 +199,7 @@ macro_rules! counters {
             /// Reads answered from the cache.
             pub hits: u64,
             $( $(#[$doc])* pub $name: u64, )*
+            $( $(#[$bdoc])* pub $bname: u64, )*
         }
 
         /// The live counters of one cache instance.
@@ -209,8 +213,14 @@ macro_rules! counters {
                 Self { hits: StripedCounter::new(), $( $name: AtomicU64::new(0), )* }
             }
 
+            /// The snapshot of these counters; the breaker's are added by
+            /// [`Inner::stats`](crate::cache::Inner::stats).
             pub(crate) fn snapshot(&self) -> Stats {
-                Stats { hits: self.hits.sum(), $( $name: self.$name.load(Relaxed), )* }
+                Stats {
+                    hits: self.hits.sum(),
+                    $( $name: self.$name.load(Relaxed), )*
+                    $( $bname: 0, )*
+                }
             }
         }
     };
@@ -247,7 +257,7 @@ counters! {
     commits,
     /// Fill commits the store refused because the key was written, invalidated or leased anew meanwhile.
     commits_refused,
-    /// Store calls that failed or timed out.
+    /// Store calls that failed or timed out (calls the circuit breaker skipped are counted in `store_calls_skipped` instead).
     store_errors,
     /// Fills run without a lease because the store was unreachable.
     fail_open_fills,
@@ -269,12 +279,25 @@ counters! {
     refreshes_skipped,
     /// Background refreshes not started because a fill of the key was already running, here or in another process.
     refreshes_stood_down,
+    ; kept by the breaker:
+    /// Times the store's circuit breaker opened: after consecutive failed store calls, or when its half-open probe failed.
+    breaker_opened,
+    /// Store calls not made because the circuit breaker was open (or its one half-open probe was in flight); not counted in `store_errors`.
+    store_calls_skipped,
 }
 
 impl Counters {
     #[inline]
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
+    }
+
+    /// Counts a failed store call in `store_errors`, unless the circuit
+    /// breaker skipped it (counted by the breaker).
+    pub(crate) fn store_failed(&self, error: &crate::error::StoreError) {
+        if !error.is_breaker_open() {
+            Self::bump(&self.store_errors);
+        }
     }
 
     /// Counts one value served with `freshness`.

@@ -30,7 +30,6 @@ use serde::Serialize;
 use crate::cache::Inner;
 use crate::error::{Error, StoreError};
 use crate::key::validate_key;
-use crate::stats::Counters;
 use crate::sync::{lock, Mutex};
 use crate::Cache;
 
@@ -254,7 +253,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
             Some(store) => self
                 .store_call(store.tag_versions(&self.namespace, tags))
                 .await
-                .inspect_err(|_| Counters::bump(&self.counters.store_errors))?,
+                .inspect_err(|error| self.counters.store_failed(error))?,
             None => vec![None; tags.len()],
         };
         self.tags.learn(tags, &versions, mark);
@@ -375,7 +374,7 @@ where
             }
         };
         inner.tag_moved(tag, local_version);
-        moved.inspect_err(|_| Counters::bump(&inner.counters.store_errors))?;
+        moved.inspect_err(|error| inner.counters.store_failed(error))?;
         Ok(())
     }
 }

@@ -291,6 +291,8 @@ async fn redis_killed_mid_fill_then_restarted() {
     assert_eq!(value.expect("fail-open"), "fail-open");
     assert!(cache.stats().fail_open_fills >= 1);
 
+    // The failures above opened the circuit breaker (on by default): calls
+    // reach Redis again when its 5 s cool-down ends and its probe answers.
     server.restart();
     let restarted = Instant::now();
     loop {
@@ -351,23 +353,29 @@ async fn redis_frozen_for_five_seconds_bounds_every_call() {
         slowest <= bound,
         "slowest read {slowest:?} > bound {bound:?}"
     );
+    // The 200 reads that timed out opened the circuit breaker (on by
+    // default: 5 failures, 5 s cool-down), so the write is refused at once
+    // instead of paying its own timeout (`tests/breaker.rs` shows a write
+    // timing out with the breaker off).
     let started = Instant::now();
-    assert!(cache
-        .set("k0", "x".into())
-        .await
-        .expect_err("frozen")
-        .is_timeout());
+    let refused = cache.set("k0", "x".into()).await.expect_err("frozen");
+    assert!(refused.is_breaker_open(), "{refused}");
     assert!(started.elapsed() <= OP_TIMEOUT + Duration::from_millis(500));
+    assert!(cache.stats().breaker_opened >= 1);
     eprintln!("frozen: slowest read {slowest:?} (bound {bound:?})");
     // Keep the server frozen for the full 5 s, then it serves again.
     tokio::time::sleep(Duration::from_secs(5).saturating_sub(frozen_at.elapsed())).await;
     server.thaw();
     let thawed = Instant::now();
+    // Writes are refused until the breaker's cool-down ends (~0.3 s after
+    // the thaw: it opened ~0.3 s into the 5 s freeze); its probe then
+    // closes it.
     loop {
         if cache.set("k0", "after".into()).await.is_ok() {
             break;
         }
         assert!(thawed.elapsed() < Duration::from_secs(5), "never recovered");
+        tokio::task::yield_now().await;
     }
     assert_eq!(cache.get("k0").await.expect("get"), Some("after".into()));
     eprintln!("thawed: writes work again after {:?}", thawed.elapsed());
