@@ -81,6 +81,13 @@ pub struct CacheConfig {
     pub max_bytes: Option<u64>,
     /// The largest encoded value stored.
     pub max_value_bytes: Option<usize>,
+    /// Whether the store's circuit breaker is on (default on with a store).
+    pub circuit_breaker: Option<bool>,
+    /// Consecutive failed store calls that open the breaker (default 5).
+    pub breaker_failures: Option<u32>,
+    /// How long an open breaker skips the store (default 5 s).
+    #[serde(default, deserialize_with = "duration")]
+    pub breaker_cool_down: Option<Duration>,
 }
 
 /// The fields, their environment variable suffix and how to read them.
@@ -111,6 +118,9 @@ const FIELDS: &[(&str, Kind)] = &[
     ("max_entries", Kind::Number),
     ("max_bytes", Kind::Number),
     ("max_value_bytes", Kind::Number),
+    ("circuit_breaker", Kind::Bool),
+    ("breaker_failures", Kind::Number),
+    ("breaker_cool_down", Kind::Text),
 ];
 
 impl CacheConfig {
@@ -244,6 +254,9 @@ impl CacheConfig {
             max_entries: over.max_entries.or(self.max_entries),
             max_bytes: over.max_bytes.or(self.max_bytes),
             max_value_bytes: over.max_value_bytes.or(self.max_value_bytes),
+            circuit_breaker: over.circuit_breaker.or(self.circuit_breaker),
+            breaker_failures: over.breaker_failures.or(self.breaker_failures),
+            breaker_cool_down: over.breaker_cool_down.or(self.breaker_cool_down),
         }
     }
 
@@ -266,6 +279,15 @@ impl CacheConfig {
             lease_ttl => lease_ttl, store_timeout => store_timeout,
             max_entries => max_entries, max_bytes => max_bytes,
             max_value_bytes => max_value_bytes,
+        }
+        if self.circuit_breaker == Some(false) {
+            builder = builder.no_circuit_breaker();
+        } else if self.breaker_failures.is_some() || self.breaker_cool_down.is_some() {
+            let defaults = crate::breaker::BreakerSettings::default();
+            builder = builder.circuit_breaker(
+                self.breaker_failures.unwrap_or(defaults.failures),
+                self.breaker_cool_down.unwrap_or(defaults.cool_down),
+            );
         }
         builder
     }
@@ -350,6 +372,7 @@ impl fmt::Debug for CacheConfig {
             ("negative_ttl", self.negative_ttl),
             ("lease_ttl", self.lease_ttl),
             ("store_timeout", self.store_timeout),
+            ("breaker_cool_down", self.breaker_cool_down),
         ];
         for (name, value) in durations {
             if let Some(value) = value {
@@ -366,6 +389,14 @@ impl fmt::Debug for CacheConfig {
             (
                 "max_value_bytes",
                 self.max_value_bytes.map(|v| v.to_string()),
+            ),
+            (
+                "circuit_breaker",
+                self.circuit_breaker.map(|v| v.to_string()),
+            ),
+            (
+                "breaker_failures",
+                self.breaker_failures.map(|v| v.to_string()),
             ),
         ];
         for (name, value) in others {

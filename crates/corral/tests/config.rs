@@ -62,6 +62,8 @@ fn environment_variables_and_overlay() {
             ("CORRAL_TTL", "90s"),
             ("CORRAL_JITTER", "0.2"),
             ("CORRAL_MAX_ENTRIES", "1000"),
+            ("CORRAL_BREAKER_FAILURES", "3"),
+            ("CORRAL_BREAKER_COOL_DOWN", "2s"),
             ("CORRAL_REDIS_CLUSTER_URLS", ""),
             ("PATH", "/usr/bin"),
         ]),
@@ -72,6 +74,8 @@ fn environment_variables_and_overlay() {
     assert_eq!(env.ttl, Some(Duration::from_secs(90)));
     assert_eq!(env.jitter, Some(0.2));
     assert_eq!(env.max_entries, Some(1000));
+    assert_eq!(env.breaker_failures, Some(3));
+    assert_eq!(env.breaker_cool_down, Some(Duration::from_secs(2)));
 
     let file = CacheConfig::from_toml("ttl = \"5m\"\ngrace = \"1m\"").expect("valid");
     let merged = file.overlay(env);
