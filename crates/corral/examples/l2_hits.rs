@@ -18,6 +18,8 @@
 //! - `get/mux`: bare `GET` on a redis-rs `MultiplexedConnection` (the
 //!   baseline);
 //! - `get/mgr`: bare `GET` on a `ConnectionManager` (what the store uses);
+//! - `get/mux in timeout`: the baseline inside `tokio::time::timeout`, as
+//!   every call of the store is bounded;
 //! - `evalsha/get3`: `EVALSHA` of the store's former read script (`GET`
 //!   value, `PTTL` value, `GET` fence);
 //! - `evalsha/get2`: `EVALSHA` of a script doing only `GET` + `PTTL`;
@@ -85,6 +87,7 @@ redis.register_function{
 enum Variant {
     GetMux,
     GetMgr,
+    GetMuxTimeout,
     EvalshaGet3,
     EvalshaGet2,
     FcallRoGet2,
@@ -98,9 +101,10 @@ enum Variant {
     CacheGetOrFill,
 }
 
-const VARIANTS: [Variant; 13] = [
+const VARIANTS: [Variant; 14] = [
     Variant::GetMux,
     Variant::GetMgr,
+    Variant::GetMuxTimeout,
     Variant::EvalshaGet3,
     Variant::EvalshaGet2,
     Variant::FcallRoGet2,
@@ -119,6 +123,7 @@ impl Variant {
         match self {
             Self::GetMux => "get/mux (baseline)",
             Self::GetMgr => "get/mgr",
+            Self::GetMuxTimeout => "get/mux in timeout",
             Self::EvalshaGet3 => "evalsha/get3 (old read)",
             Self::EvalshaGet2 => "evalsha/get2",
             Self::FcallRoGet2 => "fcall_ro/get2",
@@ -187,6 +192,17 @@ impl Ctx {
                     .arg(&k.value)
                     .query_async(&mut self.mux.clone())
                     .await
+                    .expect("GET");
+                expect_bytes(v);
+            }
+            Variant::GetMuxTimeout => {
+                let mut cmd = redis::cmd("GET");
+                cmd.arg(&k.value);
+                let mut mux = self.mux.clone();
+                let get = cmd.query_async::<Option<Vec<u8>>>(&mut mux);
+                let v = tokio::time::timeout(Duration::from_secs(1), get)
+                    .await
+                    .expect("in time")
                     .expect("GET");
                 expect_bytes(v);
             }

@@ -103,13 +103,14 @@ fn shard_count(weight_capacity: u64) -> usize {
 }
 
 // Poisoning is ignored: quick_cache leaves a shard consistent before any
-// call that could panic (a weigher or a hasher of corral's own).
-fn read<T>(lock: &ShardedLock<T>) -> ShardedLockReadGuard<'_, T> {
+// call that could panic (a weigher or a hasher of corral's own), and so do
+// the other users of these two (the tag table).
+pub(crate) fn read<T>(lock: &ShardedLock<T>) -> ShardedLockReadGuard<'_, T> {
     lock.read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
+pub(crate) fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
     lock.write()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -522,6 +522,27 @@ where
                 ReadAhead::Unreachable => store_failed = true,
             }
         }
+        // Boxed apart: a hit of the read above allocates only this
+        // function's small future, not the flight's large one (an
+        // allocation of a kilobyte or more costs glibc a consolidation).
+        Box::pin(self.fetch_in_flight(key, options, fill, store_failed)).await
+    }
+
+    /// The rest of [`fetch_slow`](Self::fetch_slow): the in-process tier,
+    /// then the key's flight.
+    async fn fetch_in_flight<F, Fut, E>(
+        &self,
+        key: &str,
+        options: FillOptions,
+        fill: F,
+        store_failed: bool,
+    ) -> Result<Fetched<V>, Error<E>>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        let inner = &self.inner;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         // Without an L2 a miss is known here; with one, the leader tells.
         let local = inner.tiers.l2.is_none();

@@ -169,7 +169,16 @@ where
     let Some(judged) = inner.peek_stored(key, &stored) else {
         return Ok(None);
     };
-    if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
+    if judged.standing != Standing::Fresh {
+        return Ok(None);
+    }
+    // Known versions are checked in place; reading unknown ones from the
+    // store is boxed, out of this future (which every read carries).
+    let current = match inner.tags.check(&judged.stamps) {
+        Some(current) => current,
+        None => Box::pin(inner.stamps_current(&judged.stamps)).await,
+    };
+    if !current {
         return Ok(None);
     }
     Counters::bump(&inner.counters.l2_hits);

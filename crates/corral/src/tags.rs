@@ -24,13 +24,14 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crossbeam_utils::sync::ShardedLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::bounded_map::{read, write};
 use crate::cache::Inner;
 use crate::error::{Error, StoreError};
 use crate::key::validate_key;
-use crate::sync::{lock, Mutex};
 use crate::Cache;
 
 /// The tag whose version is the namespace's clear version.
@@ -97,7 +98,10 @@ impl Stamps {
 /// The tag versions one cache knows, and which L1 keys carry which tag.
 #[derive(Default)]
 pub(crate) struct TagTable {
-    state: Mutex<TagState>,
+    /// Read by every read of the store (a check of its stamps), written
+    /// only when versions are learnt or forgotten: a read takes only its
+    /// thread's slice of the lock, so concurrent reads do not contend.
+    state: ShardedLock<TagState>,
 }
 
 #[derive(Default)]
@@ -144,19 +148,19 @@ impl TagTable {
 
     /// Whether versions may be remembered from now on.
     pub(crate) fn set_remember(&self, remember: bool) {
-        lock(&self.state).remember = remember;
+        write(&self.state).remember = remember;
     }
 
     /// Whether `stamps` are all current, if every version they name is
     /// known (`None`: read the unknown ones from the store). Allocates
     /// nothing: the check of every read of the store.
     pub(crate) fn check(&self, stamps: &Stamps) -> Option<bool> {
-        lock(&self.state).check(stamps)
+        read(&self.state).check(stamps)
     }
 
     /// The known versions of `tags`, if all are known.
     pub(crate) fn lookup(&self, tags: &[Arc<str>]) -> Known {
-        let state = lock(&self.state);
+        let state = read(&self.state);
         let versions: Option<Vec<_>> = tags
             .iter()
             .map(|tag| state.known.get(tag).cloned())
@@ -172,7 +176,7 @@ impl TagTable {
     /// Remembers versions read from the store since `mark`, unless a
     /// version was forgotten meanwhile (the read may predate it).
     pub(crate) fn learn(&self, tags: &[Arc<str>], versions: &[Option<Arc<str>>], mark: u64) {
-        let mut state = lock(&self.state);
+        let mut state = write(&self.state);
         if !state.remember || state.forgets != mark {
             return;
         }
@@ -189,7 +193,7 @@ impl TagTable {
         tag: &str,
         replaced_by: Option<Arc<str>>,
     ) -> HashSet<Box<str>> {
-        let mut state = lock(&self.state);
+        let mut state = write(&self.state);
         match replaced_by {
             Some(version) => {
                 state.known.insert(tag.into(), Some(version));
@@ -209,7 +213,7 @@ impl TagTable {
     /// Forgets every version (backplane messages may have been lost) and
     /// the L1 index (the L1 is dropped with it).
     pub(crate) fn distrust(&self) {
-        let mut state = lock(&self.state);
+        let mut state = write(&self.state);
         state.known.clear();
         state.l1_keys.clear();
         state.forgets += 1;
@@ -221,7 +225,7 @@ impl TagTable {
     /// L1 insert, so an invalidation either sees the key indexed or the
     /// insert sees the version moved.
     pub(crate) fn admit_to_l1(&self, key: &str, stamps: &Stamps) -> bool {
-        let mut state = lock(&self.state);
+        let mut state = write(&self.state);
         if state.remember && state.check(stamps) != Some(true) {
             return false;
         }
@@ -369,7 +373,7 @@ where
                 (inner.store_call(call).await, None)
             }
             None => {
-                let version = format!("{:032x}", lock(&inner.rng).u128(..));
+                let version = format!("{:032x}", crate::sync::lock(&inner.rng).u128(..));
                 (Ok(()), Some(version.into()))
             }
         };
