@@ -373,7 +373,10 @@ impl RedisStore {
         let client = client::client(url, &config)?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.op_timeout))
+            // Every call is bounded by `op_timeout` around it (see
+            // `conn::bounded`); a second timer per call inside redis-rs
+            // would cost a read another lock of tokio's timer wheel.
+            .set_response_timeout(None)
             .set_number_of_retries(RECONNECT_RETRIES)
             .set_min_delay(RECONNECT_MIN_DELAY)
             .set_max_delay(config.reconnect_max_delay);
