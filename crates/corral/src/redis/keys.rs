@@ -2,7 +2,6 @@
 //! fence keys, and the channel its namespace is notified on. The layout is
 //! described on [`RedisStore`](super::RedisStore).
 
-use std::fmt::Write as _;
 
 use crate::store::StoreKey;
 
@@ -71,8 +70,15 @@ pub(super) fn value_name(key: &StoreKey) -> String {
     let mut name = String::with_capacity(PREFIX.len() + namespace.len() + 22 + raw.len());
     name.push_str(PREFIX);
     name.push_str(namespace);
-    // Writing to a String cannot fail.
-    let _ = write!(name, ":{{{:016x}}}:v:", fnv1a64(raw.as_bytes()));
+    name.push_str(":{");
+    let hash = fnv1a64(raw.as_bytes());
+    // 16 lowercase hex digits, most significant first (as `{:016x}`, without
+    // the formatting machinery: every read builds this name).
+    for shift in (0..16).rev() {
+        let digit = (hash >> (shift * 4)) & 0xf;
+        name.push(char::from(b"0123456789abcdef"[digit as usize]));
+    }
+    name.push_str("}:v:");
     name.push_str(raw);
     name
 }
