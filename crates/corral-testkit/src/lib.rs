@@ -30,11 +30,13 @@ mod gate;
 mod process;
 mod resp;
 mod server;
+mod traces;
 mod worker;
 
 pub use cluster::RedisCluster;
 pub use gate::{until, until_yielding, Gate};
 pub use server::{RedisServer, TlsFiles};
+pub use traces::{capture, Captured};
 pub use worker::Worker;
 
 /// How many lines [`log_tail`] keeps.

@@ -2,52 +2,16 @@
 //! passwords (in the userinfo or a `pass` query parameter), through
 //! `RedisStore`, its connect errors and `CacheConfig`; encryption keys.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::RedisServer;
-use tracing_subscriber::fmt::MakeWriter;
+use corral_testkit::{Captured, RedisServer};
 
 const PASSWORD: &str = "s3cr3t-hunter2";
 
-/// Everything the subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("captured")).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("captured").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 /// Captures every trace of this (single-threaded) test runtime.
 fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(captured.clone())
-        .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+    corral_testkit::capture(tracing::Level::TRACE)
 }
 
 fn assert_hidden(what: &str, text: &str) {

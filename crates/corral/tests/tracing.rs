@@ -1,38 +1,6 @@
 //! Traces of fills: a span per flight with events for its outcome, and no
 //! raw key unless the cache opts in.
-
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use corral::Cache;
-use tracing_subscriber::fmt::MakeWriter;
-
-/// Everything the subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("captured")).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("captured").extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 const SECRET: &str = "user:ada@example.com";
 
@@ -41,13 +9,7 @@ const SECRET: &str = "user:ada@example.com";
 /// is single-threaded, so the thread's default subscriber sees the spawned
 /// leaders too).
 async fn traced(build: impl Fn() -> Cache<String>) -> String {
-    let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(captured.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (captured, _default) = corral_testkit::capture(tracing::Level::DEBUG);
     let cache = build();
     let ok = cache
         .get_or_fill(SECRET, || async { Ok::<_, std::io::Error>("v".to_owned()) })

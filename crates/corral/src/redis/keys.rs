@@ -2,7 +2,6 @@
 //! fence keys, and the channel its namespace is notified on. The layout is
 //! described on [`RedisStore`](super::RedisStore).
 
-
 use crate::store::StoreKey;
 
 /// Prefix of every key and channel corral writes.
