@@ -1,5 +1,6 @@
 //! Traces of fills: a span per flight with events for its outcome, and no
 //! raw key unless the cache opts in.
+
 use corral::Cache;
 
 const SECRET: &str = "user:ada@example.com";
