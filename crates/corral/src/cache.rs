@@ -756,7 +756,10 @@ where
     ///
     /// [`Error::InvalidKey`]; [`Error::Encode`] if the value cannot be
     /// encoded or exceeds `max_value_bytes`; [`Error::Store`] if the shared
-    /// store did not confirm the write (it may or may not have happened).
+    /// store did not confirm the write (it may or may not have happened —
+    /// and while a Redis Cluster fails over, a write sent before the error
+    /// may still land after a later one: after such an error, write again
+    /// or invalidate once the store answers).
     pub async fn set(&self, key: &str, value: V) -> Result<(), Error> {
         let ttl = self.inner.draw_ttl(self.inner.policy.ttl);
         self.write(key, value, ttl).await
