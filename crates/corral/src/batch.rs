@@ -311,7 +311,7 @@ where
                     if judged.standing == Standing::Fresh
                         && cache.stamps_current(&judged.stamps).await =>
                 {
-                    Counters::bump(&cache.counters.l2_hits);
+                    cache.counters.l2_hits.incr();
                     cache.counters.served(judged.freshness);
                     match cache.l1_copy(&key, &judged) {
                         Some(copy) => flight.retire(copy),

@@ -719,7 +719,7 @@ where
                     }
                 }
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {
-                    Counters::bump(&inner.counters.l2_hits);
+                    inner.counters.l2_hits.incr();
                     if let Some(mark) = mark {
                         inner.keep_in_l1(key, judged, mark);
                     }

@@ -29,7 +29,6 @@ use crate::cache::Inner;
 use crate::flight::{Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Judged, Standing};
 use crate::leader::{self, Job};
-use crate::stats::Counters;
 use crate::store::Store;
 
 /// Starts the spawned leader of a flight; `true`: the first read found
@@ -181,7 +180,7 @@ where
     if !current {
         return Ok(None);
     }
-    Counters::bump(&inner.counters.l2_hits);
+    inner.counters.l2_hits.incr();
     inner.counters.served(judged.freshness);
     Ok(Some(judged))
 }

@@ -510,7 +510,7 @@ where
                     let found = Fallback::new(judged.value.clone(), judged.remaining);
                     match place {
                         Standing::Fresh => {
-                            Counters::bump(&cache.counters.l2_hits);
+                            cache.counters.l2_hits.incr();
                             let key = flight.key().to_owned();
                             if let Some(copy) = cache.l1_copy(&key, &judged) {
                                 flight.retire(copy);

@@ -198,6 +198,8 @@ macro_rules! counters {
         pub struct Stats {
             /// Reads answered from the cache.
             pub hits: u64,
+            /// Of the hits, those read from the shared store (L2) because the L1 had no servable copy (or there is no L1).
+            pub l2_hits: u64,
             $( $(#[$doc])* pub $name: u64, )*
             $( $(#[$bdoc])* pub $bname: u64, )*
         }
@@ -205,12 +207,18 @@ macro_rules! counters {
         /// The live counters of one cache instance.
         pub(crate) struct Counters {
             pub(crate) hits: StripedCounter,
+            /// Striped too: every L2 hit counts here.
+            pub(crate) l2_hits: StripedCounter,
             $( pub(crate) $name: AtomicU64, )*
         }
 
         impl Counters {
             pub(crate) fn new() -> Self {
-                Self { hits: StripedCounter::new(), $( $name: AtomicU64::new(0), )* }
+                Self {
+                    hits: StripedCounter::new(),
+                    l2_hits: StripedCounter::new(),
+                    $( $name: AtomicU64::new(0), )*
+                }
             }
 
             /// The snapshot of these counters; the breaker's are added by
@@ -218,6 +226,7 @@ macro_rules! counters {
             pub(crate) fn snapshot(&self) -> Stats {
                 Stats {
                     hits: self.hits.sum(),
+                    l2_hits: self.l2_hits.sum(),
                     $( $name: self.$name.load(Relaxed), )*
                     $( $bname: 0, )*
                 }
@@ -229,8 +238,6 @@ macro_rules! counters {
 counters! {
     /// Reads that found no servable value (each caller counts once).
     misses,
-    /// Of the hits, those read from the shared store (L2) because the L1 had no servable copy (or there is no L1).
-    l2_hits,
     /// Entries read from the shared store that a tag invalidation or a clear had made a miss.
     tag_misses,
     /// Backplane messages from other caches that this cache acted on: a key evicted from the L1, or a tag or clear version forgotten (and its L1 entries evicted).
