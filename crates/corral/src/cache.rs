@@ -78,7 +78,7 @@ impl<V: 'static> Inner<V> {
     }
 
     pub(crate) fn store_key(&self, key: &str) -> StoreKey {
-        StoreKey::new(Arc::clone(&self.namespace), key)
+        StoreKey::of(&self.namespace, key)
     }
 
     /// The bytes of `key`'s `value` (`None`: "not found") in the shared

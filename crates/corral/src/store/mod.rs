@@ -57,10 +57,14 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The address of one logical key in a shared store: the cache's namespace
 /// (its name and schema version) and the user's key. Stores lay it out as
 /// they need; the pair is unique per cache, version and key.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct StoreKey {
-    namespace: Arc<str>,
-    key: Box<str>,
+    /// The namespace, then the key, in one allocation: a cache builds one
+    /// per store call, and sharing the namespace instead (an `Arc`) would
+    /// write its reference count, a line every worker thread writes.
+    joined: Box<str>,
+    /// Where the key starts in `joined`.
+    split: usize,
 }
 
 impl StoreKey {
@@ -70,21 +74,38 @@ impl StoreKey {
     /// letters, digits, `_`, `-`, `.`); Redis, for one, finds a key's hash
     /// tag after it. Keys may hold any character.
     pub fn new(namespace: impl Into<Arc<str>>, key: &str) -> Self {
+        Self::of(&namespace.into(), key)
+    }
+
+    /// [`new`](Self::new) from borrowed parts.
+    pub(crate) fn of(namespace: &str, key: &str) -> Self {
+        let mut joined = String::with_capacity(namespace.len() + key.len());
+        joined.push_str(namespace);
+        joined.push_str(key);
         Self {
-            namespace: namespace.into(),
-            key: key.into(),
+            joined: joined.into_boxed_str(),
+            split: namespace.len(),
         }
     }
 
     /// The namespace (`name` and schema `version` of the cache, as
     /// `name:v{version}`).
     pub fn namespace(&self) -> &str {
-        &self.namespace
+        self.joined.get(..self.split).unwrap_or_default()
     }
 
     /// The user's key.
     pub fn key(&self) -> &str {
-        &self.key
+        self.joined.get(self.split..).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for StoreKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreKey")
+            .field("namespace", &self.namespace())
+            .field("key", &self.key())
+            .finish()
     }
 }
 
