@@ -1,6 +1,5 @@
 //! `Cache<V>`: the cheap-clone handle and its public operations.
 
-use std::any::Any;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -940,7 +939,7 @@ where
     #[doc(hidden)]
     /// A weak handle for tests that check a dropped cache really goes away.
     #[doc(hidden)]
-    pub fn downgrade(&self) -> std::sync::Weak<impl Any + Send + Sync> {
+    pub fn downgrade(&self) -> std::sync::Weak<impl std::any::Any + Send + Sync> {
         Arc::downgrade(&self.inner)
     }
 }

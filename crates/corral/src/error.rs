@@ -95,6 +95,7 @@ impl StoreError {
     }
 
     /// The message, without the kind.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }
