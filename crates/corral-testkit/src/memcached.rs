@@ -37,7 +37,7 @@ pub struct MemcachedServer {
 }
 
 impl MemcachedServer {
-    /// Starts `memcached -l 127.0.0.1 -p PORT -U 0 -m 64 -vv` on a free port
+    /// Starts `memcached -l 127.0.0.1 -p PORT -U 0 -m 64 -v -u root` on a free port
     /// with its output in a log file, and waits (at most 10 s) until it
     /// answers the meta no-op `mn`.
     ///
@@ -202,7 +202,9 @@ impl MemcachedServer {
             .try_clone()
             .map_err(|e| Some(format!("cannot clone the log: {e}")))?;
         let child = Command::new(memcached_bin())
-            .args(["-l", "127.0.0.1", "-U", "0", "-m", "64", "-v"])
+            // `-u root`: memcached refuses to run as root without `-u`, and
+            // ignores it when not root.
+            .args(["-l", "127.0.0.1", "-U", "0", "-m", "64", "-v", "-u", "root"])
             .arg("-p")
             .arg(self.port.to_string())
             .stdin(Stdio::null())
