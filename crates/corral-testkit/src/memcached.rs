@@ -159,7 +159,9 @@ impl MemcachedServer {
             .set_read_timeout(Some(timeout))
             .and_then(|()| stream.set_write_timeout(Some(timeout)))
             .map_err(|e| format!("timeouts: {e}"))?;
-        stream.write_all(request).map_err(|e| format!("write: {e}"))?;
+        stream
+            .write_all(request)
+            .map_err(|e| format!("write: {e}"))?;
         let mut line = String::new();
         BufReader::new(stream)
             .take(64 * 1024)
@@ -234,7 +236,10 @@ impl MemcachedServer {
                 return if log.contains("Address already in use") || log.contains("bind") {
                     Err(None)
                 } else {
-                    Err(Some(format!("memcached exited at start\n{}", log_tail(&log))))
+                    Err(Some(format!(
+                        "memcached exited at start\n{}",
+                        log_tail(&log)
+                    )))
                 };
             }
             if Instant::now() >= deadline {

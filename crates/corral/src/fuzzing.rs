@@ -85,7 +85,11 @@ pub fn keys(bytes: &[u8]) {
         .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
         .take(64)
         .collect();
-    let namespace = format!("{}:v{}", if name.is_empty() { "n" } else { &name }, bytes.len() % 10);
+    let namespace = format!(
+        "{}:v{}",
+        if name.is_empty() { "n" } else { &name },
+        bytes.len() % 10
+    );
     let namespace = namespace.as_str();
     #[cfg(feature = "redis")]
     crate::redis::fuzz_keys(namespace, key, bytes);

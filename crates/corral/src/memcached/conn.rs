@@ -143,7 +143,10 @@ impl Server {
         for _ in requests {
             replies.push(self.read_reply(&mut conn).await?);
         }
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
+        self.idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(conn);
         Ok(replies)
     }
 

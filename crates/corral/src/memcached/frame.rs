@@ -135,7 +135,12 @@ mod tests {
 
     #[test]
     fn foreign_bytes_are_an_unframed_value() {
-        for bytes in [&b""[..], b"garbage", &[0xC1, 70], &[0xC1, 1, b'G', 0, 0, 0, 0, 0, 0]] {
+        for bytes in [
+            &b""[..],
+            b"garbage",
+            &[0xC1, 70],
+            &[0xC1, 1, b'G', 0, 0, 0, 0, 0, 0],
+        ] {
             let slot = Slot::decode(bytes.to_vec());
             assert_eq!(slot.value.as_deref(), Some(bytes));
             assert_eq!((slot.fence, slot.generation), (None, None));

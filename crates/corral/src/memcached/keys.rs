@@ -139,7 +139,10 @@ mod tests {
     #[test]
     fn the_encoding_is_stable() {
         let items = items("corral:", &StoreKey::new("users:v1", "a b"));
-        assert_eq!(items.slot, format!("corral:v:users:v1:a_b#{}", &items.slot[22..]));
+        assert_eq!(
+            items.slot,
+            format!("corral:v:users:v1:a_b#{}", &items.slot[22..])
+        );
         assert_eq!(items.slot.len(), "corral:v:users:v1:a_b#".len() + 32);
         // Pinned: a change of this value moves every key.
         assert_eq!(items.route, items_route_pinned());

@@ -369,7 +369,12 @@ impl MemcachedStore {
     }
 
     /// Deletes the lease item if it still holds `token`.
-    async fn drop_lease(&self, server: &Server, item: &str, token: &str) -> Result<bool, StoreError> {
+    async fn drop_lease(
+        &self,
+        server: &Server,
+        item: &str,
+        token: &str,
+    ) -> Result<bool, StoreError> {
         let reply = self.one(server, mg(item, "v c")).await?;
         let cas = reply.cas();
         match (reply.status, reply.data, cas) {
@@ -412,7 +417,12 @@ impl MemcachedStore {
     fn backoff(&self, id: &str) -> Duration {
         let config = &self.inner.config;
         let waits = self.inner.waits.lock().unwrap_or_else(|p| p.into_inner());
-        let n = waits.get(id).copied().unwrap_or(0).saturating_sub(1).min(20);
+        let n = waits
+            .get(id)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(1)
+            .min(20);
         config
             .poll_start
             .saturating_mul(1u32 << n)
@@ -472,7 +482,10 @@ impl MemcachedStore {
                 ),
             };
             let cas = found.as_ref().map(|f| f.cas);
-            if self.write_slot(server, &items.slot, &slot, ttl, cas).await? {
+            if self
+                .write_slot(server, &items.slot, &slot, ttl, cas)
+                .await?
+            {
                 return Ok(Lookup::Granted(Lease::new(token)));
             }
             found = self.read_slot(server, &items.slot).await?;
@@ -647,7 +660,10 @@ impl Store for MemcachedStore {
             };
             self.check_size(&items.slot, &slot)?;
             let flags = format!("T{}", secs(ttl));
-            let requests = [ms(&items.slot, &slot.encode(), &flags), md(&items.lease, "")];
+            let requests = [
+                ms(&items.slot, &slot.encode(), &flags),
+                md(&items.lease, ""),
+            ];
             let replies = self.call(server, &requests).await?;
             if replies.first().map(|r| r.status) != Some(Status::Done) {
                 return Err(protocol(server.addr(), "set was not stored"));
@@ -709,7 +725,9 @@ impl Store for MemcachedStore {
             let server = self.server(route);
             let version = self.token();
             let flags = format!("T{}", secs(retention));
-            let reply = self.one(server, ms(&item, version.as_bytes(), &flags)).await?;
+            let reply = self
+                .one(server, ms(&item, version.as_bytes(), &flags))
+                .await?;
             if reply.status != Status::Done {
                 return Err(protocol(server.addr(), "tag version was not stored"));
             }
