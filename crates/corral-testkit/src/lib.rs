@@ -9,6 +9,9 @@
 //! cluster with `redis-cli --cluster create`, optionally with one replica
 //! per master, and can kill a master and wait until its replica took over.
 //!
+//! [`MemcachedServer`] does the same for a `memcached` process (TCP on a
+//! free loopback port, `-U 0`): freeze, thaw, kill, raw requests.
+//!
 //! Every failure panics with the tail of the server log(s) in the message.
 //!
 //! The binaries are found on `PATH` as `redis-server` and `redis-cli`; set
@@ -27,6 +30,7 @@
 
 mod cluster;
 mod gate;
+mod memcached;
 mod process;
 mod resp;
 mod server;
@@ -35,6 +39,7 @@ mod worker;
 
 pub use cluster::RedisCluster;
 pub use gate::{until, until_yielding, Gate};
+pub use memcached::MemcachedServer;
 pub use server::{RedisServer, TlsFiles};
 pub use traces::{capture, Captured};
 pub use worker::Worker;

@@ -194,6 +194,9 @@ mod ticker;
 #[cfg(feature = "redis")]
 mod redis;
 
+#[cfg(feature = "memcached")]
+pub mod memcached;
+
 pub use batch::Batch;
 pub use builder::{CacheBuilder, Capacity};
 pub use cache::Cache;
@@ -211,6 +214,9 @@ pub use store::{MemoryStore, Store};
 
 #[cfg(feature = "redis")]
 pub use redis::{RedisConfig, RedisStore};
+
+#[cfg(feature = "memcached")]
+pub use memcached::{MemcachedConfig, MemcachedStore};
 
 /// `#[corral::cached(cache = <expr>, key = "...")]` on an `async fn`: its
 /// body becomes the fill of [`Cache::get_or_fill`], run once per key however

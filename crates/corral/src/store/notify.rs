@@ -38,6 +38,7 @@ impl Notifier {
         Listener {
             id,
             receiver: self.sender.subscribe(),
+            deadline: None,
         }
     }
 
@@ -60,6 +61,9 @@ impl Notifier {
 pub struct Listener {
     id: Arc<str>,
     receiver: broadcast::Receiver<Notice>,
+    /// When [`changed`](Self::changed) resolves at the latest, for stores
+    /// whose waiters poll (a re-check is due then).
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl Listener {
@@ -69,9 +73,31 @@ impl Listener {
         Notifier::new().listen("".into())
     }
 
+    /// This listener, resolving [`changed`](Self::changed) after `delay`
+    /// at the latest: for stores without cross-process notices, whose
+    /// waiters re-check on a schedule of their own (e.g. a backoff).
+    #[must_use]
+    pub fn recheck_after(mut self, delay: std::time::Duration) -> Self {
+        self.deadline = Some(tokio::time::Instant::now() + delay);
+        self
+    }
+
     /// Resolves when the key may have changed: a notice for it, a notice to
-    /// re-check everything, or lost notices. Cancel-safe.
+    /// re-check everything, lost notices, or the re-check deadline of
+    /// [`recheck_after`](Self::recheck_after). Cancel-safe.
     pub async fn changed(&mut self) {
+        match self.deadline {
+            Some(deadline) => {
+                tokio::select! {
+                    () = self.notice() => {}
+                    () = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+            None => self.notice().await,
+        }
+    }
+
+    async fn notice(&mut self) {
         loop {
             match self.receiver.recv().await {
                 Ok(Notice::Key(id)) if id == self.id => return,

@@ -1,0 +1,772 @@
+//! The Memcached store: fill leases by `add`, fences by `cas`, waiters that
+//! poll with backoff; several servers by rendezvous hashing.
+//!
+//! # Client
+//!
+//! A small client of memcached's meta text protocol (`mg`, `ms`, `md`,
+//! `mn`; memcached 1.6 or newer) over `tokio::net::TcpStream`, with a
+//! bounded pool of connections per server (`conn`). The async crates on
+//! crates.io (`async-memcached`, `memcache-async`) were considered: neither
+//! exposes both the meta protocol's `cas` on set and the remaining TTL
+//! (`t` flag) that this store needs in one round trip, and the five
+//! commands used here are a few hundred lines to speak directly.
+//!
+//! # Layout
+//!
+//! Per logical key, two items on the key's server (names in `keys`):
+//! - the **slot** holds the fence, the generation and the value together
+//!   (`frame`), so one compare-and-swap guards all three: a commit reads the
+//!   slot with its cas token, checks that the fence still holds its lease
+//!   token and writes with `ms ... C<cas>`; any write in between changes the
+//!   cas token and the commit re-reads (and is refused if the fence moved).
+//! - the **lease** holds the token of the one fill allowed to run, created
+//!   by `ms ... ME` (add: create if absent) with the lease's TTL.
+//!
+//! `get_or_lease` reads the slot (a live value is a [`Lookup::Hit`]),
+//! otherwise adds the lease (exists: [`Lookup::Held`] with the lease's
+//! remaining TTL) and then moves the slot's fence to the new token by cas,
+//! re-checking the grant's condition on the value it swaps. This takes up to
+//! three round trips instead of Redis' one script, and is not one atomic
+//! step: a value written between the read and the fence is noticed by the
+//! cas and answered as Redis would (the lease is given back). Differences
+//! from Redis:
+//! - `invalidate` deletes the slot (value and fence) and the lease, as
+//!   Redis does; `set` writes the slot with a new random fence and deletes
+//!   the lease. Both are one pipelined round trip.
+//! - A refresh lease over a live value keeps the value: the slot is
+//!   rewritten with the new fence, for `max(remaining, fence TTL)`, and
+//!   `extra` remembers how much longer than the value the item lives.
+//! - There is no pub/sub: waiters of other processes poll. [`Store::listen`]
+//!   wakes local waiters at once (commits and releases made through the same
+//!   store) and others after an exponential backoff from
+//!   [`MemcachedConfig::poll_start`] to [`MemcachedConfig::poll_cap`] per key
+//!   (reset once the key is no longer held); the cache's own
+//!   `poll_interval` and the lease's remaining time still bound each wait,
+//!   so a waiter takes the lease over once it lapses (fail-open). There is
+//!   no backplane: caches with an in-process tier do not hear of other
+//!   processes' writes.
+//!
+//! # Time
+//!
+//! Memcached keeps time to the whole second and reports a remaining TTL
+//! (`t` flag) in whole seconds, by its own clock. Every TTL is sent as
+//! `ceil(seconds) + 1` (at most 30 days: longer numbers would be read as
+//! unix times), so an item never expires before the time asked, and at most
+//! about two seconds after it. A value's remaining time is reported as the
+//! item's remaining seconds minus one (minus `extra`): ages are judged by
+//! the server's clock alone — no host's timestamp is compared with another
+//! host's clock — at whole-second resolution, so TTLs below a few seconds
+//! are coarse here.
+//!
+//! # Limits
+//!
+//! A value's item (frame, envelope and key) must fit
+//! [`MemcachedConfig::max_item_bytes`] (memcached's `-I`, 1 MiB by
+//! default); a larger one is refused by `commit`/`set` with a
+//! [`StoreErrorKind::Protocol`] error that says so, before anything is sent.
+//!
+//! Tags: versions are items `<prefix>t:...` with the retention as TTL.
+
+mod conn;
+mod frame;
+mod keys;
+mod ring;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use conn::{md, mg, mn, ms, protocol, Reply, Server, Status};
+use frame::Slot;
+use keys::Items;
+use ring::Ring;
+
+use crate::error::{StoreError, StoreErrorKind};
+use crate::store::{
+    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Notifier, Origin, Store,
+    StoreKey, Stored,
+};
+
+/// Memcached's longest relative TTL; longer numbers are unix times.
+const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+/// Bytes an item needs besides its key and data (memcached's header, with
+/// room to spare).
+const ITEM_OVERHEAD: usize = 96;
+/// How often one call retries after losing a compare-and-swap race.
+const MAX_RACES: usize = 16;
+/// The most keys whose backoff is remembered.
+const MAX_WAITS: usize = 4096;
+
+/// Settings of a [`MemcachedStore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemcachedConfig {
+    /// The longest any call may take (acquiring a connection, connecting
+    /// and all of its round trips) before it fails with a timeout.
+    /// Default: 1 s.
+    pub op_timeout: Duration,
+    /// Connections per server at most. Default: 16.
+    pub max_connections: usize,
+    /// The first wait of a waiter polling for a held lease. Default: 10 ms.
+    pub poll_start: Duration,
+    /// The longest wait between two polls (the backoff doubles up to it).
+    /// Default: 500 ms. The cache's `poll_interval` bounds it too.
+    pub poll_cap: Duration,
+    /// The largest item the servers accept (memcached's `-I`). Default:
+    /// 1 MiB.
+    pub max_item_bytes: usize,
+    /// Prepended to every item key: printable ASCII without `#`, at most
+    /// 64 bytes. Default: `corral:`.
+    pub key_prefix: String,
+}
+
+impl Default for MemcachedConfig {
+    fn default() -> Self {
+        Self {
+            op_timeout: Duration::from_secs(1),
+            max_connections: 16,
+            poll_start: Duration::from_millis(10),
+            poll_cap: Duration::from_millis(500),
+            max_item_bytes: 1024 * 1024,
+            key_prefix: "corral:".into(),
+        }
+    }
+}
+
+/// A [`Store`] on one or more memcached servers (feature `memcached`).
+/// See the [module docs](self) for how leases, fences and time work here.
+#[derive(Clone)]
+pub struct MemcachedStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    servers: Vec<Server>,
+    ring: Ring,
+    config: MemcachedConfig,
+    notifier: Notifier,
+    rng: Mutex<fastrand::Rng>,
+    /// Polls so far per held key (the backoff's exponent).
+    waits: Mutex<HashMap<Arc<str>, u32>>,
+}
+
+impl std::fmt::Debug for MemcachedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<&str> = self.inner.servers.iter().map(Server::addr).collect();
+        f.debug_struct("MemcachedStore")
+            .field("servers", &addrs)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whole seconds for memcached: `ceil(d) + 1`, at most 30 days.
+fn secs(d: Duration) -> u64 {
+    let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    (whole + 1).min(MAX_TTL_SECS)
+}
+
+/// What a slot read found.
+struct Found {
+    slot: Slot,
+    cas: u64,
+    /// The item's remaining seconds (`-1`: no expiry).
+    ttl: i64,
+}
+
+impl Found {
+    /// The value's remaining whole seconds by the item's TTL, if it has
+    /// a value that is still alive (`None` inside: no expiry).
+    fn value_left(&self) -> Option<Option<i64>> {
+        self.slot.value.as_ref()?;
+        if self.ttl < 0 {
+            return Some(None);
+        }
+        let left = self.ttl - i64::from(self.slot.extra);
+        (left >= 1).then_some(Some(left))
+    }
+
+    fn stored(&self) -> Option<Stored> {
+        let left = self.value_left()?;
+        Some(Stored {
+            bytes: self.slot.value.clone().unwrap_or_default(),
+            remaining: left.map(|s| Duration::from_secs(s.saturating_sub(1).unsigned_abs())),
+            generation: self.slot.generation.clone(),
+        })
+    }
+
+    /// The slot with `fence`, keeping a live value; with the TTL to write it
+    /// for so that it lives at least `fence_ttl` and the value no longer
+    /// than before.
+    fn refenced(&self, fence: Option<Arc<str>>, fence_secs: u64) -> (Slot, u64) {
+        match self.value_left() {
+            Some(Some(left)) => {
+                let left = left.unsigned_abs();
+                let ttl = left.max(fence_secs);
+                let slot = Slot {
+                    fence,
+                    generation: self.slot.generation.clone(),
+                    extra: u32::try_from(ttl - left).unwrap_or(u32::MAX),
+                    value: self.slot.value.clone(),
+                };
+                (slot, ttl)
+            }
+            Some(None) => {
+                let slot = Slot {
+                    fence,
+                    extra: 0,
+                    ..self.slot.clone()
+                };
+                (slot, fence_secs)
+            }
+            None => (
+                Slot {
+                    fence,
+                    ..Slot::default()
+                },
+                fence_secs,
+            ),
+        }
+    }
+}
+
+impl MemcachedStore {
+    /// A store over the servers at `addrs` (`host:port` each), checking
+    /// that each answers.
+    ///
+    /// # Errors
+    ///
+    /// No address, a bad `key_prefix`, or a server that does not answer
+    /// within `op_timeout`.
+    pub async fn connect<S: AsRef<str>>(
+        addrs: &[S],
+        config: MemcachedConfig,
+    ) -> Result<Self, StoreError> {
+        if addrs.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                "memcached: no server address",
+            ));
+        }
+        if !keys::valid_prefix(&config.key_prefix) {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                "memcached: key_prefix must be printable ASCII without '#', at most 64 bytes",
+            ));
+        }
+        let servers = addrs
+            .iter()
+            .map(|a| {
+                Server::new(
+                    a.as_ref().to_owned(),
+                    config.max_connections,
+                    config.max_item_bytes,
+                )
+            })
+            .collect();
+        let seed =
+            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
+        let store = Self {
+            inner: Arc::new(Inner {
+                servers,
+                ring: Ring::new(addrs.iter().map(AsRef::as_ref)),
+                config,
+                notifier: Notifier::new(),
+                rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+                waits: Mutex::new(HashMap::new()),
+            }),
+        };
+        store.ping().await?;
+        Ok(store)
+    }
+
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    /// The name of `key`'s slot item (value, fence, generation): for tests
+    /// that plant foreign bytes.
+    pub fn slot_item(&self, key: &StoreKey) -> String {
+        self.items(key).slot
+    }
+
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    /// The name of `key`'s lease item.
+    pub fn lease_item(&self, key: &StoreKey) -> String {
+        self.items(key).lease
+    }
+
+    fn items(&self, key: &StoreKey) -> Items {
+        keys::items(&self.inner.config.key_prefix, key)
+    }
+
+    fn id(key: &StoreKey) -> Arc<str> {
+        format!("{}\u{0}{}", key.namespace(), key.key()).into()
+    }
+
+    fn token(&self) -> Arc<str> {
+        let mut rng = self.inner.rng.lock().unwrap_or_else(|p| p.into_inner());
+        format!("{:032x}", rng.u128(..)).into()
+    }
+
+    fn server(&self, route: u64) -> &Server {
+        let index = self.inner.ring.pick(route);
+        &self.inner.servers[index.min(self.inner.servers.len() - 1)]
+    }
+
+    /// Sends `requests` to `server` in one round trip, bounded by the
+    /// operation timeout.
+    async fn call(&self, server: &Server, requests: &[Vec<u8>]) -> Result<Vec<Reply>, StoreError> {
+        let timeout = self.inner.config.op_timeout;
+        match tokio::time::timeout(timeout, server.call(requests)).await {
+            Ok(replies) => replies,
+            Err(_) => Err(StoreError::new(
+                StoreErrorKind::Timeout,
+                format!("memcached {}: no answer within {timeout:?}", server.addr()),
+            )),
+        }
+    }
+
+    async fn one(&self, server: &Server, request: Vec<u8>) -> Result<Reply, StoreError> {
+        let mut replies = self.call(server, &[request]).await?;
+        replies
+            .pop()
+            .ok_or_else(|| protocol(server.addr(), "no reply"))
+    }
+
+    async fn read_slot(&self, server: &Server, item: &str) -> Result<Option<Found>, StoreError> {
+        let reply = self.one(server, mg(item, "v c t")).await?;
+        let (cas, ttl) = (reply.cas(), reply.ttl());
+        match (reply.status, reply.data, cas) {
+            (Status::Value, Some(data), Some(cas)) => Ok(Some(Found {
+                cas,
+                ttl: ttl.unwrap_or(-1),
+                slot: Slot::decode(data),
+            })),
+            (Status::Miss, _, _) => Ok(None),
+            (status, _, _) => Err(protocol(server.addr(), &format!("mg answered {status:?}"))),
+        }
+    }
+
+    /// Writes `slot` for `ttl` seconds: by cas over `cas`, or as a new item
+    /// (add) without one. Returns whether it was written.
+    async fn write_slot(
+        &self,
+        server: &Server,
+        item: &str,
+        slot: &Slot,
+        ttl: u64,
+        cas: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let flags = match cas {
+            Some(cas) => format!("T{ttl} C{cas}"),
+            None => format!("T{ttl} ME"),
+        };
+        let reply = self.one(server, ms(item, &slot.encode(), &flags)).await?;
+        match reply.status {
+            Status::Done => Ok(true),
+            Status::NotStored | Status::Exists | Status::NotFound => Ok(false),
+            status => Err(protocol(server.addr(), &format!("ms answered {status:?}"))),
+        }
+    }
+
+    /// Deletes the lease item if it still holds `token`.
+    async fn drop_lease(
+        &self,
+        server: &Server,
+        item: &str,
+        token: &str,
+    ) -> Result<bool, StoreError> {
+        let reply = self.one(server, mg(item, "v c")).await?;
+        let cas = reply.cas();
+        match (reply.status, reply.data, cas) {
+            (Status::Value, Some(data), Some(cas)) if data == token.as_bytes() => {
+                let reply = self.one(server, md(item, &format!("C{cas}"))).await?;
+                Ok(reply.status == Status::Done)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Refuses an item too large for the servers.
+    fn check_size(&self, item: &str, slot: &Slot) -> Result<(), StoreError> {
+        let size = item.len() + slot.value.as_ref().map_or(0, Vec::len) + 2 * 64 + 8;
+        let limit = self.inner.config.max_item_bytes;
+        if size + ITEM_OVERHEAD > limit {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                format!(
+                    "memcached: an item of about {} bytes exceeds the item size limit of {limit} bytes (MemcachedConfig::max_item_bytes, memcached -I)",
+                    size + ITEM_OVERHEAD
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn waited(&self, id: &Arc<str>, held: bool) {
+        let mut waits = self.inner.waits.lock().unwrap_or_else(|p| p.into_inner());
+        if held {
+            if waits.len() >= MAX_WAITS && !waits.contains_key(id) {
+                waits.clear();
+            }
+            *waits.entry(Arc::clone(id)).or_insert(0) += 1;
+        } else {
+            waits.remove(id);
+        }
+    }
+
+    fn backoff(&self, id: &str) -> Duration {
+        let config = &self.inner.config;
+        let waits = self.inner.waits.lock().unwrap_or_else(|p| p.into_inner());
+        let n = waits
+            .get(id)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(1)
+            .min(20);
+        config
+            .poll_start
+            .saturating_mul(1u32 << n)
+            .min(config.poll_cap.max(config.poll_start))
+    }
+
+    async fn lookup(&self, key: &StoreKey, request: &LeaseRequest) -> Result<Lookup, StoreError> {
+        let items = self.items(key);
+        let server = self.server(items.route);
+        let fence_secs = secs(request.fence_ttl);
+        let mut found = self.read_slot(server, &items.slot).await?;
+        let mut granted: Option<Arc<str>> = None;
+        for _ in 0..MAX_RACES {
+            if let Some(answer) = judge(found.as_ref(), &request.grant) {
+                if let Some(token) = &granted {
+                    self.drop_lease(server, &items.lease, token).await?;
+                }
+                return Ok(answer);
+            }
+            let token = match &granted {
+                Some(token) => Arc::clone(token),
+                None => {
+                    let token = self.token();
+                    let flags = format!("T{} ME", secs(request.lease_ttl));
+                    let reply = self
+                        .one(server, ms(&items.lease, token.as_bytes(), &flags))
+                        .await?;
+                    match reply.status {
+                        Status::Done => {}
+                        Status::NotStored => {
+                            let reply = self.one(server, mg(&items.lease, "t")).await?;
+                            if reply.status == Status::Miss {
+                                continue;
+                            }
+                            let remaining = reply
+                                .ttl()
+                                .filter(|t| *t >= 0)
+                                .map(|t| Duration::from_secs(t.unsigned_abs()));
+                            return Ok(Lookup::Held { remaining });
+                        }
+                        status => {
+                            return Err(protocol(server.addr(), &format!("ms answered {status:?}")))
+                        }
+                    }
+                    granted = Some(Arc::clone(&token));
+                    token
+                }
+            };
+            let (slot, ttl) = match &found {
+                Some(found) => found.refenced(Some(Arc::clone(&token)), fence_secs),
+                None => (
+                    Slot {
+                        fence: Some(Arc::clone(&token)),
+                        ..Slot::default()
+                    },
+                    fence_secs,
+                ),
+            };
+            let cas = found.as_ref().map(|f| f.cas);
+            if self
+                .write_slot(server, &items.slot, &slot, ttl, cas)
+                .await?
+            {
+                return Ok(Lookup::Granted(Lease::new(token)));
+            }
+            found = self.read_slot(server, &items.slot).await?;
+        }
+        if let Some(token) = &granted {
+            self.drop_lease(server, &items.lease, token).await?;
+        }
+        Err(protocol(server.addr(), "lost every compare-and-swap race"))
+    }
+}
+
+/// The answer `get_or_lease` gives without a lease, for what the slot holds
+/// and the grant asked; `None`: a lease may be granted.
+fn judge(found: Option<&Found>, grant: &Grant) -> Option<Lookup> {
+    let stored = found.and_then(Found::stored);
+    match (grant, stored) {
+        (Grant::IfNoValue, Some(stored)) => Some(Lookup::Hit(stored)),
+        (Grant::OverGeneration(_), None) => Some(Lookup::Changed),
+        (Grant::OverGeneration(expected), Some(stored)) if *expected != stored.generation => {
+            Some(Lookup::Changed)
+        }
+        _ => None,
+    }
+}
+
+impl Store for MemcachedStore {
+    fn get_or_lease<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        request: &'a LeaseRequest,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
+        Box::pin(async move {
+            let lookup = self.lookup(key, request).await;
+            let held = matches!(lookup, Ok(Lookup::Held { .. }));
+            self.waited(&Self::id(key), held);
+            lookup
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        Box::pin(async move {
+            let items = self.items(key);
+            let server = self.server(items.route);
+            let found = self.read_slot(server, &items.slot).await?;
+            Ok(found.as_ref().and_then(Found::stored))
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        request: &'a LeaseRequest,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let items = self.items(key);
+            let server = self.server(items.route);
+            let reply = self.one(server, mg(&items.lease, "v c")).await?;
+            let cas = reply.cas();
+            let owned = match (reply.status, reply.data, cas) {
+                (Status::Value, Some(data), Some(cas)) if data == lease.token().as_bytes() => {
+                    let flags = format!("T{} C{cas}", secs(request.lease_ttl));
+                    let reply = self
+                        .one(server, ms(&items.lease, lease.token().as_bytes(), &flags))
+                        .await?;
+                    reply.status == Status::Done
+                }
+                _ => false,
+            };
+            if !owned {
+                return Ok(false);
+            }
+            let fence_secs = secs(request.fence_ttl);
+            for _ in 0..MAX_RACES {
+                let Some(found) = self.read_slot(server, &items.slot).await? else {
+                    break;
+                };
+                if found.slot.fence.as_deref() != Some(lease.token()) {
+                    break;
+                }
+                let (slot, ttl) = found.refenced(found.slot.fence.clone(), fence_secs);
+                if self
+                    .write_slot(server, &items.slot, &slot, ttl, Some(found.cas))
+                    .await?
+                {
+                    break;
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        bytes: &'a [u8],
+        ttl: Duration,
+        _origin: Origin,
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        Box::pin(async move {
+            let items = self.items(key);
+            let server = self.server(items.route);
+            let token: Arc<str> = lease.token().into();
+            let slot = Slot {
+                fence: Some(Arc::clone(&token)),
+                generation: Some(token),
+                extra: 0,
+                value: Some(bytes.to_vec()),
+            };
+            self.check_size(&items.slot, &slot)?;
+            let mut commit = Commit::Refused;
+            for _ in 0..MAX_RACES {
+                let Some(found) = self.read_slot(server, &items.slot).await? else {
+                    break;
+                };
+                if found.slot.fence.as_deref() != Some(lease.token()) {
+                    break;
+                }
+                if self
+                    .write_slot(server, &items.slot, &slot, secs(ttl), Some(found.cas))
+                    .await?
+                {
+                    commit = Commit::Stored;
+                    break;
+                }
+            }
+            self.drop_lease(server, &items.lease, lease.token()).await?;
+            self.inner.notifier.notify(&Self::id(key));
+            Ok(commit)
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let items = self.items(key);
+            let server = self.server(items.route);
+            self.drop_lease(server, &items.lease, lease.token()).await?;
+            if let Some(found) = self.read_slot(server, &items.slot).await? {
+                if found.slot.fence.as_deref() == Some(lease.token())
+                    && found.value_left().is_none()
+                {
+                    self.one(server, md(&items.slot, &format!("C{}", found.cas)))
+                        .await?;
+                }
+            }
+            self.inner.notifier.notify(&Self::id(key));
+            Ok(())
+        })
+    }
+
+    fn set<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        bytes: &'a [u8],
+        ttl: Duration,
+        _origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let items = self.items(key);
+            let server = self.server(items.route);
+            let token = self.token();
+            let slot = Slot {
+                fence: Some(Arc::clone(&token)),
+                generation: Some(token),
+                extra: 0,
+                value: Some(bytes.to_vec()),
+            };
+            self.check_size(&items.slot, &slot)?;
+            let flags = format!("T{}", secs(ttl));
+            let requests = [
+                ms(&items.slot, &slot.encode(), &flags),
+                md(&items.lease, ""),
+            ];
+            let replies = self.call(server, &requests).await?;
+            if replies.first().map(|r| r.status) != Some(Status::Done) {
+                return Err(protocol(server.addr(), "set was not stored"));
+            }
+            self.inner.notifier.notify(&Self::id(key));
+            Ok(())
+        })
+    }
+
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        _origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let items = self.items(key);
+            let server = self.server(items.route);
+            self.call(server, &[md(&items.slot, ""), md(&items.lease, "")])
+                .await?;
+            self.inner.notifier.notify(&Self::id(key));
+            Ok(())
+        })
+    }
+
+    fn tag_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        tags: &'a [Arc<str>],
+    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        Box::pin(async move {
+            let prefix = &self.inner.config.key_prefix;
+            let reads = tags.iter().map(|tag| async move {
+                let (item, route) = keys::tag(prefix, namespace, tag);
+                let server = self.server(route);
+                let reply = self.one(server, mg(&item, "v")).await?;
+                Ok::<_, StoreError>(match (reply.status, reply.data) {
+                    (Status::Value, Some(data)) => {
+                        Some(Arc::from(String::from_utf8_lossy(&data).as_ref()))
+                    }
+                    _ => None,
+                })
+            });
+            futures_util::future::join_all(reads)
+                .await
+                .into_iter()
+                .collect()
+        })
+    }
+
+    fn invalidate_tag<'a>(
+        &'a self,
+        namespace: &'a str,
+        tag: &'a str,
+        retention: Duration,
+        _origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (item, route) = keys::tag(&self.inner.config.key_prefix, namespace, tag);
+            let server = self.server(route);
+            let version = self.token();
+            let flags = format!("T{}", secs(retention));
+            let reply = self
+                .one(server, ms(&item, version.as_bytes(), &flags))
+                .await?;
+            if reply.status != Status::Done {
+                return Err(protocol(server.addr(), "tag version was not stored"));
+            }
+            Ok(())
+        })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let pings = self.inner.servers.iter().map(|s| self.one(s, mn()));
+            for reply in futures_util::future::join_all(pings).await {
+                reply?;
+            }
+            Ok(())
+        })
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.inner.config.op_timeout)
+    }
+
+    fn listen(&self, key: &StoreKey) -> Listener {
+        let id = Self::id(key);
+        let delay = self.backoff(&id);
+        self.inner.notifier.listen(id).recheck_after(delay)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secs;
+    use std::time::Duration;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds_plus_one() {
+        assert_eq!(secs(Duration::ZERO), 1);
+        assert_eq!(secs(Duration::from_millis(1)), 2);
+        assert_eq!(secs(Duration::from_secs(1)), 2);
+        assert_eq!(secs(Duration::from_millis(1500)), 3);
+        assert_eq!(secs(Duration::from_secs(365 * 24 * 3600)), 30 * 24 * 3600);
+    }
+}
