@@ -6,10 +6,13 @@
 //! A small client of memcached's meta text protocol (`mg`, `ms`, `md`,
 //! `mn`; memcached 1.6 or newer) over `tokio::net::TcpStream`, with a
 //! bounded pool of connections per server (`conn`). The async crates on
-//! crates.io (`async-memcached`, `memcache-async`) were considered: neither
-//! exposes both the meta protocol's `cas` on set and the remaining TTL
-//! (`t` flag) that this store needs in one round trip, and the five
-//! commands used here are a few hundred lines to speak directly.
+//! crates.io were looked at first: `memcache-async` (0.10) speaks the
+//! ASCII protocol (`gets`/`cas`, and a meta set with a few flags) on one
+//! stream, without pooling or several servers, and neither its
+//! documentation nor `async-memcached`'s shows a meta get returning the
+//! remaining time to live (`t`) beside a `cas`-guarded meta set, which this
+//! store needs in one round trip each. The five commands used here are a
+//! few hundred lines to speak directly.
 //!
 //! # Layout
 //!
