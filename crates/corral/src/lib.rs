@@ -103,6 +103,7 @@
 //! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets |
 //! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
 //! | `encryption` | no | `Encryption`: values in shared stores sealed with AES-256-GCM |
+//! | `memcached` | no | `MemcachedStore`: memcached 1.6+ as the shared store (leases by `add`, fences by `cas`, waiters that poll) |
 //!
 //! ## Encryption
 //!
