@@ -168,16 +168,7 @@ where
     let Some(judged) = inner.peek_stored(key, &stored) else {
         return Ok(None);
     };
-    if judged.standing != Standing::Fresh {
-        return Ok(None);
-    }
-    // Known versions are checked in place; reading unknown ones from the
-    // store is boxed, out of this future (which every read carries).
-    let current = match inner.tags.check(&judged.stamps) {
-        Some(current) => current,
-        None => Box::pin(inner.stamps_current(&judged.stamps)).await,
-    };
-    if !current {
+    if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
         return Ok(None);
     }
     inner.counters.l2_hits.incr();

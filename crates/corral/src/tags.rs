@@ -28,10 +28,10 @@ use crossbeam_utils::sync::ShardedLock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::bounded_map::{read, write};
 use crate::cache::Inner;
 use crate::error::{Error, StoreError};
 use crate::key::validate_key;
+use crate::sync::{read, write};
 use crate::Cache;
 
 /// The tag whose version is the namespace's clear version.
@@ -286,13 +286,15 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// Whether every version in `stamps` is still current (an entry read
     /// from the store carrying them may be served; a fill stamped with them
     /// may be stored). A store error counts as "not current": invalidation
-    /// wins.
+    /// wins. Known versions are checked in place; reading unknown ones
+    /// from the store is boxed, so the future every store read awaits stays
+    /// small.
     pub(crate) async fn stamps_current(&self, stamps: &Stamps) -> bool {
         if let Some(current) = self.tags.check(stamps) {
             return current;
         }
         let tags = stamps.tags();
-        match self.current_versions(&tags).await {
+        match Box::pin(self.current_versions(&tags)).await {
             Ok(versions) => stamps.matches(&versions),
             Err(_) => false,
         }
