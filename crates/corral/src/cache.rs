@@ -17,7 +17,7 @@ use crate::encryption::Cipher;
 use crate::entry::{self, Decoded, Ttls};
 use crate::error::{Error, InvalidKey, StoreError};
 use crate::first_read::{read_ahead, FirstRead, ReadAhead};
-use crate::flight::{Claim, Failure, FlightTable, Outcome};
+use crate::flight::{Claim, Failure, Flight, FlightTable, Outcome};
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
 use crate::key::{validate_key, KeyLabel};
@@ -237,6 +237,20 @@ impl<V: 'static> Inner<V> {
     ) -> Result<T, StoreError> {
         let timeout = (!self.store_bounds_calls).then_some(self.policy.store_timeout);
         breaker::guarded(self.breaker.as_deref(), timeout, call).await
+    }
+
+    /// Waits for the outcome of a flight another caller leads; the wait is
+    /// a recorded duration with the feature `metrics`.
+    async fn wait_joined(&self, flight: &Arc<Flight<Fetched<V>>>) -> Outcome<Fetched<V>>
+    where
+        V: Clone,
+    {
+        #[cfg(feature = "metrics")]
+        let started = std::time::Instant::now();
+        let outcome = flight.wait().await;
+        #[cfg(feature = "metrics")]
+        crate::metrics_export::wait_took(&self.name, started.elapsed());
+        outcome
     }
 
     /// A snapshot of the instance's counters, the breaker's included.
@@ -574,15 +588,7 @@ where
                 if local {
                     Counters::bump(&inner.counters.misses);
                 }
-                #[cfg(feature = "metrics")]
-                {
-                    let started = std::time::Instant::now();
-                    let outcome = flight.wait().await;
-                    crate::metrics_export::wait_took(&inner.name, started.elapsed());
-                    return outcome_to_result(outcome);
-                }
-                #[cfg(not(feature = "metrics"))]
-                flight
+                return outcome_to_result(inner.wait_joined(&flight).await);
             }
             Claim::Lead(leadership) => {
                 let flight = Arc::clone(leadership.flight());
