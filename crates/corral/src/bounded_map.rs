@@ -12,11 +12,13 @@
 
 use std::hash::{BuildHasher, Hash};
 
-use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
+use crossbeam_utils::sync::ShardedLock;
 use crossbeam_utils::CachePadded;
 use foldhash::fast::RandomState;
 use quick_cache::unsync::{Cache, DefaultLifecycle};
 use quick_cache::{Equivalent, Weighter};
+
+use crate::sync::{read, write};
 
 type Shard<K, V, W> = CachePadded<ShardedLock<Cache<K, V, W, RandomState, DefaultLifecycle<K, V>>>>;
 
@@ -100,19 +102,6 @@ fn shard_count(weight_capacity: u64) -> usize {
         count /= 2;
     }
     count
-}
-
-// Poisoning is ignored: quick_cache leaves a shard consistent before any
-// call that could panic (a weigher or a hasher of corral's own), and so do
-// the other users of these two (the tag table).
-pub(crate) fn read<T>(lock: &ShardedLock<T>) -> ShardedLockReadGuard<'_, T> {
-    lock.read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-pub(crate) fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
-    lock.write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

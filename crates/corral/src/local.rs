@@ -188,7 +188,7 @@ impl<V: Clone> LocalTier<V> {
 
     /// Keeps the default clock ticking however cool the tier gets (see
     /// [`TickedClock::keep_ticking`]); false with an injected clock.
-    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn keep_clock_ticking(&self) -> bool {
         match &self.clock {
             TierClock::Coarse(clock) => {
@@ -200,7 +200,7 @@ impl<V: Clone> LocalTier<V> {
     }
 
     /// Whether hits read a ticked clock reading instead of the clock.
-    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn ticking(&self) -> bool {
         matches!(&self.clock, TierClock::Coarse(clock) if clock.ticking())
     }

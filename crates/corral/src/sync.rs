@@ -2,12 +2,30 @@
 //!
 //! Under `--cfg shuttle` these are shuttle's instrumented versions, so the
 //! model tests in `tests/flight_model.rs` explore the interleavings of the
-//! protocol; in every other build they are `std`'s.
+//! protocol; in every other build they are `std`'s. The sharded
+//! read-write locks of the hit path's map and of the tag table are
+//! crossbeam's in every build.
 
+use std::sync::PoisonError;
+
+use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteGuard};
 #[cfg(shuttle)]
 pub(crate) use shuttle::sync::{Mutex, MutexGuard};
 #[cfg(not(shuttle))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// Read-locks `lock` (the calling thread's slice of it), ignoring
+/// poisoning: its users (the bounded map's shards, the tag table) leave
+/// the guarded state consistent before any call that could panic.
+#[inline]
+pub(crate) fn read<T>(lock: &ShardedLock<T>) -> ShardedLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Write-locks `lock` (every slice), ignoring poisoning as [`read`] does.
+pub(crate) fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Locks `mutex`, ignoring poisoning: every critical section in corral leaves
 /// its data consistent before any call that could panic.

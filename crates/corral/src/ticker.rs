@@ -130,6 +130,7 @@ impl TickedClock {
     }
 
     /// Whether hits currently use a ticked reading.
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn ticking(&self) -> bool {
         self.shared.ticked.load(Relaxed) != 0
     }
@@ -163,6 +164,7 @@ impl TickedClock {
     /// Starts ticking now and never stops for a cool cache, only when the
     /// clock is dropped: for measuring and testing a hot cache's hits where
     /// hits cannot come fast enough to keep it hot (under valgrind).
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn keep_ticking(&self) {
         self.shared.pinned.store(true, Relaxed);
         self.start_ticking();

@@ -164,7 +164,7 @@ impl Sinks {
     }
 
     /// Every live sink.
-    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn all_live(&self) -> Vec<Arc<dyn ChangeSink>> {
         let by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
         by_name
