@@ -34,6 +34,7 @@ mod memcached;
 mod process;
 mod resp;
 mod server;
+mod stampede;
 mod traces;
 mod worker;
 
@@ -41,6 +42,7 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use server::{RedisServer, TlsFiles};
+pub use stampede::StampedeReport;
 pub use traces::{capture, Captured};
 pub use worker::Worker;
 

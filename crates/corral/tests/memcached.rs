@@ -7,17 +7,8 @@ use std::time::{Duration, Instant};
 
 use corral::store::{Commit, Grant, LeaseRequest, Lookup, Origin, StoreKey};
 use corral::{Cache, MemcachedConfig, MemcachedStore, Store, StoreErrorKind};
-use corral_testkit::{MemcachedServer, Worker};
-use serde::{Deserialize, Serialize};
+use corral_testkit::{MemcachedServer, StampedeReport, Worker};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-/// What a worker reports for one stampede.
-#[derive(Debug, Serialize, Deserialize)]
-struct Report {
-    ok: usize,
-    values: BTreeSet<String>,
-    errors: Vec<String>,
-}
 
 /// Adds 1 to the counter item `key` on `addr` (created at 0 by the test).
 async fn incr(addr: &str, key: &str) -> Result<u64, String> {
@@ -78,21 +69,7 @@ fn worker() {
                     })
                 })
                 .collect();
-            let mut report = Report {
-                ok: 0,
-                values: BTreeSet::new(),
-                errors: Vec::new(),
-            };
-            for task in tasks {
-                match task.await.expect("caller task") {
-                    Ok(value) => {
-                        report.ok += 1;
-                        report.values.insert(value);
-                    }
-                    Err(error) => report.errors.push(format!("{error:?}")),
-                }
-            }
-            println!("@report {}", serde_json::to_string(&report).expect("json"));
+            StampedeReport::collect(tasks).await.print();
         }
     });
 }
@@ -116,8 +93,7 @@ async fn four_processes_of_250_callers_run_one_fill() {
     }
     let mut values = BTreeSet::new();
     for worker in &mut workers {
-        let report: Report =
-            serde_json::from_str(&worker.expect("@report").await).expect("report json");
+        let report = StampedeReport::read(worker).await;
         assert!(report.errors.is_empty(), "{:?}", report.errors);
         assert_eq!(report.ok, CALLERS);
         values.extend(report.values);

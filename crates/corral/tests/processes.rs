@@ -7,18 +7,10 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::{RedisServer, Worker};
+use corral_testkit::{RedisServer, StampedeReport, Worker};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-/// What a worker reports for one stampede command.
-#[derive(Debug, Serialize, Deserialize)]
-struct Report {
-    ok: usize,
-    values: BTreeSet<String>,
-    errors: Vec<String>,
-}
 
 /// What a worker reports for a `stats` command.
 #[derive(Debug, Serialize, Deserialize)]
@@ -109,21 +101,7 @@ async fn run_command(
                     })
                 })
                 .collect();
-            let mut report = Report {
-                ok: 0,
-                values: BTreeSet::new(),
-                errors: Vec::new(),
-            };
-            for task in tasks {
-                match task.await.expect("caller task") {
-                    Ok(value) => {
-                        report.ok += 1;
-                        report.values.insert(value);
-                    }
-                    Err(error) => report.errors.push(format!("{error:?}")),
-                }
-            }
-            println!("@report {}", serde_json::to_string(&report).expect("json"));
+            StampedeReport::collect(tasks).await.print();
         }
         // fill <key> <started key> <delay_us>: one fill that marks its start,
         // then waits the delay before returning "old".
@@ -169,8 +147,8 @@ async fn start_worker(server: &RedisServer, lease: Duration) -> Worker {
     Worker::start("worker", &env).await
 }
 
-async fn report(worker: &mut Worker) -> Report {
-    serde_json::from_str(&worker.expect("@report").await).expect("report json")
+async fn report(worker: &mut Worker) -> StampedeReport {
+    StampedeReport::read(worker).await
 }
 
 async fn stats(worker: &mut Worker) -> WorkerStats {
