@@ -13,6 +13,10 @@
 //! wrote. It prints, per variant, the median over rounds of reads per
 //! second and of the per-round ratio to the bare `GET` of the same round
 //! (these machines are noisy: only ratios taken moments apart compare).
+//! `L2_HITS_VARIANTS=store,cache` runs only the variants whose names start
+//! with one of the given prefixes, beside the baseline (more rounds in the
+//! same time); `L2_HITS_PROFILE=<prefix>` runs one variant alone, for a
+//! profiler.
 //!
 //! Variants:
 //! - `get/mux`: bare `GET` on a redis-rs `MultiplexedConnection` (the
@@ -482,11 +486,24 @@ async fn run(rounds: u64, ms: u64) {
         }
         return;
     }
+    // `L2_HITS_VARIANTS=<prefix>,<prefix>...`: only the variants whose
+    // names start so (and the baseline), for more rounds in the same time.
+    let chosen: Vec<Variant> = match std::env::var("L2_HITS_VARIANTS") {
+        Ok(prefixes) => VARIANTS
+            .into_iter()
+            .enumerate()
+            .filter(|(at, v)| {
+                *at == 0 || prefixes.split(',').any(|p| v.name().starts_with(p.trim()))
+            })
+            .map(|(_, v)| v)
+            .collect(),
+        Err(_) => VARIANTS.to_vec(),
+    };
     // Warm-up: connections, script caches, allocator.
-    for variant in VARIANTS {
+    for &variant in &chosen {
         measure(&ctx, variant, ms / 4 + 1, &pid).await;
     }
-    let n = VARIANTS.len();
+    let n = chosen.len();
     let (mut rates, mut ratios) = (vec![Vec::new(); n], vec![Vec::new(); n]);
     let (mut client_us, mut server_us) = (vec![Vec::new(); n], vec![Vec::new(); n]);
     for round in 0..rounds {
@@ -494,7 +511,7 @@ async fn run(rounds: u64, ms: u64) {
         this.resize_with(n, || None);
         for step in 0..n {
             let at = (step + round as usize) % n;
-            this[at] = Some(measure(&ctx, VARIANTS[at], ms, &pid).await);
+            this[at] = Some(measure(&ctx, chosen[at], ms, &pid).await);
         }
         let this: Vec<Sample> = this.into_iter().flatten().collect();
         for (at, sample) in this.iter().enumerate() {
@@ -518,7 +535,7 @@ async fn run(rounds: u64, ms: u64) {
         "{:<26} {:>10} {:>8} {:>14} {:>10} {:>10}",
         "variant", "reads/s", "ratio", "ratio min..max", "client us", "server us"
     );
-    for (at, variant) in VARIANTS.iter().enumerate() {
+    for (at, variant) in chosen.iter().enumerate() {
         let rate = median(&mut rates[at]);
         let lo = ratios[at].iter().copied().fold(f64::INFINITY, f64::min);
         let hi = ratios[at].iter().copied().fold(0.0, f64::max);

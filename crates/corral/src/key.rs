@@ -30,9 +30,14 @@ pub fn validate_key(key: &str) -> Result<(), InvalidKey> {
 /// and version of corral derives the same hash for a key (Redis hash tags, trace labels) (unlike `std`'s
 /// `DefaultHasher`, whose algorithm may change).
 pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a64_from(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a of `bytes` continued from `hash` (the offset basis for a fresh
+/// hash).
+pub(crate) fn fnv1a64_from(hash: u64, bytes: &[u8]) -> u64 {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
+    bytes.iter().fold(hash, |hash, &byte| {
         (hash ^ u64::from(byte)).wrapping_mul(PRIME)
     })
 }

@@ -107,7 +107,7 @@ pub(crate) struct TagTable {
 #[derive(Default)]
 struct TagState {
     /// Versions read from the store and not invalidated since.
-    known: HashMap<Arc<str>, Option<Arc<str>>>,
+    known: HashMap<Arc<str>, Option<Arc<str>>, foldhash::fast::RandomState>,
     /// Bumped whenever a version is forgotten, so a read of the store that
     /// raced with an invalidation is not remembered.
     forgets: u64,

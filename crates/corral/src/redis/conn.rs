@@ -10,7 +10,7 @@ use ::redis::aio::ConnectionManager;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::keys::KeyNames;
+use super::keys::{KeyNames, ValueName};
 use super::scripts::{self, Lua};
 use crate::error::{StoreError, StoreErrorKind};
 
@@ -58,7 +58,7 @@ impl Connection {
     /// Returns the raw `PTTL` and `GET` replies.
     pub(super) async fn read(
         &self,
-        value_key: &str,
+        value_key: ValueName<'_>,
         timeout: Duration,
     ) -> Result<(Value, Value), StoreError> {
         let mut pipe = ::redis::pipe();
@@ -75,11 +75,11 @@ impl Connection {
     /// A plain `GET` of a value key, bounded by `timeout`.
     pub(super) async fn get(
         &self,
-        value_key: &str,
+        value_key: ValueName<'_>,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
-        let mut get = ::redis::cmd("GET");
-        get.arg(value_key);
+        let mut get = Cmd::with_capacity(2, 3 + value_key.len());
+        get.arg("GET").arg(value_key);
         bounded(timeout, "read", self.query(&get)).await
     }
 

@@ -8,6 +8,7 @@ use crate::store::StoreKey;
 const PREFIX: &str = "corral:";
 
 pub(super) use crate::key::fnv1a64;
+use crate::key::fnv1a64_from;
 
 /// The three Redis keys of one logical key; they share a hash slot.
 ///
@@ -62,25 +63,72 @@ pub(super) fn listener_id(namespace: &str, key: &str) -> String {
     format!("{namespace}\u{0}{key}")
 }
 
-/// The name of `key`'s value key alone (`corral:<namespace>:{<h>}:v:<key>`),
-/// built with one allocation: what a plain read needs.
+/// The name of `key`'s value key alone (`corral:<namespace>:{<h>}:v:<key>`).
 pub(super) fn value_name(key: &StoreKey) -> String {
-    let (namespace, raw) = (key.namespace(), key.key());
-    let mut name = String::with_capacity(PREFIX.len() + namespace.len() + 22 + raw.len());
-    name.push_str(PREFIX);
-    name.push_str(namespace);
-    name.push_str(":{");
-    let hash = fnv1a64(raw.as_bytes());
-    // 16 lowercase hex digits, most significant first (as `{:016x}`, without
-    // the formatting machinery: every read builds this name).
-    for shift in (0..16).rev() {
-        let digit = (hash >> (shift * 4)) & 0xf;
-        name.push(char::from(b"0123456789abcdef"[digit as usize]));
-    }
-    name.push_str("}:v:");
-    name.push_str(raw);
-    name
+    let name = ValueName::new(key);
+    let mut bytes = Vec::with_capacity(name.len());
+    name.write(&mut bytes);
+    // Written from `str`s and hex digits only.
+    String::from_utf8(bytes).unwrap_or_default()
 }
+
+/// A value key's name, written straight into the command that sends it:
+/// every read names one, and building a `String` first would cost it an
+/// allocation.
+#[derive(Clone, Copy)]
+pub(super) struct ValueName<'a> {
+    key: &'a StoreKey,
+    /// FNV-1a of the user's key: the hash tag.
+    hash: u64,
+}
+
+impl<'a> ValueName<'a> {
+    pub(super) fn new(key: &'a StoreKey) -> Self {
+        Self {
+            key,
+            hash: fnv1a64(key.key().as_bytes()),
+        }
+    }
+
+    /// A 64-bit id of the name (not its FNV-1a): the hash tag, folded on
+    /// with the namespace.
+    pub(super) fn id(&self) -> u64 {
+        fnv1a64_from(self.hash, self.key.namespace().as_bytes())
+    }
+
+    /// The name's length in bytes.
+    pub(super) fn len(&self) -> usize {
+        PREFIX.len() + self.key.namespace().len() + 22 + self.key.key().len()
+    }
+
+    /// Appends the name to `out`.
+    fn write(&self, out: &mut impl std::io::Write) {
+        let mut hex = [0u8; 16];
+        for (at, digit) in hex.iter_mut().enumerate() {
+            let nibble = (self.hash >> ((15 - at) * 4)) & 0xf;
+            *digit = b"0123456789abcdef"[nibble as usize];
+        }
+        for part in [
+            PREFIX.as_bytes(),
+            self.key.namespace().as_bytes(),
+            b":{",
+            &hex,
+            b"}:v:",
+            self.key.key().as_bytes(),
+        ] {
+            // Writing to a `Vec` or a command's buffer cannot fail.
+            let _ = out.write_all(part);
+        }
+    }
+}
+
+impl ::redis::ToRedisArgs for ValueName<'_> {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        self.write(&mut out.writer_for_next_arg());
+    }
+}
+
+impl ::redis::ToSingleRedisArg for ValueName<'_> {}
 
 /// The Redis Cluster hash slot of a key name: CRC16 (XMODEM) of its hash
 /// tag, or of the whole name when it has no usable tag, modulo 16384.
@@ -149,10 +197,9 @@ mod tests {
         assert_eq!(names.value, format!("corral:users:v1:{{{h}}}:v:user:42"));
         assert_eq!(names.lease, format!("corral:users:v1:{{{h}}}:l:user:42"));
         assert_eq!(names.fence, format!("corral:users:v1:{{{h}}}:f:user:42"));
-        assert_eq!(
-            value_name(&StoreKey::new("users:v1", "user:42")),
-            names.value
-        );
+        let key = StoreKey::new("users:v1", "user:42");
+        assert_eq!(value_name(&key), names.value);
+        assert_eq!(ValueName::new(&key).len(), names.value.len());
         let odd = KeyNames::new(&StoreKey::new("n:v1", "v:}{l:f:"));
         assert!(odd.lease.ends_with("}:l:v:}{l:f:"), "{}", odd.lease);
         assert!(odd.fence.ends_with("}:f:v:}{l:f:"), "{}", odd.fence);

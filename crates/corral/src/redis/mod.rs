@@ -496,14 +496,14 @@ impl RedisStore {
 
     /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
     async fn read(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
-        let name = keys::value_name(key);
-        let id = keys::fnv1a64(name.as_bytes());
+        let name = keys::ValueName::new(key);
+        let id = name.id();
         let timeout = self.inner.config.op_timeout;
         let expiries = &self.inner.expiries;
         if let Some(known) = expiries.get(id) {
             // A plain GET; its frame tells whether it is the write whose
             // expiry is remembered.
-            match self.inner.connection.get(&name, timeout).await? {
+            match self.inner.connection.get(name, timeout).await? {
                 Value::Nil => {
                     expiries.forget(id);
                     return Ok(None);
@@ -525,7 +525,7 @@ impl RedisStore {
             }
         }
         let asked = std::time::Instant::now();
-        let (pttl, value) = self.inner.connection.read(&name, timeout).await?;
+        let (pttl, value) = self.inner.connection.read(name, timeout).await?;
         match value {
             Value::BulkString(bytes) => {
                 let stored = stored(bytes, &pttl);

@@ -57,14 +57,34 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The address of one logical key in a shared store: the cache's namespace
 /// (its name and schema version) and the user's key. Stores lay it out as
 /// they need; the pair is unique per cache, version and key.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct StoreKey {
-    /// The namespace, then the key, in one allocation: a cache builds one
-    /// per store call, and sharing the namespace instead (an `Arc`) would
-    /// write its reference count, a line every worker thread writes.
-    joined: Box<str>,
+    /// The namespace, then the key: a cache builds one per store call, and
+    /// sharing the namespace instead (an `Arc`) would write its reference
+    /// count, a line every worker thread writes.
+    joined: Joined,
     /// Where the key starts in `joined`.
     split: usize,
+}
+
+/// Namespace and key bytes up to which a [`StoreKey`] needs no allocation.
+const INLINE: usize = 64;
+
+/// A namespace and key, concatenated: inline when short (the common case;
+/// nothing to allocate per store call), on the heap otherwise.
+#[derive(Clone)]
+enum Joined {
+    Inline(arrayvec::ArrayString<INLINE>),
+    Heap(Box<str>),
+}
+
+impl Joined {
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Inline(joined) => joined,
+            Self::Heap(joined) => joined,
+        }
+    }
 }
 
 impl StoreKey {
@@ -79,11 +99,13 @@ impl StoreKey {
 
     /// [`new`](Self::new) from borrowed parts.
     pub(crate) fn of(namespace: &str, key: &str) -> Self {
-        let mut joined = String::with_capacity(namespace.len() + key.len());
-        joined.push_str(namespace);
-        joined.push_str(key);
+        let mut inline = arrayvec::ArrayString::new();
+        let joined = match (inline.try_push_str(namespace), inline.try_push_str(key)) {
+            (Ok(()), Ok(())) => Joined::Inline(inline),
+            _ => Joined::Heap([namespace, key].concat().into_boxed_str()),
+        };
         Self {
-            joined: joined.into_boxed_str(),
+            joined,
             split: namespace.len(),
         }
     }
@@ -91,12 +113,27 @@ impl StoreKey {
     /// The namespace (`name` and schema `version` of the cache, as
     /// `name:v{version}`).
     pub fn namespace(&self) -> &str {
-        self.joined.get(..self.split).unwrap_or_default()
+        self.joined.as_str().get(..self.split).unwrap_or_default()
     }
 
     /// The user's key.
     pub fn key(&self) -> &str {
-        self.joined.get(self.split..).unwrap_or_default()
+        self.joined.as_str().get(self.split..).unwrap_or_default()
+    }
+}
+
+impl PartialEq for StoreKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.split == other.split && self.joined.as_str() == other.joined.as_str()
+    }
+}
+
+impl Eq for StoreKey {}
+
+impl std::hash::Hash for StoreKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.joined.as_str().hash(state);
+        self.split.hash(state);
     }
 }
 
@@ -343,4 +380,34 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Listen before reading, so a change between the read and the wait is
     /// not missed.
     fn listen(&self, key: &StoreKey) -> Listener;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_keys_split_back_into_their_parts_inline_or_not() {
+        let long = "k".repeat(INLINE);
+        for (namespace, key) in [
+            ("users:v1", "user:42"),
+            ("users:v1", ""),
+            ("users:v1", long.as_str()),
+            ("n:v1", "ключ"),
+        ] {
+            let skey = StoreKey::new(namespace, key);
+            assert_eq!((skey.namespace(), skey.key()), (namespace, key));
+            assert_eq!(skey, StoreKey::of(namespace, key));
+        }
+        assert!(matches!(
+            StoreKey::of("a:v1", "b").joined,
+            Joined::Inline(_)
+        ));
+        assert!(matches!(
+            StoreKey::of("a:v1", &long).joined,
+            Joined::Heap(_)
+        ));
+        // The same bytes split elsewhere are another key.
+        assert_ne!(StoreKey::of("a:v1", "bc"), StoreKey::of("a:v1b", "c"));
+    }
 }
