@@ -1054,6 +1054,50 @@ async fn killed_and_restarted_server() {
     assert_commands(&server.command_stats(), expected, &server.log());
 }
 
+/// While a killed server is down, calls fail at once as unavailable: they
+/// do not wait out the operation timeout (30 s here). After the restart,
+/// many concurrent callers share one new connection: the server sees a
+/// handful of connections, not one per call.
+#[tokio::test]
+async fn calls_to_a_dead_server_fail_at_once_and_share_one_reconnection() {
+    let mut server = RedisServer::start();
+    let patient = config().op_timeout(Duration::from_secs(30));
+    let store = RedisStore::connect(&server.url(), patient)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let k = key("dead:v1", "k");
+    value(&store, &k).await;
+
+    server.kill();
+    for call in 0..50 {
+        let error = store.get(&k).await.expect_err("the server is dead");
+        assert_eq!(
+            error.kind(),
+            StoreErrorKind::Unavailable,
+            "call {call}: {error}"
+        );
+    }
+
+    server.restart();
+    recover(&store, &k).await;
+    let reads = (0..200).map(|_| store.get(&k));
+    for read in futures_util::future::join_all(reads).await {
+        read.expect("the server is back");
+    }
+    let stats = server.cli(&["INFO", "stats"]);
+    let connections: u64 = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO stats has total_connections_received");
+    // The store's command connection, its subscriber, this `redis-cli`,
+    // and a retry or two that raced with the restart.
+    assert!(
+        connections <= 6,
+        "{connections} connections since the restart"
+    );
+}
+
 /// The subscriber task and both connections end when the last store clone
 /// is dropped.
 #[tokio::test]

@@ -6,20 +6,20 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::keys::{KeyNames, ValueName};
 use super::scripts::{self, Lua};
+use super::standalone::Standalone;
 use crate::error::{StoreError, StoreErrorKind};
 
 /// A multiplexed command connection that reconnects by itself. Clones share
 /// the connection.
 #[derive(Clone)]
 pub(super) enum Connection {
-    /// One server, through a [`ConnectionManager`].
-    Standalone(ConnectionManager),
+    /// One server, reconnecting by itself.
+    Standalone(Standalone),
     /// A cluster: one multiplexed connection per node, routed by slot.
     Cluster(ClusterConnection),
 }
@@ -37,7 +37,7 @@ impl Connection {
     /// Sends one command and reads its reply (server errors become `Err`).
     async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
         match self {
-            Self::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
+            Self::Standalone(conn) => conn.query(cmd).await,
             Self::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
         }
     }
@@ -115,7 +115,7 @@ impl Connection {
     ) -> Result<Value, StoreError> {
         bounded(timeout, "read", async {
             match self {
-                Self::Standalone(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
+                Self::Standalone(conn) => conn.query_pipeline(pipe).await,
                 Self::Cluster(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
             }
         })

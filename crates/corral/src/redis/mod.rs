@@ -9,18 +9,19 @@ mod expiries;
 mod frame;
 mod keys;
 mod scripts;
+mod standalone;
 mod subscriber;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, Value};
 
 use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
+use self::standalone::{Reconnect, Standalone};
 use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
@@ -32,9 +33,10 @@ use crate::store::{
 /// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
 /// ones are capped.
 const MAX_TTL_MS: u64 = 1 << 42;
-/// How many times the standalone connection retries a reconnect before a
-/// call reports the server unavailable (the next call tries again).
-const RECONNECT_RETRIES: usize = 2;
+/// How many times a standalone store tries to connect before
+/// [`RedisStore::connect`] reports the server unavailable (each within the
+/// connect timeout; a lost connection is retried until it is back).
+const CONNECT_ATTEMPTS: usize = 3;
 /// The first delay between reconnect attempts.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 
@@ -52,9 +54,9 @@ const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 pub struct RedisConfig {
     /// The longest one call may take, from sending the command to its reply
     /// (including a `NOSCRIPT` retry and waiting for a reconnect); the call
-    /// then fails with [`StoreErrorKind::Timeout`]. Also the connection's
-    /// own response timeout, and the subscriber's bound on `SUBSCRIBE` and
-    /// `PING`. Default: **1 s**.
+    /// then fails with [`StoreErrorKind::Timeout`]. Also a cluster
+    /// connection's own response timeout, and the subscriber's bound on
+    /// `SUBSCRIBE` and `PING`. Default: **1 s**.
     ///
     /// A call that timed out may still take effect when a slow server gets
     /// to it; the fences keep that safe (a late commit whose fence moved is
@@ -371,25 +373,22 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            // Every call is bounded by `op_timeout` around it (see
-            // `conn::bounded`); a second timer per call inside redis-rs
-            // would cost a read another lock of tokio's timer wheel.
-            .set_response_timeout(None)
-            .set_number_of_retries(RECONNECT_RETRIES)
-            .set_min_delay(RECONNECT_MIN_DELAY)
-            .set_max_delay(config.reconnect_max_delay);
-        let manager = bounded(
+        let reconnect = Reconnect {
+            connect_timeout: config.connect_timeout,
+            initial_attempts: CONNECT_ATTEMPTS,
+            min_delay: RECONNECT_MIN_DELAY,
+            max_delay: config.reconnect_max_delay,
+        };
+        let connection = bounded(
             config.connect_timeout,
             "connect",
-            ConnectionManager::new_with_config(client.clone(), manager_config),
+            Standalone::connect(client.clone(), reconnect, runtime.clone()),
         )
         .await
         .map_err(|e| client::scrubbed(url, e))?;
         Self::finish(
             redact_url(url),
-            Connection::Standalone(manager),
+            Connection::Standalone(connection),
             vec![client],
             config,
             &runtime,
