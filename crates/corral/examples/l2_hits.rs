@@ -477,10 +477,18 @@ async fn run(rounds: u64, ms: u64) {
     let server = RedisServer::start();
     let pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let ctx = Arc::new(setup(&server).await);
-    // `L2_HITS_PROFILE=<variant name prefix>`: run only that variant, for
-    // a profiler, and print its rate.
+    // `L2_HITS_PROFILE=<variant name, or a prefix>`: run only that variant
+    // (or those), for a profiler, and print the rate.
     if let Ok(prefix) = std::env::var("L2_HITS_PROFILE") {
-        for variant in VARIANTS.iter().filter(|v| v.name().starts_with(&prefix)) {
+        let exact = VARIANTS.iter().any(|v| v.name() == prefix);
+        let chosen = VARIANTS.iter().filter(|v| {
+            if exact {
+                v.name() == prefix
+            } else {
+                v.name().starts_with(&prefix)
+            }
+        });
+        for variant in chosen {
             let sample = measure(&ctx, *variant, ms * rounds, &pid).await;
             println!("{}: {:.0} reads/s", variant.name(), sample.rate);
         }
