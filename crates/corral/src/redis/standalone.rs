@@ -74,7 +74,8 @@ impl Standalone {
     /// Connects to `client`'s server, trying up to
     /// `reconnect.initial_attempts` times while the server cannot be
     /// reached (any other error — refused authentication, say — is
-    /// returned at once). Reconnections run on `runtime`.
+    /// returned at once). Reconnections run on the runtime of the call that
+    /// found the connection broken, or on `runtime`.
     pub(super) async fn connect(
         client: Client,
         reconnect: Reconnect,
@@ -150,9 +151,8 @@ impl Standalone {
                 State::Up { conn, epoch } => return Ok((conn.clone(), *epoch)),
                 State::Reconnecting {
                     failed: Some(error),
-                    ..
                 } => return Err(error.clone()),
-                State::Reconnecting { failed: None, .. } => {}
+                State::Reconnecting { failed: None } => {}
             }
             settled.await;
         }
@@ -178,7 +178,10 @@ impl Standalone {
         }
         tracing::warn!("redis connection lost: reconnecting");
         let shared = Arc::downgrade(&self.shared);
-        self.shared.runtime.spawn(reconnecting(shared, epoch));
+        // On the caller's runtime, where the new connection's driver task
+        // will run too; the store's own runtime when called outside one.
+        let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
+        runtime.spawn(reconnecting(shared, epoch));
     }
 }
 
