@@ -273,7 +273,12 @@ impl RedisConfig {
 /// Every call — including such a retry — is bounded by
 /// [`RedisConfig::op_timeout`] and reports [`StoreErrorKind::Timeout`] when
 /// it passes; unreachable servers give [`StoreErrorKind::Unavailable`].
-/// Connections reconnect by themselves, with backoff.
+/// Connections reconnect by themselves, with backoff. A standalone store's
+/// command connection is replaced by one background task when a call finds
+/// it broken (jittered backoff from 50 ms up to
+/// [`RedisConfig::reconnect_max_delay`]); once an attempt has failed, calls
+/// fail at once with its error ([`StoreErrorKind::Unavailable`]) instead of
+/// waiting for their timeout, until the server is back.
 ///
 /// # What it needs from Redis
 ///
