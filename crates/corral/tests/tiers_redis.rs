@@ -37,6 +37,18 @@ async fn read_until(cache: &Cache<String>, key: &str, want: Option<&str>) {
     }
 }
 
+/// Waits until `done()` holds, within 5 s.
+async fn until(done: impl Fn() -> bool, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within 5 s"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 #[tokio::test]
 async fn a_set_through_another_store_evicts_this_l1() {
     let server = RedisServer::start();
@@ -47,7 +59,16 @@ async fn a_set_through_another_store_evicts_this_l1() {
     b.set("warm", "1".into()).await.expect("set");
     read_until(&a, "warm", Some("1")).await;
 
+    // The message of this set must have reached `a` before `a` reads the
+    // key into its L1: a message handled after that read would evict the
+    // fresh copy and send the next read to the L2.
+    let heard = a.stats().backplane_messages;
     b.set("k", "v1".into()).await.expect("set");
+    until(
+        || a.stats().backplane_messages > heard,
+        "the set of k reached a",
+    )
+    .await;
     read_until(&a, "k", Some("v1")).await;
     let l2_reads = a.stats().l2_hits;
     for _ in 0..20 {
