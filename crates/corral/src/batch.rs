@@ -287,12 +287,7 @@ where
         let found = match cache.store_call(store.get_many(&skeys)).await {
             Ok(found) => found,
             Err(error) => {
-                cache.counters.store_failed(&error);
-                if error.is_breaker_open() {
-                    tracing::debug!(cache = %cache.name, "circuit breaker open: filling a batch without leases");
-                } else {
-                    tracing::warn!(cache = %cache.name, %error, "store unreachable: filling a batch without leases");
-                }
+                cache.note_store_failure(&error, "filling a batch without leases");
                 for _ in &led {
                     Counters::bump(&cache.counters.fail_open_fills);
                 }

@@ -69,6 +69,20 @@ pub(crate) struct Inner<V> {
     pub(crate) refresh_limiter: Arc<Semaphore>,
 }
 
+impl<V> Inner<V> {
+    /// Counts a failed store call and says what the cache does instead:
+    /// at debug level while the circuit breaker is open (then every call
+    /// fails, by design), as a warning otherwise.
+    pub(crate) fn note_store_failure(&self, error: &StoreError, instead: &str) {
+        self.counters.store_failed(error);
+        if error.is_breaker_open() {
+            tracing::debug!(cache = %self.name, "circuit breaker open: {instead}");
+        } else {
+            tracing::warn!(cache = %self.name, %error, "store call failed: {instead}");
+        }
+    }
+}
+
 impl<V: 'static> Inner<V> {
     /// A TTL drawn with the cache's jitter.
     pub(crate) fn draw_ttl(&self, ttl: Duration) -> Duration {

@@ -156,12 +156,7 @@ where
         Ok(Some(stored)) => stored,
         Ok(None) => return Ok(None),
         Err(error) => {
-            inner.counters.store_failed(&error);
-            if error.is_breaker_open() {
-                tracing::debug!(cache = %inner.name, "circuit breaker open: filling without a lease");
-            } else {
-                tracing::warn!(cache = %inner.name, %error, "store unreachable: filling without a lease");
-            }
+            inner.note_store_failure(&error, "filling without a lease");
             return Err(());
         }
     };

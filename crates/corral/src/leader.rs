@@ -597,17 +597,13 @@ where
                     }
                 }
                 Err(error) => {
-                    cache.counters.store_failed(&error);
                     if flight.has_published() {
+                        cache.counters.store_failed(&error);
                         return Found::Done;
                     }
+                    cache.note_store_failure(&error, "filling without a lease");
                     Counters::bump(&cache.counters.fail_open_fills);
                     Counters::bump(&cache.counters.misses);
-                    if error.is_breaker_open() {
-                        tracing::debug!(cache = %cache.name, "circuit breaker open: filling without a lease");
-                    } else {
-                        tracing::warn!(cache = %cache.name, %error, "store unreachable: filling without a lease");
-                    }
                     return Found::FailOpen;
                 }
             }
@@ -768,12 +764,7 @@ impl LeaseGuard {
                 false
             }
             Err(error) => {
-                cache.counters.store_failed(&error);
-                if error.is_breaker_open() {
-                    tracing::debug!(cache = %cache.name, "circuit breaker open: value returned, not stored");
-                } else {
-                    tracing::warn!(cache = %cache.name, %error, "commit failed; value returned, not stored");
-                }
+                cache.note_store_failure(&error, "value returned, not stored");
                 false
             }
         }
