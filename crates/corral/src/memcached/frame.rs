@@ -60,6 +60,17 @@ fn take_token(bytes: &[u8]) -> Option<(Option<Arc<str>>, &[u8])> {
 }
 
 impl Slot {
+    /// The slot of a write of `value` by `token`: its fence and its
+    /// generation.
+    pub(super) fn written(token: Arc<str>, value: &[u8]) -> Self {
+        Self {
+            fence: Some(Arc::clone(&token)),
+            generation: Some(token),
+            extra: 0,
+            value: Some(value.to_vec()),
+        }
+    }
+
     /// The item bytes.
     pub(super) fn encode(&self) -> Vec<u8> {
         let value_len = self.value.as_ref().map_or(0, Vec::len);

@@ -592,13 +592,7 @@ impl Store for MemcachedStore {
         Box::pin(async move {
             let items = self.items(key);
             let server = self.server(items.route);
-            let token: Arc<str> = lease.token().into();
-            let slot = Slot {
-                fence: Some(Arc::clone(&token)),
-                generation: Some(token),
-                extra: 0,
-                value: Some(bytes.to_vec()),
-            };
+            let slot = Slot::written(lease.token().into(), bytes);
             self.check_size(&items.slot, &slot)?;
             let mut commit = Commit::Refused;
             for _ in 0..MAX_RACES {
@@ -654,13 +648,7 @@ impl Store for MemcachedStore {
         Box::pin(async move {
             let items = self.items(key);
             let server = self.server(items.route);
-            let token = self.token();
-            let slot = Slot {
-                fence: Some(Arc::clone(&token)),
-                generation: Some(token),
-                extra: 0,
-                value: Some(bytes.to_vec()),
-            };
+            let slot = Slot::written(self.token(), bytes);
             self.check_size(&items.slot, &slot)?;
             let flags = format!("T{}", secs(ttl));
             let requests = [
