@@ -42,7 +42,7 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use server::{RedisServer, TlsFiles};
-pub use stampede::StampedeReport;
+pub use stampede::{Stampede, StampedeReport};
 pub use traces::{capture, Captured};
 pub use worker::Worker;
 

@@ -1,13 +1,61 @@
-//! What a worker process reports after a stampede, in one line of its
-//! stdout (`@report <json>`), and how the test side reads it back.
+//! A stampede in a worker process: the command the test side sends
+//! (`stampede <key> <callers> <fill_ms> <counter>`), and what the worker
+//! reports back in one line of its stdout (`@report <json>`).
 
 use std::collections::BTreeSet;
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::Worker;
+
+/// One stampede: `callers` concurrent reads of `key`, whose fill counts
+/// itself in the shared counter `counter` and then takes `fill`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stampede {
+    /// The key every caller reads.
+    pub key: String,
+    /// How many callers read it at once.
+    pub callers: usize,
+    /// How long the fill takes.
+    pub fill: Duration,
+    /// The shared counter each fill increments.
+    pub counter: String,
+}
+
+impl Stampede {
+    /// The command's words after `stampede`; panics (it is a test's) on
+    /// anything else.
+    pub fn parse(words: &[String]) -> Self {
+        let word = |at: usize| {
+            words
+                .get(at)
+                .unwrap_or_else(|| panic!("stampede: word {at}"))
+        };
+        Self {
+            key: word(0).clone(),
+            callers: word(1).parse().expect("stampede: callers"),
+            fill: Duration::from_millis(word(2).parse().expect("stampede: fill ms")),
+            counter: word(3).clone(),
+        }
+    }
+}
+
+impl fmt::Display for Stampede {
+    /// The command line a worker reads.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "stampede {} {} {} {}",
+            self.key,
+            self.callers,
+            self.fill.as_millis(),
+            self.counter
+        )
+    }
+}
 
 /// The callers of one stampede in one worker: how many got a value, the
 /// distinct values they got, and the errors of the others.

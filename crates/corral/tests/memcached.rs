@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use corral::store::{Commit, Grant, LeaseRequest, Lookup, Origin, StoreKey};
 use corral::{Cache, MemcachedConfig, MemcachedStore, Store, StoreErrorKind};
-use corral_testkit::{MemcachedServer, StampedeReport, Worker};
+use corral_testkit::{MemcachedServer, Stampede, StampedeReport, Worker};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 /// Adds 1 to the counter item `key` on `addr` (created at 0 by the test).
@@ -48,12 +48,12 @@ fn worker() {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-            let (key, callers, fill_ms, counter) = (
-                words[1].clone(),
-                words[2].parse::<usize>().expect("callers"),
-                words[3].parse::<u64>().expect("ms"),
-                words[4].clone(),
-            );
+            let Stampede {
+                key,
+                callers,
+                fill,
+                counter,
+            } = Stampede::parse(&words[1..]);
             let tasks: Vec<_> = (0..callers)
                 .map(|_| {
                     let (cache, key, counter, addr) =
@@ -62,7 +62,7 @@ fn worker() {
                         cache
                             .get_or_fill(&key, move || async move {
                                 let n = incr(&addr, &counter).await?;
-                                tokio::time::sleep(Duration::from_millis(fill_ms)).await;
+                                tokio::time::sleep(fill).await;
                                 Ok::<_, String>(format!("filled by {} (#{n})", std::process::id()))
                             })
                             .await
@@ -87,9 +87,13 @@ async fn four_processes_of_250_callers_run_one_fill() {
         workers.push(Worker::start("worker", &[("CORRAL_WORKER_ADDR", server.addr())]).await);
     }
     for worker in &mut workers {
-        worker
-            .send(&format!("stampede hot {CALLERS} 200 fills"))
-            .await;
+        let stampede = Stampede {
+            key: "hot".into(),
+            callers: CALLERS,
+            fill: Duration::from_millis(200),
+            counter: "fills".into(),
+        };
+        worker.send(&stampede.to_string()).await;
     }
     let mut values = BTreeSet::new();
     for worker in &mut workers {

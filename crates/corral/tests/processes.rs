@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::{RedisServer, StampedeReport, Worker};
+use corral_testkit::{RedisServer, Stampede, StampedeReport, Worker};
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -70,12 +70,12 @@ async fn run_command(
     match words.first().map(String::as_str) {
         // stampede <key> <callers> <fill_ms> <counter key>
         Some("stampede") => {
-            let (key, callers, fill_ms, counter) = (
-                words[1].clone(),
-                words[2].parse::<usize>().expect("callers"),
-                words[3].parse::<u64>().expect("ms"),
-                words[4].clone(),
-            );
+            let Stampede {
+                key,
+                callers,
+                fill,
+                counter,
+            } = Stampede::parse(&words[1..]);
             let tasks: Vec<_> = (0..callers)
                 .map(|_| {
                     let (cache, key, counter, mut counters) = (
@@ -91,7 +91,7 @@ async fn run_command(
                                     .incr(&counter, 1)
                                     .await
                                     .map_err(|e| e.to_string())?;
-                                tokio::time::sleep(Duration::from_millis(fill_ms)).await;
+                                tokio::time::sleep(fill).await;
                                 Ok::<_, String>(format!(
                                     "filled by {} (fill #{n})",
                                     std::process::id()
@@ -177,7 +177,13 @@ async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Durat
     for _ in 0..processes {
         workers.push(start_worker(&server, lease).await);
     }
-    let command = format!("stampede hot {callers} {} fills", fill.as_millis());
+    let command = Stampede {
+        key: "hot".into(),
+        callers,
+        fill,
+        counter: "fills".into(),
+    }
+    .to_string();
     for worker in &mut workers {
         worker.send(&command).await;
     }
