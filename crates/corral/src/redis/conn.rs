@@ -6,9 +6,9 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
+use super::cluster::Cluster;
 use super::keys::{KeyNames, ValueName};
 use super::scripts::{self, Lua};
 use super::standalone::Standalone;
@@ -20,8 +20,9 @@ use crate::error::{StoreError, StoreErrorKind};
 pub(super) enum Connection {
     /// One server, reconnecting by itself.
     Standalone(Standalone),
-    /// A cluster: one multiplexed connection per node, routed by slot.
-    Cluster(ClusterConnection),
+    /// A cluster: one multiplexed connection per node, routed by slot,
+    /// rebuilt when its calls keep failing.
+    Cluster(Cluster),
 }
 
 impl fmt::Debug for Connection {
@@ -38,7 +39,7 @@ impl Connection {
     async fn query(&self, cmd: &Cmd) -> Result<Value, RedisError> {
         match self {
             Self::Standalone(conn) => conn.query(cmd).await,
-            Self::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+            Self::Cluster(conn) => conn.query(cmd).await,
         }
     }
 
@@ -116,7 +117,7 @@ impl Connection {
         bounded(timeout, "read", async {
             match self {
                 Self::Standalone(conn) => conn.query_pipeline(pipe).await,
-                Self::Cluster(conn) => pipe.query_async::<Value>(&mut conn.clone()).await,
+                Self::Cluster(conn) => conn.query_pipeline(pipe).await,
             }
         })
         .await

@@ -4,6 +4,7 @@
 //! private).
 
 mod client;
+mod cluster;
 mod conn;
 mod expiries;
 mod frame;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use ::redis::{Client, Value};
 
+use self::cluster::Cluster;
 use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
@@ -446,7 +448,12 @@ impl RedisStore {
             .join(",");
         Self::finish(
             format!("cluster[{target}]"),
-            Connection::Cluster(connection),
+            Connection::Cluster(Cluster::new(
+                cluster,
+                connection,
+                config.connect_timeout,
+                runtime.clone(),
+            )),
             clients,
             config,
             &runtime,

@@ -1,0 +1,162 @@
+//! A Redis Cluster command connection, rebuilt from the seed nodes when its
+//! calls keep failing.
+//!
+//! redis-rs's cluster client refreshes its slot map on `MOVED` and on some
+//! connection errors, but after a master is killed it can go on sending a
+//! slot's commands toward the dead node until each call times out — for as
+//! long as the process lives, though the cluster promoted a replica long
+//! ago. So after [`REBUILD_AFTER`] consecutive failed calls (a timeout, an
+//! unreachable node, or a call abandoned before its answer, as the store's
+//! own timeout abandons it), one task builds a new connection from the
+//! seeds — which reads the cluster's current slot map — and swaps it in.
+//! Calls go on through the old connection meanwhile.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ::redis::cluster::ClusterClient;
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::{Cmd, Pipeline, RedisResult, Value};
+use crossbeam_utils::sync::ShardedLock;
+use tokio::runtime::Handle;
+
+use crate::sync::{read, write};
+
+/// Consecutive failed calls after which the connection is rebuilt.
+const REBUILD_AFTER: u32 = 3;
+
+/// A cluster connection that is rebuilt when it stops answering. Clones
+/// share it.
+#[derive(Clone)]
+pub(super) struct Cluster {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: ClusterClient,
+    connect_timeout: Duration,
+    runtime: Handle,
+    connection: ShardedLock<ClusterConnection>,
+    /// Calls failed in a row (any answer resets it).
+    failures: AtomicU32,
+    /// Whether a rebuild is running.
+    rebuilding: AtomicBool,
+}
+
+impl Cluster {
+    /// Wraps `connection`, made by `client`; rebuilds run on `runtime`
+    /// (outside one) and each is bounded by `connect_timeout`.
+    pub(super) fn new(
+        client: ClusterClient,
+        connection: ClusterConnection,
+        connect_timeout: Duration,
+        runtime: Handle,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                client,
+                connect_timeout,
+                runtime,
+                connection: ShardedLock::new(connection),
+                failures: AtomicU32::new(0),
+                rebuilding: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Sends one command, routed by its key, and reads its reply.
+    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let mut call = Call::new(self);
+        let reply = cmd.query_async(&mut call.connection()).await;
+        call.ended(&reply);
+        reply
+    }
+
+    /// Sends a pipeline (its keys in one slot) and reads its replies.
+    pub(super) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
+        let mut call = Call::new(self);
+        let reply = pipe.query_async::<Value>(&mut call.connection()).await;
+        call.ended(&reply);
+        reply
+    }
+
+    /// Counts a failed call; the [`REBUILD_AFTER`]th in a row starts a
+    /// rebuild unless one runs.
+    fn failed(&self) {
+        let failures = self.shared.failures.fetch_add(1, Relaxed) + 1;
+        if failures >= REBUILD_AFTER && !self.shared.rebuilding.swap(true, Relaxed) {
+            tracing::warn!(
+                failures,
+                "redis cluster calls keep failing: rebuilding the connection from the seed nodes"
+            );
+            let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
+            runtime.spawn(rebuild(Arc::downgrade(&self.shared)));
+        }
+    }
+
+    /// An answered call: the connection works.
+    fn answered(&self) {
+        // Read first: a working connection's calls write nothing shared.
+        if self.shared.failures.load(Relaxed) != 0 {
+            self.shared.failures.store(0, Relaxed);
+        }
+    }
+}
+
+/// One call in progress: counted as failed if it ends in a connection-level
+/// error or is dropped before it ends (its timeout passed).
+struct Call<'a> {
+    cluster: &'a Cluster,
+    ended: bool,
+}
+
+impl<'a> Call<'a> {
+    fn new(cluster: &'a Cluster) -> Self {
+        Self {
+            cluster,
+            ended: false,
+        }
+    }
+
+    fn connection(&self) -> ClusterConnection {
+        read(&self.cluster.shared.connection).clone()
+    }
+
+    fn ended<T>(&mut self, reply: &RedisResult<T>) {
+        self.ended = true;
+        match reply {
+            Err(e) if e.is_timeout() || e.is_io_error() || e.is_unrecoverable_error() => {
+                self.cluster.failed();
+            }
+            _ => self.cluster.answered(),
+        }
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.cluster.failed();
+        }
+    }
+}
+
+/// Builds a new connection from the seeds and swaps it in.
+async fn rebuild(weak: Weak<Shared>) {
+    let Some(shared) = weak.upgrade() else {
+        return;
+    };
+    let built =
+        tokio::time::timeout(shared.connect_timeout, shared.client.get_async_connection()).await;
+    match built {
+        Ok(Ok(connection)) => {
+            *write(&shared.connection) = connection;
+            shared.failures.store(0, Relaxed);
+            tracing::info!("redis cluster connection rebuilt");
+        }
+        Ok(Err(error)) => tracing::warn!(%error, "redis cluster connection not rebuilt"),
+        Err(_) => tracing::warn!("redis cluster connection not rebuilt: no connection in time"),
+    }
+    shared.rebuilding.store(false, Relaxed);
+}
