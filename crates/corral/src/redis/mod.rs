@@ -280,7 +280,11 @@ impl RedisConfig {
 /// it broken (jittered backoff from 50 ms up to
 /// [`RedisConfig::reconnect_max_delay`]); once an attempt has failed, calls
 /// fail at once with its error ([`StoreErrorKind::Unavailable`]) instead of
-/// waiting for their timeout, until the server is back.
+/// waiting for their timeout, until the server is back. A cluster store
+/// rebuilds its connection from the seed nodes (reading the current slot
+/// map) after 3 failed calls in a row: after a master is killed, redis-rs's
+/// cluster client can otherwise keep sending its slots toward the dead
+/// node.
 ///
 /// # What it needs from Redis
 ///
