@@ -1,16 +1,23 @@
 //! Tags and clear: invalidating groups of entries without scanning keys.
 //!
-//! Every tag of a namespace has a **version** in the shared store: absent
-//! until the tag is first invalidated, then a random token that each
-//! [`invalidate_tag`](crate::Cache::invalidate_tag) replaces. The empty tag
-//! is the namespace's **clear version**, replaced by
-//! [`clear`](crate::Cache::clear). A fill reads the versions of its tags and
+//! Every tag of a namespace has a **version** in the shared store: a random
+//! token created on the tag's first use and replaced by each
+//! [`invalidate_tag`](crate::Cache::invalidate_tag). The empty tag is the
+//! namespace's **clear version**, replaced by [`clear`](crate::Cache::clear). A fill reads the versions of its tags and
 //! the clear version *before* it runs, and its entry carries them
 //! ([`Stamps`]); a reader serves an entry only while every version it
 //! carries is still current. So an invalidation makes every entry of the
 //! tag a miss at once, in every process, and a fill that was running when
 //! it happened is fenced: its entry carries the old version and is never
 //! served. No wall-clock time is compared anywhere: versions are tokens.
+//!
+//! A store may forget a version (evicted, expired, flushed, lost in a
+//! restart). The next read of it creates a new random one, so an entry is
+//! current only while the very version it was stamped with survives: a
+//! lost version costs a refill of its tag's entries (of the whole
+//! namespace, for the clear version), and never serves an entry filled
+//! before an invalidation. Entries stamped without a version (written
+//! before versions were always created) are never current.
 //!
 //! Each cache keeps the versions it has read ([`TagTable`]) and trusts them
 //! only while the backplane keeps them current: a backplane message about a
@@ -31,6 +38,7 @@ use serde::Serialize;
 use crate::cache::Inner;
 use crate::error::{Error, StoreError};
 use crate::key::validate_key;
+use crate::store::new_version;
 use crate::sync::{read, write};
 use crate::Cache;
 
@@ -38,8 +46,8 @@ use crate::Cache;
 pub(crate) const CLEAR: &str = "";
 
 /// The versions an entry was filled under: `(tag, version)` pairs for its
-/// tags and the clear tag. An entry without a clear stamp was filled before
-/// any clear (its clear version is `None`).
+/// tags and the clear tag. A version read back as `None` (or a missing
+/// clear stamp) matches no current version: such an entry is never served.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Stamps(pub(crate) Vec<(Arc<str>, Option<Arc<str>>)>);
 
@@ -70,17 +78,17 @@ impl Stamps {
 
     /// Whether `versions` (of [`tags`](Self::tags), in order) are the
     /// stamped ones.
-    pub(crate) fn matches(&self, versions: &[Option<Arc<str>>]) -> bool {
+    pub(crate) fn matches(&self, versions: &[Arc<str>]) -> bool {
         self.all()
             .zip(versions)
-            .all(|((_, stamped), current)| stamped == current.as_ref())
+            .all(|((_, stamped), current)| stamped == Some(current))
     }
 
     /// The stamps of an entry carrying `tags` (deduplicated), with their
     /// versions read from `versions` in the same order, the clear tag
     /// first.
-    pub(crate) fn zip(tags: &[Arc<str>], versions: Vec<Option<Arc<str>>>) -> Self {
-        Self(tags.iter().cloned().zip(versions).collect())
+    pub(crate) fn zip(tags: &[Arc<str>], versions: Vec<Arc<str>>) -> Self {
+        Self(tags.iter().cloned().zip(versions.into_iter().map(Some)).collect())
     }
 
     /// `CLEAR` followed by `tags` without duplicates: what a fill asks for.
@@ -107,7 +115,7 @@ pub(crate) struct TagTable {
 #[derive(Default)]
 struct TagState {
     /// Versions read from the store and not invalidated since.
-    known: HashMap<Arc<str>, Option<Arc<str>>, foldhash::fast::RandomState>,
+    known: HashMap<Arc<str>, Arc<str>, foldhash::fast::RandomState>,
     /// Bumped whenever a version is forgotten, so a read of the store that
     /// raced with an invalidation is not remembered.
     forgets: u64,
@@ -122,7 +130,7 @@ impl TagState {
     fn check(&self, stamps: &Stamps) -> Option<bool> {
         let mut current = true;
         for (tag, stamped) in stamps.all() {
-            current &= self.known.get(tag)?.as_ref() == stamped;
+            current &= Some(self.known.get(tag)?) == stamped;
         }
         Some(current)
     }
@@ -131,7 +139,7 @@ impl TagState {
 /// What [`TagTable::lookup`] found.
 pub(crate) enum Known {
     /// Every version, in the order asked.
-    All(Vec<Option<Arc<str>>>),
+    All(Vec<Arc<str>>),
     /// Some are unknown: read them all from the store, and hand this mark
     /// to [`TagTable::learn`].
     Unknown { mark: u64 },
@@ -175,14 +183,34 @@ impl TagTable {
 
     /// Remembers versions read from the store since `mark`, unless a
     /// version was forgotten meanwhile (the read may predate it).
-    pub(crate) fn learn(&self, tags: &[Arc<str>], versions: &[Option<Arc<str>>], mark: u64) {
+    pub(crate) fn learn(&self, tags: &[Arc<str>], versions: &[Arc<str>], mark: u64) {
         let mut state = write(&self.state);
         if !state.remember || state.forgets != mark {
             return;
         }
         for (tag, version) in tags.iter().zip(versions) {
-            state.known.insert(Arc::clone(tag), version.clone());
+            state.known.insert(Arc::clone(tag), Arc::clone(version));
         }
+    }
+
+    /// The versions of `tags` for a cache without a store, whose versions
+    /// are its own: known ones, and a new one from `new_version` for each
+    /// tag first used (kept at once, whatever was forgotten meanwhile).
+    pub(crate) fn own_versions(
+        &self,
+        tags: &[Arc<str>],
+        mut new_version: impl FnMut() -> Arc<str>,
+    ) -> Vec<Arc<str>> {
+        let mut state = write(&self.state);
+        tags.iter()
+            .map(|tag| {
+                let version = state
+                    .known
+                    .entry(Arc::clone(tag))
+                    .or_insert_with(&mut new_version);
+                Arc::clone(version)
+            })
+            .collect()
     }
 
     /// `tag` was invalidated: forgets its version, or — for a cache without
@@ -196,7 +224,7 @@ impl TagTable {
         let mut state = write(&self.state);
         match replaced_by {
             Some(version) => {
-                state.known.insert(tag.into(), Some(version));
+                state.known.insert(tag.into(), version);
             }
             None => {
                 state.known.remove(tag);
@@ -242,24 +270,27 @@ impl TagTable {
 
 impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// The current versions of `tags`: known ones from the tag table, the
-    /// rest read from the store in one round trip (and remembered while the
-    /// backplane keeps them current). Without a store, versions are the
-    /// table's own.
+    /// rest read from the store in one round trip — which creates those the
+    /// store does not have — and remembered while the backplane keeps them
+    /// current. Without a store, versions are the table's own.
     pub(crate) async fn current_versions(
         &self,
         tags: &[Arc<str>],
-    ) -> Result<Vec<Option<Arc<str>>>, StoreError> {
+    ) -> Result<Vec<Arc<str>>, StoreError> {
         let mark = match self.tags.lookup(tags) {
             Known::All(versions) => return Ok(versions),
             Known::Unknown { mark } => mark,
         };
-        let versions = match &self.tiers.l2 {
-            Some(store) => self
-                .store_call(store.tag_versions(&self.namespace, tags))
-                .await
-                .inspect_err(|error| self.counters.store_failed(error))?,
-            None => vec![None; tags.len()],
+        let Some(store) = &self.tiers.l2 else {
+            return Ok(self
+                .tags
+                .own_versions(tags, || new_version(&mut crate::sync::lock(&self.rng))));
         };
+        let retention = self.policy.tag_retention;
+        let versions = self
+            .store_call(store.tag_versions(&self.namespace, tags, retention, self.origin))
+            .await
+            .inspect_err(|error| self.counters.store_failed(error))?;
         self.tags.learn(tags, &versions, mark);
         Ok(versions)
     }
@@ -375,8 +406,8 @@ where
                 (inner.store_call(call).await, None)
             }
             None => {
-                let version = format!("{:032x}", crate::sync::lock(&inner.rng).u128(..));
-                (Ok(()), Some(version.into()))
+                let version = new_version(&mut crate::sync::lock(&inner.rng));
+                (Ok(()), Some(version))
             }
         };
         inner.tag_moved(tag, local_version);
@@ -401,22 +432,22 @@ mod tests {
             panic!("nothing is known yet");
         };
         table.invalidated("t", None);
-        table.learn(&wanted, &[None, Some("v0".into())], mark);
+        table.learn(&wanted, &["c".into(), "v0".into()], mark);
         assert!(matches!(table.lookup(&wanted), Known::Unknown { .. }));
         let Known::Unknown { mark } = table.lookup(&wanted) else {
             panic!("still unknown");
         };
-        table.learn(&wanted, &[None, Some("v1".into())], mark);
-        assert!(matches!(table.lookup(&wanted), Known::All(v) if v[1].as_deref() == Some("v1")));
+        table.learn(&wanted, &["c".into(), "v1".into()], mark);
+        assert!(matches!(table.lookup(&wanted), Known::All(v) if &*v[1] == "v1"));
     }
 
     #[test]
     fn stale_stamps_are_not_admitted_and_admitted_keys_are_evicted_by_tag() {
         let table = TagTable::new(true);
         let wanted = tags(&["", "t"]);
-        table.learn(&wanted, &[None, Some("v1".into())], 0);
-        let old = Stamps::zip(&wanted, vec![None, Some("v0".into())]);
-        let new = Stamps::zip(&wanted, vec![None, Some("v1".into())]);
+        table.learn(&wanted, &["c".into(), "v1".into()], 0);
+        let old = Stamps::zip(&wanted, vec!["c".into(), "v0".into()]);
+        let new = Stamps::zip(&wanted, vec!["c".into(), "v1".into()]);
         assert!(!table.admit_to_l1("k", &old));
         assert!(table.admit_to_l1("k", &new));
         let evicted = table.invalidated("t", None);

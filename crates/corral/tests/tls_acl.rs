@@ -294,7 +294,6 @@ const CACHE_USER_ACL: &[&str] = &[
     "&corral:allowed:*",
     "-@all",
     "+get",
-    "+mget",
     "+pttl",
     "+set",
     "+del",

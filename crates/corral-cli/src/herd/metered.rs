@@ -129,8 +129,10 @@ impl<S: Store> Store for MeteredStore<S> {
         &'a self,
         namespace: &'a str,
         tags: &'a [Arc<str>],
-    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
-        self.inner.tag_versions(namespace, tags)
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        self.inner.tag_versions(namespace, tags, retention, origin)
     }
 
     fn invalidate_tag<'a>(

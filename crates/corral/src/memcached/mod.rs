@@ -86,7 +86,7 @@ use ring::Ring;
 
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::{
-    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Notifier, Origin, Store,
+    is_version, new_version, BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Notifier, Origin, Store,
     StoreKey, Stored,
 };
 
@@ -310,6 +310,10 @@ impl MemcachedStore {
         format!("{:032x}", rng.u128(..)).into()
     }
 
+    fn new_version(&self) -> Arc<str> {
+        new_version(&mut self.inner.rng.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     fn server(&self, route: u64) -> &Server {
         let index = self.inner.ring.pick(route);
         &self.inner.servers[index.min(self.inner.servers.len() - 1)]
@@ -387,6 +391,54 @@ impl MemcachedStore {
             }
             _ => Ok(false),
         }
+    }
+
+    /// The version of `tag`: read, or created by add when absent (by cas
+    /// over an item that is not a version), so concurrent callers agree on
+    /// one. Usually one round trip, two on first use.
+    async fn tag_version(
+        &self,
+        namespace: &str,
+        tag: &str,
+        retention: Duration,
+    ) -> Result<Arc<str>, StoreError> {
+        let (item, route) = keys::tag(&self.inner.config.key_prefix, namespace, tag);
+        let server = self.server(route);
+        for _ in 0..MAX_RACES {
+            let reply = self.one(server, mg(&item, "v c")).await?;
+            let cas = reply.cas();
+            let replace = match (reply.status, reply.data, cas) {
+                (Status::Value, Some(data), _) if is_version(&data) => {
+                    if let Ok(version) = std::str::from_utf8(&data) {
+                        return Ok(version.into());
+                    }
+                    cas
+                }
+                (Status::Value, _, cas) => cas,
+                (Status::Miss, _, _) => None,
+                (status, _, _) => {
+                    return Err(protocol(server.addr(), &format!("mg answered {status:?}")))
+                }
+            };
+            let version = self.new_version();
+            let mode = match replace {
+                Some(cas) => format!("C{cas}"),
+                None => "ME".to_owned(),
+            };
+            let flags = format!("T{} {mode}", secs(retention));
+            let reply = self.one(server, ms(&item, version.as_bytes(), &flags)).await?;
+            match reply.status {
+                Status::Done => return Ok(version),
+                Status::NotStored | Status::Exists | Status::NotFound => {}
+                status => {
+                    return Err(protocol(server.addr(), &format!("ms answered {status:?}")))
+                }
+            }
+        }
+        Err(protocol(
+            server.addr(),
+            "tag version kept changing while it was created",
+        ))
     }
 
     /// Refuses an item too large for the servers.
@@ -683,20 +735,13 @@ impl Store for MemcachedStore {
         &'a self,
         namespace: &'a str,
         tags: &'a [Arc<str>],
-    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        retention: Duration,
+        _origin: Origin,
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
         Box::pin(async move {
-            let prefix = &self.inner.config.key_prefix;
-            let reads = tags.iter().map(|tag| async move {
-                let (item, route) = keys::tag(prefix, namespace, tag);
-                let server = self.server(route);
-                let reply = self.one(server, mg(&item, "v")).await?;
-                Ok::<_, StoreError>(match (reply.status, reply.data) {
-                    (Status::Value, Some(data)) => {
-                        Some(Arc::from(String::from_utf8_lossy(&data).as_ref()))
-                    }
-                    _ => None,
-                })
-            });
+            let reads = tags
+                .iter()
+                .map(|tag| self.tag_version(namespace, tag, retention));
             futures_util::future::join_all(reads)
                 .await
                 .into_iter()
@@ -714,7 +759,7 @@ impl Store for MemcachedStore {
         Box::pin(async move {
             let (item, route) = keys::tag(&self.inner.config.key_prefix, namespace, tag);
             let server = self.server(route);
-            let version = self.token();
+            let version = self.new_version();
             let flags = format!("T{}", secs(retention));
             let reply = self
                 .one(server, ms(&item, version.as_bytes(), &flags))

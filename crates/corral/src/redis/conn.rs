@@ -183,22 +183,6 @@ impl Connection {
             .await
             .map(drop)
     }
-
-    /// `MGET` of `keys` (all in one hash slot), bounded by `timeout`.
-    pub(super) async fn mget(
-        &self,
-        keys: &[String],
-        timeout: Duration,
-    ) -> Result<Value, StoreError> {
-        bounded(timeout, "MGET", async {
-            let mut cmd = ::redis::cmd("MGET");
-            for key in keys {
-                cmd.arg(key.as_bytes());
-            }
-            self.query(&cmd).await
-        })
-        .await
-    }
 }
 
 fn eval_cmd(verb: &str, script: &[u8], keys: &[&str], args: &[&[u8]]) -> Cmd {

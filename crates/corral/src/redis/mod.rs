@@ -28,7 +28,7 @@ use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 use crate::store::{
-    BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Origin, Store,
+    is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Origin, Store,
     StoreKey, Stored,
 };
 
@@ -636,9 +636,12 @@ fn remaining(pttl: &Value) -> Option<Duration> {
 }
 
 /// A tag version in an `MGET` reply (`None`: the tag has none).
+/// A version returned by [`scripts::TAG_VERSIONS`]; `None` if it is not one.
 fn tag_version(reply: &Value) -> Option<Arc<str>> {
     match reply {
-        Value::BulkString(version) => Some(String::from_utf8_lossy(version).into()),
+        Value::BulkString(version) if is_version(version) => {
+            std::str::from_utf8(version).ok().map(Arc::from)
+        }
         _ => None,
     }
 }
@@ -884,7 +887,9 @@ impl Store for RedisStore {
         &'a self,
         namespace: &'a str,
         tags: &'a [Arc<str>],
-    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
         Box::pin(async move {
             if tags.is_empty() {
                 return Ok(Vec::new());
@@ -893,17 +898,40 @@ impl Store for RedisStore {
                 .iter()
                 .map(|tag| keys::tag_key(namespace, tag))
                 .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let fresh: Vec<Arc<str>> = {
+                let mut rng = self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                tags.iter().map(|_| new_version(&mut rng)).collect()
+            };
+            let retention_ms = millis(retention);
+            let channel = keys::channel(namespace);
+            let origin = origin.to_hex();
+            let mut args: Vec<&[u8]> = vec![
+                retention_ms.as_bytes(),
+                channel.as_bytes(),
+                origin.as_bytes(),
+            ];
+            for (tag, version) in tags.iter().zip(&fresh) {
+                args.push(tag.as_bytes());
+                args.push(version.as_bytes());
+            }
             let reply = self
                 .inner
                 .connection
-                .mget(&names, self.inner.config.op_timeout)
+                .invoke_on(
+                    &scripts::TAG_VERSIONS,
+                    &names,
+                    &args,
+                    self.inner.config.op_timeout,
+                )
                 .await?;
-            match reply {
+            let versions = match &reply {
                 Value::Array(items) if items.len() == tags.len() => {
-                    Ok(items.iter().map(tag_version).collect())
+                    items.iter().map(tag_version).collect::<Option<Vec<_>>>()
                 }
-                other => Err(unexpected("tag versions", &other)),
-            }
+                _ => None,
+            };
+            versions.ok_or_else(|| unexpected("tag versions", &reply))
         })
     }
 
@@ -919,7 +947,7 @@ impl Store for RedisStore {
             let channel = keys::channel(namespace);
             let kind = if tag.is_empty() { 'x' } else { 't' };
             let message = format!("{kind}|{}|{tag}", origin.to_hex());
-            let version = self.token();
+            let version = new_version(&mut self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner));
             let retention_ms = millis(retention);
             let reply = self
                 .inner

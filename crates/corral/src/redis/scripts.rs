@@ -194,9 +194,43 @@ return 0
     )
 });
 
+/// The versions of tags (or, for the empty tag, the namespace's clear
+/// version), creating each one that is absent or not a version (empty,
+/// over 64 bytes, not printable ASCII, another type): a created version is
+/// kept for the retention and announced as an invalidation, so an entry
+/// stamped with a version the store lost never matches again. `KEYS`: the
+/// tags' version keys (one hash slot per namespace).
+///
+/// ARGV: retention_ms, channel, origin (hex), then for each key its tag and
+/// a new random version to create it with. Returns the versions, in order.
+pub(super) static TAG_VERSIONS: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(
+        r"
+local versions = {}
+for i, key in ipairs(KEYS) do
+  local version = redis.pcall('GET', key)
+  if type(version) ~= 'string' or #version == 0 or #version > 64
+      or string.find(version, '[^!-~]') then
+    local tag = ARGV[2 + 2 * i]
+    version = ARGV[3 + 2 * i]
+    redis.call('SET', key, version, 'PX', ARGV[1])
+    local kind = 't'
+    if tag == '' then
+      kind = 'x'
+    end
+    redis.call('PUBLISH', ARGV[2], kind .. '|' .. ARGV[3] .. '|' .. tag)
+  end
+  versions[i] = version
+end
+return versions
+",
+    )
+});
+
 /// Every script, for loading them all at connect.
-pub(super) fn all() -> [&'static Lua; 7] {
+pub(super) fn all() -> [&'static Lua; 8] {
     [
+        &*TAG_VERSIONS,
         &*INVALIDATE_TAG,
         &*GET_OR_LEASE,
         &*RENEW,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest, Listener, Lookup,
+    new_version, BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest, Listener, Lookup,
     Notifier, Origin, Sinks, Store, StoreKey, Stored,
 };
 use crate::error::StoreError;
@@ -133,6 +133,24 @@ impl MemoryStore {
         slot.value.as_ref().map(|(bytes, _)| bytes.clone())
     }
 
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    /// Forgets every tag and clear version, as a store that evicted them
+    /// (or was flushed or restarted) would.
+    pub fn forget_tag_versions(&self) {
+        self.lock().tags.clear();
+    }
+
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    /// Forgets everything — values, leases, fences and versions — as a
+    /// flushed store or one restarted without persistence would.
+    pub fn flush(&self) {
+        let mut state = self.lock();
+        state.slots.clear();
+        state.tags.clear();
+    }
+
     /// Number of keys holding a value, lease or fence.
     pub fn len(&self) -> usize {
         self.lock().slots.len()
@@ -207,6 +225,15 @@ fn evict(slots: &mut HashMap<StoreKey, Slot>, keep: &StoreKey, now: Instant, max
 
 fn token(rng: &mut fastrand::Rng) -> Arc<str> {
     format!("{:032x}", rng.u128(..)).into()
+}
+
+/// How a new version of `tag` is announced.
+fn tag_event(tag: &str) -> Event {
+    if tag.is_empty() {
+        Event::Cleared
+    } else {
+        Event::TagInvalidated(tag.into())
+    }
 }
 
 fn ready<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, T> {
@@ -356,18 +383,31 @@ impl Store for MemoryStore {
         &'a self,
         namespace: &'a str,
         tags: &'a [Arc<str>],
-    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>> {
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
         let now = Instant::now();
-        let mut state = self.lock();
-        state.tags.retain(|_, (_, until)| *until > now);
-        let namespace: Arc<str> = namespace.into();
-        let versions = tags
-            .iter()
-            .map(|tag| {
-                let version = state.tags.get(&(Arc::clone(&namespace), Arc::clone(tag)));
-                version.map(|(version, _)| Arc::clone(version))
-            })
-            .collect();
+        let mut created = Vec::new();
+        let versions = {
+            let mut state = self.lock();
+            state.tags.retain(|_, (_, until)| *until > now);
+            let namespace: Arc<str> = namespace.into();
+            tags.iter()
+                .map(|tag| {
+                    let name = (Arc::clone(&namespace), Arc::clone(tag));
+                    if let Some((version, _)) = state.tags.get(&name) {
+                        return Arc::clone(version);
+                    }
+                    let version = new_version(&mut state.rng);
+                    state.tags.insert(name, (Arc::clone(&version), now + retention));
+                    created.push(Arc::clone(tag));
+                    version
+                })
+                .collect()
+        };
+        for tag in created {
+            self.announce(namespace, origin, tag_event(&tag));
+        }
         ready(Ok(versions))
     }
 
@@ -381,17 +421,12 @@ impl Store for MemoryStore {
         {
             let now = Instant::now();
             let mut state = self.lock();
-            let version = token(&mut state.rng);
+            let version = new_version(&mut state.rng);
             state
                 .tags
                 .insert((namespace.into(), tag.into()), (version, now + retention));
         }
-        let event = if tag.is_empty() {
-            Event::Cleared
-        } else {
-            Event::TagInvalidated(tag.into())
-        };
-        self.announce(namespace, origin, event);
+        self.announce(namespace, origin, tag_event(tag));
         ready(Ok(()))
     }
 

@@ -29,6 +29,16 @@
 //! evict it; and the versions of tags ([`Store::tag_versions`],
 //! [`Store::invalidate_tag`]).
 //!
+//! # A store forgets
+//!
+//! Any key may vanish at any moment (an LRU eviction, a flush, a restart
+//! without persistence), and every key is laid out so that losing it makes
+//! a miss or a refused commit, never a hit: a lost value is a miss; a lost
+//! lease lets another fill start, whose grant moves the fence; a lost fence
+//! refuses the commit that expected it; a lost tag or clear version is
+//! replaced by a new random one on its next read ([`Store::tag_versions`]),
+//! so the entries stamped with the lost one are misses from then on.
+//!
 //! Each store judges time by one clock of its own: Redis by the server's
 //! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
 //! written by one host is compared with another host's clock.
@@ -144,6 +154,19 @@ impl std::fmt::Debug for StoreKey {
             .field("key", &self.key())
             .finish()
     }
+}
+
+/// Whether `bytes` read from a store are a tag version: 1 to 64 printable
+/// ASCII bytes. Anything else found where a version belongs is replaced
+/// as if it were absent ([`Store::tag_versions`]).
+pub(crate) fn is_version(bytes: &[u8]) -> bool {
+    (1..=64).contains(&bytes.len()) && bytes.iter().all(|byte| byte.is_ascii_graphic())
+}
+
+/// A new random tag version: 16 hex digits (64 random bits; a version only
+/// has to differ from the earlier versions of its own tag).
+pub(crate) fn new_version(rng: &mut fastrand::Rng) -> Arc<str> {
+    format!("{:016x}", rng.u64(..)).into()
 }
 
 /// A fill lease granted to one leader.
@@ -325,14 +348,24 @@ pub trait Store: Send + Sync + Debug + 'static {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The current versions of `tags` in `namespace` (`None`: never
-    /// invalidated, or forgotten after `retention`). The empty tag is the
-    /// namespace's clear version. One round trip.
+    /// The current versions of `tags` in `namespace`, in order; the empty
+    /// tag is the namespace's clear version. A tag without a version — never
+    /// used, or its version was evicted, expired, flushed or lost in a
+    /// restart — gets a new random one, kept for `retention`, created
+    /// atomically (concurrent callers agree on one) and announced on the
+    /// backplane like an invalidation ([`Event::TagInvalidated`], or
+    /// [`Event::Cleared`] for the empty tag) from `origin`. So a version the
+    /// store forgets is never read back as any earlier version: every entry
+    /// stamped with the lost one becomes a miss. A stored version that is
+    /// not a version (empty, over 64 bytes, not text, of another type) is
+    /// replaced the same way. One round trip where the store allows.
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
         tags: &'a [Arc<str>],
-    ) -> BoxFuture<'a, Result<Vec<Option<Arc<str>>>, StoreError>>;
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>>;
 
     /// Moves `tag` of `namespace` to a new random version kept for
     /// `retention` (an entry filled under an older version is a miss from
