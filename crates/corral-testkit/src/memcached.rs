@@ -34,6 +34,8 @@ pub struct MemcachedServer {
     child: Mutex<Option<Child>>,
     frozen: AtomicBool,
     dir: TempDir,
+    /// Extra arguments, after the fixture's own.
+    args: Vec<String>,
 }
 
 impl MemcachedServer {
@@ -46,6 +48,17 @@ impl MemcachedServer {
     /// If it cannot be started or does not answer in time; the message holds
     /// the tail of its log.
     pub fn start() -> MemcachedServer {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with extra `memcached` arguments after
+    /// the fixture's own (so they override them), e.g. `&["-m", "4"]` for a
+    /// server that evicts after 4 MiB.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(args: &[&str]) -> MemcachedServer {
         let dir = tempfile::Builder::new()
             .prefix("corral-memcached-")
             .tempdir()
@@ -55,6 +68,7 @@ impl MemcachedServer {
             child: Mutex::new(None),
             frozen: AtomicBool::new(false),
             dir,
+            args: args.iter().map(|arg| (*arg).to_owned()).collect(),
         };
         for _ in 0..PORT_ATTEMPTS {
             server.port = free_port();
@@ -146,10 +160,101 @@ impl MemcachedServer {
         }
     }
 
-    /// Whether the item `key` exists.
+    /// Whether the item `key` exists, asked with the meta debug command
+    /// `me`, which does not count as a fetch (a fetched item is sheltered
+    /// from eviction by memcached's segmented LRU).
     pub fn exists(&self, key: &str) -> bool {
-        let reply = self.request(format!("mg {key}\r\n").as_bytes());
-        reply.starts_with("HD")
+        let reply = self.request(format!("me {key}\r\n").as_bytes());
+        reply.starts_with("ME ")
+    }
+
+    /// The length of the value of item `key`, if it exists (read with
+    /// `mg <key> s`, which counts as a fetch).
+    pub fn value_len(&self, key: &str) -> Option<usize> {
+        let reply = self.request(format!("mg {key} s\r\n").as_bytes());
+        reply
+            .strip_prefix("HD ")?
+            .split(' ')
+            .find_map(|flag| flag.strip_prefix('s')?.parse().ok())
+    }
+
+    /// Writes `count` items named `<prefix><n>` (zero-padded to `key_len`
+    /// bytes) with `value_len`-byte values and no expiry, and reads each
+    /// once, pipelined on one connection: items of one size land in one
+    /// slab class, so this evicts that class's least recently used items
+    /// once memory is full — fetched ones too, as the flood's items are
+    /// fetched as well (memcached's segmented LRU keeps a fetched item from
+    /// items never read). Returns how many writes the server refused.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer within 5 s, or `key_len` is too
+    /// short for `prefix` and `count`.
+    pub fn flood(&self, prefix: &str, count: usize, key_len: usize, value_len: usize) -> usize {
+        let digits = key_len.saturating_sub(prefix.len());
+        assert!(
+            digits >= count.to_string().len(),
+            "corral-testkit: key_len {key_len} leaves no room for {count} items after {prefix:?}"
+        );
+        self.try_flood(prefix, count, digits, value_len)
+            .unwrap_or_else(|e| self.fail(&format!("flood failed: {e}")))
+    }
+
+    fn try_flood(
+        &self,
+        prefix: &str,
+        count: usize,
+        digits: usize,
+        value_len: usize,
+    ) -> Result<usize, String> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))
+            .map_err(|e| format!("connect: {e}"))?;
+        stream
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .map_err(|e| format!("timeouts: {e}"))?;
+        let value = vec![b'x'; value_len];
+        let mut refused = 0;
+        let mut reader = BufReader::new(stream.try_clone().map_err(|e| e.to_string())?);
+        for batch in (0..count).collect::<Vec<_>>().chunks(1000) {
+            let mut out = Vec::with_capacity(batch.len() * (value_len + 64));
+            for n in batch {
+                out.extend_from_slice(
+                    format!("ms {prefix}{n:0digits$} {value_len} T0 q\r\n").as_bytes(),
+                );
+                out.extend_from_slice(&value);
+                out.extend_from_slice(b"\r\n");
+            }
+            for n in batch {
+                out.extend_from_slice(format!("mg {prefix}{n:0digits$} q\r\n").as_bytes());
+            }
+            out.extend_from_slice(b"mn\r\n");
+            stream.write_all(&out).map_err(|e| format!("write: {e}"))?;
+            loop {
+                let mut line = String::new();
+                reader
+                    .read_line(&mut line)
+                    .map_err(|e| format!("read: {e}"))?;
+                match line.trim_end() {
+                    "MN" => break,
+                    "" => return Err("connection closed".into()),
+                    "HD" => {}
+                    _ => refused += 1,
+                }
+            }
+        }
+        Ok(refused)
+    }
+
+    /// Drops every item (`flush_all`).
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer `OK`.
+    pub fn flush_all(&self) {
+        let reply = self.request(b"flush_all\r\n");
+        if reply != "OK" {
+            self.fail(&format!("flush_all: {reply}"));
+        }
     }
 
     fn try_request(&self, request: &[u8], timeout: Duration) -> Result<String, String> {
@@ -209,6 +314,7 @@ impl MemcachedServer {
             .args(["-l", "127.0.0.1", "-U", "0", "-m", "64", "-v", "-u", "root"])
             .arg("-p")
             .arg(self.port.to_string())
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)

@@ -359,10 +359,12 @@ where
     }
 
     /// How long a tag's version (and the cache's clear version) is kept in
-    /// the shared store after [`Cache::invalidate_tag`] or [`Cache::clear`];
-    /// no entry lives longer than this (longer TTLs are cut to it), so an
-    /// entry filled before an invalidation can never outlive its record.
-    /// Default: 7 days.
+    /// the shared store after its last use (a read of it, an
+    /// [`Cache::invalidate_tag`] or [`Cache::clear`]); no entry lives longer
+    /// than this (longer TTLs are cut to it). A version the store no longer
+    /// has — expired, evicted, flushed — is replaced by a new one on its
+    /// next read, which makes every entry stamped with the old one a miss:
+    /// a refill, never a stale hit. Default: 7 days.
     ///
     /// [`Cache::invalidate_tag`]: crate::Cache::invalidate_tag
     /// [`Cache::clear`]: crate::Cache::clear

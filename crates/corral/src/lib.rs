@@ -53,7 +53,10 @@
 //! versions they were filled under, and a fill running meanwhile is
 //! fenced. L1 hits check nothing (invalidations evict L1 entries); a read of
 //! the store compares the entry's versions with the ones the cache keeps
-//! current through the backplane (read once, one `MGET`).
+//! current through the backplane (read once, in one round trip). A version
+//! the store loses (evicted, flushed, lost in a restart) is replaced by a
+//! new one on its next read, so the entries stamped with it are refilled,
+//! never served after an invalidation.
 //!
 //! ## Batch
 //!

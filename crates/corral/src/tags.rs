@@ -23,7 +23,7 @@
 //! only while the backplane keeps them current: a backplane message about a
 //! tag makes it forget that tag's version (read again when next needed), a
 //! lost-messages notice makes it forget all of them, and a cache without a
-//! backplane reads them from the store on every check (one `MGET` on Redis:
+//! backplane reads them from the store on every check (one script on Redis:
 //! all tag keys of a namespace share one hash slot). An entry in the L1 was
 //! checked when it got there; a tag invalidation evicts the L1 entries
 //! that carry the tag (indexed by tag here), a clear drops the whole L1.
@@ -88,7 +88,12 @@ impl Stamps {
     /// versions read from `versions` in the same order, the clear tag
     /// first.
     pub(crate) fn zip(tags: &[Arc<str>], versions: Vec<Arc<str>>) -> Self {
-        Self(tags.iter().cloned().zip(versions.into_iter().map(Some)).collect())
+        Self(
+            tags.iter()
+                .cloned()
+                .zip(versions.into_iter().map(Some))
+                .collect(),
+        )
     }
 
     /// `CLEAR` followed by `tags` without duplicates: what a fill asks for.
@@ -453,6 +458,43 @@ mod tests {
         let evicted = table.invalidated("t", None);
         assert!(evicted.contains("k"));
         assert!(!table.admit_to_l1("k", &new), "the version was forgotten");
+    }
+
+    #[test]
+    fn entries_without_a_version_never_match() {
+        let table = TagTable::new(true);
+        let wanted = tags(&["", "t"]);
+        table.learn(&wanted, &["c".into(), "v".into()], 0);
+        // Written before versions always existed: no version for the tag,
+        // or no clear stamp at all.
+        let unversioned = Stamps(vec![("".into(), Some("c".into())), ("t".into(), None)]);
+        let unstamped = Stamps(vec![("t".into(), Some("v".into()))]);
+        for stamps in [&unversioned, &unstamped] {
+            assert_eq!(table.check(stamps), Some(false), "{stamps:?}");
+            assert!(!stamps.matches(&["c".into(), "v".into()]), "{stamps:?}");
+        }
+        assert_eq!(
+            table.check(&Stamps::zip(&wanted, vec!["c".into(), "v".into()])),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn own_versions_are_created_once_and_kept() {
+        let table = TagTable::new(true);
+        let mut made = 0;
+        let wanted = tags(&["", "t"]);
+        let first = table.own_versions(&wanted, || {
+            made += 1;
+            format!("v{made}").into()
+        });
+        let again = table.own_versions(&wanted, || unreachable!("known"));
+        assert_eq!((first.clone(), made), (again, 2));
+        table.invalidated("t", Some("moved".into()));
+        assert_eq!(
+            &*table.own_versions(&wanted, || unreachable!("known"))[1],
+            "moved"
+        );
     }
 
     #[test]

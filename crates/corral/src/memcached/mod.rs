@@ -86,8 +86,8 @@ use ring::Ring;
 
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::{
-    is_version, new_version, BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Notifier, Origin, Store,
-    StoreKey, Stored,
+    is_version, new_version, BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup,
+    Notifier, Origin, Store, StoreKey, Stored,
 };
 
 /// Memcached's longest relative TTL; longer numbers are unix times.
@@ -395,7 +395,8 @@ impl MemcachedStore {
 
     /// The version of `tag`: read, or created by add when absent (by cas
     /// over an item that is not a version), so concurrent callers agree on
-    /// one. Usually one round trip, two on first use.
+    /// one; kept for `retention` from now either way. Usually one round
+    /// trip, two on first use.
     async fn tag_version(
         &self,
         namespace: &str,
@@ -404,8 +405,11 @@ impl MemcachedStore {
     ) -> Result<Arc<str>, StoreError> {
         let (item, route) = keys::tag(&self.inner.config.key_prefix, namespace, tag);
         let server = self.server(route);
+        let keep = format!("T{}", secs(retention));
         for _ in 0..MAX_RACES {
-            let reply = self.one(server, mg(&item, "v c")).await?;
+            // Read with the retention as the new TTL: a tag in use keeps
+            // its version.
+            let reply = self.one(server, mg(&item, &format!("v c {keep}"))).await?;
             let cas = reply.cas();
             let replace = match (reply.status, reply.data, cas) {
                 (Status::Value, Some(data), _) if is_version(&data) => {
@@ -425,14 +429,14 @@ impl MemcachedStore {
                 Some(cas) => format!("C{cas}"),
                 None => "ME".to_owned(),
             };
-            let flags = format!("T{} {mode}", secs(retention));
-            let reply = self.one(server, ms(&item, version.as_bytes(), &flags)).await?;
+            let flags = format!("{keep} {mode}");
+            let reply = self
+                .one(server, ms(&item, version.as_bytes(), &flags))
+                .await?;
             match reply.status {
                 Status::Done => return Ok(version),
                 Status::NotStored | Status::Exists | Status::NotFound => {}
-                status => {
-                    return Err(protocol(server.addr(), &format!("ms answered {status:?}")))
-                }
+                status => return Err(protocol(server.addr(), &format!("ms answered {status:?}"))),
             }
         }
         Err(protocol(

@@ -46,7 +46,7 @@ impl KeyNames {
 
 /// The key holding the version of `tag` in `namespace` (the empty tag: the
 /// clear version): `corral:<namespace>:{<namespace>}:t:<tag>`. Every tag key
-/// of a namespace shares one hash slot, so one `MGET` reads any of them on
+/// of a namespace shares one hash slot, so one script reads any of them on
 /// a cluster.
 pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
     format!("{PREFIX}{namespace}:{{{namespace}}}:t:{tag}")

@@ -28,8 +28,8 @@ use self::subscriber::{Settings, Subscriber};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 use crate::store::{
-    is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, Origin, Store,
-    StoreKey, Stored,
+    is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener,
+    Lookup, Origin, Store, StoreKey, Stored,
 };
 
 /// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
@@ -302,7 +302,7 @@ impl RedisConfig {
 ///
 /// ```text
 /// ACL SETUSER orders-app on >password resetkeys ~corral:orders:* resetchannels &corral:orders:*
-///     -@all +get +mget +pttl +set +del +pexpire +publish +evalsha +eval +script|load
+///     -@all +get +pttl +set +del +pexpire +publish +evalsha +eval +script|load
 ///     +subscribe +unsubscribe +ping
 /// ```
 ///
@@ -635,7 +635,6 @@ fn remaining(pttl: &Value) -> Option<Duration> {
     }
 }
 
-/// A tag version in an `MGET` reply (`None`: the tag has none).
 /// A version returned by [`scripts::TAG_VERSIONS`]; `None` if it is not one.
 fn tag_version(reply: &Value) -> Option<Arc<str>> {
     match reply {
@@ -900,7 +899,11 @@ impl Store for RedisStore {
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             let fresh: Vec<Arc<str>> = {
-                let mut rng = self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut rng = self
+                    .inner
+                    .rng
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 tags.iter().map(|_| new_version(&mut rng)).collect()
             };
             let retention_ms = millis(retention);
@@ -947,7 +950,13 @@ impl Store for RedisStore {
             let channel = keys::channel(namespace);
             let kind = if tag.is_empty() { 'x' } else { 't' };
             let message = format!("{kind}|{}|{tag}", origin.to_hex());
-            let version = new_version(&mut self.inner.rng.lock().unwrap_or_else(PoisonError::into_inner));
+            let version = new_version(
+                &mut self
+                    .inner
+                    .rng
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
             let retention_ms = millis(retention);
             let reply = self
                 .inner

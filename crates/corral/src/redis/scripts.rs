@@ -197,8 +197,9 @@ return 0
 /// The versions of tags (or, for the empty tag, the namespace's clear
 /// version), creating each one that is absent or not a version (empty,
 /// over 64 bytes, not printable ASCII, another type): a created version is
-/// kept for the retention and announced as an invalidation, so an entry
-/// stamped with a version the store lost never matches again. `KEYS`: the
+/// announced as an invalidation, so an entry stamped with a version the
+/// store lost never matches again. Every version read or created is kept
+/// for the retention from now: a tag in use keeps its version. `KEYS`: the
 /// tags' version keys (one hash slot per namespace).
 ///
 /// ARGV: retention_ms, channel, origin (hex), then for each key its tag and
@@ -219,6 +220,8 @@ for i, key in ipairs(KEYS) do
       kind = 'x'
     end
     redis.call('PUBLISH', ARGV[2], kind .. '|' .. ARGV[3] .. '|' .. tag)
+  else
+    redis.call('PEXPIRE', key, ARGV[1])
   end
   versions[i] = version
 end

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    new_version, BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest, Listener, Lookup,
-    Notifier, Origin, Sinks, Store, StoreKey, Stored,
+    new_version, BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest,
+    Listener, Lookup, Notifier, Origin, Sinks, Store, StoreKey, Stored,
 };
 use crate::error::StoreError;
 
@@ -399,7 +399,9 @@ impl Store for MemoryStore {
                         return Arc::clone(version);
                     }
                     let version = new_version(&mut state.rng);
-                    state.tags.insert(name, (Arc::clone(&version), now + retention));
+                    state
+                        .tags
+                        .insert(name, (Arc::clone(&version), now + retention));
                     created.push(Arc::clone(tag));
                     version
                 })

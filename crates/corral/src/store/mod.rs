@@ -351,14 +351,17 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// The current versions of `tags` in `namespace`, in order; the empty
     /// tag is the namespace's clear version. A tag without a version — never
     /// used, or its version was evicted, expired, flushed or lost in a
-    /// restart — gets a new random one, kept for `retention`, created
-    /// atomically (concurrent callers agree on one) and announced on the
+    /// restart — gets a new random one, created atomically (concurrent
+    /// callers agree on one) and announced on the
     /// backplane like an invalidation ([`Event::TagInvalidated`], or
     /// [`Event::Cleared`] for the empty tag) from `origin`. So a version the
     /// store forgets is never read back as any earlier version: every entry
     /// stamped with the lost one becomes a miss. A stored version that is
     /// not a version (empty, over 64 bytes, not text, of another type) is
-    /// replaced the same way. One round trip where the store allows.
+    /// replaced the same way. Every version read or created is kept for
+    /// `retention` from now, so a tag in use keeps its version and one
+    /// unused for `retention` is forgotten. One round trip where the store
+    /// allows.
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
@@ -418,6 +421,18 @@ pub trait Store: Send + Sync + Debug + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_are_short_printable_tokens() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let (a, b) = (new_version(&mut rng), new_version(&mut rng));
+        assert_ne!(a, b);
+        assert!(is_version(a.as_bytes()) && a.len() == 16, "{a}");
+        for bad in [&b""[..], b"has space", b"\xff", &[b'a'; 65][..]] {
+            assert!(!is_version(bad), "{bad:?}");
+        }
+        assert!(is_version(&[b'a'; 64]));
+    }
 
     #[test]
     fn store_keys_split_back_into_their_parts_inline_or_not() {
