@@ -465,6 +465,62 @@ impl RedisStore {
         .await
     }
 
+    /// A store for one Redis server that does not wait for it: returns at
+    /// once, and connects in the background — retrying with backoff (from
+    /// 50 ms up to [`RedisConfig::reconnect_max_delay`]) for as long as the
+    /// server does not answer. So a service can start while Redis is down:
+    /// until it answers, store calls fail at once with
+    /// [`StoreErrorKind::Unavailable`] (after waiting, bounded by
+    /// [`RedisConfig::op_timeout`], for the first attempt), which a cache
+    /// treats as it treats any outage (`get_or_fill` fills without a
+    /// lease; see "A sick store" in the crate docs); from the moment Redis
+    /// answers, the same store uses it. Scripts are not loaded up front:
+    /// each is cached by the server on its first use (`EVAL` after
+    /// `NOSCRIPT`). Must be called within a tokio runtime.
+    ///
+    /// URLs and TLS settings are as in [`connect`](Self::connect).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use corral::{Cache, RedisConfig, RedisStore};
+    ///
+    /// // Returns at once, even while Redis is down.
+    /// let store = RedisStore::connect_lazy("redis://127.0.0.1/", RedisConfig::default())?;
+    /// let users = Cache::<String>::builder("users").store(store).build()?;
+    /// # let _ = users;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Only what no retry can fix: [`StoreErrorKind::Protocol`] for a
+    /// malformed URL, a `rediss://` URL without the feature `tls`,
+    /// unreadable TLS material, or TLS material with a `redis://` URL;
+    /// [`StoreErrorKind::Unavailable`] outside a tokio runtime. A refused
+    /// password shows later, as [`StoreErrorKind::Denied`] errors of the
+    /// store's calls.
+    pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let client = client::client(url, &config)?;
+        let reconnect = Reconnect {
+            connect_timeout: config.connect_timeout,
+            initial_attempts: CONNECT_ATTEMPTS,
+            min_delay: RECONNECT_MIN_DELAY,
+            max_delay: config.reconnect_max_delay,
+        };
+        let connection = Standalone::lazy(client.clone(), reconnect, runtime.clone());
+        Ok(Self::assemble(
+            redact_url(url),
+            Connection::Standalone(connection),
+            vec![client],
+            config,
+            &runtime,
+        ))
+    }
+
     async fn finish(
         target: String,
         connection: Connection,
@@ -473,6 +529,18 @@ impl RedisStore {
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
         connection.load_scripts(config.op_timeout).await?;
+        Ok(Self::assemble(target, connection, clients, config, runtime))
+    }
+
+    /// The store around a connection (scripts loaded or not), with its
+    /// subscriber.
+    fn assemble(
+        target: String,
+        connection: Connection,
+        clients: Vec<Client>,
+        config: RedisConfig,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
         let subscriber = Subscriber::spawn(
             runtime,
             Settings {
@@ -482,7 +550,7 @@ impl RedisStore {
                 max_backoff: config.reconnect_max_delay,
             },
         );
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 target,
                 connection,
@@ -491,7 +559,7 @@ impl RedisStore {
                 expiries: Expiries::new(config.read_memory),
                 config,
             }),
-        })
+        }
     }
 
     /// The settings this store runs with.
