@@ -152,6 +152,14 @@
 //! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
 //! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
 //! | `corral_wait_duration_seconds` (histogram) | | how long each coalesced caller waited |
+//!
+//! The two durations are recorded with the `metrics` facade's
+//! `histogram!`; what that becomes is the recorder's choice.
+//! `metrics-exporter-prometheus` renders a histogram as a Prometheus
+//! **summary** (quantiles over a sliding window, which cannot be
+//! aggregated across processes) unless buckets are configured, e.g.
+//! `PrometheusBuilder::new().set_buckets_for_metric(Matcher::Prefix("corral_".into()), &[0.001, 0.01, 0.1, 1.0, 10.0])`;
+//! then it is a Prometheus histogram (`_bucket`, `_sum`, `_count`).
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
@@ -250,6 +258,56 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 /// assert_eq!(PRICES.get("price:abc").await?, Some(300));
 /// # Ok(())
 /// # }
+/// ```
+///
+/// A cache on Redis in a `static`: connecting is `async`, so it cannot
+/// happen in a `LazyLock`'s closure; a `tokio::sync::OnceCell` (or a
+/// `std::sync::OnceLock` set in `main`) holds it, and `cache = ` may be any
+/// expression, `.await` included. The error type is a real error (`Display`
+/// and `std::error::Error`), so `?` carries a call's error into
+/// `anyhow::Result` or `Box<dyn Error>`, and the chain reaches it
+/// ([`Error::Fill`]'s `source()` is the fill's error):
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use corral::{Cache, RedisConfig, RedisStore};
+/// use tokio::sync::OnceCell;
+///
+/// static USERS: OnceCell<Cache<String>> = OnceCell::const_new();
+///
+/// async fn users() -> &'static Cache<String> {
+///     USERS
+///         .get_or_init(|| async {
+///             // `connect_lazy` returns at once, even while Redis is down.
+///             let store = RedisStore::connect_lazy("redis://127.0.0.1/", RedisConfig::default())
+///                 .expect("a valid Redis URL");
+///             Cache::builder("users").store(store).l1(true).build().expect("valid config")
+///         })
+///         .await
+/// }
+///
+/// #[derive(Debug)]
+/// struct DbError;
+///
+/// impl std::fmt::Display for DbError {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("the database did not answer")
+///     }
+/// }
+///
+/// impl std::error::Error for DbError {}
+///
+/// #[corral::cached(cache = users().await, key = "user:{id}", ttl = Duration::from_secs(60))]
+/// async fn user_name(id: u64) -> Result<String, DbError> {
+///     Ok(format!("user {id}")) // query the database here
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> anyhow::Result<()> {
+///     let name = user_name(42).await?;
+///     println!("{name}");
+///     Ok(())
+/// }
 /// ```
 #[cfg(feature = "macros")]
 pub use corral_macros::cached;

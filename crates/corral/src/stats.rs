@@ -270,7 +270,8 @@ counters! {
     fail_open_fills,
     /// Fill leases granted by the shared store (a fill or refresh that will run under it).
     leases_acquired,
-    /// Times a flight leader found the lease held by another process and waited.
+    /// Waits of a flight leader for another process's fill (the lease held
+    /// elsewhere): one per wait, however many polls and wake-ups it takes.
     lease_waits,
     /// Lease renewals sent while a long fill ran.
     lease_renewals,
