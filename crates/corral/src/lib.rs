@@ -140,18 +140,18 @@
 //! | `corral_soft_timeouts_total` | | flights that served their fallback at the soft timeout |
 //! | `corral_served_total` | `freshness` = `stale` / `fail_safe` | stale and fail-safe values served |
 //! | `corral_refreshes_total` | `outcome` = `started` / `stood_down` / `skipped` | background refreshes |
-//! | `corral_leases_total` | `outcome` = `acquired` / `contended` / `errored` | fill leases granted, found held, unobtainable (filled open) |
+//! | `corral_leases_total` | `outcome` = `acquired` / `contended` / `errored` | fill leases granted; waits for another process's fill (one per wait, however many polls); leases unobtainable (filled open) |
 //! | `corral_lease_renewals_total` | | lease renewals of long fills |
 //! | `corral_commits_total`, `corral_commits_refused_total` | | fills written to the store; refused by a moved fence |
 //! | `corral_store_errors_total` | | store calls that failed or timed out |
 //! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
 //! | `corral_decrypt_failures_total` | | bytes that did not decrypt (feature `encryption`) |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
-//! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops after lost messages |
+//! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops when messages may have been lost (a re-subscription after the subscriber's connection was interrupted; 0 after a healthy start) |
 //! | `corral_breaker_opened_total` | | times the store's circuit breaker opened (see [`CacheBuilder::circuit_breaker`]) |
 //! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
-//! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
-//! | `corral_wait_duration_seconds` (histogram) | | how long each coalesced caller waited |
+//! | `corral_fill_duration_seconds` (`histogram!`: see below) | | how long each fill ran |
+//! | `corral_wait_duration_seconds` (`histogram!`: see below) | | how long each coalesced caller waited |
 //!
 //! The two durations are recorded with the `metrics` facade's
 //! `histogram!`; what that becomes is the recorder's choice.

@@ -242,7 +242,7 @@ counters! {
     tag_misses,
     /// Backplane messages from other caches that this cache acted on: a key evicted from the L1, or a tag or clear version forgotten (and its L1 entries evicted).
     backplane_messages,
-    /// Times the cache dropped its whole L1 and forgot its tag versions because backplane messages may have been lost (the store's subscription was confirmed anew, after a reconnect or for the first time).
+    /// Times the cache dropped its whole L1 and forgot its tag versions because backplane messages may have been lost: the store's subscription was confirmed anew after its connection was interrupted, or confirmed for the first time after a read had gone ahead of it. 0 after a healthy start.
     backplane_resets,
     /// Fills started (the source of truth was called).
     fills,

@@ -64,16 +64,29 @@ async fn connect(server: &RedisServer) -> RedisStore {
         .expect("connect")
 }
 
-/// Sends a backplane message from `from` and waits until `to` acted on
-/// it: `to`'s subscription is then confirmed, and whatever its
-/// confirmation counted is counted.
-async fn heard(from: &Cache<String>, to: &Cache<String>) {
-    let before = to.stats().backplane_messages;
-    from.invalidate("probe").await.expect("invalidate");
-    corral_testkit::until("the message is heard", || {
-        to.stats().backplane_messages > before
-    })
-    .await;
+/// Sends backplane messages from `from` until `to` acts on one (a message
+/// published before `to`'s subscription landed is not delivered): `to`'s
+/// subscription is then up. Each attempt waits at most 100 ms; all of them
+/// at most 10 s.
+async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
+    let heard = to.stats().backplane_messages;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        from.invalidate("probe-subscribed")
+            .await
+            .expect("invalidate");
+        let attempt = std::time::Instant::now() + Duration::from_millis(100);
+        while std::time::Instant::now() < attempt {
+            if to.stats().backplane_messages > heard {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never heard a message"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +103,7 @@ async fn a_healthy_start_is_no_backplane_reset() {
             .await
             .expect("value");
         assert_eq!(value, "filled");
-        heard(&other, &cache).await;
+        until_heard(&other, &cache).await;
         let stats = cache.stats();
         assert_eq!(stats.backplane_resets, 0, "start {start}: {stats:?}");
         assert_eq!(
@@ -113,8 +126,8 @@ async fn a_subscriber_disconnect_is_one_reset() {
     let (a, b) = (on(&connect(&server).await), on(&connect(&server).await));
     a.set("k", "v".to_owned()).await.expect("set");
     assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v"));
-    heard(&b, &a).await;
-    heard(&a, &b).await;
+    until_heard(&b, &a).await;
+    until_heard(&a, &b).await;
     assert_eq!(a.stats().backplane_resets, 0);
 
     let killed = server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
@@ -123,8 +136,8 @@ async fn a_subscriber_disconnect_is_one_reset() {
     corral_testkit::until("b re-subscribed", || b.stats().backplane_resets >= 1).await;
     // The L1 was dropped: messages may have been lost meanwhile.
     assert_eq!(a.local_len(), 0);
-    heard(&b, &a).await;
-    heard(&a, &b).await;
+    until_heard(&b, &a).await;
+    until_heard(&a, &b).await;
     assert_eq!(a.stats().backplane_resets, 1, "{:?}", a.stats());
     assert_eq!(b.stats().backplane_resets, 1, "{:?}", b.stats());
 }

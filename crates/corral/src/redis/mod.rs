@@ -958,6 +958,9 @@ impl Store for RedisStore {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            // The writer keeps the value in its L1: after the first
+            // subscription, like a read.
+            let ahead = self.ahead_of_backplane(key.namespace()).await;
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
             let message = message(origin, key.key());
@@ -977,7 +980,9 @@ impl Store for RedisStore {
                     ],
                 )
                 .await?;
-            int("set", &reply).map(drop)
+            let written = int("set", &reply).map(drop);
+            self.went_ahead(ahead, &written);
+            written
         })
     }
 

@@ -65,8 +65,9 @@ struct Shared {
     denied: Mutex<BTreeSet<Arc<str>>>,
     /// The backplane sinks of each channel.
     sinks: Sinks,
-    /// Where each channel with sinks stands (see the module docs).
-    standing: Mutex<BTreeMap<Arc<str>, Standing>>,
+    /// Where each channel with sinks stands (see the module docs), and
+    /// which channels the current connection has subscribed.
+    book: Mutex<Book>,
     /// How many channels are [`Standing::Pending`]: reads wait only while
     /// it is not 0, so a settled store pays one atomic load per read.
     pending: AtomicUsize,
@@ -76,6 +77,16 @@ struct Shared {
     /// Woken when a subscription is confirmed or a connection attempt
     /// fails.
     settled: Notify,
+}
+
+/// The subscriptions' standing.
+#[derive(Debug, Default)]
+struct Book {
+    /// Each channel with sinks.
+    standing: BTreeMap<Arc<str>, Standing>,
+    /// The channels subscribed on the current connection (empty while it
+    /// is down).
+    live: BTreeSet<Arc<str>>,
 }
 
 /// Where a channel with sinks stands.
@@ -109,8 +120,8 @@ impl Shared {
         self.denied.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn standing(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, Standing>> {
-        self.standing.lock().unwrap_or_else(PoisonError::into_inner)
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A subscription of `channels` was confirmed: notices published
@@ -122,8 +133,9 @@ impl Shared {
         self.notifier.notify_all();
         for channel in channels {
             let lost = {
-                let mut standing = self.standing();
-                match standing.get_mut(channel) {
+                let mut book = self.book();
+                book.live.insert(Arc::clone(channel));
+                match book.standing.get_mut(channel) {
                     None | Some(Standing::Denied) => false,
                     Some(state @ Standing::Pending) => {
                         *state = Standing::Confirmed;
@@ -148,8 +160,8 @@ impl Shared {
     /// A read of `channel`'s namespace did not wait for its first
     /// subscription: its confirmation will tell the sinks.
     fn read_ahead(&self, channel: &str) {
-        let mut standing = self.standing();
-        if let Some(state @ Standing::Pending) = standing.get_mut(channel) {
+        let mut book = self.book();
+        if let Some(state @ Standing::Pending) = book.standing.get_mut(channel) {
             *state = Standing::ReadAhead;
             self.pending.fetch_sub(1, Ordering::Release);
         }
@@ -157,7 +169,7 @@ impl Shared {
 
     /// Whether `channel` still waits for its first confirmation.
     fn is_pending(&self, channel: &str) -> bool {
-        self.standing().get(channel) == Some(&Standing::Pending)
+        self.book().standing.get(channel) == Some(&Standing::Pending)
     }
 }
 
@@ -180,7 +192,7 @@ impl Subscriber {
             channels: Mutex::new(BTreeSet::new()),
             denied: Mutex::new(BTreeSet::new()),
             sinks: Sinks::default(),
-            standing: Mutex::new(BTreeMap::new()),
+            book: Mutex::new(Book::default()),
             pending: AtomicUsize::new(0),
             failing: AtomicBool::new(false),
             settled: Notify::new(),
@@ -214,10 +226,16 @@ impl Subscriber {
     pub(super) fn attach_sink(&self, channel: &str, sink: Weak<dyn ChangeSink>) {
         self.shared.sinks.attach(channel, sink);
         {
-            let mut standing = self.shared.standing();
-            if !standing.contains_key(channel) {
-                standing.insert(channel.into(), Standing::Pending);
-                self.shared.pending.fetch_add(1, Ordering::Release);
+            let mut book = self.shared.book();
+            if !book.standing.contains_key(channel) {
+                // Subscribed already (by a waiter): messages flow now.
+                let standing = if book.live.contains(channel) {
+                    Standing::Confirmed
+                } else {
+                    self.shared.pending.fetch_add(1, Ordering::Release);
+                    Standing::Pending
+                };
+                book.standing.insert(channel.into(), standing);
             }
         }
         self.subscribe(channel);
@@ -318,7 +336,9 @@ impl Task {
             };
             let client = client.clone();
             node = node.wrapping_add(1);
-            match self.session(&client).await {
+            let ended = self.session(&client).await;
+            self.shared.book().live.clear();
+            match ended {
                 Ended::StoreDropped => return,
                 Ended::Lost { established } => {
                     if established {
@@ -466,14 +486,14 @@ impl Task {
              instead of being notified"
         );
         self.shared.denied().insert(Arc::clone(channel));
-        let mut standing = self.shared.standing();
-        if let Some(state) = standing.get_mut(channel) {
+        let mut book = self.shared.book();
+        if let Some(state) = book.standing.get_mut(channel) {
             if *state == Standing::Pending {
                 self.shared.pending.fetch_sub(1, Ordering::Release);
             }
             *state = Standing::Denied;
         }
-        drop(standing);
+        drop(book);
         self.shared.settled.notify_waiters();
     }
 
