@@ -275,7 +275,8 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 ///
 /// static USERS: OnceCell<Cache<String>> = OnceCell::const_new();
 ///
-/// async fn users() -> &'static Cache<String> {
+/// /// The cache, built on first use (a handle: cloning it is one `Arc` clone).
+/// async fn users() -> Cache<String> {
 ///     USERS
 ///         .get_or_init(|| async {
 ///             // `connect_lazy` returns at once, even while Redis is down.
@@ -284,6 +285,7 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 ///             Cache::builder("users").store(store).l1(true).build().expect("valid config")
 ///         })
 ///         .await
+///         .clone()
 /// }
 ///
 /// #[derive(Debug)]

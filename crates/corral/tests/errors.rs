@@ -2,7 +2,6 @@
 //! `Box<dyn Error>`, a source chain down to the fill's own error, and fills
 //! that cannot fail.
 
-use std::error::Error as _;
 use std::io;
 
 use corral::{Cache, Error};
