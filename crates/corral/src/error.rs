@@ -110,6 +110,20 @@ impl StoreError {
     pub fn is_breaker_open(&self) -> bool {
         self.kind == StoreErrorKind::BreakerOpen
     }
+
+    /// Whether the same call may work later, unchanged: the store did not
+    /// answer ([`Timeout`](StoreErrorKind::Timeout),
+    /// [`Unavailable`](StoreErrorKind::Unavailable)) or was not asked
+    /// ([`BreakerOpen`](StoreErrorKind::BreakerOpen)). Not for a malformed
+    /// URL or an unexpected reply ([`Protocol`](StoreErrorKind::Protocol))
+    /// or a refusal ([`Denied`](StoreErrorKind::Denied)): those need a
+    /// change of configuration.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
+        )
+    }
 }
 
 impl fmt::Display for StoreError {

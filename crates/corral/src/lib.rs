@@ -93,6 +93,13 @@
 //! decides whether it closes or stays open for another cool-down. L1 hits
 //! never ask it.
 //!
+//! A service can start while Redis is down:
+//! [`RedisStore::connect_lazy`] (and `CacheConfig::build`, feature
+//! `config`) returns a store that connects in the background; until Redis
+//! answers the cache behaves as above, then uses it, without a restart.
+//! [`StoreError::is_retryable`] tells an outage from a configuration to
+//! fix.
+//!
 //! ## Features
 //!
 //! | feature | default | what it adds |

@@ -135,6 +135,10 @@ async fn the_production_preset_shares_values_through_redis() {
         Some(StoreErrorKind::Protocol),
         "{message}"
     );
+    assert!(
+        malformed.store_error().is_some_and(|e| !e.is_retryable()),
+        "a bad URL is not worth retrying"
+    );
 }
 
 #[test]

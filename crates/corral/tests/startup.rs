@@ -61,17 +61,18 @@ async fn a_service_starts_while_redis_is_down_and_uses_it_once_it_is_up() {
         .set("user:2", "x".to_owned())
         .await
         .expect_err("Redis is down");
-    let kind = match &error {
-        corral::Error::Store(store) => store.kind(),
+    let store_error = match &error {
+        corral::Error::Store(store) => store,
         other => panic!("not a store error: {other:?}"),
     };
     assert!(
         matches!(
-            kind,
+            store_error.kind(),
             StoreErrorKind::Unavailable | StoreErrorKind::Timeout | StoreErrorKind::BreakerOpen
         ),
         "{error}"
     );
+    assert!(store_error.is_retryable(), "{error}");
     assert!(matches!(
         cache.health().await.store,
         StoreHealth::Failed { .. }
