@@ -118,6 +118,9 @@ async fn a_healthy_start_is_no_backplane_reset() {
         assert_eq!(cache.stats().l2_hits, stats.l2_hits, "an L1 hit");
     }
     assert_eq!(other.stats().backplane_resets, 0);
+    // One SUBSCRIBE per store: the namespace was never subscribed twice.
+    let subscribes = server.command_stats().get("subscribe").copied();
+    assert_eq!(subscribes, Some(101), "{:?}", server.command_stats());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
