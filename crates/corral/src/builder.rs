@@ -373,7 +373,7 @@ where
         self
     }
 
-    /// Whether the L1 listens to the store's backplane: a `set`,
+    /// Whether the cache listens to the store's backplane: a `set`,
     /// `invalidate`, committed fill, tag invalidation or `clear` made through
     /// another cache of the same namespace — in this process or another —
     /// evicts the affected L1 entries at once. After the store's
@@ -383,6 +383,20 @@ where
     /// from the store on every read of the store and every `set` (one more
     /// round trip each) instead of being kept.
     /// Default: on.
+    ///
+    /// On Redis, a listening cache has its store hold a subscriber
+    /// connection (one per store, pinged every second). A cache with
+    /// `backplane(false)` subscribes nothing when built: the store opens
+    /// its subscriber only once a waiter needs a notification (a fill of
+    /// another process to wait for). A cache without an L1 still listens
+    /// by default: it keeps its tag and clear versions current by the
+    /// messages instead of reading them from the store on every read.
+    ///
+    /// An L1 (`l1(true)`) without a working backplane — this set to false,
+    /// or a store without one, such as memcached — and without an
+    /// [`l1_lifetime`](CacheBuilder::l1_lifetime) logs a warning at
+    /// [`build`](CacheBuilder::build): a change another process makes is
+    /// then unseen here until the entry expires.
     pub fn backplane(mut self, on: bool) -> Self {
         self.backplane = on;
         self
@@ -525,18 +539,28 @@ where
                 .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
         });
         if let Some(store) = &store {
-            // The sink is attached before the namespace is subscribed, so
-            // the subscription's confirmation reaches it (anything kept
-            // before then is distrusted).
-            if listens {
+            // Attaching the sink subscribes the namespace: its L1 copies and
+            // tag versions are kept current by the messages. A cache that
+            // does not listen subscribes nothing now; its first waiter for
+            // another process's fill does ([`Store::listen`]).
+            let coherent = listens && {
                 let sink: Weak<dyn ChangeSink> = Arc::downgrade(&inner) as Weak<dyn ChangeSink>;
-                // Tag versions are remembered only while messages keep them
-                // current; otherwise every check reads them from the store.
-                inner
-                    .tags
-                    .set_remember(store.backplane(&inner.namespace, sink));
+                store.backplane(&inner.namespace, sink)
+            };
+            // Tag versions are remembered only while messages keep them
+            // current; otherwise every check reads them from the store.
+            inner.tags.set_remember(coherent);
+            if listens {
+                store.attach(&inner.namespace);
             }
-            store.attach(&inner.namespace);
+            if inner.tiers.l1.is_some() && !coherent && self.l1_lifetime.is_none() {
+                tracing::warn!(
+                    cache = %inner.name,
+                    "an L1 without a backplane and without l1_lifetime: a change made by \
+                     another process stays unseen here until the entry expires; set \
+                     CacheBuilder::l1_lifetime to bound it"
+                );
+            }
         }
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {

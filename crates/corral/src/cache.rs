@@ -312,7 +312,7 @@ impl<V: 'static> Inner<V> {
 /// stale while one background refresh runs (at most one per key across every
 /// process sharing the store, under the cache's refresh limit); with
 /// `eager_refresh` that refresh starts before the TTL ends. With fail-safe
-/// (`fail_safe_max`), an expired entry is kept that much longer and served
+/// ([`CacheBuilder::fail_safe`](crate::CacheBuilder::fail_safe)), an expired entry is kept that much longer and served
 /// if the fill fails, and — with a `soft_timeout` — if the fill is slow.
 /// [`fetch`](Cache::fetch) tells the caller which of these it got.
 pub struct Cache<V> {
@@ -395,6 +395,40 @@ where
         E: Send + Sync + 'static,
     {
         GetOrFill::new(self, key, Defaults, fill)
+    }
+
+    /// [`get_or_fill`](Cache::get_or_fill) for a fill that cannot fail: it
+    /// returns the value itself, not a `Result`, so no
+    /// `Ok::<_, Infallible>` is needed. The call can still fail in ways the
+    /// fill cannot (an invalid key, the hard timeout, a panic), hence the
+    /// [`Error`] (of `Infallible`: no [`Error::Fill`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), corral::Error> {
+    /// let squares = corral::Cache::<u64>::builder("squares").build().expect("valid config");
+    /// let nine = squares.get_or_compute("3", || async { 3 * 3 }).await?;
+    /// assert_eq!(nine, 9);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`get_or_fill`](Cache::get_or_fill), but for [`Error::Fill`].
+    pub fn get_or_compute<'a, F, Fut>(
+        &'a self,
+        key: &'a str,
+        compute: F,
+    ) -> impl Future<Output = Result<V, Error>> + Send + 'a
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = V> + Send + 'static,
+    {
+        self.get_or_fill(key, move || {
+            let value = compute();
+            async move { Ok::<V, std::convert::Infallible>(value.await) }
+        })
     }
 
     /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
@@ -949,7 +983,8 @@ where
 
     /// Number of flights (fills and refreshes) in progress. Zero whenever
     /// none runs: the flight table leaks nothing on error, panic, timeout or
-    /// cancellation.
+    /// cancellation. (Applications read it from [`Cache::health`].)
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn flights_in_progress(&self) -> usize {
         self.inner.flights.len()

@@ -13,11 +13,29 @@
 //! ```
 //!
 //! Every field is optional; what is not set keeps the builder's default.
-//! Durations are written as a number and a unit: `ms`, `s`, `m`, `h` or `d`
-//! (`"250ms"`, `"1.5s"`, `"5m"`). From the environment, field `x` is read
-//! from `CORRAL_X` (`CORRAL_REDIS_URL`, `CORRAL_TTL`, `CORRAL_L1`, ...);
-//! [`CacheConfig::overlay`] lets the environment override a file.
+//! Durations are written as a string of a number and a unit: `ms`, `s`,
+//! `m`, `h` or `d` (`"250ms"`, `"1.5s"`, `"5m"`). From the environment,
+//! field `x` is read from `CORRAL_X` (`CORRAL_REDIS_URL`, `CORRAL_TTL`,
+//! `CORRAL_L1`, ...); a variable set to the empty string (or only spaces)
+//! counts as unset, as deployment templates often leave them.
+//! [`CacheConfig::overlay`] lets the environment override a file. In code,
+//! every field has a setter of the same name:
+//!
+//! ```
+//! use std::time::Duration;
+//! use corral::CacheConfig;
+//!
+//! let config = CacheConfig::default()
+//!     .l1(true)
+//!     .ttl(Duration::from_secs(300))
+//!     .jitter(0.1);
+//! assert_eq!(config.ttl, Some(Duration::from_secs(300)));
+//! ```
+//!
+//! A mistake is reported on one line naming the variable (`CORRAL_TTL`) or
+//! the TOML key (`ttl`) and the form expected (`"60s"`).
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -27,9 +45,10 @@ use serde::{Deserialize, Deserializer};
 use crate::redact::redact_url;
 use crate::{Cache, CacheBuilder, ConfigError};
 
-/// A cache's settings, as read from TOML or the environment.
+/// A cache's settings, as read from TOML or the environment, or set in code
+/// with the setters named after the fields.
 ///
-/// `Debug` never shows the Redis URL's password.
+/// `Debug` never shows the Redis URL's password, whatever bytes it holds.
 #[derive(Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
@@ -97,6 +116,7 @@ enum Kind {
     List,
     Bool,
     Number,
+    Duration,
 }
 
 const FIELDS: &[(&str, Kind)] = &[
@@ -104,23 +124,23 @@ const FIELDS: &[(&str, Kind)] = &[
     ("redis_cluster_urls", Kind::List),
     ("l1", Kind::Bool),
     ("backplane", Kind::Bool),
-    ("l1_lifetime", Kind::Text),
-    ("ttl", Kind::Text),
+    ("l1_lifetime", Kind::Duration),
+    ("ttl", Kind::Duration),
     ("jitter", Kind::Number),
-    ("grace", Kind::Text),
+    ("grace", Kind::Duration),
     ("eager_refresh", Kind::Number),
-    ("fail_safe", Kind::Text),
-    ("fill_timeout", Kind::Text),
-    ("soft_timeout", Kind::Text),
-    ("negative_ttl", Kind::Text),
-    ("lease_ttl", Kind::Text),
-    ("store_timeout", Kind::Text),
+    ("fail_safe", Kind::Duration),
+    ("fill_timeout", Kind::Duration),
+    ("soft_timeout", Kind::Duration),
+    ("negative_ttl", Kind::Duration),
+    ("lease_ttl", Kind::Duration),
+    ("store_timeout", Kind::Duration),
     ("max_entries", Kind::Number),
     ("max_bytes", Kind::Number),
     ("max_value_bytes", Kind::Number),
     ("circuit_breaker", Kind::Bool),
     ("breaker_failures", Kind::Number),
-    ("breaker_cool_down", Kind::Text),
+    ("breaker_cool_down", Kind::Duration),
 ];
 
 impl CacheConfig {
@@ -162,7 +182,14 @@ impl CacheConfig {
     /// [`ConfigError`] naming the field for bad syntax, an unknown field, a
     /// value of the wrong type or a duration without a unit.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::new(format!("corral config: {e}")))
+        toml::from_str(text).map_err(|e| {
+            let key = e.span().and_then(|span| key_at(text, span.start));
+            let message = one_line(e.message());
+            ConfigError::new(match key {
+                Some(key) => format!("corral config: key `{key}`: {message}"),
+                None => format!("corral config: {message}"),
+            })
+        })
     }
 
     /// Reads `CORRAL_*` variables of the process environment.
@@ -175,19 +202,44 @@ impl CacheConfig {
     }
 
     /// Reads field `x` from variable `{prefix}X` of `vars` (for tests, or
-    /// another prefix). Cluster URLs are comma-separated.
+    /// another prefix): pairs of strings or references to them, e.g.
+    /// `&[("CORRAL_TTL", "60s")]`, a `Vec<(String, String)>` or
+    /// `std::env::vars()`. Cluster URLs are comma-separated. A variable
+    /// whose value is empty (or only spaces) counts as unset.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use corral::CacheConfig;
+    ///
+    /// let config = CacheConfig::from_vars(
+    ///     "CORRAL_",
+    ///     [("CORRAL_TTL", "90s"), ("CORRAL_REDIS_CLUSTER_URLS", "")],
+    /// )?;
+    /// assert_eq!(config.ttl, Some(Duration::from_secs(90)));
+    /// assert_eq!(config.redis_cluster_urls, None);
+    ///
+    /// let error = CacheConfig::from_vars("CORRAL_", [("CORRAL_TTL", "60")]).unwrap_err();
+    /// assert!(error.to_string().contains("CORRAL_TTL"));
+    /// assert!(error.to_string().contains(r#""60s""#));
+    /// # Ok::<(), corral::ConfigError>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] naming the variable for a value of the wrong type or
-    /// a duration without a unit, and for an unknown `{prefix}*` variable
-    /// (a typo would otherwise be ignored).
-    pub fn from_vars(
-        prefix: &str,
-        vars: impl IntoIterator<Item = (String, String)>,
-    ) -> Result<Self, ConfigError> {
-        let mut table = toml::Table::new();
-        for (name, value) in vars {
+    /// [`ConfigError`] naming the variable and the form expected for a
+    /// value of the wrong type or a duration without a unit, and for an
+    /// unknown `{prefix}*` variable (a typo would otherwise be ignored).
+    pub fn from_vars<I, K, V>(prefix: &str, vars: I) -> Result<Self, ConfigError>
+    where
+        I: IntoIterator,
+        I::Item: Borrow<(K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut config = Self::default();
+        for pair in vars {
+            let (name, value) = pair.borrow();
+            let (name, value) = (name.as_ref(), value.as_ref());
             let Some(field) = name.strip_prefix(prefix) else {
                 continue;
             };
@@ -202,33 +254,49 @@ impl CacheConfig {
                         .join(", ")
                 )));
             };
-            let bad =
-                |what: &str| ConfigError::new(format!("{name}: expected {what}, got {value:?}"));
+            let trimmed = value.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            // The value of a URL variable may hold a password: never shown.
+            let shown = match kind {
+                Kind::Text | Kind::List => String::new(),
+                _ => format!(", got {trimmed:?}"),
+            };
+            let bad = |what: &str| ConfigError::new(format!("{name}: expected {what}{shown}"));
             let value = match kind {
-                Kind::Text => toml::Value::String(value.clone()),
+                Kind::Text => toml::Value::String(trimmed.to_owned()),
                 Kind::List => toml::Value::Array(
-                    value
+                    trimmed
                         .split(',')
                         .map(str::trim)
                         .filter(|url| !url.is_empty())
                         .map(|url| toml::Value::String(url.to_owned()))
                         .collect(),
                 ),
-                Kind::Bool => match value.trim().to_ascii_lowercase().as_str() {
+                Kind::Bool => match trimmed.to_ascii_lowercase().as_str() {
                     "1" | "true" | "yes" | "on" => toml::Value::Boolean(true),
                     "0" | "false" | "no" | "off" => toml::Value::Boolean(false),
-                    _ => return Err(bad("true or false")),
+                    _ => return Err(bad("true or false (also yes/no, on/off, 1/0)")),
                 },
-                Kind::Number => match value.trim().parse::<i64>() {
+                Kind::Number => match trimmed.parse::<i64>() {
                     Ok(int) => toml::Value::Integer(int),
-                    Err(_) => {
-                        toml::Value::Float(value.trim().parse().map_err(|_| bad("a number"))?)
-                    }
+                    Err(_) => toml::Value::Float(trimmed.parse().map_err(|_| bad("a number"))?),
+                },
+                Kind::Duration => match parse_duration(trimmed) {
+                    Ok(_) => toml::Value::String(trimmed.to_owned()),
+                    Err(e) => return Err(ConfigError::new(format!("{name}: {e}"))),
                 },
             };
+            // One variable at a time, so an error names its variable.
+            let mut table = toml::Table::new();
             table.insert((*field).to_owned(), value);
+            let one = Self::deserialize(table).map_err(|e| {
+                ConfigError::new(format!("{name}: {}{shown}", one_line(&e.to_string())))
+            })?;
+            config = config.overlay(one);
         }
-        Self::deserialize(table).map_err(|e| ConfigError::new(format!("{prefix}* variables: {e}")))
+        Ok(config)
     }
 
     /// `self` with every field that `over` sets replaced by `over`'s (e.g.
@@ -292,14 +360,30 @@ impl CacheConfig {
         builder
     }
 
-    /// Builds cache `name`: connects to Redis when a URL is set (feature
-    /// `redis`), then applies every setting.
+    /// Builds cache `name` on the Redis of `redis_url` (feature `redis`),
+    /// if set, and applies every setting.
+    ///
+    /// A standalone Redis is connected to in the background
+    /// ([`RedisStore::connect_lazy`](crate::RedisStore::connect_lazy)): the
+    /// cache is built even while Redis is down, serves fail-open meanwhile
+    /// (`get_or_fill` fills without a lease; `set` and `invalidate` report
+    /// [`Error::Store`](crate::Error::Store)) and uses Redis as soon as it
+    /// answers, without a restart. [`Cache::health`] tells whether it
+    /// answers now. A cluster (`redis_cluster_urls`) is connected to before
+    /// this returns.
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] for invalid settings, for a Redis URL in a build
-    /// without the `redis` feature, and when Redis cannot be reached (the
-    /// message shows the URL without its password).
+    /// [`ConfigError`] for invalid settings: both `redis_url` and
+    /// `redis_cluster_urls` set, a malformed Redis URL or a `rediss://` URL
+    /// without the `tls` feature (its [`store_error`](ConfigError::store_error)
+    /// holds the store's typed error), a Redis URL in a build without the
+    /// `redis` feature, or a setting the builder refuses. With
+    /// `redis_cluster_urls`, also when no node of the cluster answers:
+    /// then [`store_error`](ConfigError::store_error) is of kind
+    /// [`Unavailable`](crate::StoreErrorKind::Unavailable) or
+    /// [`Timeout`](crate::StoreErrorKind::Timeout) (worth retrying). No
+    /// message shows a password.
     pub async fn build<V>(&self, name: &str) -> Result<Cache<V>, ConfigError>
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
@@ -307,6 +391,26 @@ impl CacheConfig {
         let builder = self.apply(Cache::<V>::builder(name));
         let builder = self.with_store(builder).await?;
         builder.build()
+    }
+
+    /// The Redis URL, if set to something.
+    fn redis_url_set(&self) -> Option<&str> {
+        self.redis_url
+            .as_deref()
+            .filter(|url| !url.trim().is_empty())
+    }
+
+    /// The cluster URLs, if any is set.
+    fn redis_cluster_urls_set(&self) -> Option<Vec<String>> {
+        let urls: Vec<String> = self
+            .redis_cluster_urls
+            .iter()
+            .flatten()
+            .map(|url| url.trim())
+            .filter(|url| !url.is_empty())
+            .map(str::to_owned)
+            .collect();
+        (!urls.is_empty()).then_some(urls)
     }
 
     #[cfg(feature = "redis")]
@@ -318,24 +422,24 @@ impl CacheConfig {
         if let Some(timeout) = self.store_timeout {
             redis = redis.op_timeout(timeout);
         }
-        let connected = match (&self.redis_url, &self.redis_cluster_urls) {
+        let store = match (self.redis_url_set(), self.redis_cluster_urls_set()) {
             (Some(_), Some(_)) => {
                 return Err(ConfigError::new(
                     "set redis_url or redis_cluster_urls, not both",
                 ))
             }
-            (Some(url), None) => crate::RedisStore::connect(url, redis)
-                .await
-                .map_err(|e| ConfigError::new(format!("redis at {}: {e}", redact_url(url))))?,
-            (None, Some(urls)) => crate::RedisStore::connect_cluster(urls, redis)
+            (Some(url), None) => crate::RedisStore::connect_lazy(url, redis).map_err(|e| {
+                ConfigError::from_store(format!("redis_url {}", redact_url(url)), e)
+            })?,
+            (None, Some(urls)) => crate::RedisStore::connect_cluster(&urls, redis)
                 .await
                 .map_err(|e| {
                     let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
-                    ConfigError::new(format!("redis cluster at {urls:?}: {e}"))
+                    ConfigError::from_store(format!("redis_cluster_urls {urls:?}"), e)
                 })?,
             (None, None) => return Ok(builder),
         };
-        Ok(builder.store(connected))
+        Ok(builder.store(store))
     }
 
     #[cfg(not(feature = "redis"))]
@@ -343,12 +447,85 @@ impl CacheConfig {
         &self,
         builder: CacheBuilder<V>,
     ) -> Result<CacheBuilder<V>, ConfigError> {
-        if self.redis_url.is_some() || self.redis_cluster_urls.is_some() {
+        if self.redis_url_set().is_some() || self.redis_cluster_urls_set().is_some() {
             return Err(ConfigError::new(
                 "a Redis URL is set but corral was built without the `redis` feature",
             ));
         }
         Ok(builder)
+    }
+}
+
+/// Setters, one per field, named after it: `CacheConfig::default().ttl(..)`.
+macro_rules! setters {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty),* $(,)?) => {
+        impl CacheConfig {
+            $(
+                $(#[$doc])*
+                #[must_use]
+                pub fn $field(mut self, value: $ty) -> Self {
+                    self.$field = Some(value);
+                    self
+                }
+            )*
+        }
+    };
+}
+
+setters! {
+    /// Sets [`l1`](Self::l1).
+    l1: bool,
+    /// Sets [`backplane`](Self::backplane).
+    backplane: bool,
+    /// Sets [`l1_lifetime`](Self::l1_lifetime).
+    l1_lifetime: Duration,
+    /// Sets [`ttl`](Self::ttl).
+    ttl: Duration,
+    /// Sets [`jitter`](Self::jitter).
+    jitter: f64,
+    /// Sets [`grace`](Self::grace).
+    grace: Duration,
+    /// Sets [`eager_refresh`](Self::eager_refresh).
+    eager_refresh: f64,
+    /// Sets [`fail_safe`](Self::fail_safe).
+    fail_safe: Duration,
+    /// Sets [`fill_timeout`](Self::fill_timeout).
+    fill_timeout: Duration,
+    /// Sets [`soft_timeout`](Self::soft_timeout).
+    soft_timeout: Duration,
+    /// Sets [`negative_ttl`](Self::negative_ttl).
+    negative_ttl: Duration,
+    /// Sets [`lease_ttl`](Self::lease_ttl).
+    lease_ttl: Duration,
+    /// Sets [`store_timeout`](Self::store_timeout).
+    store_timeout: Duration,
+    /// Sets [`max_entries`](Self::max_entries).
+    max_entries: u64,
+    /// Sets [`max_bytes`](Self::max_bytes).
+    max_bytes: u64,
+    /// Sets [`max_value_bytes`](Self::max_value_bytes).
+    max_value_bytes: usize,
+    /// Sets [`circuit_breaker`](Self::circuit_breaker).
+    circuit_breaker: bool,
+    /// Sets [`breaker_failures`](Self::breaker_failures).
+    breaker_failures: u32,
+    /// Sets [`breaker_cool_down`](Self::breaker_cool_down).
+    breaker_cool_down: Duration,
+}
+
+impl CacheConfig {
+    /// Sets [`redis_url`](Self::redis_url).
+    #[must_use]
+    pub fn redis_url(mut self, url: impl Into<String>) -> Self {
+        self.redis_url = Some(url.into());
+        self
+    }
+
+    /// Sets [`redis_cluster_urls`](Self::redis_cluster_urls).
+    #[must_use]
+    pub fn redis_cluster_urls(mut self, urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.redis_cluster_urls = Some(urls.into_iter().map(Into::into).collect());
+        self
     }
 }
 
@@ -408,12 +585,44 @@ impl fmt::Debug for CacheConfig {
     }
 }
 
+/// The form a duration is written in, for error messages.
+const DURATION_FORM: &str = r#"a duration with a unit (ms, s, m, h or d), like "60s""#;
+
 /// Deserializes an optional duration written as a number and a unit.
 fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text)
-        .map(Some)
-        .map_err(serde::de::Error::custom)
+    deserializer.deserialize_any(DurationVisitor).map(Some)
+}
+
+/// Reads a duration string; any other type is an error that shows the
+/// form expected (`ttl = 60` → "expected a duration with a unit ... like
+/// "60s"").
+struct DurationVisitor;
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(DURATION_FORM)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
+        parse_duration(text).map_err(E::custom)
+    }
+}
+
+/// The key of the `key = value` line of TOML `text` that holds byte
+/// `offset`, if it is one.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |at| at + 1);
+    let line = text.get(start..)?.lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_owned())
+}
+
+/// `message` on one line.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Parses `"250ms"`, `"1.5s"`, `"5m"`, `"2h"`, `"1d"`.
@@ -421,7 +630,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("duration {text:?} has no unit (ms, s, m, h or d)"))?;
+        .ok_or_else(|| {
+            format!(r#"duration {text:?} has no unit (ms, s, m, h or d), like "60s""#)
+        })?;
     let (number, unit) = text.split_at(split);
     let number: f64 = number
         .parse()

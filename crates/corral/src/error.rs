@@ -110,6 +110,20 @@ impl StoreError {
     pub fn is_breaker_open(&self) -> bool {
         self.kind == StoreErrorKind::BreakerOpen
     }
+
+    /// Whether the same call may work later, unchanged: the store did not
+    /// answer ([`Timeout`](StoreErrorKind::Timeout),
+    /// [`Unavailable`](StoreErrorKind::Unavailable)) or was not asked
+    /// ([`BreakerOpen`](StoreErrorKind::BreakerOpen)). Not for a malformed
+    /// URL or an unexpected reply ([`Protocol`](StoreErrorKind::Protocol))
+    /// or a refusal ([`Denied`](StoreErrorKind::Denied)): those need a
+    /// change of configuration.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
+        )
+    }
 }
 
 impl fmt::Display for StoreError {
@@ -246,11 +260,14 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
     }
 }
 
-impl<E: fmt::Debug + fmt::Display> std::error::Error for Error<E> {
+/// The source of a [`Fill`](Error::Fill) error is the fill's own error, so
+/// error reporters and `anyhow`'s chain reach it (and can downcast it).
+impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::InvalidKey(e) => Some(e),
             Self::Store(e) => Some(e),
+            Self::Fill(e) => Some(&**e),
             _ => None,
         }
     }
@@ -269,18 +286,50 @@ impl<E> From<StoreError> for Error<E> {
 }
 
 /// A builder setting that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// When a store refused the setting (a malformed Redis URL, say, or a
+/// cluster that did not answer), [`store_error`](Self::store_error) holds
+/// the store's typed error, also its [`source`](std::error::Error::source).
+#[derive(Debug, Clone)]
 pub struct ConfigError {
     message: String,
+    store: Option<StoreError>,
 }
 
 impl ConfigError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
+            store: None,
         }
     }
+
+    /// A setting `what` that `error` refused.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
+    pub(crate) fn from_store(what: impl fmt::Display, error: StoreError) -> Self {
+        Self {
+            message: format!("{what}: {error}"),
+            store: Some(error),
+        }
+    }
+
+    /// The store's error, when a store refused the setting: its
+    /// [`kind`](StoreError::kind) tells a malformed URL
+    /// ([`Protocol`](StoreErrorKind::Protocol)) from a server that did not
+    /// answer ([`Unavailable`](StoreErrorKind::Unavailable),
+    /// [`Timeout`](StoreErrorKind::Timeout): worth retrying).
+    pub fn store_error(&self) -> Option<&StoreError> {
+        self.store.as_ref()
+    }
 }
+
+impl PartialEq for ConfigError {
+    fn eq(&self, other: &Self) -> bool {
+        self.message == other.message
+    }
+}
+
+impl Eq for ConfigError {}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -288,4 +337,10 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.store
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

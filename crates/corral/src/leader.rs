@@ -481,6 +481,9 @@ where
         let (store_timeout, poll_interval) =
             (cache.policy.store_timeout, cache.policy.poll_interval);
         drop(cache);
+        // One wait for another process's fill is counted once, however
+        // many polls and wake-ups it takes.
+        let mut waiting = false;
         loop {
             let mut listener = self.store.listen(self.key);
             let lookup = guarded(
@@ -573,7 +576,10 @@ where
                         tracing::debug!("refresh stood down: another process is filling");
                         return Found::Done;
                     }
-                    Counters::bump(&cache.counters.lease_waits);
+                    if !waiting {
+                        waiting = true;
+                        Counters::bump(&cache.counters.lease_waits);
+                    }
                     tracing::debug!(
                         remaining_ms = remaining.map(|r| r.as_millis()),
                         "lease held by another process: waiting for its value"

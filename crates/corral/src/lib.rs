@@ -96,6 +96,13 @@
 //! decides whether it closes or stays open for another cool-down. L1 hits
 //! never ask it.
 //!
+//! A service can start while Redis is down:
+//! [`RedisStore::connect_lazy`] (and `CacheConfig::build`, feature
+//! `config`) returns a store that connects in the background; until Redis
+//! answers the cache behaves as above, then uses it, without a restart.
+//! [`StoreError::is_retryable`] tells an outage from a configuration to
+//! fix.
+//!
 //! ## Features
 //!
 //! | feature | default | what it adds |
@@ -143,18 +150,26 @@
 //! | `corral_soft_timeouts_total` | | flights that served their fallback at the soft timeout |
 //! | `corral_served_total` | `freshness` = `stale` / `fail_safe` | stale and fail-safe values served |
 //! | `corral_refreshes_total` | `outcome` = `started` / `stood_down` / `skipped` | background refreshes |
-//! | `corral_leases_total` | `outcome` = `acquired` / `contended` / `errored` | fill leases granted, found held, unobtainable (filled open) |
+//! | `corral_leases_total` | `outcome` = `acquired` / `contended` / `errored` | fill leases granted; waits for another process's fill (one per wait, however many polls); leases unobtainable (filled open) |
 //! | `corral_lease_renewals_total` | | lease renewals of long fills |
 //! | `corral_commits_total`, `corral_commits_refused_total` | | fills written to the store; refused by a moved fence |
 //! | `corral_store_errors_total` | | store calls that failed or timed out |
 //! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
 //! | `corral_decrypt_failures_total` | | bytes that did not decrypt (feature `encryption`) |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
-//! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops after lost messages |
+//! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops when messages may have been lost (a re-subscription after the subscriber's connection was interrupted; 0 after a healthy start) |
 //! | `corral_breaker_opened_total` | | times the store's circuit breaker opened (see [`CacheBuilder::circuit_breaker`]) |
 //! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
-//! | `corral_fill_duration_seconds` (histogram) | | how long each fill ran |
-//! | `corral_wait_duration_seconds` (histogram) | | how long each coalesced caller waited |
+//! | `corral_fill_duration_seconds` (`histogram!`: see below) | | how long each fill ran |
+//! | `corral_wait_duration_seconds` (`histogram!`: see below) | | how long each coalesced caller waited |
+//!
+//! The two durations are recorded with the `metrics` facade's
+//! `histogram!`; what that becomes is the recorder's choice.
+//! `metrics-exporter-prometheus` renders a histogram as a Prometheus
+//! **summary** (quantiles over a sliding window, which cannot be
+//! aggregated across processes) unless buckets are configured, e.g.
+//! `PrometheusBuilder::new().set_buckets_for_metric(Matcher::Prefix("corral_".into()), &[0.001, 0.01, 0.1, 1.0, 10.0])`;
+//! then it is a Prometheus histogram (`_bucket`, `_sum`, `_count`).
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
@@ -253,6 +268,58 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 /// assert_eq!(PRICES.get("price:abc").await?, Some(300));
 /// # Ok(())
 /// # }
+/// ```
+///
+/// A cache on Redis in a `static`: connecting is `async`, so it cannot
+/// happen in a `LazyLock`'s closure; a `tokio::sync::OnceCell` (or a
+/// `std::sync::OnceLock` set in `main`) holds it, and `cache = ` may be any
+/// expression, `.await` included. The error type is a real error (`Display`
+/// and `std::error::Error`), so `?` carries a call's error into
+/// `anyhow::Result` or `Box<dyn Error>`, and the chain reaches it
+/// ([`Error::Fill`]'s `source()` is the fill's error):
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use corral::{Cache, RedisConfig, RedisStore};
+/// use tokio::sync::OnceCell;
+///
+/// static USERS: OnceCell<Cache<String>> = OnceCell::const_new();
+///
+/// /// The cache, built on first use (a handle: cloning it is one `Arc` clone).
+/// async fn users() -> Cache<String> {
+///     USERS
+///         .get_or_init(|| async {
+///             // `connect_lazy` returns at once, even while Redis is down.
+///             let store = RedisStore::connect_lazy("redis://127.0.0.1/", RedisConfig::default())
+///                 .expect("a valid Redis URL");
+///             Cache::builder("users").store(store).l1(true).build().expect("valid config")
+///         })
+///         .await
+///         .clone()
+/// }
+///
+/// #[derive(Debug)]
+/// struct DbError;
+///
+/// impl std::fmt::Display for DbError {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("the database did not answer")
+///     }
+/// }
+///
+/// impl std::error::Error for DbError {}
+///
+/// #[corral::cached(cache = users().await, key = "user:{id}", ttl = Duration::from_secs(60))]
+/// async fn user_name(id: u64) -> Result<String, DbError> {
+///     Ok(format!("user {id}")) // query the database here
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> anyhow::Result<()> {
+///     let name = user_name(42).await?;
+///     println!("{name}");
+///     Ok(())
+/// }
 /// ```
 #[cfg(feature = "macros")]
 pub use corral_macros::cached;

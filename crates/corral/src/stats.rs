@@ -242,7 +242,7 @@ counters! {
     tag_misses,
     /// Backplane messages from other caches that this cache acted on: a key evicted from the L1, or a tag or clear version forgotten (and its L1 entries evicted).
     backplane_messages,
-    /// Times the cache dropped its whole L1 and forgot its tag versions because backplane messages may have been lost (the store's subscription was confirmed anew, after a reconnect or for the first time).
+    /// Times the cache dropped its whole L1 and forgot its tag versions because backplane messages may have been lost: the store's subscription was confirmed anew after its connection was interrupted, or confirmed for the first time after a read had gone ahead of it. 0 after a healthy start.
     backplane_resets,
     /// Fills started (the source of truth was called).
     fills,
@@ -270,7 +270,8 @@ counters! {
     fail_open_fills,
     /// Fill leases granted by the shared store (a fill or refresh that will run under it).
     leases_acquired,
-    /// Times a flight leader found the lease held by another process and waited.
+    /// Waits of a flight leader for another process's fill (the lease held
+    /// elsewhere): one per wait, however many polls and wake-ups it takes.
     lease_waits,
     /// Lease renewals sent while a long fill ran.
     lease_renewals,

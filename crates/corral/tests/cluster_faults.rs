@@ -102,8 +102,9 @@ async fn master_killed_mid_fill() {
         .iter()
         .map(|s| cache(s, "tiers", Duration::from_secs(60), true))
         .collect();
-    for tier in &tiers {
-        until("subscribed", || tier.stats().backplane_resets >= 1).await;
+    // Each tier hears the other: both subscriptions are up.
+    for (index, tier) in tiers.iter().enumerate() {
+        until_heard(&tiers[1 - index], tier).await;
     }
     // Each store's subscriber listens on the first seed, node 0: killing
     // the master of a key on node 0 also kills both subscriptions.
@@ -345,4 +346,29 @@ async fn steady_traffic_through_a_failover() {
         at_ok.fail_open_fills - before.fail_open_fills,
         after.fail_open_fills,
     );
+}
+
+/// Sends backplane messages from `from` until `to` acts on one (a message
+/// published before `to`'s subscription landed is not delivered): `to`'s
+/// subscription is then up. Each attempt waits at most 100 ms; all of them
+/// at most 10 s.
+async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
+    let heard = to.stats().backplane_messages;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        from.invalidate("probe-subscribed")
+            .await
+            .expect("invalidate");
+        let attempt = std::time::Instant::now() + Duration::from_millis(100);
+        while std::time::Instant::now() < attempt {
+            if to.stats().backplane_messages > heard {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never heard a message"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use corral::{CacheConfig, StoreHealth};
+use corral::{CacheConfig, StoreErrorKind, StoreHealth};
 use corral_testkit::RedisServer;
 
 fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -123,12 +123,126 @@ async fn the_production_preset_shares_values_through_redis() {
     assert_eq!(b.get("k").await.expect("read").as_deref(), Some("from a"));
     assert!(a.health().await.is_ok());
 
-    let refused = CacheConfig::production("redis://app:hunter2@127.0.0.1:1/")
-        .overlay(CacheConfig::from_toml("store_timeout = \"200ms\"").expect("valid"))
+    let malformed = CacheConfig::production("redis://app:hunter2@127.0.0.1:notaport/")
         .build::<String>("users")
         .await
-        .expect_err("nothing listens on port 1");
-    let message = refused.to_string();
-    assert!(message.contains("127.0.0.1:1"), "{message}");
+        .expect_err("a malformed URL is a configuration error");
+    let message = malformed.to_string();
+    assert!(message.contains("redis_url"), "{message}");
     assert!(!message.contains("hunter2"), "{message}");
+    assert_eq!(
+        malformed.store_error().map(|e| e.kind()),
+        Some(StoreErrorKind::Protocol),
+        "{message}"
+    );
+    assert!(
+        malformed.store_error().is_some_and(|e| !e.is_retryable()),
+        "a bad URL is not worth retrying"
+    );
+}
+
+#[test]
+fn empty_variables_count_as_unset() {
+    let config = CacheConfig::from_vars(
+        "CORRAL_",
+        [
+            ("CORRAL_REDIS_URL", "redis://127.0.0.1:6379/"),
+            ("CORRAL_REDIS_CLUSTER_URLS", ""),
+            ("CORRAL_TTL", ""),
+            ("CORRAL_L1", "  "),
+            ("CORRAL_JITTER", ""),
+        ],
+    )
+    .expect("empty values are unset");
+    assert_eq!(config.redis_url.as_deref(), Some("redis://127.0.0.1:6379/"));
+    assert_eq!(config.redis_cluster_urls, None);
+    assert_eq!(config.ttl, None);
+    assert_eq!(config.l1, None);
+    assert_eq!(config.jitter, None);
+
+    let nothing = CacheConfig::from_vars("CORRAL_", [("CORRAL_REDIS_URL", "")]).expect("unset");
+    assert_eq!(nothing, CacheConfig::default());
+}
+
+#[tokio::test]
+async fn empty_urls_build_an_in_process_cache() {
+    let cache = CacheConfig::default()
+        .redis_url("")
+        .redis_cluster_urls([" ", ""])
+        .build::<String>("users")
+        .await
+        .expect("no store set");
+    assert!(matches!(cache.health().await.store, StoreHealth::None));
+}
+
+#[test]
+fn variable_errors_name_the_variable_and_the_form_on_one_line() {
+    let cases: [(&str, &str, &[&str]); 4] = [
+        ("CORRAL_TTL", "60", &["CORRAL_TTL", "\"60s\"", "\"60\""]),
+        ("CORRAL_L1", "maybe", &["CORRAL_L1", "true or false"]),
+        ("CORRAL_JITTER", "a lot", &["CORRAL_JITTER", "a number"]),
+        ("CORRAL_MAX_ENTRIES", "-1", &["CORRAL_MAX_ENTRIES", "-1"]),
+    ];
+    for (name, value, shows) in cases {
+        let error = CacheConfig::from_vars("CORRAL_", [(name, value)]).expect_err(name);
+        let text = error.to_string();
+        for shown in shows {
+            assert!(text.contains(shown), "{name}: {text:?} lacks {shown}");
+        }
+        assert!(!text.contains('\n'), "{name}: more than one line: {text:?}");
+    }
+}
+
+#[test]
+fn toml_errors_name_the_key_and_the_form_on_one_line() {
+    let cases: [(&str, &[&str]); 4] = [
+        ("ttl = 60", &["`ttl`", "\"60s\""]),
+        ("l1 = true\ngrace = \"60\"", &["`grace`", "\"60s\""]),
+        ("l1 = \"maybe\"", &["`l1`"]),
+        ("tll = \"5m\"", &["tll"]),
+    ];
+    for (text, shows) in cases {
+        let error = CacheConfig::from_toml(text).expect_err(text);
+        let message = error.to_string();
+        for shown in shows {
+            assert!(message.contains(shown), "{text}: {message:?} lacks {shown}");
+        }
+        assert!(
+            !message.contains('\n'),
+            "{text}: more than one line: {message:?}"
+        );
+    }
+}
+
+#[test]
+fn from_vars_takes_any_pairs_of_strings() {
+    let slice: &[(&str, &str)] = &[("CORRAL_TTL", "90s")];
+    let from_slice = CacheConfig::from_vars("CORRAL_", slice).expect("a slice of &str pairs");
+    let owned = vec![("CORRAL_TTL".to_owned(), "90s".to_owned())];
+    let from_owned = CacheConfig::from_vars("CORRAL_", owned).expect("owned pairs");
+    assert_eq!(from_slice, from_owned);
+    assert_eq!(from_slice.ttl, Some(Duration::from_secs(90)));
+}
+
+#[test]
+fn a_config_is_built_in_code_with_setters() {
+    let config = CacheConfig::default()
+        .redis_url("redis://cache.internal/")
+        .l1(true)
+        .ttl(Duration::from_secs(300))
+        .jitter(0.1)
+        .fail_safe(Duration::from_secs(3600))
+        .max_entries(10_000);
+    let same = CacheConfig::from_toml(
+        r#"
+        redis_url = "redis://cache.internal/"
+        l1 = true
+        ttl = "5m"
+        jitter = 0.1
+        fail_safe = "1h"
+        max_entries = 10000
+        "#,
+    )
+    .expect("valid");
+    assert_eq!(config, same);
 }

@@ -142,8 +142,12 @@ async fn a_subscriber_reconnect_drops_the_l1() {
     let server = RedisServer::start();
     let store = store(&server).await;
     let cache = cache(&store, "reconnect");
-    corral_testkit::until("subscribed once", || cache.stats().backplane_resets >= 1).await;
+    // A message from another cache of the namespace: the subscription is
+    // up, and its first confirmation was no reset.
+    let other = self::cache(&store, "reconnect");
+    until_heard(&other, &cache).await;
     let resets = cache.stats().backplane_resets;
+    assert_eq!(resets, 0, "a healthy start");
     for key in ["a", "b", "c"] {
         cache.set(key, key.into()).await.expect("set");
     }
@@ -156,4 +160,29 @@ async fn a_subscriber_reconnect_drops_the_l1() {
     corral_testkit::until("resubscribed", || cache.stats().backplane_resets > resets).await;
     assert_eq!(cache.local_len(), 0, "the L1 was dropped");
     assert_eq!(cache.get("b").await.expect("read").as_deref(), Some("b"));
+}
+
+/// Sends backplane messages from `from` until `to` acts on one (a message
+/// published before `to`'s subscription landed is not delivered): `to`'s
+/// subscription is then up. Each attempt waits at most 100 ms; all of them
+/// at most 10 s.
+async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
+    let heard = to.stats().backplane_messages;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        from.invalidate("probe-subscribed")
+            .await
+            .expect("invalidate");
+        let attempt = std::time::Instant::now() + Duration::from_millis(100);
+        while std::time::Instant::now() < attempt {
+            if to.stats().backplane_messages > heard {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never heard a message"
+        );
+    }
 }

@@ -225,12 +225,25 @@ impl RedisConfig {
 /// name on the namespace's channel `corral:<namespace>:filled`. Each
 /// `RedisStore` keeps **one** subscriber connection. A cache built on the
 /// store subscribes its namespace's channel when it is built
-/// ([`Store::attach`]), before any waiter needs it; [`Store::listen`]
-/// registers the waiter locally at once (and subscribes the channel too, if
-/// nothing attached it). When a subscription is confirmed, and after every
-/// reconnect of the subscriber, all local listeners are woken to re-check
-/// (notices may have been missed meanwhile). Waiters poll as a fallback, so
-/// a lost notice costs at most one poll interval.
+/// ([`Store::attach`]), before any waiter needs it, unless it listens to
+/// nothing (`backplane(false)`); [`Store::listen`] registers the waiter
+/// locally at once and, if nothing subscribed the channel yet, subscribes
+/// it when the waiter first waits. The subscriber connection is opened
+/// only once a channel is to be subscribed: a store whose caches listen to
+/// nothing and never wait for another process holds none. When a
+/// subscription is confirmed, and after every reconnect of the subscriber,
+/// all local listeners are woken to re-check (notices may have been missed
+/// meanwhile). Waiters poll as a fallback, so a lost notice costs at most
+/// one poll interval.
+///
+/// Reads of a namespace whose channel carries a cache's backplane wait for
+/// its first subscription (at most half of [`RedisConfig::op_timeout`]),
+/// so what a cache keeps from its first reads cannot have missed a
+/// message: a healthy start counts no
+/// [`backplane_resets`](crate::Stats::backplane_resets). Caches drop their
+/// L1 (a reset) when messages may have been lost: at every re-subscription
+/// after the subscriber's connection was interrupted, and at a first
+/// subscription that a read went ahead of.
 ///
 /// # Fences survive restarts and eviction
 ///
@@ -465,6 +478,62 @@ impl RedisStore {
         .await
     }
 
+    /// A store for one Redis server that does not wait for it: returns at
+    /// once, and connects in the background — retrying with backoff (from
+    /// 50 ms up to [`RedisConfig::reconnect_max_delay`]) for as long as the
+    /// server does not answer. So a service can start while Redis is down:
+    /// until it answers, store calls fail at once with
+    /// [`StoreErrorKind::Unavailable`] (after waiting, bounded by
+    /// [`RedisConfig::op_timeout`], for the first attempt), which a cache
+    /// treats as it treats any outage (`get_or_fill` fills without a
+    /// lease; see "A sick store" in the crate docs); from the moment Redis
+    /// answers, the same store uses it. Scripts are not loaded up front:
+    /// each is cached by the server on its first use (`EVAL` after
+    /// `NOSCRIPT`). Must be called within a tokio runtime.
+    ///
+    /// URLs and TLS settings are as in [`connect`](Self::connect).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use corral::{Cache, RedisConfig, RedisStore};
+    ///
+    /// // Returns at once, even while Redis is down.
+    /// let store = RedisStore::connect_lazy("redis://127.0.0.1/", RedisConfig::default())?;
+    /// let users = Cache::<String>::builder("users").store(store).build()?;
+    /// # let _ = users;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Only what no retry can fix: [`StoreErrorKind::Protocol`] for a
+    /// malformed URL, a `rediss://` URL without the feature `tls`,
+    /// unreadable TLS material, or TLS material with a `redis://` URL;
+    /// [`StoreErrorKind::Unavailable`] outside a tokio runtime. A refused
+    /// password shows later, as [`StoreErrorKind::Denied`] errors of the
+    /// store's calls.
+    pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let client = client::client(url, &config)?;
+        let reconnect = Reconnect {
+            connect_timeout: config.connect_timeout,
+            initial_attempts: CONNECT_ATTEMPTS,
+            min_delay: RECONNECT_MIN_DELAY,
+            max_delay: config.reconnect_max_delay,
+        };
+        let connection = Standalone::lazy(client.clone(), reconnect, runtime.clone());
+        Ok(Self::assemble(
+            redact_url(url),
+            Connection::Standalone(connection),
+            vec![client],
+            config,
+            &runtime,
+        ))
+    }
+
     async fn finish(
         target: String,
         connection: Connection,
@@ -473,6 +542,18 @@ impl RedisStore {
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
         connection.load_scripts(config.op_timeout).await?;
+        Ok(Self::assemble(target, connection, clients, config, runtime))
+    }
+
+    /// The store around a connection (scripts loaded or not), with its
+    /// subscriber.
+    fn assemble(
+        target: String,
+        connection: Connection,
+        clients: Vec<Client>,
+        config: RedisConfig,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
         let subscriber = Subscriber::spawn(
             runtime,
             Settings {
@@ -482,7 +563,7 @@ impl RedisStore {
                 max_backoff: config.reconnect_max_delay,
             },
         );
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
                 target,
                 connection,
@@ -491,7 +572,7 @@ impl RedisStore {
                 expiries: Expiries::new(config.read_memory),
                 config,
             }),
-        })
+        }
     }
 
     /// The settings this store runs with.
@@ -509,8 +590,33 @@ impl RedisStore {
         format!("{:032x}", rng.u128(..))
     }
 
-    /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
+    /// Waits (briefly) for the first subscription of `namespace`'s channel
+    /// if caches keep values current through it; see [`Subscriber::ready`].
+    #[inline]
+    async fn ahead_of_backplane(&self, namespace: &str) -> Option<Arc<str>> {
+        let bound = self.inner.config.op_timeout / 2;
+        self.inner.subscriber.ready(namespace, bound).await
+    }
+
+    /// Records that a read went ahead of its namespace's first
+    /// subscription and succeeded.
+    fn went_ahead<T, E>(&self, ahead: Option<Arc<str>>, result: &Result<T, E>) {
+        if let (Some(channel), Ok(_)) = (ahead, result) {
+            self.inner.subscriber.went_ahead(&channel);
+        }
+    }
+
+    /// [`read_value`](Self::read_value), after the namespace's first
+    /// subscription.
     async fn read(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
+        let ahead = self.ahead_of_backplane(key.namespace()).await;
+        let read = self.read_value(key).await;
+        self.went_ahead(ahead, &read);
+        read
+    }
+
+    /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
+    async fn read_value(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
         let name = keys::ValueName::new(key);
         let id = name.id();
         let timeout = self.inner.config.op_timeout;
@@ -553,6 +659,40 @@ impl RedisStore {
             Value::Nil => Ok(None),
             other => Err(unexpected("get", &other)),
         }
+    }
+
+    /// The values of `keys`, if present: one pipeline of `PTTL` + `GET`
+    /// per hash slot.
+    async fn read_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Stored>>, StoreError> {
+        let names: Vec<String> = keys.iter().map(keys::value_name).collect();
+        // One pipeline per hash slot (a cluster routes a pipeline to one
+        // node), all sent at once; standalone keys still group by slot,
+        // which costs nothing there.
+        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (index, name) in names.iter().enumerate() {
+            groups.entry(keys::slot(name)).or_default().push(index);
+        }
+        let groups: Vec<Vec<usize>> = match &self.inner.connection {
+            conn::Connection::Standalone(_) => vec![(0..names.len()).collect()],
+            conn::Connection::Cluster(_) => groups.into_values().collect(),
+        };
+        let timeout = self.inner.config.op_timeout;
+        let reads = groups.iter().map(|group| {
+            let group_names: Vec<&str> = group.iter().map(|&i| names[i].as_str()).collect();
+            async move { self.inner.connection.read_many(&group_names, timeout).await }
+        });
+        let replies = futures_util::future::join_all(reads).await;
+        let mut found: Vec<Option<Stored>> = vec![None; keys.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            for (&index, (pttl, value)) in group.iter().zip(reply?) {
+                found[index] = match value {
+                    Value::BulkString(bytes) => Some(stored(bytes, &pttl)),
+                    Value::Nil => None,
+                    other => return Err(unexpected("get", &other)),
+                };
+            }
+        }
+        Ok(found)
     }
 
     async fn run(
@@ -672,6 +812,7 @@ impl Store for RedisStore {
                     (b"2", generation.as_deref().map_or(&b""[..], str::as_bytes))
                 }
             };
+            let ahead = self.ahead_of_backplane(key.namespace()).await;
             let names = KeyNames::new(key);
             let token = self.token();
             let lease_ms = millis(request.lease_ttl);
@@ -692,7 +833,9 @@ impl Store for RedisStore {
             match reply {
                 Value::Array(mut items) => match items.as_mut_slice() {
                     [Value::Int(1), Value::BulkString(bytes), pttl] => {
-                        Ok(Lookup::Hit(stored(std::mem::take(bytes), pttl)))
+                        let hit = Ok(Lookup::Hit(stored(std::mem::take(bytes), pttl)));
+                        self.went_ahead(ahead, &hit);
+                        hit
                     }
                     [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
                     [Value::Int(3), pttl] => Ok(Lookup::Held {
@@ -715,35 +858,13 @@ impl Store for RedisStore {
         keys: &'a [StoreKey],
     ) -> BoxFuture<'a, Result<Vec<Option<Stored>>, StoreError>> {
         Box::pin(async move {
-            let names: Vec<String> = keys.iter().map(keys::value_name).collect();
-            // One pipeline per hash slot (a cluster routes a pipeline to one
-            // node), all sent at once; standalone keys still group by slot,
-            // which costs nothing there.
-            let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-            for (index, name) in names.iter().enumerate() {
-                groups.entry(keys::slot(name)).or_default().push(index);
-            }
-            let groups: Vec<Vec<usize>> = match &self.inner.connection {
-                conn::Connection::Standalone(_) => vec![(0..names.len()).collect()],
-                conn::Connection::Cluster(_) => groups.into_values().collect(),
+            let ahead = match keys.first() {
+                Some(key) => self.ahead_of_backplane(key.namespace()).await,
+                None => None,
             };
-            let timeout = self.inner.config.op_timeout;
-            let reads = groups.iter().map(|group| {
-                let group_names: Vec<&str> = group.iter().map(|&i| names[i].as_str()).collect();
-                async move { self.inner.connection.read_many(&group_names, timeout).await }
-            });
-            let replies = futures_util::future::join_all(reads).await;
-            let mut found: Vec<Option<Stored>> = vec![None; keys.len()];
-            for (group, reply) in groups.iter().zip(replies) {
-                for (&index, (pttl, value)) in group.iter().zip(reply?) {
-                    found[index] = match value {
-                        Value::BulkString(bytes) => Some(stored(bytes, &pttl)),
-                        Value::Nil => None,
-                        other => return Err(unexpected("get", &other)),
-                    };
-                }
-            }
-            Ok(found)
+            let found = self.read_many(keys).await;
+            self.went_ahead(ahead, &found);
+            found
         })
     }
 
@@ -839,6 +960,9 @@ impl Store for RedisStore {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            // The writer keeps the value in its L1: after the first
+            // subscription, like a read.
+            let ahead = self.ahead_of_backplane(key.namespace()).await;
             let names = KeyNames::new(key);
             let channel = keys::channel(key.namespace());
             let message = message(origin, key.key());
@@ -858,7 +982,9 @@ impl Store for RedisStore {
                     ],
                 )
                 .await?;
-            int("set", &reply).map(drop)
+            let written = int("set", &reply).map(drop);
+            self.went_ahead(ahead, &written);
+            written
         })
     }
 
@@ -893,6 +1019,7 @@ impl Store for RedisStore {
             if tags.is_empty() {
                 return Ok(Vec::new());
             }
+            let ahead = self.ahead_of_backplane(namespace).await;
             let names: Vec<String> = tags
                 .iter()
                 .map(|tag| keys::tag_key(namespace, tag))
@@ -934,7 +1061,9 @@ impl Store for RedisStore {
                 }
                 _ => None,
             };
-            versions.ok_or_else(|| unexpected("tag versions", &reply))
+            let versions = versions.ok_or_else(|| unexpected("tag versions", &reply));
+            self.went_ahead(ahead, &versions);
+            versions
         })
     }
 

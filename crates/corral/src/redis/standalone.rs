@@ -115,6 +115,27 @@ impl Standalone {
         })
     }
 
+    /// A connection to `client`'s server made in the background: returns at
+    /// once, in the reconnecting state, with the task that connects (and
+    /// keeps trying, with backoff, until the server answers) already
+    /// started on `runtime`. Meanwhile calls wait for its first attempt,
+    /// then fail at once with the last attempt's error.
+    pub(super) fn lazy(client: Client, reconnect: Reconnect, runtime: Handle) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(reconnect.connect_timeout))
+            .set_response_timeout(None);
+        let shared = Arc::new(Shared {
+            client,
+            config,
+            reconnect,
+            runtime: runtime.clone(),
+            state: ShardedLock::new(State::Reconnecting { failed: None }),
+            settled: Notify::new(),
+        });
+        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0));
+        Self { shared }
+    }
+
     /// Sends one command and reads its reply; a server error reply is an
     /// `Err`.
     pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {

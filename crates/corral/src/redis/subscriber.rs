@@ -11,20 +11,32 @@
 //! (re)connect — the task wakes every listener ([`Notifier::notify_all`]),
 //! because a notice published before the subscription landed was not seen.
 //!
-//! The task ends when the last clone of the store is dropped (the request
-//! channel closes). When Redis goes away it reconnects with jittered,
-//! doubling backoff, trying the configured nodes in turn, and re-subscribes
-//! every channel. A `PING` every [`PING_INTERVAL`] finds connections that
-//! died silently.
+//! The task connects only once a channel is wanted: a store that nothing
+//! listens on opens no subscriber connection. It ends when the last clone
+//! of the store is dropped (the request channel closes). When Redis goes
+//! away it reconnects with jittered, doubling backoff, trying the
+//! configured nodes in turn, and re-subscribes every channel. A `PING`
+//! every [`PING_INTERVAL`] finds connections that died silently.
+//!
+//! **Backplane sinks and lost messages.** A channel with sinks (caches
+//! keeping L1 copies or tag versions current through it) is *pending*
+//! until its first subscription is confirmed. Reads of its namespace wait
+//! for that, bounded by the store's operation timeout
+//! ([`Subscriber::ready`]), so a healthy start keeps what it reads. Sinks
+//! are told that messages may have been lost ([`ChangeSink::lost`]) only
+//! when that can be so: at a re-subscription after the connection was
+//! interrupted, or at the first confirmation of a channel that a read
+//! went ahead of (it did not wait, or waited in vain).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::aio::PubSubSink;
 use ::redis::{Client, Msg, Value};
 use futures_util::StreamExt as _;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::MissedTickBehavior;
 
 use super::keys;
@@ -53,6 +65,42 @@ struct Shared {
     denied: Mutex<BTreeSet<Arc<str>>>,
     /// The backplane sinks of each channel.
     sinks: Sinks,
+    /// Where each channel with sinks stands (see the module docs), and
+    /// which channels the current connection has subscribed.
+    book: Mutex<Book>,
+    /// How many channels are [`Standing::Pending`]: reads wait only while
+    /// it is not 0, so a settled store pays one atomic load per read.
+    pending: AtomicUsize,
+    /// Whether the last connection attempt failed (reads do not wait then:
+    /// there is nothing to wait for).
+    failing: AtomicBool,
+    /// Woken when a subscription is confirmed or a connection attempt
+    /// fails.
+    settled: Notify,
+}
+
+/// The subscriptions' standing.
+#[derive(Debug, Default)]
+struct Book {
+    /// Each channel with sinks.
+    standing: BTreeMap<Arc<str>, Standing>,
+    /// The channels subscribed on the current connection (empty while it
+    /// is down).
+    live: BTreeSet<Arc<str>>,
+}
+
+/// Where a channel with sinks stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Never confirmed, and every read so far waited for it.
+    Pending,
+    /// Never confirmed, and a read went ahead: what it kept may miss a
+    /// message published before the subscription.
+    ReadAhead,
+    /// Confirmed at least once.
+    Confirmed,
+    /// Refused by the ACL: never confirmed, nothing to wait for.
+    Denied,
 }
 
 impl std::fmt::Debug for Shared {
@@ -72,16 +120,56 @@ impl Shared {
         self.denied.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A subscription of `channels` was (re)confirmed: messages published
-    /// before it may have been missed, so every waiter re-checks and every
-    /// sink distrusts what the backplane kept current.
-    fn resubscribed(&self, channels: &[Arc<str>]) {
+    fn book(&self) -> MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A subscription of `channels` was confirmed: notices published
+    /// before it may have been missed, so every waiter re-checks; sinks
+    /// distrust what the backplane kept current only if messages may have
+    /// been lost for them (a re-subscription, or a read that went ahead of
+    /// the first one).
+    fn subscribed(&self, channels: &[Arc<str>]) {
         self.notifier.notify_all();
         for channel in channels {
-            for sink in self.sinks.live(channel) {
-                sink.lost();
+            let lost = {
+                let mut book = self.book();
+                book.live.insert(Arc::clone(channel));
+                match book.standing.get_mut(channel) {
+                    None | Some(Standing::Denied) => false,
+                    Some(state @ Standing::Pending) => {
+                        *state = Standing::Confirmed;
+                        self.pending.fetch_sub(1, Ordering::Release);
+                        false
+                    }
+                    Some(state @ (Standing::ReadAhead | Standing::Confirmed)) => {
+                        *state = Standing::Confirmed;
+                        true
+                    }
+                }
+            };
+            if lost {
+                for sink in self.sinks.live(channel) {
+                    sink.lost();
+                }
             }
         }
+        self.settled.notify_waiters();
+    }
+
+    /// A read of `channel`'s namespace did not wait for its first
+    /// subscription: its confirmation will tell the sinks.
+    fn read_ahead(&self, channel: &str) {
+        let mut book = self.book();
+        if let Some(state @ Standing::Pending) = book.standing.get_mut(channel) {
+            *state = Standing::ReadAhead;
+            self.pending.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// Whether `channel` still waits for its first confirmation.
+    fn is_pending(&self, channel: &str) -> bool {
+        self.book().standing.get(channel) == Some(&Standing::Pending)
     }
 }
 
@@ -104,6 +192,10 @@ impl Subscriber {
             channels: Mutex::new(BTreeSet::new()),
             denied: Mutex::new(BTreeSet::new()),
             sinks: Sinks::default(),
+            book: Mutex::new(Book::default()),
+            pending: AtomicUsize::new(0),
+            failing: AtomicBool::new(false),
+            settled: Notify::new(),
         });
         let (requests, receiver) = mpsc::unbounded_channel();
         let task = Task {
@@ -117,31 +209,95 @@ impl Subscriber {
     }
 
     /// A listener for notices published with message `id` on `channel`;
-    /// subscribes to `channel` if this is its first use.
+    /// if `channel` is not subscribed yet, it is when the listener first
+    /// waits (a fill that needs no wait subscribes nothing).
     pub(super) fn listen(&self, channel: &str, id: Arc<str>) -> Listener {
         let listener = self.shared.notifier.listen(id);
-        self.subscribe(channel);
-        listener
+        if self.shared.channels().contains(channel) {
+            return listener;
+        }
+        let (shared, requests) = (Arc::clone(&self.shared), self.requests.clone());
+        let channel: Arc<str> = channel.into();
+        listener.on_first_wait(move || request(&shared, &requests, channel))
     }
 
     /// Delivers the backplane messages of `channel` to `sink` while it
     /// lives, subscribing to `channel` if needed.
     pub(super) fn attach_sink(&self, channel: &str, sink: Weak<dyn ChangeSink>) {
         self.shared.sinks.attach(channel, sink);
+        {
+            let mut book = self.shared.book();
+            if !book.standing.contains_key(channel) {
+                // Subscribed already (by a waiter): messages flow now.
+                let standing = if book.live.contains(channel) {
+                    Standing::Confirmed
+                } else {
+                    self.shared.pending.fetch_add(1, Ordering::Release);
+                    Standing::Pending
+                };
+                book.standing.insert(channel.into(), standing);
+            }
+        }
         self.subscribe(channel);
+    }
+
+    /// Waits, at most `bound`, until the channel of `namespace` has had its
+    /// first subscription confirmed, if it has sinks and none has been yet
+    /// (not while connecting fails). Returns the channel if a read made now
+    /// goes ahead of that subscription: should the read keep anything,
+    /// pass it to [`went_ahead`](Self::went_ahead). A settled store answers
+    /// `None` at once.
+    #[inline]
+    pub(super) async fn ready(&self, namespace: &str, bound: Duration) -> Option<Arc<str>> {
+        if self.shared.pending.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.wait_confirmed(namespace, bound).await
+    }
+
+    #[cold]
+    async fn wait_confirmed(&self, namespace: &str, bound: Duration) -> Option<Arc<str>> {
+        let channel: Arc<str> = keys::channel(namespace).into();
+        let confirmed = async {
+            loop {
+                let settled = self.shared.settled.notified();
+                tokio::pin!(settled);
+                // Registered before the state is read: a confirmation after
+                // the read wakes it.
+                settled.as_mut().enable();
+                if !self.shared.is_pending(&channel) || self.shared.failing.load(Ordering::Acquire)
+                {
+                    return;
+                }
+                settled.await;
+            }
+        };
+        let _ = tokio::time::timeout(bound, confirmed).await;
+        self.shared.is_pending(&channel).then_some(channel)
+    }
+
+    /// A read of `channel`'s namespace went ahead of its first
+    /// subscription and kept what it read.
+    pub(super) fn went_ahead(&self, channel: &str) {
+        self.shared.read_ahead(channel);
     }
 
     /// Subscribes to `channel` (in the background) unless it already is.
     pub(super) fn subscribe(&self, channel: &str) {
-        let mut channels = self.shared.channels();
-        if !channels.contains(channel) {
-            let channel: Arc<str> = channel.into();
-            channels.insert(Arc::clone(&channel));
-            drop(channels);
-            // Fails only when the task has ended (its runtime shut down);
-            // listeners then rely on polling.
-            let _ = self.requests.send(channel);
+        if !self.shared.channels().contains(channel) {
+            request(&self.shared, &self.requests, channel.into());
         }
+    }
+}
+
+/// Asks the task to subscribe `channel` unless it was asked already.
+fn request(shared: &Shared, requests: &mpsc::UnboundedSender<Arc<str>>, channel: Arc<str>) {
+    let mut channels = shared.channels();
+    if channels.insert(Arc::clone(&channel)) {
+        drop(channels);
+        // Fails only when the task has ended (its runtime shut down);
+        // listeners then rely on polling.
+        let _ = requests.send(channel);
     }
 }
 
@@ -163,6 +319,11 @@ struct Task {
 
 impl Task {
     async fn run(mut self) {
+        // No connection until something is to be subscribed (the request's
+        // channel is in the shared set, which the session subscribes).
+        if self.shared.channels().is_empty() && self.requests.recv().await.is_none() {
+            return;
+        }
         let mut backoff = MIN_BACKOFF;
         let mut node = 0usize;
         loop {
@@ -175,7 +336,9 @@ impl Task {
             };
             let client = client.clone();
             node = node.wrapping_add(1);
-            match self.session(&client).await {
+            let ended = self.session(&client).await;
+            self.shared.book().live.clear();
+            match ended {
                 Ended::StoreDropped => return,
                 Ended::Lost { established } => {
                     if established {
@@ -201,11 +364,21 @@ impl Task {
             tokio::time::timeout(self.settings.connect_timeout, client.get_async_pubsub());
         let pubsub = tokio::select! {
             connected = connect => match connected {
-                Ok(Ok(pubsub)) => pubsub,
-                Ok(Err(_)) | Err(_) => return Ended::Lost { established: false },
+                Ok(Ok(pubsub)) => Some(pubsub),
+                Ok(Err(_)) | Err(_) => {
+                    // Reads stop waiting for a subscription that cannot
+                    // come now.
+                    self.shared.failing.store(true, Ordering::Release);
+                    self.shared.settled.notify_waiters();
+                    None
+                }
             },
             () = drain_until_closed(&mut self.requests) => return Ended::StoreDropped,
         };
+        let Some(pubsub) = pubsub else {
+            return Ended::Lost { established: false };
+        };
+        self.shared.failing.store(false, Ordering::Release);
         let (mut sink, mut stream) = pubsub.split();
 
         let wanted: Vec<Arc<str>> = {
@@ -221,7 +394,10 @@ impl Task {
                 None => return Ended::Lost { established: false },
             }
         };
-        self.shared.resubscribed(&subscribed);
+        // Each channel is subscribed once per connection: a request queued
+        // before the connection was made is already in `wanted`.
+        let mut current: BTreeSet<Arc<str>> = subscribed.iter().cloned().collect();
+        self.shared.subscribed(&subscribed);
 
         let mut ping = tokio::time::interval(PING_INTERVAL);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -230,9 +406,13 @@ impl Task {
             tokio::select! {
                 request = self.requests.recv() => match request {
                     None => return Ended::StoreDropped,
+                    Some(channel) if current.contains(&channel) => {}
                     Some(channel) => {
                         match self.subscribe(&mut sink, &[channel]).await {
-                            Some(subscribed) => self.shared.resubscribed(&subscribed),
+                            Some(subscribed) => {
+                                current.extend(subscribed.iter().cloned());
+                                self.shared.subscribed(&subscribed);
+                            }
                             None => return Ended::Lost { established: true },
                         }
                     }
@@ -306,6 +486,15 @@ impl Task {
              instead of being notified"
         );
         self.shared.denied().insert(Arc::clone(channel));
+        let mut book = self.shared.book();
+        if let Some(state) = book.standing.get_mut(channel) {
+            if *state == Standing::Pending {
+                self.shared.pending.fetch_sub(1, Ordering::Release);
+            }
+            *state = Standing::Denied;
+        }
+        drop(book);
+        self.shared.settled.notify_waiters();
     }
 
     /// Wakes the waiters of the key a message names and hands backplane

@@ -39,6 +39,7 @@ impl Notifier {
             id,
             receiver: self.sender.subscribe(),
             deadline: None,
+            on_wait: None,
         }
     }
 
@@ -64,6 +65,17 @@ pub struct Listener {
     /// When [`changed`](Self::changed) resolves at the latest, for stores
     /// whose waiters poll (a re-check is due then).
     deadline: Option<tokio::time::Instant>,
+    /// Run when [`changed`](Self::changed) is first called.
+    on_wait: Option<OnWait>,
+}
+
+/// What a listener does when it first waits.
+struct OnWait(Box<dyn FnOnce() + Send + Sync>);
+
+impl std::fmt::Debug for OnWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnWait")
+    }
 }
 
 impl Listener {
@@ -82,10 +94,25 @@ impl Listener {
         self
     }
 
+    /// This listener, running `hook` when [`changed`](Self::changed) is
+    /// first called: for a store that subscribes to notices only once
+    /// someone waits for one (a listener registered before a read that
+    /// then needs no wait costs no subscription). The store must then wake
+    /// every listener ([`Notifier::notify_all`]) once that subscription is
+    /// confirmed, since a notice published before it was not seen.
+    #[must_use]
+    pub fn on_first_wait(mut self, hook: impl FnOnce() + Send + Sync + 'static) -> Self {
+        self.on_wait = Some(OnWait(Box::new(hook)));
+        self
+    }
+
     /// Resolves when the key may have changed: a notice for it, a notice to
     /// re-check everything, lost notices, or the re-check deadline of
     /// [`recheck_after`](Self::recheck_after). Cancel-safe.
     pub async fn changed(&mut self) {
+        if let Some(OnWait(hook)) = self.on_wait.take() {
+            hook();
+        }
         match self.deadline {
             Some(deadline) => {
                 tokio::select! {
