@@ -63,3 +63,30 @@ pub async fn until(what: &str, mut done: impl FnMut() -> bool) {
         tokio::task::yield_now().await;
     }
 }
+
+/// Runs `attempt` and yields until `done` holds, at most 100 ms of real
+/// time per attempt, again and again for at most 10 s: for an event that
+/// only a repeated action brings about, e.g. a backplane message heard once
+/// a subscription is up (a message published before it is not delivered).
+///
+/// # Panics
+///
+/// If `done` does not hold in time, naming `what`.
+pub async fn until_repeating<F: std::future::Future<Output = ()>>(
+    what: &str,
+    mut attempt: impl FnMut() -> F,
+    mut done: impl FnMut() -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        attempt().await;
+        let attempt_ends = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < attempt_ends {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+    }
+}

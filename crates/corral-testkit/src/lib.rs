@@ -39,7 +39,7 @@ mod traces;
 mod worker;
 
 pub use cluster::RedisCluster;
-pub use gate::{until, until_yielding, Gate};
+pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use server::{RedisServer, TlsFiles};
 pub use stampede::{Stampede, StampedeReport};

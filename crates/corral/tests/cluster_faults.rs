@@ -348,27 +348,18 @@ async fn steady_traffic_through_a_failover() {
     );
 }
 
-/// Sends backplane messages from `from` until `to` acts on one (a message
-/// published before `to`'s subscription landed is not delivered): `to`'s
-/// subscription is then up. Each attempt waits at most 100 ms; all of them
-/// at most 10 s.
+/// Sends backplane messages from `from` until `to` acts on one: `to`'s
+/// subscription is then up.
 async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
     let heard = to.stats().backplane_messages;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        from.invalidate("probe-subscribed")
-            .await
-            .expect("invalidate");
-        let attempt = std::time::Instant::now() + Duration::from_millis(100);
-        while std::time::Instant::now() < attempt {
-            if to.stats().backplane_messages > heard {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never heard a message"
-        );
-    }
+    corral_testkit::until_repeating(
+        "a backplane message is heard",
+        || async {
+            from.invalidate("probe-subscribed")
+                .await
+                .expect("invalidate");
+        },
+        || to.stats().backplane_messages > heard,
+    )
+    .await;
 }

@@ -75,7 +75,7 @@ async fn memcached_cache(server: &MemcachedServer) -> Cache<String> {
 }
 
 fn options() -> FillOptions {
-    FillOptions::new().tags(&[TAG])
+    FillOptions::new().tags([TAG])
 }
 
 /// Fills taken before the loss and still running: their handles and the

@@ -42,6 +42,16 @@ const CONNECT_ATTEMPTS: usize = 3;
 /// The first delay between reconnect attempts.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 
+/// How a standalone store's connection is made and remade under `config`.
+fn reconnect(config: &RedisConfig) -> Reconnect {
+    Reconnect {
+        connect_timeout: config.connect_timeout,
+        initial_attempts: CONNECT_ATTEMPTS,
+        min_delay: RECONNECT_MIN_DELAY,
+        max_delay: config.reconnect_max_delay,
+    }
+}
+
 /// Settings of a [`RedisStore`].
 ///
 /// ```
@@ -397,12 +407,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let reconnect = Reconnect {
-            connect_timeout: config.connect_timeout,
-            initial_attempts: CONNECT_ATTEMPTS,
-            min_delay: RECONNECT_MIN_DELAY,
-            max_delay: config.reconnect_max_delay,
-        };
+        let reconnect = reconnect(&config);
         let connection = bounded(
             config.connect_timeout,
             "connect",
@@ -518,12 +523,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let reconnect = Reconnect {
-            connect_timeout: config.connect_timeout,
-            initial_attempts: CONNECT_ATTEMPTS,
-            min_delay: RECONNECT_MIN_DELAY,
-            max_delay: config.reconnect_max_delay,
-        };
+        let reconnect = reconnect(&config);
         let connection = Standalone::lazy(client.clone(), reconnect, runtime.clone());
         Ok(Self::assemble(
             redact_url(url),
