@@ -67,6 +67,17 @@
 //! [`MemcachedConfig::max_item_bytes`] (memcached's `-I`, 1 MiB by
 //! default); a larger one is refused by `commit`/`set` with a
 //! [`StoreErrorKind::Protocol`] error that says so, before anything is sent.
+//! Such a commit, or one the server refuses (`SERVER_ERROR`, e.g. with a
+//! `max_item_bytes` above the server's `-I`), releases its lease before it
+//! returns, so waiters take over at once.
+//!
+//! # Foreign data
+//!
+//! A slot item whose bytes are not a slot (`frame`) is a value that does not
+//! decode (a counted miss) with no fence, replaced by the next commit. A
+//! lease item with no expiry, or whose contents are not a lease token (1 to
+//! 64 lowercase hex digits), is broken: `get_or_lease` replaces it by
+//! compare-and-swap with its own lease instead of waiting for it.
 //!
 //! Tags: versions are items `<prefix>t:...` with the retention as TTL.
 
