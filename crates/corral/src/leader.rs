@@ -788,7 +788,6 @@ impl LeaseGuard {
                 error.kind(),
                 StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
             ) {
-                self.armed = true;
                 self.release().await;
             }
         }
@@ -807,9 +806,7 @@ impl LeaseGuard {
             }
         }
     }
-}
 
-impl LeaseGuard {
     /// Releases the lease unused and waits for the store's answer, so that
     /// the caller is answered only after waiters elsewhere can take over.
     async fn release(mut self) {
