@@ -850,8 +850,25 @@ impl Store for MemcachedStore {
 
 #[cfg(test)]
 mod tests {
-    use super::secs;
+    use super::{lease_token, secs};
     use std::time::Duration;
+
+    #[test]
+    fn lease_tokens_are_lowercase_hex_of_1_to_64_digits() {
+        assert!(lease_token(b"0123456789abcdef0123456789abcdef"));
+        assert!(lease_token(b"a"));
+        assert!(lease_token("f".repeat(64).as_bytes()));
+        for broken in [
+            &b""[..],
+            b"junk",
+            b"ABCDEF",
+            b"12 34",
+            &[0xC1, 0x00],
+            "a".repeat(65).as_bytes(),
+        ] {
+            assert!(!lease_token(broken), "{broken:?}");
+        }
+    }
 
     #[test]
     fn ttls_round_up_to_whole_seconds_plus_one() {
