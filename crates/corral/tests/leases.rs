@@ -393,37 +393,42 @@ async fn redis_a_value_over_max_value_bytes_leaves_no_lease_for_the_next_process
     assert_eq!(redis_count(&mut conn, "fills").await, 1);
 }
 
-/// A cache with a long `fill_timeout` (30 s) and a short lease (500 ms)
-/// whose fills count themselves.
+/// The lease TTL of [`patient`] caches.
+const LEASE: Duration = Duration::from_millis(500);
+
+/// A cache with a long `fill_timeout` (30 s) and a short lease
+/// ([`LEASE`]) whose fills count themselves.
 fn patient<S: corral::Store>(store: S, name: &str) -> Cache<String> {
     Cache::<String>::builder(name)
         .store(store)
-        .lease_ttl(Duration::from_millis(500))
+        .lease_ttl(LEASE)
         .fill_timeout(Duration::from_secs(30))
         .build()
         .expect("config")
 }
 
 /// `get_or_fill` of `key` on `cache`: the value, counting fills in
-/// `fills`; fails the test unless it returns within one lease TTL (plus
-/// room for a slow machine), far below `fill_timeout`.
-async fn fill_promptly(cache: &Cache<String>, key: &str, fills: &Arc<AtomicUsize>) -> String {
+/// `fills`; fails the test unless it returns within `limit` (far below
+/// the 30 s `fill_timeout`).
+async fn fill_within(
+    limit: Duration,
+    cache: &Cache<String>,
+    key: &str,
+    fills: &Arc<AtomicUsize>,
+) -> String {
     let fills = Arc::clone(fills);
     let started = Instant::now();
     let value = tokio::time::timeout(
-        Duration::from_secs(5),
+        limit,
         cache.get_or_fill(key, move || async move {
             fills.fetch_add(1, Ordering::SeqCst);
             Ok::<_, std::io::Error>("fresh".to_owned())
         }),
     )
     .await
-    .unwrap_or_else(|_| panic!("{key}: still waiting after 5 s"))
+    .unwrap_or_else(|_| panic!("{key}: still waiting after {limit:?}"))
     .unwrap_or_else(|e| panic!("{key}: {e:?}"));
-    eprintln!(
-        "{key}: filled over a broken lease in {:?}",
-        started.elapsed()
-    );
+    eprintln!("{key}: filled in {:?}", started.elapsed());
     value
 }
 
@@ -458,7 +463,11 @@ async fn broken_redis_leases(url: &str, cache: &Cache<String>) {
             });
         }
         let _: redis::Value = cmd.query_async(&mut conn).await.expect("plant the lease");
-        assert_eq!(fill_promptly(cache, key, &fills).await, "fresh", "{key}");
+        assert_eq!(
+            fill_within(LEASE, cache, key, &fills).await,
+            "fresh",
+            "{key}"
+        );
         assert_eq!(fills.load(Ordering::SeqCst), i + 1, "{key}: one fill");
         let left: bool = conn.exists(&lease).await.expect("EXISTS");
         assert!(!left, "{key}: the commit dropped the taken-over lease");
@@ -500,7 +509,11 @@ async fn memcached_a_broken_lease_is_taken_over() {
     for (i, (key, data, ttl)) in cases.iter().enumerate() {
         let lease = store.lease_item(&StoreKey::new(cache.namespace(), key));
         server.set_raw(&lease, data, *ttl);
-        assert_eq!(fill_promptly(&cache, key, &fills).await, "fresh", "{key}");
+        assert_eq!(
+            fill_within(LEASE, &cache, key, &fills).await,
+            "fresh",
+            "{key}"
+        );
         assert_eq!(fills.load(Ordering::SeqCst), i + 1, "{key}: one fill");
         assert!(
             !server.exists(&lease),
@@ -532,7 +545,10 @@ async fn redis_a_live_lease_is_still_waited_for() {
         .expect("SET");
     let started = Instant::now();
     let fills = Arc::new(AtomicUsize::new(0));
-    assert_eq!(fill_promptly(&cache, "k", &fills).await, "fresh");
+    assert_eq!(
+        fill_within(Duration::from_secs(5), &cache, "k", &fills).await,
+        "fresh"
+    );
     let waited = started.elapsed();
     assert!(
         waited >= Duration::from_millis(500),
@@ -706,7 +722,11 @@ async fn broken_cluster_leases(cluster: &RedisCluster, cache: &Cache<String>) {
         } else {
             let _: i64 = conn.hset(&lease, "f", "v").await.expect("HSET");
         }
-        assert_eq!(fill_promptly(cache, &key, &fills).await, "fresh", "{key}");
+        assert_eq!(
+            fill_within(LEASE, cache, &key, &fills).await,
+            "fresh",
+            "{key}"
+        );
         assert_eq!(fills.load(Ordering::SeqCst), i + 1, "{key}: one fill");
         let left: bool = conn.exists(&lease).await.expect("EXISTS");
         assert!(!left, "{key}: the commit dropped the taken-over lease");
@@ -770,7 +790,11 @@ async fn memcached_garbage_in_a_value_item_is_a_counted_miss_healed_by_one_fill(
         server.set_raw(&slot, data, *ttl);
         let before = cache.stats();
         assert_eq!(cache.get(key).await.expect("get is a miss"), None, "{key}");
-        assert_eq!(fill_promptly(&cache, key, &fills).await, "fresh", "{key}");
+        assert_eq!(
+            fill_within(LEASE, &cache, key, &fills).await,
+            "fresh",
+            "{key}"
+        );
         assert_eq!(fills.load(Ordering::SeqCst), i + 1, "{key}: one fill");
         assert_eq!(cache.get(key).await.expect("get"), Some("fresh".to_owned()));
         let stats = cache.stats();
