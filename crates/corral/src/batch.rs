@@ -108,8 +108,8 @@ where
     ///
     /// The batch fill runs on its own task, bounded by the hard
     /// `fill_timeout`; a caller that is cancelled does not cancel it. Its
-    /// leases are not renewed while it runs: a fill longer than the lease
-    /// TTL may be duplicated by another process (commits stay fenced).
+    /// leases are renewed while it runs, as a single fill's are, so a
+    /// fill longer than the lease TTL is not duplicated by another process.
     ///
     /// # Errors
     ///
@@ -233,11 +233,13 @@ where
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
         let fill_many = Arc::clone(&self.fill_many);
+        let leases: Vec<&LeaseGuard> = to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
         let filled = tokio::time::timeout_at(
             deadline,
-            leader::call_fill(&self.inner, move || fill_many(keys)),
+            leader::fill_renewing(&self.inner, move || fill_many(keys), &leases),
         )
         .await;
+        drop(leases);
         let failure = match filled {
             Ok(Ok(mut found)) => {
                 let inner = &self.inner;

@@ -21,7 +21,7 @@ use tracing::Instrument as _;
 use crate::breaker::{guarded, Breaker};
 use crate::cache::Inner;
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
-use crate::error::Error;
+use crate::error::{Error, StoreErrorKind};
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::key::KeyLabel;
@@ -202,7 +202,8 @@ where
     // is stopped, and nothing it would have produced is stored.
     let fill_started = Instant::now();
     let result = {
-        let filling = fill_renewing(&inner, fill, lease.as_ref());
+        let leases: Vec<&LeaseGuard> = lease.iter().collect();
+        let filling = fill_renewing(&inner, fill, &leases);
         tokio::pin!(filling);
         let soft = soft_timeout.filter(|_| fallback.is_some() && !flight.has_published());
         match soft {
@@ -393,14 +394,18 @@ async fn keep_value<V>(
                 // A tag or clear moved while the fill ran: the lease is
                 // released unused.
                 Counters::bump(&cache.counters.commits_refused);
+                lease.release().await;
                 false
             } else {
                 let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
                 match cache.encode(key, value.as_ref(), ttls, flags, &stamps) {
                     Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
                     Err(message) => {
+                        // Too large or not encodable: nothing to store, and
+                        // the lease is released before the callers hear.
                         Counters::bump(&cache.counters.encode_failures);
                         tracing::warn!(cache = %cache.name, %message, "filled value not stored");
+                        lease.release().await;
                         false
                     }
                 }
@@ -625,48 +630,69 @@ async fn sleep_until_some(deadline: Option<Instant>) {
     }
 }
 
-/// Runs the fill while renewing the lease, if any, every third of its TTL.
-/// A lost or failed renewal does not stop the fill: the fenced commit still
-/// protects newer data.
-async fn fill_renewing<V, F, Fut, E>(
+/// Runs the fill while renewing its leases (one for a single key, one per
+/// key for a batch) every third of their TTL. A lost or failed renewal
+/// does not stop the fill: the fenced commit still protects newer data.
+pub(crate) async fn fill_renewing<V, T, F, Fut, E>(
     inner: &Weak<Inner<V>>,
     fill: F,
-    lease: Option<&LeaseGuard>,
-) -> Result<Answer<V>, Failure>
+    leases: &[&LeaseGuard],
+) -> Result<T, Failure>
 where
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let fill = call_fill(inner, fill);
-    let Some(lease) = lease else {
+    if leases.is_empty() {
         return fill.await;
-    };
-    let renew = async {
-        let period = (lease.request.lease_ttl / 3).max(Duration::from_millis(10));
-        loop {
-            tokio::time::sleep(period).await;
-            let renewed = guarded(
-                lease.breaker.as_deref(),
-                Some(lease.store_timeout),
-                lease.store.renew(&lease.key, &lease.lease, &lease.request),
-            )
-            .await;
-            let Some(cache) = inner.upgrade() else {
-                return;
-            };
-            match renewed {
-                Ok(true) => Counters::bump(&cache.counters.lease_renewals),
-                Ok(false) => return,
-                Err(error) => cache.counters.store_failed(&error),
-            }
-        }
-    };
+    }
     tokio::pin!(fill);
     tokio::select! {
         biased;
         result = &mut fill => result,
-        () = renew => fill.await,
+        () = keep_renewed(inner, leases) => fill.await,
+    }
+}
+
+/// Renews `leases` (all asked with one request's TTLs) every third of
+/// their TTL, concurrently; returns once none is owned any more. A lease
+/// whose renewal failed (the store did not answer) is tried again next
+/// time.
+async fn keep_renewed<V>(inner: &Weak<Inner<V>>, leases: &[&LeaseGuard]) {
+    let Some(first) = leases.first() else {
+        return;
+    };
+    let period = (first.request.lease_ttl / 3).max(Duration::from_millis(10));
+    let mut owned = leases.to_vec();
+    while !owned.is_empty() {
+        tokio::time::sleep(period).await;
+        let renewals = owned.iter().map(|lease| {
+            guarded(
+                lease.breaker.as_deref(),
+                Some(lease.store_timeout),
+                lease.store.renew(&lease.key, &lease.lease, &lease.request),
+            )
+        });
+        let renewed = futures_util::future::join_all(renewals).await;
+        let Some(cache) = inner.upgrade() else {
+            return;
+        };
+        let mut still = Vec::with_capacity(owned.len());
+        for (lease, renewed) in owned.into_iter().zip(renewed) {
+            match renewed {
+                Ok(true) => {
+                    Counters::bump(&cache.counters.lease_renewals);
+                    still.push(lease);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    cache.counters.store_failed(&error);
+                    still.push(lease);
+                }
+            }
+        }
+        owned = still;
     }
 }
 
@@ -750,7 +776,10 @@ impl LeaseGuard {
     }
 
     /// Commits `bytes` under the lease (fenced), counting the result;
-    /// whether the store took them.
+    /// whether the store took them. A commit the store answered with an
+    /// error wrote nothing (a value too large for it, say): the lease is
+    /// released before this returns, so waiters in every process take over
+    /// at once. Only a store that did not answer keeps it until it lapses.
     async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) -> bool {
         self.armed = false;
         let result = guarded(
@@ -760,6 +789,14 @@ impl LeaseGuard {
                 .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
         )
         .await;
+        if let Err(error) = &result {
+            if !matches!(
+                error.kind(),
+                StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
+            ) {
+                self.release().await;
+            }
+        }
         match result {
             Ok(Commit::Stored) => {
                 Counters::bump(&cache.counters.commits);
@@ -774,6 +811,18 @@ impl LeaseGuard {
                 false
             }
         }
+    }
+
+    /// Releases the lease unused and waits for the store's answer, so that
+    /// the caller is answered only after waiters elsewhere can take over.
+    async fn release(mut self) {
+        self.armed = false;
+        let _ = guarded(
+            self.breaker.as_deref(),
+            Some(self.store_timeout),
+            self.store.release(&self.key, &self.lease),
+        )
+        .await;
     }
 }
 

@@ -67,6 +67,17 @@
 //! [`MemcachedConfig::max_item_bytes`] (memcached's `-I`, 1 MiB by
 //! default); a larger one is refused by `commit`/`set` with a
 //! [`StoreErrorKind::Protocol`] error that says so, before anything is sent.
+//! Such a commit, or one the server refuses (`SERVER_ERROR`, e.g. with a
+//! `max_item_bytes` above the server's `-I`), releases its lease before it
+//! returns, so waiters take over at once.
+//!
+//! # Foreign data
+//!
+//! A slot item whose bytes are not a slot (`frame`) is a value that does not
+//! decode (a counted miss) with no fence, replaced by the next commit. A
+//! lease item with no expiry, or whose contents are not a lease token (1 to
+//! 64 lowercase hex digits), is broken: `get_or_lease` replaces it by
+//! compare-and-swap with its own lease instead of waiting for it.
 //!
 //! Tags: versions are items `<prefix>t:...` with the retention as TTL.
 
@@ -445,6 +456,48 @@ impl MemcachedStore {
         ))
     }
 
+    /// The lease item found by an `add` that failed: a live lease (with
+    /// its remaining time), gone meanwhile, or broken — no expiry, or
+    /// contents that are not a lease token (written by something else) —
+    /// and then replaced by `token`'s lease by compare-and-swap.
+    async fn held_lease(
+        &self,
+        server: &Server,
+        item: &str,
+        token: &str,
+        request: &LeaseRequest,
+    ) -> Result<Held, StoreError> {
+        let reply = self.one(server, mg(item, "v t c")).await?;
+        let (ttl, cas) = (reply.ttl(), reply.cas());
+        let (data, cas) = match (reply.status, reply.data, cas) {
+            (Status::Value, Some(data), Some(cas)) => (data, cas),
+            (Status::Miss, _, _) => return Ok(Held::Gone),
+            (status, _, _) => {
+                return Err(protocol(server.addr(), &format!("mg answered {status:?}")))
+            }
+        };
+        let remaining = ttl
+            .filter(|t| *t >= 0)
+            .map(|t| Duration::from_secs(t.unsigned_abs()));
+        if remaining.is_some() && lease_token(&data) {
+            return Ok(Held::Live(remaining));
+        }
+        let flags = format!("T{} C{cas}", secs(request.lease_ttl));
+        let reply = self.one(server, ms(item, token.as_bytes(), &flags)).await?;
+        Ok(match reply.status {
+            Status::Done => Held::TakenOver,
+            // Replaced or deleted meanwhile: look again.
+            _ => Held::Gone,
+        })
+    }
+
+    /// Gives up `token`'s lease of `items` after a commit that wrote
+    /// nothing because it failed, and wakes local waiters.
+    async fn abandon(&self, server: &Server, key: &StoreKey, items: &Items, token: &str) {
+        let _ = self.drop_lease(server, &items.lease, token).await;
+        self.inner.notifier.notify(&Self::id(key));
+    }
+
     /// Refuses an item too large for the servers.
     fn check_size(&self, item: &str, slot: &Slot) -> Result<(), StoreError> {
         let size = item.len() + slot.value.as_ref().map_or(0, Vec::len) + 2 * 64 + 8;
@@ -488,6 +541,33 @@ impl MemcachedStore {
             .min(config.poll_cap.max(config.poll_start))
     }
 
+    /// Writes `slot` for `ttl` if the slot's fence still holds `lease`'s
+    /// token, retrying lost compare-and-swap races.
+    async fn write_fenced(
+        &self,
+        server: &Server,
+        items: &Items,
+        lease: &Lease,
+        slot: &Slot,
+        ttl: Duration,
+    ) -> Result<Commit, StoreError> {
+        for _ in 0..MAX_RACES {
+            let Some(found) = self.read_slot(server, &items.slot).await? else {
+                break;
+            };
+            if found.slot.fence.as_deref() != Some(lease.token()) {
+                break;
+            }
+            if self
+                .write_slot(server, &items.slot, slot, secs(ttl), Some(found.cas))
+                .await?
+            {
+                return Ok(Commit::Stored);
+            }
+        }
+        Ok(Commit::Refused)
+    }
+
     async fn lookup(&self, key: &StoreKey, request: &LeaseRequest) -> Result<Lookup, StoreError> {
         let items = self.items(key);
         let server = self.server(items.route);
@@ -512,15 +592,14 @@ impl MemcachedStore {
                     match reply.status {
                         Status::Done => {}
                         Status::NotStored => {
-                            let reply = self.one(server, mg(&items.lease, "t")).await?;
-                            if reply.status == Status::Miss {
-                                continue;
+                            match self
+                                .held_lease(server, &items.lease, &token, request)
+                                .await?
+                            {
+                                Held::Live(remaining) => return Ok(Lookup::Held { remaining }),
+                                Held::Gone => continue,
+                                Held::TakenOver => {}
                             }
-                            let remaining = reply
-                                .ttl()
-                                .filter(|t| *t >= 0)
-                                .map(|t| Duration::from_secs(t.unsigned_abs()));
-                            return Ok(Lookup::Held { remaining });
                         }
                         status => {
                             return Err(protocol(server.addr(), &format!("ms answered {status:?}")))
@@ -554,6 +633,25 @@ impl MemcachedStore {
         }
         Err(protocol(server.addr(), "lost every compare-and-swap race"))
     }
+}
+
+/// A lease item that an `add` found in place.
+enum Held {
+    /// A live lease, with its remaining time.
+    Live(Option<Duration>),
+    /// Deleted or replaced meanwhile.
+    Gone,
+    /// Broken, and now this caller's lease.
+    TakenOver,
+}
+
+/// Whether `data` is a lease token as this store writes them: 1 to 64
+/// lowercase hex digits.
+fn lease_token(data: &[u8]) -> bool {
+    (1..=64).contains(&data.len())
+        && data
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 /// The answer `get_or_lease` gives without a lease, for what the slot holds
@@ -649,23 +747,26 @@ impl Store for MemcachedStore {
             let items = self.items(key);
             let server = self.server(items.route);
             let slot = Slot::written(lease.token().into(), bytes);
-            self.check_size(&items.slot, &slot)?;
-            let mut commit = Commit::Refused;
-            for _ in 0..MAX_RACES {
-                let Some(found) = self.read_slot(server, &items.slot).await? else {
-                    break;
-                };
-                if found.slot.fence.as_deref() != Some(lease.token()) {
-                    break;
+            let written = match self.check_size(&items.slot, &slot) {
+                Ok(()) => self.write_fenced(server, &items, lease, &slot, ttl).await,
+                Err(error) => Err(error),
+            };
+            let commit = match written {
+                Ok(commit) => commit,
+                Err(error) => {
+                    // Nothing written, and the server (if asked) answered:
+                    // an item too large, a server error. The lease is given
+                    // up so that waiters take over now; an unreachable
+                    // server keeps it until it lapses.
+                    if !matches!(
+                        error.kind(),
+                        StoreErrorKind::Timeout | StoreErrorKind::Unavailable
+                    ) {
+                        self.abandon(server, key, &items, lease.token()).await;
+                    }
+                    return Err(error);
                 }
-                if self
-                    .write_slot(server, &items.slot, &slot, secs(ttl), Some(found.cas))
-                    .await?
-                {
-                    commit = Commit::Stored;
-                    break;
-                }
-            }
+            };
             self.drop_lease(server, &items.lease, lease.token()).await?;
             self.inner.notifier.notify(&Self::id(key));
             Ok(commit)
@@ -798,8 +899,25 @@ impl Store for MemcachedStore {
 
 #[cfg(test)]
 mod tests {
-    use super::secs;
+    use super::{lease_token, secs};
     use std::time::Duration;
+
+    #[test]
+    fn lease_tokens_are_lowercase_hex_of_1_to_64_digits() {
+        assert!(lease_token(b"0123456789abcdef0123456789abcdef"));
+        assert!(lease_token(b"a"));
+        assert!(lease_token("f".repeat(64).as_bytes()));
+        for broken in [
+            &b""[..],
+            b"junk",
+            b"ABCDEF",
+            b"12 34",
+            &[0xC1, 0x00],
+            "a".repeat(65).as_bytes(),
+        ] {
+            assert!(!lease_token(broken), "{broken:?}");
+        }
+    }
 
     #[test]
     fn ttls_round_up_to_whole_seconds_plus_one() {

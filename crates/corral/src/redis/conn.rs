@@ -63,10 +63,14 @@ impl Connection {
         timeout: Duration,
     ) -> Result<(Value, Value), StoreError> {
         let mut pipe = ::redis::pipe();
-        pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
+        pipe.cmd("PTTL")
+            .arg(value_key)
+            .cmd("GET")
+            .arg(value_key)
+            .ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
             Value::Array(items) => match <[Value; 2]>::try_from(items) {
-                Ok([pttl, value]) => Ok((pttl, value)),
+                Ok([pttl, value]) => Ok((answered(pttl)?, answered(value)?)),
                 Err(items) => Err(unexpected("read", &Value::Array(items))),
             },
             other => Err(unexpected("read", &other)),
@@ -81,7 +85,13 @@ impl Connection {
     ) -> Result<Value, StoreError> {
         let mut get = Cmd::with_capacity(2, 3 + value_key.len());
         get.arg("GET").arg(value_key);
-        bounded(timeout, "read", self.query(&get)).await
+        bounded(timeout, "read", async {
+            match self.query(&get).await {
+                Err(e) if wrong_type(&e) => Ok(foreign()),
+                reply => reply,
+            }
+        })
+        .await
     }
 
     /// [`read`](Self::read) of several value keys of one hash slot in one
@@ -95,12 +105,13 @@ impl Connection {
         for key in value_keys {
             pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
         }
+        pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
             Value::Array(items) if items.len() == 2 * value_keys.len() => {
                 let mut items = items.into_iter();
                 let mut pairs = Vec::with_capacity(value_keys.len());
                 while let (Some(pttl), Some(value)) = (items.next(), items.next()) {
-                    pairs.push((pttl, value));
+                    pairs.push((answered(pttl)?, answered(value)?));
                 }
                 Ok(pairs)
             }
@@ -258,6 +269,36 @@ pub(super) fn refusal(e: &RedisError) -> Option<&'static str> {
             Some("authentication refused by Redis (check the user name and password)")
         }
         _ => None,
+    }
+}
+
+/// What a read of a value key holding another Redis type answers: empty
+/// bytes, which are unframed (no generation) and never decode — a miss the
+/// cache counts, which the next commit overwrites (`SET` replaces any type).
+/// The scripts read such a key the same way (`lua_read`).
+fn foreign() -> Value {
+    Value::BulkString(Vec::new())
+}
+
+/// Whether `e` is Redis' `WRONGTYPE`: the key holds another type.
+fn wrong_type(e: &RedisError) -> bool {
+    e.code() == Some("WRONGTYPE")
+}
+
+/// One reply of a pipeline sent with `ignore_errors`: a `WRONGTYPE` error
+/// is [`foreign`] data; any other error is classified as the whole
+/// pipeline's would be.
+fn answered(reply: Value) -> Result<Value, StoreError> {
+    match reply {
+        Value::ServerError(error) => {
+            let error = RedisError::from(error);
+            if wrong_type(&error) {
+                Ok(foreign())
+            } else {
+                Err(store_error("read", &error))
+            }
+        }
+        reply => Ok(reply),
     }
 }
 

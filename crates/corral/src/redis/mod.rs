@@ -262,6 +262,17 @@ impl RedisConfig {
 /// Redis that restarts without persistence, or loses a fence, has no fence
 /// for an old token and refuses its commit instead of matching it again.
 ///
+/// # Foreign data
+///
+/// A value key holding another Redis type (someone ran `HSET` on it) reads
+/// as empty, unframed bytes — a miss the cache counts in
+/// [`Stats::decode_failures`](crate::Stats::decode_failures), never a
+/// `WRONGTYPE` error — and the lease is granted over it as over any
+/// undecodable value; the commit's `SET` replaces it. A lease key with no
+/// expiry, or whose contents are not a lease token (another string or
+/// type), is taken over by the next `get_or_lease` instead of being waited
+/// for.
+///
 /// # `maxmemory-policy`
 ///
 /// Every key corral writes carries a TTL. Use `noeviction` or a `volatile-*`

@@ -44,6 +44,25 @@ impl Lua {
     }
 }
 
+/// `read(key)`: a key's string value, `false` when it is absent, and `''`
+/// when it holds another Redis type (foreign data, e.g. a hash someone
+/// wrote over a value key): read like unframed bytes — undecodable, no
+/// generation — never a `WRONGTYPE` error. The per-key scripts read every
+/// key through it.
+macro_rules! lua_read {
+    () => {
+        r"
+local function read(key)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    return ''
+  end
+  return value
+end
+"
+    };
+}
+
 /// Value if present (when the mode says so), else a lease grant, else
 /// "held"; for a refresh, a grant only over the generation it read.
 ///
@@ -63,26 +82,39 @@ impl Lua {
 /// and then its leftover fence must not block this grant, which moves the
 /// fence to the new token — so the lapsed leader's late commit is refused
 /// by `COMMIT`'s fence check.
+///
+/// A value key of another type reads as `''` (see `lua_read`): a hit the
+/// cache cannot decode, then a grant over "no generation", and `COMMIT`'s
+/// `SET` replaces it. A lease key that is broken — no expiry (`PTTL` -1),
+/// or contents that are not a lease token (another type, or not 1 to 64
+/// lowercase hex digits) — was not written by a live grant: it is taken
+/// over as if absent, so it cannot hold the key until `fill_timeout`.
 pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_generation!(),
+        lua_read!(),
         r"
 if ARGV[4] == '0' then
-  local value = redis.call('GET', KEYS[1])
+  local value = read(KEYS[1])
   if value then
     return {1, value, redis.call('PTTL', KEYS[1])}
   end
 elseif ARGV[4] == '2' then
-  local value = redis.call('GET', KEYS[1])
+  local value = read(KEYS[1])
   if not value or generation(value) ~= ARGV[5] then
     return {4}
   end
 end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-  return {2}
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local pttl = redis.call('PTTL', KEYS[2])
+  local held = read(KEYS[2])
+  if pttl ~= -1 and held and #held <= 64 and string.find(held, '^[0-9a-f]+$') then
+    return {3, pttl}
+  end
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 end
-return {3, redis.call('PTTL', KEYS[2])}
+redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+return {2}
 "
     ))
 });
@@ -92,18 +124,19 @@ return {3, redis.call('PTTL', KEYS[2])}
 ///
 /// ARGV: token, lease_ms, fence_ms. Returns 1 (renewed) or 0 (not owned).
 pub(super) static RENEW: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_read!(),
         r"
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+if read(KEYS[2]) ~= ARGV[1] then
   return 0
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-if redis.call('GET', KEYS[3]) == ARGV[1] then
+if read(KEYS[3]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
 return 1
 ",
-    )
+    ))
 });
 
 /// Fenced write (the token stays as the fence for the value's life),
@@ -113,10 +146,11 @@ return 1
 /// channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
 /// expired).
 pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_read!(),
         r"
-local fenced = redis.call('GET', KEYS[3]) == ARGV[1]
-if redis.call('GET', KEYS[2]) == ARGV[1] then
+local fenced = read(KEYS[3]) == ARGV[1]
+if read(KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
 if fenced then
@@ -128,25 +162,26 @@ end
 redis.call('PUBLISH', ARGV[4], 'r' .. ARGV[5])
 return 0
 ",
-    )
+    ))
 });
 
 /// Owner-checked release of the lease and its fence, and notification.
 ///
 /// ARGV: token, channel, message. Returns 0.
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_read!(),
         r"
-if redis.call('GET', KEYS[2]) == ARGV[1] then
+if read(KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
-if redis.call('GET', KEYS[3]) == ARGV[1] then
+if read(KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 redis.call('PUBLISH', ARGV[2], 'r' .. ARGV[3])
 return 0
 ",
-    )
+    ))
 });
 
 /// Unconditional write that drops the lease and moves the fence to a new
@@ -205,13 +240,13 @@ return 0
 /// ARGV: retention_ms, channel, origin (hex), then for each key its tag and
 /// a new random version to create it with. Returns the versions, in order.
 pub(super) static TAG_VERSIONS: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_read!(),
         r"
 local versions = {}
 for i, key in ipairs(KEYS) do
-  local version = redis.pcall('GET', key)
-  if type(version) ~= 'string' or #version == 0 or #version > 64
-      or string.find(version, '[^!-~]') then
+  local version = read(key)
+  if not version or #version == 0 or #version > 64 or string.find(version, '[^!-~]') then
     local tag = ARGV[2 + 2 * i]
     version = ARGV[3 + 2 * i]
     redis.call('SET', key, version, 'PX', ARGV[1])
@@ -227,7 +262,7 @@ for i, key in ipairs(KEYS) do
 end
 return versions
 ",
-    )
+    ))
 });
 
 /// Every script, for loading them all at connect.

@@ -67,7 +67,9 @@ type TagName = (Arc<str>, Arc<str>);
 /// An in-process [`Store`] with leases, fences, notifications and a
 /// backplane, bounded to `max_keys` keys (when full, expired keys are
 /// dropped first, then arbitrary ones). Backplane messages are delivered
-/// synchronously, inside the write call that makes them.
+/// synchronously, inside the write call that makes them. Only its own calls
+/// write it, so every lease it holds has an expiry and a token: there is no
+/// broken lease or foreign value to take over here.
 #[derive(Clone)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,

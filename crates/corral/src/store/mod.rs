@@ -271,13 +271,21 @@ pub enum Commit {
 pub trait Store: Send + Sync + Debug + 'static {
     /// Returns the value, or grants the lease to this caller, or reports it
     /// held by another — atomically.
+    ///
+    /// A lease that no grant of this store could have left — one with no
+    /// expiry, or contents that are not a lease token (written by something
+    /// else) — is broken: it is taken over as if absent, never waited for.
+    /// Data of a foreign kind where the value belongs (another Redis type,
+    /// say) is returned as bytes that do not decode, so the cache counts a
+    /// miss and asks for the lease over it.
     fn get_or_lease<'a>(
         &'a self,
         key: &'a StoreKey,
         request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>>;
 
-    /// Reads the value.
+    /// Reads the value. Data of a foreign kind where the value belongs
+    /// reads as bytes that do not decode (a miss), not as an error.
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;
 
     /// Reads the values of `keys`, in order: as [`get`](Store::get) each,
@@ -310,6 +318,11 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// the lease if still owned, and notifies listeners — atomically. A
     /// stored value is announced on the backplane as [`Event::Filled`] from
     /// `origin`.
+    ///
+    /// A commit that fails after the store answered (bytes too large for
+    /// it, a server error) should release the lease before it returns the
+    /// error; the cache releases it too (see [`release`](Store::release)),
+    /// so a lease is left to its TTL only when the store does not answer.
     fn commit<'a>(
         &'a self,
         key: &'a StoreKey,
