@@ -42,9 +42,9 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use server::{RedisServer, TlsFiles};
-pub use stampede::{Stampede, StampedeReport};
+pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};
 pub use traces::{capture, Captured};
-pub use worker::Worker;
+pub use worker::{Worker, ANSWER_TIMEOUT};
 
 /// How many lines [`log_tail`] keeps.
 pub const LOG_TAIL_LINES: usize = 60;
