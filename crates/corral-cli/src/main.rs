@@ -29,15 +29,18 @@ enum Command {
     /// Runs a stampede of concurrent callers on cold keys through corral and
     /// through a naive cache-aside, and compares fills and latencies.
     Herd(herd::HerdArgs),
-    /// One worker process of `corral herd --redis` (started by it; takes
-    /// orders on stdin, answers on stdout).
+    /// One worker process of `corral herd --redis` (started by it, with its
+    /// config as JSON; takes orders on stdin, answers on stdout).
     #[command(hide = true)]
-    HerdWorker(herd::WorkerArgs),
+    HerdWorker {
+        /// The worker's config, as JSON.
+        config: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Herd(args) => herd::run(args),
-        Command::HerdWorker(args) => herd::run_worker(args),
+        Command::HerdWorker { config } => herd::run_worker(&config),
     }
 }

@@ -66,7 +66,6 @@ fn corral_queries_sqlite_once_per_cold_key_and_naive_stampedes() {
     assert_eq!(report["keys"], KEYS);
     assert_eq!(report["rounds"], ROUNDS);
     let database = &report["database"];
-    assert_eq!(database["kind"], "sqlite");
     assert_eq!(database["path"], db_arg);
     assert_eq!(database["rows"], 20_000);
     assert_eq!(database["pool_size"], 4);

@@ -11,7 +11,7 @@ use super::report::{Comparison, Setting, SideReport};
 use corral_testkit::Tally;
 
 use super::scenario::{round_keys, run_round, Contender, CorralSide, NaiveSide, Scenario};
-use super::sqlite::{Database, SqliteArgs, SqliteSource};
+use super::sqlite::{Database, SqliteArgs};
 
 /// Seeds the database, then runs the scenario through corral, then through
 /// the naive cache-aside.
@@ -20,45 +20,34 @@ use super::sqlite::{Database, SqliteArgs, SqliteSource};
 ///
 /// If the database cannot be created, the cache cannot be built or a
 /// caller task panicked.
-pub(crate) async fn run(scenario: Scenario, sqlite: &SqliteArgs) -> anyhow::Result<Comparison> {
-    let args = sqlite.clone();
-    let db = tokio::task::spawn_blocking(move || Database::create(&args)).await??;
-    let loader = |source: &Arc<SqliteSource>| {
-        let source = Arc::clone(source);
-        move |key: String| {
-            let source = Arc::clone(&source);
-            async move { source.load(&key).await }
-        }
-    };
+pub(crate) async fn run(scenario: Scenario, sqlite: SqliteArgs) -> anyhow::Result<Comparison> {
+    let db = tokio::task::spawn_blocking(move || Database::create(&sqlite)).await??;
 
-    let source = Arc::new(db.source(sqlite)?);
+    let source = Arc::new(db.source()?);
     let cache = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
         .max_entries(scenario.cold_keys().max(1024))
-        .fill_timeout(sqlite.pool_wait() + Duration::from_secs(30))
+        .fill_timeout(Duration::from_millis(db.pool_wait_ms) + Duration::from_secs(30))
         .build()
         .context("building the corral cache")?;
     let corral = Arc::new(CorralSide {
         cache,
-        load: loader(&source),
+        source: Arc::clone(&source),
     });
     warm_up(&corral, scenario).await?;
-    let (before, coalesced) = (source.counts(), corral.cache.stats().coalesced);
+    let (_, coalesced) = (source.take_counts(), corral.cache.stats().coalesced);
     let tally = run_side(&corral, scenario).await?;
-    let counts = source.counts().since(before);
-    let mut corral_report = SideReport::sqlite("corral", scenario, counts, tally);
+    let mut corral_report = SideReport::sqlite("corral", scenario, source.take_counts(), tally);
     corral_report.coalesced = Some(corral.cache.stats().coalesced - coalesced);
 
-    let source = Arc::new(db.source(sqlite)?);
-    let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), loader(&source)));
+    let source = Arc::new(db.source()?);
+    let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
     warm_up(&naive, scenario).await?;
-    let before = source.counts();
+    source.take_counts();
     let tally = run_side(&naive, scenario).await?;
-    let naive_report = SideReport::sqlite("naive", scenario, source.counts().since(before), tally);
+    let naive_report = SideReport::sqlite("naive", scenario, source.take_counts(), tally);
 
-    let setting = Setting::Embedded {
-        database: db.info().clone(),
-    };
+    let setting = Setting::Embedded { database: db };
     Ok(Comparison::new(
         scenario,
         setting,

@@ -18,7 +18,7 @@ mod scenario;
 mod sqlite;
 mod worker;
 
-pub(crate) use worker::{run as run_worker, WorkerArgs};
+pub(crate) use worker::run as run_worker;
 
 use std::time::Duration;
 
@@ -88,7 +88,7 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         return emit(&report?, args.json);
     }
     let report = match &args.redis.redis {
-        None => runtime.block_on(embedded::run(scenario, &args.sqlite)),
+        None => runtime.block_on(embedded::run(scenario, args.sqlite.clone())),
         Some(url) => {
             let processes = args.redis.processes;
             runtime.block_on(redis::run(url, processes, scenario, args.threads))

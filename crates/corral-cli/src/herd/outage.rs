@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 
 use super::report::{failure_line, group, render, Report};
-use super::scenario::{round_keys, run_round, Contender, NaiveSide, Scenario, Source};
+use super::scenario::{round_keys, run_round, Contender, Load, NaiveSide, Scenario, Source};
 
 /// How long a value is fresh in this scenario.
 const TTL: Duration = Duration::from_millis(100);
@@ -35,32 +35,29 @@ impl FlakySource {
         let (source, down) = (Source::new(fill), AtomicBool::new(false));
         Arc::new(Self { source, down })
     }
+}
 
-    async fn load(self: Arc<Self>, key: String) -> anyhow::Result<String> {
-        let value = self.source.load(&key).await;
+impl Load for FlakySource {
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
+        let value = self.source.load(key).await;
         anyhow::ensure!(!self.down.load(Relaxed), "the source is down");
-        Ok(value)
+        value
     }
 }
 
-/// corral with fail-safe, counting the answers it served by fail-safe.
-struct CorralSide {
-    cache: corral::Cache<String>,
-    source: Arc<FlakySource>,
-    fail_safe_answers: AtomicU64,
-}
+/// corral with fail-safe over its source, counting the answers it served
+/// by fail-safe.
+struct CorralSide(corral::Cache<String>, Arc<FlakySource>, AtomicU64);
 
 impl Contender for CorralSide {
     async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let load = Arc::clone(&self.source).load(key.to_owned());
-        let fill = || async move { load.await.map(corral::Answer::value) };
-        let fetched = self
-            .cache
-            .fetch(key, corral::FillOptions::new(), fill)
-            .await;
+        let CorralSide(cache, source, fail_safe_answers) = self;
+        let (source, owned) = (Arc::clone(source), key.to_owned());
+        let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
+        let fetched = cache.fetch(key, corral::FillOptions::new(), fill).await;
         let fetched = fetched.map_err(|e| anyhow::anyhow!("corral fetch({key}): {e}"))?;
         if fetched.freshness == corral::Freshness::FailSafe {
-            self.fail_safe_answers.fetch_add(1, Relaxed);
+            fail_safe_answers.fetch_add(1, Relaxed);
         }
         fetched.value.context("no value")
     }
@@ -143,21 +140,12 @@ pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
         .max_entries(scenario.keys.max(1024))
         .build()
         .context("building the corral cache")?;
-    let (source, fail_safe_answers) = (FlakySource::new(scenario.fill), AtomicU64::new(0));
-    let corral = Arc::new(CorralSide {
-        cache,
-        source,
-        fail_safe_answers,
-    });
-    let fail_safe = || Some(corral.fail_safe_answers.swap(0, Relaxed));
-    let (corral_rounds, first_failure) =
-        run_side(&corral, &corral.source, scenario, fail_safe).await?;
     let source = FlakySource::new(scenario.fill);
-    let load = {
-        let source = Arc::clone(&source);
-        move |key| Arc::clone(&source).load(key)
-    };
-    let naive = Arc::new(NaiveSide::new(TTL, load));
+    let corral = Arc::new(CorralSide(cache, Arc::clone(&source), AtomicU64::new(0)));
+    let fail_safe = || Some(corral.2.swap(0, Relaxed));
+    let (corral_rounds, first_failure) = run_side(&corral, &source, scenario, fail_safe).await?;
+    let source = FlakySource::new(scenario.fill);
+    let naive = Arc::new(NaiveSide::new(TTL, &source));
     let (naive_rounds, _) = run_side(&naive, &source, scenario, || None).await?;
 
     let down = |rounds: &[OutageRound], f: fn(&OutageRound) -> u64| {
@@ -203,8 +191,7 @@ async fn run_side<C: Contender>(
         let tally = run_round(contender, scenario.callers, &keys).await?;
         first_failure = first_failure.or(tally.first_failure);
         let (answered, errors) = (tally.successes, tally.failures);
-        let source_calls = source.source.calls() - calls_before;
-        let fail_safe = fail_safe();
+        let (source_calls, fail_safe) = (source.source.calls() - calls_before, fail_safe());
         rounds.push(OutageRound {
             source_up,
             answered,

@@ -7,7 +7,7 @@ use serde::Serialize;
 use corral_testkit::Tally;
 
 use super::scenario::Scenario;
-use super::sqlite::{DatabaseInfo, SourceCounts};
+use super::sqlite::{Database, SourceCounts};
 
 /// A finished run: serialized for `--json`, else printed as a table.
 pub(crate) trait Report: Serialize {
@@ -33,7 +33,7 @@ impl Latency {
 }
 
 /// One side (one cache under test) of a run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct SideReport {
     /// `corral` or `naive`.
     pub(crate) side: &'static str,
@@ -62,19 +62,17 @@ pub(crate) struct SideReport {
 impl SideReport {
     /// A side that called its source `fills` times and measured `tally`.
     pub(crate) fn new(side: &'static str, scenario: Scenario, fills: u64, tally: Tally) -> Self {
-        Self {
+        let mut report = Self {
             side,
-            calls: scenario.callers * scenario.rounds,
-            successes: tally.successes,
-            failures: tally.failures,
-            latency_ms: Latency::of(&tally),
-            first_failure: tally.first_failure,
             fills,
-            wall_ms: tally.wall_us as f64 / 1000.0,
-            sqlite: None,
-            coalesced: None,
-            redis_commands: None,
-        }
+            latency_ms: Latency::of(&tally),
+            ..Self::default()
+        };
+        report.calls = scenario.callers * scenario.rounds;
+        (report.successes, report.failures) = (tally.successes, tally.failures);
+        report.first_failure = tally.first_failure;
+        report.wall_ms = tally.wall_us as f64 / 1000.0;
+        report
     }
 
     /// A side of the SQLite run: every call of the source is a fill
@@ -82,34 +80,30 @@ impl SideReport {
     pub(crate) fn sqlite(
         side: &'static str,
         scenario: Scenario,
-        counts: SourceCounts,
+        n: SourceCounts,
         tally: Tally,
     ) -> Self {
-        let attempts = counts.sqlite_queries + counts.timeouts + counts.errors;
-        Self {
-            sqlite: Some(counts),
-            ..Self::new(side, scenario, attempts, tally)
-        }
+        let mut report = Self::new(
+            side,
+            scenario,
+            n.sqlite_queries + n.timeouts + n.errors,
+            tally,
+        );
+        report.sqlite = Some(n);
+        report
     }
 
     /// The rows of the table: label and figure (absent: not measured).
     fn cells(&self) -> [(&'static str, Option<String>); 10] {
         let sqlite = self.sqlite;
         let ms = |ms: f64| Some(format!("{ms:.1}"));
+        let answered = format!("{}/{}", group(self.successes), group(self.calls));
+        let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
         [
-            (
-                "calls answered",
-                Some(format!("{}/{}", group(self.successes), group(self.calls))),
-            ),
+            ("calls answered", Some(answered)),
             ("source calls (fill attempts)", Some(group(self.fills))),
-            (
-                "SQLite queries run",
-                sqlite.map(|s| group(s.sqlite_queries)),
-            ),
-            (
-                "timeouts (no pooled connection)",
-                sqlite.map(|s| group(s.timeouts)),
-            ),
+            ("SQLite queries run", queries.map(group)),
+            ("timeouts (no pooled connection)", timeouts.map(group)),
             ("callers coalesced", self.coalesced.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
@@ -130,17 +124,17 @@ impl SideReport {
 }
 
 /// Where a run's values and source live.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub(crate) enum Setting {
     /// In process, over a seeded SQLite file.
-    Embedded { database: DatabaseInfo },
+    Embedded { database: Database },
     /// Worker processes sharing Redis, over a sleeping source.
     Redis { processes: u64, fill_ms: u64 },
 }
 
 /// corral against the naive cache-aside on one scenario.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 pub(crate) struct Comparison {
     /// `embedded` or `redis`.
     mode: &'static str,
@@ -172,12 +166,9 @@ impl Comparison {
             };
             let timeouts = side
                 .sqlite
-                .map_or_else(String::new, |s| format!(", {} timeouts", group(s.timeouts)));
-            format!(
-                "{}: {rate} per cold key per round ({} total){timeouts}",
-                side.side,
-                group(n)
-            )
+                .map(|s| format!(", {} timeouts", group(s.timeouts)));
+            let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
+            format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
         };
         let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
         let ratio = match ours {
@@ -236,23 +227,19 @@ impl Report for Comparison {
             .into_iter()
             .zip(n.cells())
             .filter_map(|((label, c), (_, n))| {
-                let dash = || "-".to_owned();
-                (c.is_some() || n.is_some()).then(|| {
-                    vec![
-                        label.to_owned(),
-                        c.unwrap_or_else(dash),
-                        n.unwrap_or_else(dash),
-                    ]
+                let cells = [Some(label.to_owned()), c, n];
+                let measured = cells[1].is_some() || cells[2].is_some();
+                measured.then(|| {
+                    cells
+                        .map(|cell| cell.unwrap_or_else(|| "-".to_owned()))
+                        .to_vec()
                 })
             });
         let table = render(&["", "corral", "naive cache-aside"], rows);
         let mut out = format!("{}\n\n{table}\n{}\n", self.title(), self.verdict);
         for side in [c, n] {
-            out.push_str(&failure_line(
-                side.side,
-                side.failures,
-                side.first_failure.as_deref(),
-            ));
+            let first = side.first_failure.as_deref();
+            out.push_str(&failure_line(side.side, side.failures, first));
         }
         out
     }
@@ -270,10 +257,8 @@ pub(crate) fn failure_line(side: &str, failures: u64, first: Option<&str>) -> St
 /// A table under `header`: labels left-aligned, figures right-aligned.
 pub(crate) fn render(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut table = Table::new();
-    table
-        .load_style(presets::ASCII_MARKDOWN)
-        .set_header(header.to_vec());
-    table.add_rows(rows);
+    table.load_style(presets::ASCII_MARKDOWN);
+    table.set_header(header.to_vec()).add_rows(rows);
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
@@ -315,11 +300,12 @@ mod tests {
 
     #[test]
     fn the_table_and_verdict_set_the_sides_side_by_side() {
+        let fill = std::time::Duration::ZERO;
         let scenario = Scenario {
             callers: 100,
             keys: 2,
             rounds: 3,
-            fill: std::time::Duration::ZERO,
+            fill,
         };
         let side = |name, fills| SideReport::new(name, scenario, fills, Tally::default());
         let setting = Setting::Redis {
@@ -332,10 +318,8 @@ mod tests {
             "corral: 1 fill per cold key per round (6 total); naive: 50 fills per cold key per round (300 total) — 50x the fills"
         );
         let table = comparison.table();
-        assert!(
-            table.contains("| source calls (fill attempts) |      6 |               300 |"),
-            "{table}"
-        );
+        let fills = "| source calls (fill attempts) |      6 |               300 |";
+        assert!(table.contains(fills), "{table}");
         assert!(
             !table.contains("SQLite"),
             "no SQLite rows without SQLite: {table}"

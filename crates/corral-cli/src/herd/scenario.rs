@@ -12,7 +12,7 @@ use corral_testkit::{Callers, Tally};
 
 /// `callers` concurrent callers per round on `keys` cold keys (caller `i`
 /// asks for key `i % keys`), `rounds` times, each round on fresh keys.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Scenario {
     pub(crate) callers: u64,
     pub(crate) keys: u64,
@@ -33,6 +33,11 @@ pub(crate) fn round_keys(prefix: &str, keys: u64) -> Vec<String> {
     (0..keys).map(|k| format!("herd:{prefix}:k{k}")).collect()
 }
 
+/// A source of truth: what a fill calls. Its values start with their key.
+pub(crate) trait Load: Send + Sync + 'static {
+    fn load(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
+}
+
 /// The sleeping source of truth of the Redis and outage runs: every call
 /// is counted and takes the fill time.
 #[derive(Debug)]
@@ -47,24 +52,24 @@ impl Source {
         Self { calls, fill }
     }
 
-    /// One slow, counted call.
-    pub(crate) async fn load(&self, key: &str) -> String {
-        self.calls.fetch_add(1, Relaxed);
-        tokio::time::sleep(self.fill).await;
-        format!("{key} → its value")
-    }
-
     pub(crate) fn calls(&self) -> u64 {
         self.calls.load(Relaxed)
     }
 }
 
-/// Whether `value` answers `key`: every source's values start with their
-/// key, so a caller handed another key's value is caught.
+impl Load for Source {
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
+        self.calls.fetch_add(1, Relaxed);
+        tokio::time::sleep(self.fill).await;
+        Ok(format!("{key} → its value"))
+    }
+}
+
+/// Whether `value` answers `key`: a caller handed another key's value is
+/// caught.
 fn is_value_of(key: &str, value: &str) -> bool {
-    value
-        .strip_prefix(key)
-        .is_some_and(|rest| rest.starts_with(" → "))
+    let rest = value.strip_prefix(key);
+    rest.is_some_and(|rest| rest.starts_with(" → "))
 }
 
 /// A cache under test: reads `key`, filling it from its source on a miss.
@@ -72,57 +77,55 @@ pub(crate) trait Contender: Send + Sync + 'static {
     fn get(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
 }
 
-/// corral's `get_or_fill`, filling from `load`.
-pub(crate) struct CorralSide<L> {
+/// corral's `get_or_fill` over a source.
+pub(crate) struct CorralSide<S> {
     pub(crate) cache: corral::Cache<String>,
-    pub(crate) load: L,
+    pub(crate) source: Arc<S>,
 }
 
-impl<L, F> Contender for CorralSide<L>
-where
-    L: Fn(String) -> F + Send + Sync + 'static,
-    F: Future<Output = anyhow::Result<String>> + Send + 'static,
-{
+impl<S: Load> Contender for CorralSide<S> {
     async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let fill = (self.load)(key.to_owned());
-        let value = self.cache.get_or_fill(key, move || fill).await;
+        let (source, owned) = (Arc::clone(&self.source), key.to_owned());
+        let fill = move || async move { source.load(&owned).await };
+        let value = self.cache.get_or_fill(key, fill).await;
         value.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))
     }
 }
 
 /// The usual cache-aside over a map: read it; on a miss (or an entry older
-/// than `ttl`) call `load` and write the map. Nothing stops concurrent
+/// than `ttl`) call the source and write the map. Nothing stops concurrent
 /// misses of one key from all calling it.
-pub(crate) struct NaiveSide<L> {
+pub(crate) struct NaiveSide<S> {
     entries: RwLock<HashMap<String, (String, Instant)>>,
     ttl: Duration,
-    load: L,
+    source: Arc<S>,
 }
 
-impl<L> NaiveSide<L> {
-    pub(crate) fn new(ttl: Duration, load: L) -> Self {
-        let entries = RwLock::default();
-        Self { entries, ttl, load }
+impl<S> NaiveSide<S> {
+    pub(crate) fn new(ttl: Duration, source: &Arc<S>) -> Self {
+        let (entries, source) = (RwLock::default(), Arc::clone(source));
+        Self {
+            entries,
+            ttl,
+            source,
+        }
     }
 }
 
-impl<L, F> Contender for NaiveSide<L>
-where
-    L: Fn(String) -> F + Send + Sync + 'static,
-    F: Future<Output = anyhow::Result<String>> + Send,
-{
+impl<S: Load> Contender for NaiveSide<S> {
     async fn get(&self, key: &str) -> anyhow::Result<String> {
         let entries = &self.entries;
-        if let Some((value, until)) = entries
+        let cached = entries
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
-        {
-            if *until > Instant::now() {
-                return Ok(value.clone());
-            }
+            .cloned();
+        if let Some((value, _)) = cached.filter(|(_, until)| *until > Instant::now()) {
+            return Ok(value);
         }
-        let value = (self.load)(key.to_owned())
+        let value = self
+            .source
+            .load(key)
             .await
             .with_context(|| format!("naive get({key})"))?;
         let until = Instant::now() + self.ttl;

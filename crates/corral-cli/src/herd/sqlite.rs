@@ -12,9 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use deadpool_sqlite::rusqlite::{params, Connection};
+use deadpool_sqlite::rusqlite::{named_params, Connection};
 use deadpool_sqlite::{Manager, Pool, PoolError, Runtime, TimeoutType};
 use serde::Serialize;
+
+use super::scenario::Load;
 
 /// Flags of `corral herd` for the SQLite source (the default run).
 #[derive(Debug, Clone, clap::Args)]
@@ -39,19 +41,13 @@ pub(crate) struct SqliteArgs {
     pool_wait_ms: u64,
 }
 
-impl SqliteArgs {
-    /// How long a call may wait for a connection.
-    pub(crate) fn pool_wait(&self) -> Duration {
-        Duration::from_millis(self.pool_wait_ms)
-    }
-}
-
-/// What the report says about the database.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct DatabaseInfo {
-    /// Always `sqlite`.
-    pub(crate) kind: &'static str,
-    pub(crate) path: String,
+/// A seeded SQLite file, as the report describes it; its temporary
+/// directory, if any, goes away with it.
+#[derive(Debug, Serialize)]
+pub(crate) struct Database {
+    #[serde(skip)]
+    _dir: Option<tempfile::TempDir>,
+    pub(crate) path: PathBuf,
     pub(crate) rows: u64,
     pub(crate) users: u64,
     pub(crate) pool_size: u64,
@@ -62,21 +58,19 @@ pub(crate) struct DatabaseInfo {
     pub(crate) query_ms: f64,
 }
 
-/// A seeded SQLite file; its temporary directory, if any, goes away with it.
-pub(crate) struct Database {
-    _dir: Option<tempfile::TempDir>,
-    path: PathBuf,
-    info: DatabaseInfo,
-}
-
-const SCHEMA: &str = "
-    DROP TABLE IF EXISTS orders;
-    DROP TABLE IF EXISTS users;
-    CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+const SCHEMA: &str = "DROP TABLE IF EXISTS orders;
     CREATE TABLE orders (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL,
         amount_cents INTEGER NOT NULL, status INTEGER NOT NULL, note TEXT NOT NULL);";
 
-/// The fill: one user's order totals, a scan of every order.
+/// The orders, from a fixed formula so every run holds the same data.
+const ORDERS: &str = "
+    WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < :rows),
+        o(id, user_id) AS (SELECT id, (id * 2654435761) % :users + 1 FROM n)
+    INSERT INTO orders SELECT id, user_id, 100 + (id * 7919) % 49901, id % 3,
+        'order ' || id || ' of user ' || user_id || ', shipped by carrier ' || id % 7 FROM o";
+
+/// The fill: one user's order totals, a scan of every order (no index on
+/// `user_id`).
 const USER_TOTALS: &str = "
     SELECT COUNT(*), COALESCE(SUM(amount_cents), 0),
            COALESCE(SUM(CASE WHEN status = 2 THEN amount_cents ELSE 0 END), 0)
@@ -84,8 +78,7 @@ const USER_TOTALS: &str = "
 
 impl Database {
     /// Creates the file (in a temporary directory unless `--db` names one),
-    /// seeds it in one transaction from a fixed seed, reads every user's
-    /// expected answer and times one fill query. Blocking.
+    /// seeds it and times one fill query. Blocking.
     ///
     /// # Errors
     ///
@@ -99,36 +92,28 @@ impl Database {
                 (Some(dir), path)
             }
         };
+        let ms = |started: Instant| started.elapsed().as_micros() as f64 / 1000.0;
         let started = Instant::now();
-        let mut conn = Connection::open(&path)?;
-        seed(
-            &mut conn,
-            i64::try_from(args.rows)?,
-            i64::try_from(args.users)?,
-        )
-        .with_context(|| format!("seeding {path:?}"))?;
-        let seed_ms = ms(started.elapsed());
+        let conn = Connection::open(&path)?;
+        let (rows, users) = (i64::try_from(args.rows)?, i64::try_from(args.users)?);
+        conn.execute_batch(SCHEMA)?;
+        let seeded = conn.execute(ORDERS, named_params! { ":rows": rows, ":users": users });
+        seeded.with_context(|| format!("seeding {path:?}"))?;
+        let seed_ms = ms(started);
         let started = Instant::now();
         user_totals(&conn, 1)?;
-        let info = DatabaseInfo {
-            kind: "sqlite",
-            path: path.display().to_string(),
-            rows: args.rows,
-            users: args.users,
-            pool_size: args.pool_size,
-            pool_wait_ms: args.pool_wait_ms,
-            seed_ms,
-            query_ms: ms(started.elapsed()),
-        };
+        let (pool_size, pool_wait_ms) = (args.pool_size, args.pool_wait_ms);
+        let (_dir, rows, users, query_ms) = (dir, args.rows, args.users, ms(started));
         Ok(Self {
-            _dir: dir,
+            _dir,
             path,
-            info,
+            rows,
+            users,
+            pool_size,
+            pool_wait_ms,
+            seed_ms,
+            query_ms,
         })
-    }
-
-    pub(crate) fn info(&self) -> &DatabaseInfo {
-        &self.info
     }
 
     /// A source over this file with its own pool and counters.
@@ -136,61 +121,27 @@ impl Database {
     /// # Errors
     ///
     /// If the pool cannot be built.
-    pub(crate) fn source(&self, args: &SqliteArgs) -> anyhow::Result<SqliteSource> {
-        let manager =
-            Manager::from_config(&deadpool_sqlite::Config::new(&self.path), Runtime::Tokio1);
-        let pool = Pool::builder(manager)
-            .max_size(usize::try_from(args.pool_size)?)
-            .wait_timeout(Some(args.pool_wait()))
+    pub(crate) fn source(&self) -> anyhow::Result<SqliteSource> {
+        let wait = Duration::from_millis(self.pool_wait_ms);
+        let config = deadpool_sqlite::Config::new(&self.path);
+        let pool = Pool::builder(Manager::from_config(&config, Runtime::Tokio1))
+            .max_size(usize::try_from(self.pool_size)?)
+            .wait_timeout(Some(wait))
             .runtime(Runtime::Tokio1)
-            .build()
-            .context("building the SQLite pool")?;
-        let (wait, users, counts) = (args.pool_wait(), args.users, Default::default());
+            .build()?;
         Ok(SqliteSource {
             pool,
             wait,
-            users,
-            counts,
+            users: self.users,
+            counts: Default::default(),
         })
     }
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_micros() as f64 / 1000.0
-}
-
-fn seed(conn: &mut Connection, rows: i64, users: i64) -> deadpool_sqlite::rusqlite::Result<()> {
-    conn.execute_batch(SCHEMA)?;
-    let tx = conn.transaction()?;
-    {
-        let mut user = tx.prepare("INSERT INTO users (id, name) VALUES (?1, ?2)")?;
-        for id in 1..=users {
-            user.execute(params![id, format!("user-{id:07}")])?;
-        }
-        let mut order = tx.prepare("INSERT INTO orders VALUES (?1, ?2, ?3, ?4, ?5)")?;
-        let mut rng = fastrand::Rng::with_seed(0x5eed);
-        for id in 1..=rows {
-            let user_id = rng.i64(1..=users);
-            let note = format!(
-                "order {id} of user {user_id}, shipped by carrier {}",
-                id % 7
-            );
-            order.execute(params![
-                id,
-                user_id,
-                rng.i64(100..=50_000),
-                rng.i64(0..=2),
-                note
-            ])?;
-        }
-    }
-    tx.commit()
-}
-
-/// One fill query: the user's totals as the key's value.
+/// One fill query: the user's totals.
 fn user_totals(conn: &Connection, user: i64) -> deadpool_sqlite::rusqlite::Result<String> {
     let mut statement = conn.prepare_cached(USER_TOTALS)?;
-    statement.query_row(params![user], |row| {
+    statement.query_row([user], |row| {
         let (orders, total, refunded): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
         Ok(format!(
             "user {user}: {orders} orders, {total} cents, {refunded} refunded"
@@ -207,17 +158,6 @@ pub(crate) struct SourceCounts {
     pub(crate) timeouts: u64,
     /// Calls that failed otherwise.
     pub(crate) errors: u64,
-}
-
-impl SourceCounts {
-    /// What happened between `before` and `self`.
-    pub(crate) fn since(self, before: Self) -> Self {
-        Self {
-            sqlite_queries: self.sqlite_queries - before.sqlite_queries,
-            timeouts: self.timeouts - before.timeouts,
-            errors: self.errors - before.errors,
-        }
-    }
 }
 
 /// A side's view of the database: a bounded pool, and counts of its calls.
@@ -237,13 +177,25 @@ impl SqliteSource {
         (hash % self.users.max(1)) as i64 + 1
     }
 
+    /// Its counts since the last time they were taken.
+    pub(crate) fn take_counts(&self) -> SourceCounts {
+        let [sqlite_queries, timeouts, errors] = self.counts.each_ref().map(|c| c.swap(0, Relaxed));
+        SourceCounts {
+            sqlite_queries,
+            timeouts,
+            errors,
+        }
+    }
+}
+
+impl Load for SqliteSource {
     /// One counted fill: waits (bounded) for a connection, then queries the
     /// totals of the key's user; the value is `{key} → {totals}`.
     ///
     /// # Errors
     ///
     /// No connection in time (counted as a timeout), or a failed query.
-    pub(crate) async fn load(&self, key: &str) -> anyhow::Result<String> {
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
         let user = self.user_of(key);
         let [queries, timeouts, errors] = &self.counts;
         let conn = match self.pool.get().await {
@@ -266,16 +218,6 @@ impl SqliteSource {
         })?;
         Ok(format!("{key} → {totals}"))
     }
-
-    /// Its counts so far.
-    pub(crate) fn counts(&self) -> SourceCounts {
-        let [sqlite_queries, timeouts, errors] = self.counts.each_ref().map(|c| c.load(Relaxed));
-        SourceCounts {
-            sqlite_queries,
-            timeouts,
-            errors,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -283,17 +225,20 @@ mod tests {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn queries_answer_what_the_seed_holds_and_calls_are_counted() {
+    async fn a_fill_is_its_user_s_totals_and_every_call_is_counted() {
         let dir = tempfile::tempdir().expect("temp dir");
+        let db = Some(dir.path().join("t.sqlite3"));
         let args = SqliteArgs {
-            db: Some(dir.path().join("t.sqlite3")),
+            db,
             rows: 2_000,
             users: 50,
             pool_size: 1,
             pool_wait_ms: 20,
         };
-        let db = Database::create(&args).expect("create");
-        let source = db.source(&args).expect("pool");
+        let source = Database::create(&args)
+            .expect("create")
+            .source()
+            .expect("pool");
         let conn = Connection::open(dir.path().join("t.sqlite3")).expect("open");
         for key in ["a", "herd:local:r0:k3"] {
             let totals = user_totals(&conn, source.user_of(key)).expect("totals");
@@ -311,17 +256,7 @@ mod tests {
             timeouts: 1,
             errors: 0,
         };
-        assert_eq!(source.counts(), counts);
-        // Seeding again replaces the tables with the same data.
-        let again = Database::create(&args).expect("re-create");
-        assert_eq!(
-            again
-                .source(&args)
-                .expect("pool")
-                .load("a")
-                .await
-                .expect("query"),
-            source.load("a").await.expect("query")
-        );
+        assert_eq!(source.take_counts(), counts);
+        assert_eq!(source.take_counts(), SourceCounts::default());
     }
 }

@@ -1,64 +1,41 @@
-//! `corral herd-worker`: one process of `corral herd --redis`, speaking
-//! `corral-testkit`'s worker protocol: it says `@ready` once connected, then
-//! on `arm <round>` spawns its share of the round's callers (`@armed`), and
-//! on `go` releases them and prints `@report <json>` ([`ProcessRound`]).
+//! `corral herd-worker CONFIG`: one process of `corral herd --redis`,
+//! speaking `corral-testkit`'s worker protocol: `@ready` once connected;
+//! on `arm <round>` it spawns its share of the round's callers (`@armed`);
+//! on `go` it releases them and prints `@report <json>` ([`ProcessRound`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use redis::aio::MultiplexedConnection;
+use corral_testkit::Tally;
 use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::io::AsyncBufReadExt as _;
 
-use corral_testkit::Tally;
+use super::scenario::{arm, round_keys, Contender, CorralSide, Load, Scenario, Source};
 
-use super::scenario::{arm, round_keys, Contender, CorralSide, Source};
-
-/// Which cache a worker runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Which cache a worker runs: corral's `get_or_fill` on a `RedisStore` with
+/// an L1, or a naive cache-aside on Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub(crate) enum SideKind {
-    /// corral's `get_or_fill` on a `RedisStore`, with an L1.
     Corral,
-    /// `GET`; on a miss, call the source and `SET`.
     Naive,
 }
 
-impl SideKind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::Corral => "corral",
-            Self::Naive => "naive",
-        }
-    }
-}
-
-/// Flags of `corral herd-worker` (set by `corral herd --redis`).
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct WorkerArgs {
-    /// The shared Redis.
-    #[arg(long)]
-    redis: String,
-    #[arg(long, value_enum)]
-    side: SideKind,
+/// What a worker is told, as the JSON of its one argument.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct WorkerConfig {
+    pub(crate) redis: String,
+    pub(crate) side: SideKind,
     /// Names this run's keys.
-    #[arg(long)]
-    run: String,
-    /// This worker's index, from 0.
-    #[arg(long)]
-    index: u64,
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    processes: u64,
-    /// Callers per round over all processes.
-    #[arg(long)]
-    callers: u64,
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    keys: u64,
-    #[arg(long)]
-    fill_ms: u64,
-    #[arg(long)]
-    threads: Option<u16>,
+    pub(crate) run: String,
+    /// This worker's index, from 0, of `processes`: it runs caller `i`
+    /// when `(i / keys) % processes == index`.
+    pub(crate) index: u64,
+    pub(crate) processes: u64,
+    pub(crate) scenario: Scenario,
+    pub(crate) threads: Option<u16>,
 }
 
 /// What one worker measured in one round.
@@ -70,94 +47,91 @@ pub(crate) struct ProcessRound {
 }
 
 /// The usual cache-aside on Redis: `GET`; on a miss call the source and
-/// `SET` with a TTL. Nothing stops concurrent misses from all filling.
+/// `SETEX`. Nothing stops concurrent misses from all filling.
 struct NaiveSide {
-    conn: MultiplexedConnection,
+    conn: redis::aio::MultiplexedConnection,
     source: Arc<Source>,
 }
 
 impl Contender for NaiveSide {
     async fn get(&self, key: &str) -> anyhow::Result<String> {
         let mut conn = self.conn.clone();
-        let cached: Option<String> = conn.get(key).await?;
-        if let Some(value) = cached {
+        if let Some(value) = conn.get::<_, Option<String>>(key).await? {
             return Ok(value);
         }
-        let value = self.source.load(key).await;
+        let value = self.source.load(key).await?;
         let () = conn.set_ex(key, &value, 600).await?;
         Ok(value)
     }
 }
 
-/// Runs the worker until its stdin closes.
+/// Runs the worker described by `config` (JSON) until its stdin closes.
 ///
 /// # Errors
 ///
-/// If Redis cannot be reached, an order is not understood, or a caller
-/// task panicked.
-pub(crate) fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    super::runtime(args.threads)?.block_on(async {
-        let source = Arc::new(Source::new(Duration::from_millis(args.fill_ms)));
-        let url = args.redis.as_str();
-        match args.side {
-            SideKind::Corral => {
-                let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await;
-                let cache = corral::Cache::<String>::builder("herd")
-                    .store(store.with_context(|| format!("connecting corral to {url}"))?)
-                    .l1(true)
-                    .ttl(Duration::from_secs(60))
-                    .fill_timeout(Duration::from_millis(args.fill_ms) + Duration::from_secs(30))
-                    .build()
-                    .context("building the corral cache")?;
-                let load = {
-                    let source = Arc::clone(&source);
-                    move |key: String| {
-                        let source = Arc::clone(&source);
-                        async move { Ok(source.load(&key).await) }
-                    }
-                };
-                serve(&args, Arc::new(CorralSide { cache, load }), &source).await
-            }
-            SideKind::Naive => {
-                let client = redis::Client::open(url).context("the Redis URL")?;
-                let conn = client.get_multiplexed_async_connection().await;
-                let conn = conn.with_context(|| format!("connecting to {url}"))?;
-                let side = NaiveSide {
-                    conn,
-                    source: Arc::clone(&source),
-                };
-                serve(&args, Arc::new(side), &source).await
-            }
+/// A bad config, Redis out of reach, an order not understood, or a caller
+/// task that panicked.
+pub(crate) fn run(config: &str) -> anyhow::Result<()> {
+    let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
+    let source = Arc::new(Source::new(config.scenario.fill));
+    super::runtime(config.threads)?.block_on(async {
+        let url = config.redis.as_str();
+        if config.side == SideKind::Naive {
+            let client = redis::Client::open(url).context("the Redis URL")?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let naive = NaiveSide {
+                conn,
+                source: Arc::clone(&source),
+            };
+            return serve(&config, Arc::new(naive), &source).await;
         }
+        let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await?;
+        let cache = corral::Cache::<String>::builder("herd")
+            .store(store)
+            .l1(true)
+            .ttl(Duration::from_secs(60))
+            .fill_timeout(config.scenario.fill + Duration::from_secs(30))
+            .build()?;
+        let corral = CorralSide {
+            cache,
+            source: Arc::clone(&source),
+        };
+        serve(&config, Arc::new(corral), &source).await
     })
 }
 
 /// Takes orders on stdin until it closes.
 async fn serve<C: Contender>(
-    args: &WorkerArgs,
+    config: &WorkerConfig,
     side: Arc<C>,
     source: &Source,
 ) -> anyhow::Result<()> {
+    let WorkerConfig {
+        index,
+        processes,
+        scenario,
+        ..
+    } = *config;
     println!("@ready");
-    let mut orders = BufReader::new(tokio::io::stdin()).lines();
+    let mut orders = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut armed = None;
-    while let Some(order) = orders.next_line().await.context("reading orders")? {
+    while let Some(order) = orders.next_line().await? {
         match order.split_once(' ') {
             Some(("arm", round)) => {
-                let keys = round_keys(&format!("{}:{round}", args.run), args.keys);
-                let mine =
-                    (0..args.callers).filter(|c| (c / args.keys) % args.processes == args.index);
+                let keys = round_keys(&format!("{}:{round}", config.run), scenario.keys);
+                let callers = 0..scenario.callers;
+                let mine = callers.filter(|c| (c / scenario.keys) % processes == index);
                 armed = Some((arm(&side, &keys, mine), source.calls()));
                 println!("@armed");
             }
             None if order == "go" => {
                 let (round, calls_before) = armed.take().context("go before arm")?;
                 let tally = round.release().await?;
-                let report = ProcessRound {
-                    tally,
-                    fills: source.calls() - calls_before,
-                };
-                println!("@report {}", serde_json::to_string(&report)?);
+                let fills = source.calls() - calls_before;
+                println!(
+                    "@report {}",
+                    serde_json::to_string(&ProcessRound { tally, fills })?
+                );
             }
             _ => anyhow::bail!("unknown order {order:?}"),
         }
