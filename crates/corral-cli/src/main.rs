@@ -13,11 +13,7 @@ use clap::{Parser, Subcommand};
 
 /// The `corral` command line.
 #[derive(Debug, Parser)]
-#[command(
-    name = "corral",
-    version,
-    about = "The stampede demo of the corral cache"
-)]
+#[command(name = "corral", version, about = "The corral cache's stampede demo")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

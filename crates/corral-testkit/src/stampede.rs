@@ -227,9 +227,8 @@ mod tests {
         let tally =
             runtime.block_on(async { Callers::arm(calls).release().await.expect("no panic") });
         assert_eq!((tally.successes, tally.failures), (3, 2));
-        assert!(tally
-            .first_failure
-            .is_some_and(|f| f.starts_with("caller ")));
+        let first = tally.first_failure.as_deref();
+        assert!(first.is_some_and(|f| f.starts_with("caller ")), "{first:?}");
         assert_eq!(tally.latencies_us.len(), 5);
         let mut total = tally.clone();
         total.absorb(tally);

@@ -13,13 +13,9 @@ use corral_testkit::Tally;
 use super::scenario::{round_keys, run_round, Contender, CorralSide, NaiveSide, Scenario};
 use super::sqlite::{Database, SqliteArgs};
 
-/// Seeds the database, then runs the scenario through corral, then through
-/// the naive cache-aside.
-///
-/// # Errors
-///
-/// If the database cannot be created, the cache cannot be built or a
-/// caller task panicked.
+/// Seeds the database, then runs the scenario through corral, then through the
+/// naive cache-aside; fails if the database cannot be created, the cache cannot
+/// be built or a caller task panicked.
 pub(crate) async fn run(scenario: Scenario, sqlite: SqliteArgs) -> anyhow::Result<Comparison> {
     let db = tokio::task::spawn_blocking(move || Database::create(&sqlite)).await??;
 

@@ -52,23 +52,16 @@ pub(crate) struct HerdArgs {
     /// last good value (fail-safe) while the naive cache-aside fails.
     #[arg(long, conflicts_with = "redis")]
     outage: bool,
-    /// Worker threads of the tokio runtime (of each process) [default: one
-    /// per CPU].
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-    threads: Option<u16>,
     #[command(flatten)]
     sqlite: sqlite::SqliteArgs,
     #[command(flatten)]
     redis: redis::RedisArgs,
 }
 
-/// Runs `corral herd`: prints the table, or the JSON with `--json`.
-///
-/// # Errors
-///
-/// Invalid flags, a runtime that cannot start, Redis or a worker process
-/// that fails, a caller task that panicked, or calls that failed (reported
-/// after the figures).
+/// Runs `corral herd`: prints the table, or the JSON with `--json`; fails on
+/// invalid flags, a runtime that cannot start, Redis or a worker process that
+/// fails, a caller task that panicked, or calls that failed (reported after the
+/// figures).
 pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.keys <= args.callers,
@@ -82,7 +75,7 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         rounds: args.rounds,
         fill: Duration::from_millis(args.fill_ms),
     };
-    let runtime = runtime(args.threads)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     if args.outage {
         let report = runtime.block_on(outage::run(scenario));
         return emit(&report?, args.json);
@@ -91,7 +84,7 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         None => runtime.block_on(embedded::run(scenario, args.sqlite.clone())),
         Some(url) => {
             let processes = args.redis.processes;
-            runtime.block_on(redis::run(url, processes, scenario, args.threads))
+            runtime.block_on(redis::run(url, processes, scenario))
         }
     };
     emit(&report?, args.json)
@@ -111,14 +104,4 @@ fn emit<R: Report>(report: &R, json: bool) -> anyhow::Result<()> {
     let failures = report.failures();
     anyhow::ensure!(failures == 0, "{failures} calls failed (see the report)");
     Ok(())
-}
-
-/// A multi-thread tokio runtime with `threads` workers (default: one per CPU).
-fn runtime(threads: Option<u16>) -> anyhow::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.enable_all();
-    if let Some(threads) = threads {
-        builder.worker_threads(usize::from(threads));
-    }
-    builder.build().context("starting the tokio runtime")
 }

@@ -73,7 +73,7 @@ pub(crate) struct OutageRound {
     /// Calls of the source in this round.
     pub(crate) source_calls: u64,
     /// Answers served by fail-safe (corral only).
-    pub(crate) fail_safe: Option<u64>,
+    pub(crate) fail_safe: u64,
 }
 
 /// The outage scenario's report.
@@ -101,17 +101,11 @@ impl Report for OutageReport {
         let rows = self.corral.iter().zip(&self.naive).enumerate();
         let rows = rows.map(|(i, (c, n))| {
             let state = if c.source_up { "up" } else { "DOWN" };
-            let corral = [
-                c.answered,
-                c.fail_safe.unwrap_or(0),
-                c.errors,
-                c.source_calls,
-            ];
+            let corral = [c.answered, c.fail_safe, c.errors, c.source_calls];
             let naive = [n.answered, n.errors, n.source_calls];
             let figures = corral.into_iter().chain(naive).map(group);
-            std::iter::once(format!("round {} (source {state})", i + 1))
-                .chain(figures)
-                .collect()
+            let label = format!("round {} (source {state})", i + 1);
+            std::iter::once(label).chain(figures).collect()
         });
         let (ttl, apart) = (TTL.as_millis(), BETWEEN_ROUNDS.as_millis());
         let (callers, keys) = (group(self.callers), group(self.keys));
@@ -119,18 +113,15 @@ impl Report for OutageReport {
         format!(
             "corral herd --outage: {callers} callers on {keys} keys per round; TTL {ttl} ms, \
              rounds {apart} ms apart\n\n{}\n{}\n{}",
-            render(&header.split('|').collect::<Vec<_>>(), rows),
+            render(header, rows),
             self.verdict,
             failure_line("corral", self.corral_errors, first),
         )
     }
 }
 
-/// Runs the outage scenario through corral, then through the naive side.
-///
-/// # Errors
-///
-/// If the cache cannot be built or a caller task panicked.
+/// Runs the outage scenario through corral, then through the naive side; fails
+/// if the cache cannot be built or a caller task panicked.
 pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
     let cache = corral::Cache::<String>::builder("herd-outage")
         .ttl(TTL)
@@ -142,11 +133,11 @@ pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
         .context("building the corral cache")?;
     let source = FlakySource::new(scenario.fill);
     let corral = Arc::new(CorralSide(cache, Arc::clone(&source), AtomicU64::new(0)));
-    let fail_safe = || Some(corral.2.swap(0, Relaxed));
+    let fail_safe = || corral.2.swap(0, Relaxed);
     let (corral_rounds, first_failure) = run_side(&corral, &source, scenario, fail_safe).await?;
     let source = FlakySource::new(scenario.fill);
     let naive = Arc::new(NaiveSide::new(TTL, &source));
-    let (naive_rounds, _) = run_side(&naive, &source, scenario, || None).await?;
+    let (naive_rounds, _) = run_side(&naive, &source, scenario, || 0).await?;
 
     let down = |rounds: &[OutageRound], f: fn(&OutageRound) -> u64| {
         rounds.iter().filter(|r| !r.source_up).map(f).sum::<u64>()
@@ -176,7 +167,7 @@ async fn run_side<C: Contender>(
     contender: &Arc<C>,
     source: &FlakySource,
     scenario: Scenario,
-    mut fail_safe: impl FnMut() -> Option<u64>,
+    mut fail_safe: impl FnMut() -> u64,
 ) -> anyhow::Result<(Vec<OutageRound>, Option<String>)> {
     let keys = round_keys("outage", scenario.keys);
     let total = scenario.rounds + 2;

@@ -35,17 +35,13 @@ pub(crate) struct RedisArgs {
     pub(crate) processes: u64,
 }
 
-/// Runs the scenario through corral, then through the naive cache-aside,
-/// each side in its own worker processes.
-///
-/// # Errors
-///
-/// If Redis cannot be reached, or a worker cannot start, fails or stalls.
+/// Runs the scenario through corral, then through the naive cache-aside, each
+/// side in its own worker processes; fails if Redis cannot be reached, or a
+/// worker cannot start, fails or stalls.
 pub(crate) async fn run(
     redis: &str,
     processes: u64,
     scenario: Scenario,
-    threads: Option<u16>,
 ) -> anyhow::Result<Comparison> {
     anyhow::ensure!(
         processes.saturating_mul(scenario.keys) <= scenario.callers,
@@ -62,20 +58,13 @@ pub(crate) async fn run(
         index: 0,
         processes,
         scenario,
-        threads,
     });
     let [corral, naive] = &mut sides;
-    let (corral, naive) = (
-        play_side(corral, &mut commands).await?,
-        play_side(naive, &mut commands).await?,
-    );
+    let corral = play_side(corral, &mut commands).await?;
+    let naive = play_side(naive, &mut commands).await?;
     let fill_ms = u64::try_from(scenario.fill.as_millis()).unwrap_or(u64::MAX);
-    Ok(Comparison::new(
-        scenario,
-        Setting::Redis { processes, fill_ms },
-        corral,
-        naive,
-    ))
+    let setting = Setting::Redis { processes, fill_ms };
+    Ok(Comparison::new(scenario, setting, corral, naive))
 }
 
 /// One side's run: starts its workers, plays an uncounted warm-up round and

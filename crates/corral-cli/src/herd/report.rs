@@ -62,13 +62,14 @@ pub(crate) struct SideReport {
 impl SideReport {
     /// A side that called its source `fills` times and measured `tally`.
     pub(crate) fn new(side: &'static str, scenario: Scenario, fills: u64, tally: Tally) -> Self {
+        let (latency_ms, calls) = (Latency::of(&tally), scenario.callers * scenario.rounds);
         let mut report = Self {
             side,
+            calls,
             fills,
-            latency_ms: Latency::of(&tally),
+            latency_ms,
             ..Self::default()
         };
-        report.calls = scenario.callers * scenario.rounds;
         (report.successes, report.failures) = (tally.successes, tally.failures);
         report.first_failure = tally.first_failure;
         report.wall_ms = tally.wall_us as f64 / 1000.0;
@@ -123,9 +124,9 @@ impl SideReport {
     }
 }
 
-/// Where a run's values and source live.
+/// Where a run's values and source live: its `mode`.
 #[derive(Debug, Serialize)]
-#[serde(untagged)]
+#[serde(tag = "mode", rename_all = "snake_case")]
 pub(crate) enum Setting {
     /// In process, over a seeded SQLite file.
     Embedded { database: Database },
@@ -136,8 +137,6 @@ pub(crate) enum Setting {
 /// corral against the naive cache-aside on one scenario.
 #[derive(Debug, Serialize)]
 pub(crate) struct Comparison {
-    /// `embedded` or `redis`.
-    mode: &'static str,
     callers: u64,
     keys: u64,
     rounds: u64,
@@ -153,7 +152,7 @@ impl Comparison {
     /// Puts the sides together and writes the verdict.
     pub(crate) fn new(
         scenario: Scenario,
-        setting: Setting,
+        at: Setting,
         corral: SideReport,
         naive: SideReport,
     ) -> Self {
@@ -176,15 +175,11 @@ impl Comparison {
             n => format!(" — {}x the {what}", decimal(theirs as f64 / n as f64)),
         };
         Self {
-            mode: match setting {
-                Setting::Embedded { .. } => "embedded",
-                Setting::Redis { .. } => "redis",
-            },
             callers: scenario.callers,
             keys: scenario.keys,
             rounds: scenario.rounds,
             verdict: format!("{}; {}{ratio}", judged(&corral), judged(&naive)),
-            setting,
+            setting: at,
             corral,
             naive,
         }
@@ -222,20 +217,13 @@ impl Report for Comparison {
 
     fn table(&self) -> String {
         let (c, n) = (&self.corral, &self.naive);
-        let rows = c
-            .cells()
-            .into_iter()
-            .zip(n.cells())
-            .filter_map(|((label, c), (_, n))| {
-                let cells = [Some(label.to_owned()), c, n];
-                let measured = cells[1].is_some() || cells[2].is_some();
-                measured.then(|| {
-                    cells
-                        .map(|cell| cell.unwrap_or_else(|| "-".to_owned()))
-                        .to_vec()
-                })
-            });
-        let table = render(&["", "corral", "naive cache-aside"], rows);
+        let dash = || "-".to_owned();
+        // A row measured on the naive side is measured on corral's.
+        let rows = c.cells().into_iter().zip(n.cells());
+        let rows = rows.filter_map(|((label, c), (_, n))| {
+            Some(vec![label.into(), c?, n.unwrap_or_else(dash)])
+        });
+        let table = render("|corral|naive cache-aside", rows);
         let mut out = format!("{}\n\n{table}\n{}\n", self.title(), self.verdict);
         for side in [c, n] {
             let first = side.first_failure.as_deref();
@@ -254,11 +242,15 @@ pub(crate) fn failure_line(side: &str, failures: u64, first: Option<&str>) -> St
     }
 }
 
-/// A table under `header`: labels left-aligned, figures right-aligned.
-pub(crate) fn render(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> String {
+/// A table under `header` (cells separated by `|`): labels left-aligned,
+/// figures right-aligned.
+pub(crate) fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut table = Table::new();
-    table.load_style(presets::ASCII_MARKDOWN);
-    table.set_header(header.to_vec()).add_rows(rows);
+    let header: Vec<&str> = header.split('|').collect();
+    table
+        .load_style(presets::ASCII_MARKDOWN)
+        .set_header(header)
+        .add_rows(rows);
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }

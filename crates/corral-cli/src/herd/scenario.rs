@@ -110,26 +110,24 @@ impl<S> NaiveSide<S> {
             source,
         }
     }
+
+    /// The value of `key` in the map, unless it expired.
+    fn fresh(&self, key: &str) -> Option<String> {
+        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
+        let (value, until) = entries.get(key)?;
+        (*until > Instant::now()).then(|| value.clone())
+    }
 }
 
 impl<S: Load> Contender for NaiveSide<S> {
     async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let entries = &self.entries;
-        let cached = entries
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-            .cloned();
-        if let Some((value, _)) = cached.filter(|(_, until)| *until > Instant::now()) {
+        if let Some(value) = self.fresh(key) {
             return Ok(value);
         }
-        let value = self
-            .source
-            .load(key)
-            .await
-            .with_context(|| format!("naive get({key})"))?;
+        let value = self.source.load(key).await;
+        let value = value.with_context(|| format!("naive get({key})"))?;
         let until = Instant::now() + self.ttl;
-        let mut entries = entries.write().unwrap_or_else(PoisonError::into_inner);
+        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
         entries.insert(key.to_owned(), (value.clone(), until));
         Ok(value)
     }
@@ -156,17 +154,14 @@ pub(crate) fn arm<C: Contender>(
     }))
 }
 
-/// One round in this process: callers `0..callers`, released together.
-///
-/// # Errors
-///
-/// If a caller task panicked.
+/// One round in this process: callers `0..callers`, released together; fails
+/// if a caller task panicked.
 pub(crate) async fn run_round<C: Contender>(
-    contender: &Arc<C>,
+    on: &Arc<C>,
     callers: u64,
     keys: &[String],
 ) -> anyhow::Result<Tally> {
-    let round = arm(contender, keys, 0..callers).release().await;
+    let round = arm(on, keys, 0..callers).release().await;
     round.context("a caller task panicked")
 }
 
@@ -191,9 +186,7 @@ mod tests {
         // k0's value), 2 and 5 for k2 (an error).
         assert_eq!((tally.successes, tally.failures), (3, 4));
         let first = tally.first_failure.expect("a failure");
-        assert!(
-            first.contains("wrong value") || first.contains("no herd:t:k2"),
-            "{first}"
-        );
+        let either = first.contains("wrong value") || first.contains("no herd:t:k2");
+        assert!(either, "{first}");
     }
 }

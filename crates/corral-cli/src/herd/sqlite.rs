@@ -78,11 +78,7 @@ const USER_TOTALS: &str = "
 
 impl Database {
     /// Creates the file (in a temporary directory unless `--db` names one),
-    /// seeds it and times one fill query. Blocking.
-    ///
-    /// # Errors
-    ///
-    /// If the file cannot be created or written.
+    /// seeds it and times one fill query; fails if it cannot. Blocking.
     pub(crate) fn create(args: &SqliteArgs) -> anyhow::Result<Self> {
         let (dir, path) = match &args.db {
             Some(path) => (None, path.clone()),
@@ -117,10 +113,6 @@ impl Database {
     }
 
     /// A source over this file with its own pool and counters.
-    ///
-    /// # Errors
-    ///
-    /// If the pool cannot be built.
     pub(crate) fn source(&self) -> anyhow::Result<SqliteSource> {
         let wait = Duration::from_millis(self.pool_wait_ms);
         let config = deadpool_sqlite::Config::new(&self.path);
@@ -190,11 +182,8 @@ impl SqliteSource {
 
 impl Load for SqliteSource {
     /// One counted fill: waits (bounded) for a connection, then queries the
-    /// totals of the key's user; the value is `{key} → {totals}`.
-    ///
-    /// # Errors
-    ///
-    /// No connection in time (counted as a timeout), or a failed query.
+    /// totals of the key's user; the value is `{key} → {totals}`. A call
+    /// that finds no connection in time counts as a timeout.
     async fn load(&self, key: &str) -> anyhow::Result<String> {
         let user = self.user_of(key);
         let [queries, timeouts, errors] = &self.counts;

@@ -35,7 +35,6 @@ pub(crate) struct WorkerConfig {
     pub(crate) index: u64,
     pub(crate) processes: u64,
     pub(crate) scenario: Scenario,
-    pub(crate) threads: Option<u16>,
 }
 
 /// What one worker measured in one round.
@@ -65,16 +64,13 @@ impl Contender for NaiveSide {
     }
 }
 
-/// Runs the worker described by `config` (JSON) until its stdin closes.
-///
-/// # Errors
-///
-/// A bad config, Redis out of reach, an order not understood, or a caller
+/// Runs the worker described by `config` (JSON) until its stdin closes; fails
+/// on a bad config, Redis out of reach, an order not understood, or a caller
 /// task that panicked.
 pub(crate) fn run(config: &str) -> anyhow::Result<()> {
     let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
     let source = Arc::new(Source::new(config.scenario.fill));
-    super::runtime(config.threads)?.block_on(async {
+    tokio::runtime::Runtime::new()?.block_on(async {
         let url = config.redis.as_str();
         if config.side == SideKind::Naive {
             let client = redis::Client::open(url).context("the Redis URL")?;
