@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-
-use super::report::{Comparison, Setting, SideReport};
 use corral_testkit::Tally;
 
+use super::report::{Comparison, Setting, SideReport};
 use super::scenario::{round_keys, run_round, Contender, CorralSide, NaiveSide, Scenario};
 use super::sqlite::{Database, SqliteArgs};
 

@@ -1,8 +1,8 @@
 //! `corral herd`: a stampede on cold keys, through corral and through a
 //! naive cache-aside, side by side.
 //!
-//! - [`scenario`]: the callers of one round, released together, and what
-//!   they measured;
+//! - [`scenario`]: the sources, the two caches under test, and the callers
+//!   of one round, released together;
 //! - [`embedded`]: both sides in this process over [`sqlite`], a seeded
 //!   SQLite file behind a bounded pool (the default);
 //! - [`redis`]: `--redis URL --processes N`, both sides in worker

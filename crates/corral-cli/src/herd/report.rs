@@ -2,9 +2,8 @@
 //! for people (rendered by `comfy-table`) or one JSON object for programs.
 
 use comfy_table::{presets, CellAlignment, Table};
-use serde::Serialize;
-
 use corral_testkit::Tally;
+use serde::Serialize;
 
 use super::scenario::Scenario;
 use super::sqlite::{Database, SourceCounts};

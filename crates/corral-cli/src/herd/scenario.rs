@@ -1,5 +1,6 @@
-//! The stampede itself: its shape, a sleeping counted source of truth, and
-//! the callers of one round, released together, timing their calls.
+//! The stampede itself: its shape, the sources of truth ([`Load`]), the two
+//! caches under test (corral and a naive cache-aside), and the callers of
+//! one round, released together (`corral-testkit`'s [`Callers`]).
 
 use std::collections::HashMap;
 use std::future::Future;
