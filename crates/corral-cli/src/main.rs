@@ -1,4 +1,4 @@
-//! `corral`: demos and measurements for the corral cache.
+//! `corral`: the stampede demo of the corral cache.
 //!
 //! `corral herd` runs a stampede — many concurrent callers on a few cold
 //! keys — through corral and through a naive cache-aside, side by side, and
@@ -13,11 +13,7 @@ use clap::{Parser, Subcommand};
 
 /// The `corral` command line.
 #[derive(Debug, Parser)]
-#[command(
-    name = "corral",
-    version,
-    about = "Demos and measurements for the corral cache"
-)]
+#[command(name = "corral", version, about = "The corral cache's stampede demo")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,20 +25,18 @@ enum Command {
     /// Runs a stampede of concurrent callers on cold keys through corral and
     /// through a naive cache-aside, and compares fills and latencies.
     Herd(herd::HerdArgs),
-    /// One worker process of `corral herd --redis` (started by it; speaks
-    /// JSON lines on stdin and stdout).
+    /// One worker process of `corral herd --redis` (started by it, with its
+    /// config as JSON; takes orders on stdin, answers on stdout).
     #[command(hide = true)]
-    HerdWorker(herd::WorkerArgs),
-    /// One worker process of `corral herd --redis --hot-rate` (started by
-    /// it).
-    #[command(hide = true)]
-    HotWorker(herd::HotWorkerArgs),
+    HerdWorker {
+        /// The worker's config, as JSON.
+        config: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Herd(args) => herd::run(args),
-        Command::HerdWorker(args) => herd::run_worker(args),
-        Command::HotWorker(args) => herd::run_hot_worker(args),
+        Command::HerdWorker { config } => herd::run_worker(&config),
     }
 }

@@ -12,7 +12,15 @@
 //! [`MemcachedServer`] does the same for a `memcached` process (TCP on a
 //! free loopback port, `-U 0`): freeze, thaw, kill, raw requests.
 //!
-//! Every failure panics with the tail of the server log(s) in the message.
+//! [`Worker`] runs a child process that takes line commands on its stdin
+//! and answers `@`-lines on its stdout: this test binary again (one ignored
+//! test as its entry), or any program (the `corral herd` demo's workers).
+//! [`Callers`] spawns concurrent callers held at a gate, releases them
+//! together and [`Tally`]s what they measured.
+//!
+//! Every failure panics with the tail of the server log(s) in the message
+//! (but [`Worker::spawn`], [`Worker::tell`] and [`Worker::answer`], which
+//! return errors for programs).
 //!
 //! The binaries are found on `PATH` as `redis-server` and `redis-cli`; set
 //! `CORRAL_REDIS_SERVER` / `CORRAL_REDIS_CLI` to use others. Everything binds
@@ -42,9 +50,9 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use server::{RedisServer, TlsFiles};
-pub use stampede::{Stampede, StampedeReport};
+pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};
 pub use traces::{capture, Captured};
-pub use worker::Worker;
+pub use worker::{Worker, ANSWER_TIMEOUT};
 
 /// How many lines [`log_tail`] keeps.
 pub const LOG_TAIL_LINES: usize = 60;

@@ -1,13 +1,17 @@
-//! A stampede in a worker process: the command the test side sends
-//! (`stampede <key> <callers> <fill_ms> <counter>`), and what the worker
-//! reports back in one line of its stdout (`@report <json>`).
+//! Stampedes: concurrent [`Callers`] released together, timing their calls
+//! ([`Tally`]); and a stampede in a worker process: the command the test
+//! side sends (`stampede <key> <callers> <fill_ms> <counter>`), and what the
+//! worker reports back in one line of its stdout (`@report <json>`).
 
 use std::collections::BTreeSet;
 use std::fmt::{self, Debug};
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
+use tokio::sync::Barrier;
+use tokio::task::{JoinError, JoinHandle, JoinSet};
 
 use crate::Worker;
 
@@ -93,5 +97,152 @@ impl StampedeReport {
     /// Reads the next `@report` line of `worker`.
     pub async fn read(worker: &mut Worker) -> Self {
         serde_json::from_str(&worker.expect("@report").await).expect("report json")
+    }
+}
+
+/// Concurrent callers, spawned at once and held at a gate so that they all
+/// start together when [`Callers::release`] opens it; each times its own
+/// call.
+pub struct Callers {
+    gate: Arc<Barrier>,
+    tasks: JoinSet<(Duration, Result<(), String>)>,
+}
+
+impl Callers {
+    /// Spawns one task per call on the current tokio runtime. Each waits at
+    /// the gate, then runs its call, which says whether the caller got what
+    /// it should (`Err` with why not).
+    pub fn arm<C, F>(calls: impl IntoIterator<Item = C>) -> Self
+    where
+        C: FnOnce() -> F + Send + 'static,
+        F: Future<Output = Result<(), String>> + Send,
+    {
+        let calls: Vec<C> = calls.into_iter().collect();
+        // Every caller and the releaser meet at the gate.
+        let gate = Arc::new(Barrier::new(calls.len() + 1));
+        let mut tasks = JoinSet::new();
+        for call in calls {
+            let gate = Arc::clone(&gate);
+            tasks.spawn(async move {
+                gate.wait().await;
+                let start = Instant::now();
+                let outcome = call().await;
+                (start.elapsed(), outcome)
+            });
+        }
+        Self { gate, tasks }
+    }
+
+    /// Opens the gate and waits for every call.
+    ///
+    /// # Errors
+    ///
+    /// If a caller task panicked (a failed call is counted, not an error).
+    pub async fn release(mut self) -> Result<Tally, JoinError> {
+        let started = Instant::now();
+        self.gate.wait().await;
+        let mut tally = Tally::default();
+        while let Some(joined) = self.tasks.join_next().await {
+            let (latency, outcome) = joined?;
+            tally.latencies_us.push(micros(latency));
+            match outcome {
+                Ok(()) => tally.successes += 1,
+                Err(failure) => {
+                    tally.failures += 1;
+                    tally.first_failure.get_or_insert(failure);
+                }
+            }
+        }
+        tally.wall_us = micros(started.elapsed());
+        Ok(tally)
+    }
+}
+
+/// What released [`Callers`] measured (or several rounds of them, absorbed).
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tally {
+    /// Each call's latency, in microseconds.
+    pub latencies_us: Vec<u64>,
+    /// Calls that got what they should.
+    pub successes: u64,
+    /// Calls that did not.
+    pub failures: u64,
+    /// Why the first failed call failed.
+    pub first_failure: Option<String>,
+    /// From the release to the last call's end (summed over absorbed
+    /// rounds), in microseconds.
+    pub wall_us: u64,
+}
+
+impl Tally {
+    /// Adds another tally's calls and wall.
+    pub fn absorb(&mut self, other: Self) {
+        self.latencies_us.extend(other.latencies_us);
+        self.successes += other.successes;
+        self.failures += other.failures;
+        self.first_failure = self.first_failure.take().or(other.first_failure);
+        self.wall_us += other.wall_us;
+    }
+
+    /// The nearest-rank `quantile` (0 to 1) of the latencies, in
+    /// milliseconds; 0 without calls.
+    pub fn latency_ms(&self, quantile: f64) -> f64 {
+        let mut sorted = self.latencies_us.clone();
+        sorted.sort_unstable();
+        let rank = (quantile * sorted.len() as f64).ceil() as usize;
+        sorted
+            .get(rank.max(1) - 1)
+            .map_or(0.0, |&us| us as f64 / 1000.0)
+    }
+}
+
+/// Microseconds, saturated.
+pub fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn callers_run_at_once_after_the_release_and_are_counted() {
+        // Each caller waits for all the others: the round finishes only if
+        // every call is in flight at the same time.
+        let all_in = Arc::new(Barrier::new(5));
+        let calls = (0..5_u32).map(|i| {
+            let all_in = Arc::clone(&all_in);
+            move || async move {
+                all_in.wait().await;
+                if i % 2 == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("caller {i}"))
+                }
+            }
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let tally =
+            runtime.block_on(async { Callers::arm(calls).release().await.expect("no panic") });
+        assert_eq!((tally.successes, tally.failures), (3, 2));
+        let first = tally.first_failure.as_deref();
+        assert!(first.is_some_and(|f| f.starts_with("caller ")), "{first:?}");
+        assert_eq!(tally.latencies_us.len(), 5);
+        let mut total = tally.clone();
+        total.absorb(tally);
+        assert_eq!((total.successes, total.latencies_us.len()), (6, 10));
+    }
+
+    #[test]
+    fn latency_quantiles_are_nearest_rank() {
+        let tally = Tally {
+            latencies_us: (1..=100).rev().map(|ms| ms * 1000).collect(),
+            ..Tally::default()
+        };
+        let quantiles = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
+        assert_eq!(quantiles, [50.0, 99.0, 100.0]);
+        assert_eq!(Tally::default().latency_ms(0.5), 0.0);
     }
 }

@@ -1,352 +1,235 @@
-//! What a herd run reports: per-side figures, the verdict, an aligned table
-//! for people and one JSON object for programs.
+//! What a herd run reports: each side's figures and a verdict, as a table
+//! for people (rendered by `comfy-table`) or one JSON object for programs.
 
+use comfy_table::{presets, CellAlignment, Table};
+use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::scenario::{RoundTally, Scenario};
-use super::sqlite::{DatabaseInfo, SourceCounts};
+use super::scenario::Scenario;
+use super::sqlite::{Database, SourceCounts};
 
-/// A finished run's report: serialized for `--json`, else printed as a table.
+/// A finished run: serialized for `--json`, else printed as a table.
 pub(crate) trait Report: Serialize {
-    /// The report as an aligned table, with a title and the verdict.
+    /// The title, the table and the verdict.
     fn table(&self) -> String;
-    /// Calls that failed, on every side.
+    /// Calls that failed and should not have.
     fn failures(&self) -> u64;
 }
 
 /// Per-call latency percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub(crate) struct Latency {
-    /// Median.
     pub(crate) p50: f64,
-    /// 99th percentile.
     pub(crate) p99: f64,
-    /// Slowest call.
     pub(crate) max: f64,
 }
 
 impl Latency {
-    /// Nearest-rank percentiles of latencies given in microseconds.
-    pub(crate) fn from_micros(mut micros: Vec<u64>) -> Self {
-        if micros.is_empty() {
-            return Self::default();
-        }
-        micros.sort_unstable();
-        let at = |quantile: f64| {
-            let rank = (quantile * micros.len() as f64).ceil() as usize;
-            micros[rank.clamp(1, micros.len()) - 1] as f64 / 1000.0
-        };
-        Self {
-            p50: at(0.50),
-            p99: at(0.99),
-            max: at(1.0),
-        }
+    fn of(tally: &Tally) -> Self {
+        let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
+        Self { p50, p99, max }
     }
 }
 
-/// What every side of every run reports: its scenario, how its calls went,
-/// how often it called the source, and how long calls took.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct CallFigures {
-    /// Concurrent callers per round (over all processes).
-    pub(crate) callers: u64,
-    /// Cold keys per round.
-    pub(crate) keys: u64,
-    /// Rounds run.
-    pub(crate) rounds: u64,
+/// One side (one cache under test) of a run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct SideReport {
+    /// `corral` or `naive`.
+    pub(crate) side: &'static str,
     /// Calls made: callers × rounds.
     pub(crate) calls: u64,
-    /// Calls that returned the right value.
     pub(crate) successes: u64,
-    /// Calls that failed or returned a wrong value.
     pub(crate) failures: u64,
-    /// The first failure, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) first_failure: Option<String>,
-    /// Calls of the source of truth.
+    /// Calls of the source of truth (fill attempts), over every process.
     pub(crate) fills: u64,
-    /// `fills / (keys × rounds)`.
-    pub(crate) fills_per_cold_key_per_round: f64,
-    /// Per-call latency.
     pub(crate) latency_ms: Latency,
-    /// Sum over rounds of the time from the first call's start to the last
-    /// call's end.
+    /// Sum over rounds of the release to the last call's end.
     pub(crate) wall_ms: f64,
-}
-
-impl CallFigures {
-    /// The figures of a side that ran `scenario`, called its source `fills`
-    /// times and measured `tally` (its spans are not reported).
-    pub(crate) fn new(scenario: Scenario, fills: u64, tally: RoundTally) -> Self {
-        Self {
-            callers: scenario.callers,
-            keys: scenario.keys,
-            rounds: scenario.rounds,
-            calls: scenario.callers * scenario.rounds,
-            successes: tally.successes,
-            failures: tally.failures,
-            first_failure: tally.first_failure,
-            fills,
-            fills_per_cold_key_per_round: fills as f64 / scenario.cold_keys().max(1) as f64,
-            latency_ms: Latency::from_micros(tally.latencies_us),
-            wall_ms: tally.wall.as_micros() as f64 / 1000.0,
-        }
-    }
-
-    /// Table cells: callers, keys, rounds, calls answered, fills, fills per
-    /// cold key per round.
-    pub(crate) fn call_cells(&self) -> [String; 6] {
-        [
-            group(self.callers),
-            group(self.keys),
-            group(self.rounds),
-            format!("{}/{}", group(self.successes), group(self.calls)),
-            group(self.fills),
-            decimal(self.fills_per_cold_key_per_round),
-        ]
-    }
-
-    /// Table cells: latency p50, p99, max.
-    pub(crate) fn latency_cells(&self) -> [String; 3] {
-        [
-            format!("{:.1}", self.latency_ms.p50),
-            format!("{:.1}", self.latency_ms.p99),
-            format!("{:.1}", self.latency_ms.max),
-        ]
-    }
-
-    /// `1 fill per cold key per round (N total)`, or the rate when it is
-    /// not one.
-    pub(crate) fn fills_phrase(&self) -> String {
-        if self.fills == self.keys * self.rounds {
-            format!(
-                "1 fill per cold key per round ({} total)",
-                group(self.fills)
-            )
-        } else {
-            format!(
-                "{} fills per cold key per round ({} total for {} cold keys)",
-                decimal(self.fills_per_cold_key_per_round),
-                group(self.fills),
-                group(self.keys * self.rounds)
-            )
-        }
-    }
-
-    /// [`failure_line`] of these figures.
-    pub(crate) fn failure_line(&self, side: &str) -> String {
-        failure_line(side, self.failures, self.first_failure.as_deref())
-    }
-}
-
-/// The figures of one side (one cache under test) of an in-process run.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct SideReport {
-    /// Which cache: `corral` or `naive`.
-    pub(crate) side: &'static str,
-    /// Its calls, fill attempts (calls of the source, whether or not they
-    /// got a connection) and latencies.
-    #[serde(flatten)]
-    pub(crate) figures: CallFigures,
-    /// Queries SQLite actually ran.
-    pub(crate) sqlite_queries: u64,
-    /// `sqlite_queries / (keys × rounds)`.
-    pub(crate) queries_per_cold_key_per_round: f64,
-    /// Source calls that found no free pooled connection in time.
-    pub(crate) timeouts: u64,
-    /// Source calls that failed otherwise.
-    pub(crate) errors: u64,
-    /// Callers that waited for a fill in flight (corral only).
+    /// What the SQLite source's calls came to (the default run).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub(crate) sqlite: Option<SourceCounts>,
+    /// Callers that waited for a fill in flight (corral, in process).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) coalesced: Option<u64>,
+    /// Commands the Redis server ran for this side's rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) redis_commands: Option<u64>,
 }
 
 impl SideReport {
-    /// The report of a side that ran `scenario`, whose source calls came
-    /// to `counts`, and whose callers measured `tally`.
-    pub(crate) fn new(
+    /// A side that called its source `fills` times and measured `tally`.
+    pub(crate) fn new(side: &'static str, scenario: Scenario, fills: u64, tally: Tally) -> Self {
+        let (latency_ms, calls) = (Latency::of(&tally), scenario.callers * scenario.rounds);
+        let mut report = Self {
+            side,
+            calls,
+            fills,
+            latency_ms,
+            ..Self::default()
+        };
+        (report.successes, report.failures) = (tally.successes, tally.failures);
+        report.first_failure = tally.first_failure;
+        report.wall_ms = tally.wall_us as f64 / 1000.0;
+        report
+    }
+
+    /// A side of the SQLite run: every call of the source is a fill
+    /// attempt, whether or not it got a connection.
+    pub(crate) fn sqlite(
         side: &'static str,
         scenario: Scenario,
-        counts: SourceCounts,
-        tally: RoundTally,
+        n: SourceCounts,
+        tally: Tally,
     ) -> Self {
-        let attempts = counts.queries + counts.timeouts + counts.errors;
-        Self {
+        let mut report = Self::new(
             side,
-            figures: CallFigures::new(scenario, attempts, tally),
-            sqlite_queries: counts.queries,
-            queries_per_cold_key_per_round: counts.queries as f64
-                / scenario.cold_keys().max(1) as f64,
-            timeouts: counts.timeouts,
-            errors: counts.errors,
-            coalesced: None,
-        }
+            scenario,
+            n.sqlite_queries + n.timeouts + n.errors,
+            tally,
+        );
+        report.sqlite = Some(n);
+        report
     }
 
-    /// The rows of this side in the table, in [`SIDE_ROWS`] order.
-    fn column(&self) -> Vec<String> {
-        let figures = &self.figures;
-        let [callers, keys, rounds, answered, attempts, _] = figures.call_cells();
-        let mut cells = vec![
-            callers,
-            keys,
-            rounds,
-            answered,
-            attempts,
-            group(self.sqlite_queries),
-            decimal(self.queries_per_cold_key_per_round),
-            group(self.timeouts),
-            group(self.errors),
-            self.coalesced.map_or_else(|| "-".to_owned(), group),
-        ];
-        cells.extend(figures.latency_cells());
-        cells.push(format!("{:.0}", figures.wall_ms));
-        cells
+    /// The rows of the table: label and figure (absent: not measured).
+    fn cells(&self) -> [(&'static str, Option<String>); 10] {
+        let sqlite = self.sqlite;
+        let ms = |ms: f64| Some(format!("{ms:.1}"));
+        let answered = format!("{}/{}", group(self.successes), group(self.calls));
+        let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
+        [
+            ("calls answered", Some(answered)),
+            ("source calls (fill attempts)", Some(group(self.fills))),
+            ("SQLite queries run", queries.map(group)),
+            ("timeouts (no pooled connection)", timeouts.map(group)),
+            ("callers coalesced", self.coalesced.map(group)),
+            ("Redis commands run", self.redis_commands.map(group)),
+            ("latency p50 (ms)", ms(self.latency_ms.p50)),
+            ("latency p99 (ms)", ms(self.latency_ms.p99)),
+            ("latency max (ms)", ms(self.latency_ms.max)),
+            ("wall time (ms)", Some(format!("{:.0}", self.wall_ms))),
+        ]
     }
 
-    /// `1 SQLite query per cold key per round (N total)`, or the rate when
-    /// it is not one.
-    fn queries_phrase(&self) -> String {
-        let cold_keys = self.figures.keys * self.figures.rounds;
-        if self.sqlite_queries == cold_keys {
-            format!(
-                "1 SQLite query per cold key per round ({} total)",
-                group(self.sqlite_queries)
-            )
-        } else {
-            format!(
-                "{} SQLite queries per cold key per round ({} total for {} cold keys)",
-                decimal(self.queries_per_cold_key_per_round),
-                group(self.sqlite_queries),
-                group(cold_keys)
-            )
+    /// What this side is judged by: SQLite queries or fills, and their
+    /// name, singular and plural.
+    fn judged(&self) -> (u64, [&'static str; 2]) {
+        match self.sqlite {
+            Some(counts) => (counts.sqlite_queries, ["SQLite query", "SQLite queries"]),
+            None => (self.fills, ["fill", "fills"]),
         }
     }
 }
 
-/// Row labels of a side's column.
-const SIDE_ROWS: [&str; 14] = [
-    "callers per round",
-    "cold keys per round",
-    "rounds",
-    "calls answered",
-    "source calls (fill attempts)",
-    "SQLite queries run",
-    "queries per cold key per round",
-    "timeouts (no pooled connection)",
-    "other errors",
-    "callers coalesced",
-    "latency p50 (ms)",
-    "latency p99 (ms)",
-    "latency max (ms)",
-    "wall time (ms)",
-];
+/// Where a run's values and source live: its `mode`.
+#[derive(Debug, Serialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub(crate) enum Setting {
+    /// In process, over a seeded SQLite file.
+    Embedded { database: Database },
+    /// Worker processes sharing Redis, over a sleeping source.
+    Redis { processes: u64, fill_ms: u64 },
+}
 
 /// corral against the naive cache-aside on one scenario.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 pub(crate) struct Comparison {
-    /// Where the values live: `embedded` (in process).
-    pub(crate) mode: &'static str,
-    /// Concurrent callers per round.
-    pub(crate) callers: u64,
-    /// Cold keys per round.
-    pub(crate) keys: u64,
-    /// Rounds run.
-    pub(crate) rounds: u64,
-    /// The source of truth both sides read.
-    pub(crate) database: DatabaseInfo,
-    /// corral's figures.
-    pub(crate) corral: SideReport,
-    /// The naive cache-aside's figures.
-    pub(crate) naive: SideReport,
+    callers: u64,
+    keys: u64,
+    rounds: u64,
+    #[serde(flatten)]
+    setting: Setting,
+    corral: SideReport,
+    naive: SideReport,
     /// One line that says what the figures mean.
-    pub(crate) verdict: String,
+    verdict: String,
 }
 
 impl Comparison {
-    /// Puts the two sides together and writes the verdict.
+    /// Puts the sides together and writes the verdict.
     pub(crate) fn new(
         scenario: Scenario,
-        database: DatabaseInfo,
+        at: Setting,
         corral: SideReport,
         naive: SideReport,
     ) -> Self {
-        let verdict = verdict(&corral, &naive);
+        let cold_keys = scenario.cold_keys().max(1) as f64;
+        let judged = |side: &SideReport| {
+            let (n, [one, many]) = side.judged();
+            let rate = match n as f64 / cold_keys {
+                1.0 => format!("1 {one}"),
+                rate => format!("{} {many}", decimal(rate)),
+            };
+            let timeouts = side
+                .sqlite
+                .map(|s| format!(", {} timeouts", group(s.timeouts)));
+            let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
+            format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
+        };
+        let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
+        let ratio = match ours {
+            0 => String::new(),
+            n => format!(" — {}x the {what}", decimal(theirs as f64 / n as f64)),
+        };
         Self {
-            mode: "embedded",
             callers: scenario.callers,
             keys: scenario.keys,
             rounds: scenario.rounds,
-            database,
+            verdict: format!("{}; {}{ratio}", judged(&corral), judged(&naive)),
+            setting: at,
             corral,
             naive,
-            verdict,
+        }
+    }
+
+    fn title(&self) -> String {
+        let (callers, keys, rounds) = (group(self.callers), group(self.keys), group(self.rounds));
+        let shape = format!("corral herd: {callers} callers on {keys} cold keys, {rounds} rounds");
+        match &self.setting {
+            Setting::Embedded { database: db } => format!(
+                "{shape} (in process)\nsource: SQLite, {} orders of {} users (seeded in {:.0} ms); \
+                 one fill query {:.1} ms; pool of {} connections per side, wait ≤ {} ms",
+                group(db.rows),
+                group(db.users),
+                db.seed_ms,
+                db.query_ms,
+                db.pool_size,
+                group(db.pool_wait_ms),
+            ),
+            Setting::Redis { processes, fill_ms } => format!(
+                "{shape}, in {processes} processes per side sharing one Redis\n\
+                 source: a {fill_ms} ms sleep per call"
+            ),
         }
     }
 }
 
 impl Report for Comparison {
-    /// corral's failed calls, and the naive side's failures other than
-    /// timeouts waiting for a connection (those are the comparison).
+    /// Every failed call, but the naive side's timeouts waiting for a
+    /// connection: those are the comparison.
     fn failures(&self) -> u64 {
-        self.corral.figures.failures
-            + self
-                .naive
-                .figures
-                .failures
-                .saturating_sub(self.naive.timeouts)
+        let timeouts = self.naive.sqlite.map_or(0, |s| s.timeouts);
+        self.corral.failures + self.naive.failures.saturating_sub(timeouts)
     }
 
     fn table(&self) -> String {
-        let db = &self.database;
-        let mut out = format!(
-            "corral herd: {} callers on {} cold keys, {} rounds (in process)\n\
-             source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} ms; \
-             pool of {} connections per side, wait ≤ {} ms\n\n",
-            group(self.callers),
-            group(self.keys),
-            group(self.rounds),
-            group(db.rows),
-            group(db.users),
-            db.seed_ms,
-            db.query_ms,
-            group(db.pool_size),
-            group(db.pool_wait_ms),
-        );
-        out.push_str(&render_table(
-            &["", "corral", "naive cache-aside"],
-            &SIDE_ROWS,
-            &[self.corral.column(), self.naive.column()],
-        ));
-        out.push('\n');
-        out.push_str(&self.verdict);
-        out.push('\n');
-        for side in [&self.corral, &self.naive] {
-            out.push_str(&side.figures.failure_line(side.side));
+        let (c, n) = (&self.corral, &self.naive);
+        let dash = || "-".to_owned();
+        // A row measured on the naive side is measured on corral's.
+        let rows = c.cells().into_iter().zip(n.cells());
+        let rows = rows.filter_map(|((label, c), (_, n))| {
+            Some(vec![label.into(), c?, n.unwrap_or_else(dash)])
+        });
+        let table = render("|corral|naive cache-aside", rows);
+        let mut out = format!("{}\n\n{table}\n{}\n", self.title(), self.verdict);
+        for side in [c, n] {
+            let first = side.first_failure.as_deref();
+            out.push_str(&failure_line(side.side, side.failures, first));
         }
         out
     }
-}
-
-/// One line: SQLite queries per cold key per round on each side, the
-/// naive side's timeouts, and the ratio.
-fn verdict(corral: &SideReport, naive: &SideReport) -> String {
-    let ratio = if corral.sqlite_queries == 0 {
-        String::new()
-    } else {
-        format!(
-            " — {}x the queries",
-            decimal(naive.sqlite_queries as f64 / corral.sqlite_queries as f64)
-        )
-    };
-    format!(
-        "corral: {}, {} timeouts; naive: {} SQLite queries ({} per cold key per round), {} timeouts{ratio}",
-        corral.queries_phrase(),
-        group(corral.timeouts),
-        group(naive.sqlite_queries),
-        decimal(naive.queries_per_cold_key_per_round),
-        group(naive.timeouts),
-    )
 }
 
 /// `side: N calls failed; first: ...` and a newline, or nothing.
@@ -358,56 +241,25 @@ pub(crate) fn failure_line(side: &str, failures: u64, first: Option<&str>) -> St
     }
 }
 
-/// An aligned table: `headers` over the label column and one column per
-/// entry of `columns`; labels left-aligned, figures right-aligned.
-pub(crate) fn render_table(headers: &[&str], labels: &[&str], columns: &[Vec<String>]) -> String {
-    let label_width = labels
-        .iter()
-        .map(|l| l.chars().count())
-        .chain(headers.first().map(|h| h.chars().count()))
-        .max()
-        .unwrap_or(0);
-    let widths: Vec<usize> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, column)| {
-            column
-                .iter()
-                .map(|cell| cell.chars().count())
-                .chain(headers.get(i + 1).map(|h| h.chars().count()))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    let mut line = |label: &str, cells: Vec<&str>| {
-        let mut row = format!("{label:<label_width$}");
-        for (cell, width) in cells.into_iter().zip(&widths) {
-            row.push_str(&format!("   {cell:>width$}"));
-        }
-        out.push_str(row.trim_end());
-        out.push('\n');
-    };
-    line(
-        headers.first().copied().unwrap_or(""),
-        headers.iter().skip(1).copied().collect(),
-    );
-    for (row, label) in labels.iter().enumerate() {
-        line(
-            label,
-            columns
-                .iter()
-                .map(|column| column.get(row).map_or("", String::as_str))
-                .collect(),
-        );
+/// A table under `header` (cells separated by `|`): labels left-aligned,
+/// figures right-aligned.
+pub(crate) fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
+    let mut table = Table::new();
+    let header: Vec<&str> = header.split('|').collect();
+    table
+        .load_style(presets::ASCII_MARKDOWN)
+        .set_header(header)
+        .add_rows(rows);
+    for column in table.column_iter_mut().skip(1) {
+        column.set_cell_alignment(CellAlignment::Right);
     }
-    out
+    format!("{table}\n")
 }
 
 /// `12345678` as `12,345,678`.
 pub(crate) fn group(n: u64) -> String {
     let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    let mut out = String::new();
     for (i, digit) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
@@ -417,9 +269,8 @@ pub(crate) fn group(n: u64) -> String {
     out
 }
 
-/// A ratio: whole numbers and numbers from 1,000 up grouped, others with
-/// two decimals.
-pub(crate) fn decimal(x: f64) -> String {
+/// A ratio: grouped when whole or from 1,000 up, else with two decimals.
+fn decimal(x: f64) -> String {
     if x.is_finite() && x >= 0.0 && (x.fract() == 0.0 || x >= 1000.0) {
         group(x.round() as u64)
     } else {
@@ -432,36 +283,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn groups_thousands() {
-        assert_eq!(group(0), "0");
-        assert_eq!(group(999), "999");
-        assert_eq!(group(1000), "1,000");
-        assert_eq!(group(29_876), "29,876");
-        assert_eq!(group(1_234_567), "1,234,567");
+    fn figures_are_grouped() {
+        let groups = [0, 999, 1000, 1_234_567].map(group);
+        assert_eq!(groups, ["0", "999", "1,000", "1,234,567"]);
+        assert_eq!([15.25, 2500.4].map(decimal), ["15.25", "2,500"]);
     }
 
     #[test]
-    fn nearest_rank_percentiles() {
-        let latency = Latency::from_micros((1..=100).map(|ms| ms * 1000).collect());
-        assert_eq!(latency.p50, 50.0);
-        assert_eq!(latency.p99, 99.0);
-        assert_eq!(latency.max, 100.0);
-        assert_eq!(Latency::from_micros(vec![]), Latency::default());
-    }
-
-    #[test]
-    fn table_aligns_columns() {
-        let table = render_table(
-            &["", "a", "bb"],
-            &["x", "longer"],
-            &[
-                vec!["1".into(), "22".into()],
-                vec!["333".into(), "4".into()],
-            ],
-        );
+    fn the_table_and_verdict_set_the_sides_side_by_side() {
+        let fill = std::time::Duration::ZERO;
+        let scenario = Scenario {
+            callers: 100,
+            keys: 2,
+            rounds: 3,
+            fill,
+        };
+        let side = |name, fills| SideReport::new(name, scenario, fills, Tally::default());
+        let setting = Setting::Redis {
+            processes: 2,
+            fill_ms: 0,
+        };
+        let comparison = Comparison::new(scenario, setting, side("corral", 6), side("naive", 300));
         assert_eq!(
-            table,
-            "          a    bb\nx         1   333\nlonger   22     4\n"
+            comparison.verdict,
+            "corral: 1 fill per cold key per round (6 total); naive: 50 fills per cold key per round (300 total) — 50x the fills"
+        );
+        let table = comparison.table();
+        let fills = "| source calls (fill attempts) |      6 |               300 |";
+        assert!(table.contains(fills), "{table}");
+        assert!(
+            !table.contains("SQLite"),
+            "no SQLite rows without SQLite: {table}"
         );
     }
 }
