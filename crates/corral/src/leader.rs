@@ -21,7 +21,7 @@ use tracing::Instrument as _;
 use crate::breaker::{guarded, Breaker};
 use crate::cache::Inner;
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
-use crate::error::{Error, StoreErrorKind};
+use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::key::KeyLabel;
@@ -789,13 +789,9 @@ impl LeaseGuard {
                 .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
         )
         .await;
-        if let Err(error) = &result {
-            if !matches!(
-                error.kind(),
-                StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
-            ) {
-                self.release().await;
-            }
+        // A store that answered (an error, not an outage) wrote nothing.
+        if result.as_ref().is_err_and(|error| !error.is_retryable()) {
+            self.release().await;
         }
         match result {
             Ok(Commit::Stored) => {
