@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, RedisCluster};
 
+mod support;
+use support::until_heard;
+
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const FILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on a recovery after the cluster says it is healthy again.
@@ -346,20 +349,4 @@ async fn steady_traffic_through_a_failover() {
         at_ok.fail_open_fills - before.fail_open_fills,
         after.fail_open_fills,
     );
-}
-
-/// Sends backplane messages from `from` until `to` acts on one: `to`'s
-/// subscription is then up.
-async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
-    let heard = to.stats().backplane_messages;
-    corral_testkit::until_repeating(
-        "a backplane message is heard",
-        || async {
-            from.invalidate("probe-subscribed")
-                .await
-                .expect("invalidate");
-        },
-        || to.stats().backplane_messages > heard,
-    )
-    .await;
 }

@@ -8,6 +8,9 @@ use corral::{Cache, MemoryStore, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use tokio::sync::oneshot;
 
+mod support;
+use support::until_heard;
+
 #[tokio::test(start_paused = true)]
 async fn one_wait_for_another_fill_is_counted_once() {
     let store = MemoryStore::new();
@@ -62,22 +65,6 @@ async fn connect(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect")
-}
-
-/// Sends backplane messages from `from` until `to` acts on one: `to`'s
-/// subscription is then up.
-async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
-    let heard = to.stats().backplane_messages;
-    corral_testkit::until_repeating(
-        "a backplane message is heard",
-        || async {
-            from.invalidate("probe-subscribed")
-                .await
-                .expect("invalidate");
-        },
-        || to.stats().backplane_messages > heard,
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

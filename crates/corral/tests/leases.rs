@@ -23,7 +23,10 @@ use corral_testkit::{
 };
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+mod support;
+use support::{memcached_incr, redis_conn, redis_count};
 
 /// The cache name every process uses.
 const NAME: &str = "leases";
@@ -46,20 +49,6 @@ impl Counters {
             Self::Memcached(addr) => memcached_incr(addr, name).await,
         }
     }
-}
-
-/// `incr <key> 1` on the memcached at `addr`.
-async fn memcached_incr(addr: &str, key: &str) -> Result<u64, String> {
-    let mut conn = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    conn.write_all(format!("incr {key} 1\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut buf = [0u8; 64];
-    let n = conn.read(&mut buf).await.map_err(|e| e.to_string())?;
-    let reply = String::from_utf8_lossy(&buf[..n]);
-    reply.trim().parse().map_err(|_| format!("incr: {reply}"))
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -291,21 +280,6 @@ async fn timed(worker: &mut Worker, key: &str, counter: &str) -> Timed {
 async fn stats(worker: &mut Worker) -> WorkerStats {
     worker.send("stats").await;
     serde_json::from_str(&worker.expect("@stats").await).expect("stats json")
-}
-
-async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(url)
-        .expect("client")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection")
-}
-
-async fn redis_count(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
-    conn.get::<_, Option<u64>>(key)
-        .await
-        .expect("GET")
-        .unwrap_or(0)
 }
 
 fn memcached_count(server: &MemcachedServer, key: &str) -> u64 {

@@ -8,21 +8,10 @@ use std::time::{Duration, Instant};
 use corral::store::{Commit, Grant, LeaseRequest, Lookup, Origin, StoreKey};
 use corral::{Cache, MemcachedConfig, MemcachedStore, Store, StoreErrorKind};
 use corral_testkit::{MemcachedServer, Stampede, StampedeReport, Worker};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// Adds 1 to the counter item `key` on `addr` (created at 0 by the test).
-async fn incr(addr: &str, key: &str) -> Result<u64, String> {
-    let mut conn = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    conn.write_all(format!("incr {key} 1\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut buf = [0u8; 64];
-    let n = conn.read(&mut buf).await.map_err(|e| e.to_string())?;
-    let reply = String::from_utf8_lossy(&buf[..n]);
-    reply.trim().parse().map_err(|_| format!("incr: {reply}"))
-}
+mod support;
+use support::memcached_incr;
 
 // ---------------------------------------------------------------- worker side
 
@@ -61,7 +50,7 @@ fn worker() {
                     tokio::spawn(async move {
                         cache
                             .get_or_fill(&key, move || async move {
-                                let n = incr(&addr, &counter).await?;
+                                let n = memcached_incr(&addr, &counter).await?;
                                 tokio::time::sleep(fill).await;
                                 Ok::<_, String>(format!("filled by {} (#{n})", std::process::id()))
                             })
@@ -102,7 +91,7 @@ async fn four_processes_of_250_callers_run_one_fill() {
         assert_eq!(report.ok, CALLERS);
         values.extend(report.values);
     }
-    let count = incr(&server.addr(), "fills").await.expect("incr") - 1;
+    let count = memcached_incr(&server.addr(), "fills").await.expect("incr") - 1;
     eprintln!("fills for {PROCESSES} x {CALLERS} callers: {count}");
     assert_eq!(
         count, 1,

@@ -12,6 +12,9 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+mod support;
+use support::{redis_conn, redis_count};
+
 /// What a worker reports for a `stats` command.
 #[derive(Debug, Serialize, Deserialize)]
 struct WorkerStats {
@@ -156,21 +159,6 @@ async fn stats(worker: &mut Worker) -> WorkerStats {
     serde_json::from_str(&worker.expect("@stats").await).expect("stats json")
 }
 
-async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(server.url()).expect("client");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connection")
-}
-
-async fn counter(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
-    conn.get::<_, Option<u64>>(key)
-        .await
-        .expect("GET")
-        .unwrap_or(0)
-}
-
 async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Duration) {
     let server = RedisServer::start();
     let mut workers = Vec::new();
@@ -199,7 +187,7 @@ async fn stampede(processes: usize, callers: usize, fill: Duration, lease: Durat
         assert_eq!(report.ok, callers);
         values.extend(report.values);
     }
-    let fills = counter(&mut redis_conn(&server).await, "fills").await;
+    let fills = redis_count(&mut redis_conn(&server.url()).await, "fills").await;
     assert_eq!(
         fills, 1,
         "one fill across {processes} processes; values {values:?}"
@@ -231,11 +219,11 @@ async fn a_fill_lasting_three_leases_is_renewed_and_still_runs_once() {
 async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(400);
-    let mut conn = redis_conn(&server).await;
+    let mut conn = redis_conn(&server.url()).await;
     let mut doomed = start_worker(&server, lease).await;
     doomed.send("stampede k 1 600000 fills").await;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while counter(&mut conn, "fills").await < 1 {
+    while redis_count(&mut conn, "fills").await < 1 {
         assert!(Instant::now() < deadline, "the first fill never started");
         tokio::task::yield_now().await;
     }
@@ -267,7 +255,7 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
     }
     let took_over = killed_at.elapsed();
     assert_eq!(
-        counter(&mut conn, "fills").await,
+        redis_count(&mut conn, "fills").await,
         2,
         "exactly one survivor filled"
     );
@@ -291,7 +279,7 @@ async fn when_the_leader_process_dies_one_waiter_takes_the_lapsed_lease() {
 async fn an_invalidation_during_another_processs_fill_always_wins() {
     const RUNS: usize = 150;
     let server = RedisServer::start();
-    let mut conn = redis_conn(&server).await;
+    let mut conn = redis_conn(&server.url()).await;
     let mut filler = start_worker(&server, Duration::from_secs(3)).await;
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
@@ -310,7 +298,7 @@ async fn an_invalidation_during_another_processs_fill_always_wins() {
             .send(&format!("fill {key} {started} {fill_delay}"))
             .await;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while counter(&mut conn, &started).await < 1 {
+        while redis_count(&mut conn, &started).await < 1 {
             assert!(
                 Instant::now() < deadline,
                 "run {run}: the fill never started"

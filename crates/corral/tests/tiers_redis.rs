@@ -6,6 +6,9 @@ use std::time::Duration;
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
+mod support;
+use support::until_heard;
+
 async fn store(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url(), RedisConfig::default())
         .await
@@ -160,20 +163,4 @@ async fn a_subscriber_reconnect_drops_the_l1() {
     corral_testkit::until("resubscribed", || cache.stats().backplane_resets > resets).await;
     assert_eq!(cache.local_len(), 0, "the L1 was dropped");
     assert_eq!(cache.get("b").await.expect("read").as_deref(), Some("b"));
-}
-
-/// Sends backplane messages from `from` until `to` acts on one: `to`'s
-/// subscription is then up.
-async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
-    let heard = to.stats().backplane_messages;
-    corral_testkit::until_repeating(
-        "a backplane message is heard",
-        || async {
-            from.invalidate("probe-subscribed")
-                .await
-                .expect("invalidate");
-        },
-        || to.stats().backplane_messages > heard,
-    )
-    .await;
 }

@@ -1,0 +1,59 @@
+//! Helpers shared by the integration tests (`mod support;` in each file
+//! that needs them): counters in Redis and memcached that fills bump, and
+//! waiting until a cache hears the backplane.
+
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
+use corral::Cache;
+use redis::AsyncCommands as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+/// A multiplexed connection to the Redis at `url`, for counters and raw
+/// commands.
+pub(crate) async fn redis_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection")
+}
+
+/// The counter at `key` (0 while absent).
+pub(crate) async fn redis_count(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> u64 {
+    conn.get::<_, Option<u64>>(key)
+        .await
+        .expect("GET")
+        .unwrap_or(0)
+}
+
+/// Adds 1 to the counter item `key` (created at 0 by the test) on the
+/// memcached at `addr`.
+pub(crate) async fn memcached_incr(addr: &str, key: &str) -> Result<u64, String> {
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    conn.write_all(format!("incr {key} 1\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 64];
+    let n = conn.read(&mut buf).await.map_err(|e| e.to_string())?;
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    reply.trim().parse().map_err(|_| format!("incr: {reply}"))
+}
+
+/// Sends backplane messages from `from` until `to` acts on one: `to`'s
+/// subscription is then up.
+pub(crate) async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
+    let heard = to.stats().backplane_messages;
+    corral_testkit::until_repeating(
+        "a backplane message is heard",
+        || async {
+            from.invalidate("probe-subscribed")
+                .await
+                .expect("invalidate");
+        },
+        || to.stats().backplane_messages > heard,
+    )
+    .await;
+}
