@@ -268,6 +268,21 @@ impl RedisCluster {
         self.nodes[index].kill();
     }
 
+    /// Restarts every node, killed or not, on its port and with its
+    /// directory — so with its `nodes.conf`: the cluster comes back with the
+    /// same nodes and slot map, and no data — then waits (at most 20 s)
+    /// until the nodes agree on a healthy cluster again.
+    ///
+    /// # Panics
+    ///
+    /// If a node cannot be restarted or they do not agree in time.
+    pub fn restart_all(&mut self) {
+        for node in &mut self.nodes {
+            node.restart();
+        }
+        self.wait_until_agreed();
+    }
+
     /// After the master of `key`'s slot, node `dead`, was
     /// [killed](Self::kill): polls (at most 20 s) until every running node
     /// reports `cluster_state:ok` and all of them see the slot served by the

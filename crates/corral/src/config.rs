@@ -363,14 +363,15 @@ impl CacheConfig {
     /// Builds cache `name` on the Redis of `redis_url` (feature `redis`),
     /// if set, and applies every setting.
     ///
-    /// A standalone Redis is connected to in the background
-    /// ([`RedisStore::connect_lazy`](crate::RedisStore::connect_lazy)): the
-    /// cache is built even while Redis is down, serves fail-open meanwhile
-    /// (`get_or_fill` fills without a lease; `set` and `invalidate` report
+    /// Redis is connected to in the background
+    /// ([`RedisStore::connect_lazy`](crate::RedisStore::connect_lazy), or
+    /// [`RedisStore::connect_cluster_lazy`](crate::RedisStore::connect_cluster_lazy)
+    /// for `redis_cluster_urls`): the cache is built even while Redis is
+    /// down, serves fail-open meanwhile (`get_or_fill` fills without a
+    /// lease; `set` and `invalidate` report
     /// [`Error::Store`](crate::Error::Store)) and uses Redis as soon as it
     /// answers, without a restart. [`Cache::health`] tells whether it
-    /// answers now. A cluster (`redis_cluster_urls`) is connected to before
-    /// this returns.
+    /// answers now.
     ///
     /// # Errors
     ///
@@ -431,12 +432,12 @@ impl CacheConfig {
             (Some(url), None) => crate::RedisStore::connect_lazy(url, redis).map_err(|e| {
                 ConfigError::from_store(format!("redis_url {}", redact_url(url)), e)
             })?,
-            (None, Some(urls)) => crate::RedisStore::connect_cluster(&urls, redis)
-                .await
-                .map_err(|e| {
+            (None, Some(urls)) => {
+                crate::RedisStore::connect_cluster_lazy(&urls, redis).map_err(|e| {
                     let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
                     ConfigError::from_store(format!("redis_cluster_urls {urls:?}"), e)
-                })?,
+                })?
+            }
             (None, None) => return Ok(builder),
         };
         Ok(builder.store(store))

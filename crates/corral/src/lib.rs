@@ -97,8 +97,9 @@
 //! never ask it.
 //!
 //! A service can start while Redis is down:
-//! [`RedisStore::connect_lazy`] (and `CacheConfig::build`, feature
-//! `config`) returns a store that connects in the background; until Redis
+//! [`RedisStore::connect_lazy`] and [`RedisStore::connect_cluster_lazy`]
+//! (and `CacheConfig::build`, feature `config`) return a store that
+//! connects in the background; until Redis
 //! answers the cache behaves as above, then uses it, without a restart.
 //! [`StoreError::is_retryable`] tells an outage from a configuration to
 //! fix.

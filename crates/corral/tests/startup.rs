@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use corral::{CacheConfig, StoreErrorKind, StoreHealth};
-use corral_testkit::RedisServer;
+use corral_testkit::{RedisCluster, RedisServer};
 
 /// Calls `attempt` until it answers `Some`, for at most 10 s (Redis and the
 /// store's background reconnection run on their own).
@@ -107,6 +107,66 @@ async fn a_service_starts_while_redis_is_down_and_uses_it_once_it_is_up() {
         Some("filled with Redis"),
         "the fill was stored in Redis"
     );
+    assert!(matches!(
+        cache.health().await.store,
+        StoreHealth::Answered { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_starts_while_its_cluster_is_down_and_uses_it_once_it_is_up() {
+    let mut cluster = RedisCluster::start();
+    for node in 0..cluster.nodes().len() {
+        cluster.kill(node);
+    }
+    let urls = cluster.urls().join(",");
+    let config = CacheConfig::from_vars(
+        "CORRAL_",
+        [
+            ("CORRAL_REDIS_CLUSTER_URLS", urls.as_str()),
+            ("CORRAL_TTL", "60s"),
+            ("CORRAL_STORE_TIMEOUT", "200ms"),
+            ("CORRAL_BREAKER_COOL_DOWN", "100ms"),
+        ],
+    )
+    .expect("valid settings");
+    let cache = config
+        .build::<String>("startup")
+        .await
+        .expect("built while the cluster is down");
+
+    let value = cache
+        .get_or_fill("user:1", || async {
+            Ok::<_, std::io::Error>("filled without Redis".to_owned())
+        })
+        .await
+        .expect("fail-open read");
+    assert_eq!(value, "filled without Redis");
+    assert!(cache.stats().fail_open_fills >= 1, "{:?}", cache.stats());
+    let error = cache
+        .set("user:2", "x".to_owned())
+        .await
+        .expect_err("the cluster is down");
+    match &error {
+        corral::Error::Store(store) => assert!(store.is_retryable(), "{error}"),
+        other => panic!("not a store error: {other:?}"),
+    }
+
+    // The cluster comes back: the same cache uses it, and another replica
+    // started now reads what it wrote.
+    cluster.restart_all();
+    eventually("a write reaches the cluster", || {
+        let cache = cache.clone();
+        async move { cache.set("user:3", "in Redis".to_owned()).await.ok() }
+    })
+    .await;
+    let other = config.build::<String>("startup").await.expect("second");
+    let read = eventually("the other replica reads it", || {
+        let other = other.clone();
+        async move { other.get("user:3").await.ok() }
+    })
+    .await;
+    assert_eq!(read.as_deref(), Some("in Redis"));
     assert!(matches!(
         cache.health().await.store,
         StoreHealth::Answered { .. }

@@ -10,6 +10,11 @@
 //! own timeout abandons it), one task builds a new connection from the
 //! seeds — which reads the cluster's current slot map — and swaps it in.
 //! Calls go on through the old connection meanwhile.
+//!
+//! A lazy connection ([`Cluster::lazy`]) starts without one: a task
+//! connects from the seeds, with backoff, until the cluster answers; calls
+//! wait for its first attempt, then fail at once as unavailable until it
+//! succeeds.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Weak};
@@ -17,9 +22,11 @@ use std::time::Duration;
 
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, Pipeline, RedisResult, Value};
+use ::redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use crossbeam_utils::sync::ShardedLock;
 use tokio::runtime::Handle;
+
+use tokio::sync::Notify;
 
 use crate::sync::{read, write};
 
@@ -37,7 +44,12 @@ struct Shared {
     client: ClusterClient,
     connect_timeout: Duration,
     runtime: Handle,
-    connection: ShardedLock<ClusterConnection>,
+    /// `None` until a lazy connection's first success.
+    connection: ShardedLock<Option<ClusterConnection>>,
+    /// Whether a lazy connection's first attempt ended.
+    attempted: AtomicBool,
+    /// Woken when a lazy connection's attempt ends.
+    settled: Notify,
     /// Calls failed in a row (any answer resets it).
     failures: AtomicU32,
     /// Whether a rebuild is running.
@@ -58,27 +70,81 @@ impl Cluster {
                 client,
                 connect_timeout,
                 runtime,
-                connection: ShardedLock::new(connection),
+                connection: ShardedLock::new(Some(connection)),
+                attempted: AtomicBool::new(true),
+                settled: Notify::new(),
                 failures: AtomicU32::new(0),
                 rebuilding: AtomicBool::new(false),
             }),
         }
     }
 
+    /// A connection made by `client` in the background: returns at once,
+    /// with the task that connects — and keeps trying, the backoff doubling
+    /// from `min_delay` to `max_delay`, until the cluster answers — started
+    /// on `runtime`.
+    pub(super) fn lazy(
+        client: ClusterClient,
+        connect_timeout: Duration,
+        runtime: Handle,
+        (min_delay, max_delay): (Duration, Duration),
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            client,
+            connect_timeout,
+            runtime: runtime.clone(),
+            connection: ShardedLock::new(None),
+            attempted: AtomicBool::new(false),
+            settled: Notify::new(),
+            failures: AtomicU32::new(0),
+            // No rebuild while the first connection is being made.
+            rebuilding: AtomicBool::new(true),
+        });
+        runtime.spawn(connecting(Arc::downgrade(&shared), min_delay, max_delay));
+        Self { shared }
+    }
+
     /// Sends one command, routed by its key, and reads its reply.
     pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let mut connection = self.current().await?;
         let mut call = Call::new(self);
-        let reply = cmd.query_async(&mut call.connection()).await;
+        let reply = cmd.query_async(&mut connection).await;
         call.ended(&reply);
         reply
     }
 
     /// Sends a pipeline (its keys in one slot) and reads its replies.
     pub(super) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
+        let mut connection = self.current().await?;
         let mut call = Call::new(self);
-        let reply = pipe.query_async::<Value>(&mut call.connection()).await;
+        let reply = pipe.query_async::<Value>(&mut connection).await;
         call.ended(&reply);
         reply
+    }
+
+    /// The connection; while a lazy one is not made yet, waits for its
+    /// first attempt, then fails at once.
+    async fn current(&self) -> RedisResult<ClusterConnection> {
+        if let Some(connection) = &*read(&self.shared.connection) {
+            return Ok(connection.clone());
+        }
+        loop {
+            let settled = self.shared.settled.notified();
+            tokio::pin!(settled);
+            // Registered before the state is read: an attempt that ends
+            // after this read wakes it.
+            settled.as_mut().enable();
+            if let Some(connection) = &*read(&self.shared.connection) {
+                return Ok(connection.clone());
+            }
+            if self.shared.attempted.load(Relaxed) {
+                return Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "redis cluster: not connected yet (connecting in the background)",
+                )));
+            }
+            settled.await;
+        }
     }
 
     /// Counts a failed call; the [`REBUILD_AFTER`]th in a row starts a
@@ -119,10 +185,6 @@ impl<'a> Call<'a> {
         }
     }
 
-    fn connection(&self) -> ClusterConnection {
-        read(&self.cluster.shared.connection).clone()
-    }
-
     fn ended<T>(&mut self, reply: &RedisResult<T>) {
         self.ended = true;
         match reply {
@@ -151,7 +213,7 @@ async fn rebuild(weak: Weak<Shared>) {
         tokio::time::timeout(shared.connect_timeout, shared.client.get_async_connection()).await;
     match built {
         Ok(Ok(connection)) => {
-            *write(&shared.connection) = connection;
+            *write(&shared.connection) = Some(connection);
             shared.failures.store(0, Relaxed);
             tracing::info!("redis cluster connection rebuilt");
         }
@@ -159,4 +221,35 @@ async fn rebuild(weak: Weak<Shared>) {
         Err(_) => tracing::warn!("redis cluster connection not rebuilt: no connection in time"),
     }
     shared.rebuilding.store(false, Relaxed);
+}
+
+/// Makes a lazy connection's first connection, retrying with jittered,
+/// doubling backoff until it succeeds or the store is dropped (the task
+/// holds the store only during an attempt, not across its backoff).
+async fn connecting(weak: Weak<Shared>, min_delay: Duration, max_delay: Duration) {
+    let mut rng = fastrand::Rng::with_seed(super::random_seed());
+    let mut delay = Duration::ZERO;
+    loop {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay.mul_f64(0.5 + rng.f64() / 2.0)).await;
+        }
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        let built =
+            tokio::time::timeout(shared.connect_timeout, shared.client.get_async_connection())
+                .await;
+        let connected = matches!(built, Ok(Ok(_)));
+        if let Ok(Ok(connection)) = built {
+            *write(&shared.connection) = Some(connection);
+            shared.rebuilding.store(false, Relaxed);
+            tracing::info!("redis cluster connected");
+        }
+        shared.attempted.store(true, Relaxed);
+        shared.settled.notify_waiters();
+        if connected {
+            return;
+        }
+        delay = (delay * 2).max(min_delay).min(max_delay);
+    }
 }

@@ -42,6 +42,59 @@ const CONNECT_ATTEMPTS: usize = 3;
 /// The first delay between reconnect attempts.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 
+/// What a cluster store is built from: a client per seed (for the
+/// subscriber), the cluster client, and the seeds as shown in its `Debug`.
+struct ClusterSeeds<'a> {
+    urls: &'a [String],
+    clients: Vec<Client>,
+    cluster: ::redis::cluster::ClusterClient,
+    target: String,
+}
+
+impl<'a> ClusterSeeds<'a> {
+    fn new(urls: &'a [String], config: &RedisConfig) -> Result<Self, StoreError> {
+        if urls.is_empty() {
+            return Err(StoreError::new(
+                StoreErrorKind::Protocol,
+                "redis cluster: no node URLs given",
+            ));
+        }
+        let clients = urls
+            .iter()
+            .map(|url| client::client(url, config))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cluster = client::cluster_builder(urls, config)?
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.op_timeout)
+            .build()
+            .map_err(|e| scrub_seeds(urls, store_error("connect", &e)))?;
+        let seeds = Self {
+            urls,
+            clients,
+            cluster,
+            target: format!(
+                "cluster[{}]",
+                urls.iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
+        Ok(seeds)
+    }
+
+    /// `error` without any seed's password.
+    fn scrub(&self, error: StoreError) -> StoreError {
+        scrub_seeds(self.urls, error)
+    }
+}
+
+/// `error` without the password of any of `urls`.
+fn scrub_seeds(urls: &[String], error: StoreError) -> StoreError {
+    urls.iter()
+        .fold(error, |e, url| client::scrubbed(url.as_str(), e))
+}
+
 /// How a standalone store's connection is made and remade under `config`.
 fn reconnect(config: &RedisConfig) -> Reconnect {
     Reconnect {
@@ -448,50 +501,59 @@ impl RedisStore {
     pub async fn connect_cluster(urls: &[String], config: RedisConfig) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
-        if urls.is_empty() {
-            return Err(StoreError::new(
-                StoreErrorKind::Protocol,
-                "redis cluster: no node URLs given",
-            ));
-        }
-        let clients = urls
-            .iter()
-            .map(|url| client::client(url, &config))
-            .collect::<Result<Vec<_>, _>>()?;
-        let scrub = |e: StoreError| {
-            urls.iter()
-                .fold(e, |e, url| client::scrubbed(url.as_str(), e))
-        };
-        let cluster = client::cluster_builder(urls, &config)?
-            .connection_timeout(config.connect_timeout)
-            .response_timeout(config.op_timeout)
-            .build()
-            .map_err(|e| scrub(store_error("connect", &e)))?;
+        let seeds = ClusterSeeds::new(urls, &config)?;
         let connection = bounded(
             config.connect_timeout,
             "connect",
-            cluster.get_async_connection(),
+            seeds.cluster.get_async_connection(),
         )
         .await
-        .map_err(scrub)?;
-        let target = urls
-            .iter()
-            .map(|u| redact_url(u))
-            .collect::<Vec<_>>()
-            .join(",");
+        .map_err(|e| seeds.scrub(e))?;
+        let connection = Cluster::new(
+            seeds.cluster,
+            connection,
+            config.connect_timeout,
+            runtime.clone(),
+        );
         Self::finish(
-            format!("cluster[{target}]"),
-            Connection::Cluster(Cluster::new(
-                cluster,
-                connection,
-                config.connect_timeout,
-                runtime.clone(),
-            )),
-            clients,
+            seeds.target,
+            Connection::Cluster(connection),
+            seeds.clients,
             config,
             &runtime,
         )
         .await
+    }
+
+    /// A store for a Redis Cluster that does not wait for it, as
+    /// [`connect_lazy`](Self::connect_lazy) is for one server: returns at
+    /// once and connects from the seeds in the background, retrying with
+    /// backoff until the cluster answers; until then store calls fail at
+    /// once with [`StoreErrorKind::Unavailable`] (after waiting for the
+    /// first attempt). Scripts are cached by each master on their first
+    /// use. Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_lazy`](Self::connect_lazy); also
+    /// [`StoreErrorKind::Protocol`] when `urls` is empty.
+    pub fn connect_cluster_lazy(urls: &[String], config: RedisConfig) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let seeds = ClusterSeeds::new(urls, &config)?;
+        let connection = Cluster::lazy(
+            seeds.cluster,
+            config.connect_timeout,
+            runtime.clone(),
+            (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
+        );
+        Ok(Self::assemble(
+            seeds.target,
+            Connection::Cluster(connection),
+            seeds.clients,
+            config,
+            &runtime,
+        ))
     }
 
     /// A store for one Redis server that does not wait for it: returns at
