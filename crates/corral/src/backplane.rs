@@ -10,7 +10,7 @@
 //!
 //! [`FlightTable::detach`]: crate::flight::FlightTable::detach
 
-use crate::cache::Inner;
+use crate::inner::Inner;
 use crate::stats::Counters;
 use crate::store::{Change, ChangeSink, Event};
 use crate::tags::CLEAR;

@@ -25,10 +25,10 @@ use serde::Serialize;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::cache::{outcome_to_result, Inner};
 use crate::error::Error;
 use crate::flight::{Claim, Failure, Outcome};
 use crate::freshness::{Answer, Fetched, Judged, Standing};
+use crate::inner::{outcome_to_result, Inner};
 use crate::key::validate_key;
 use crate::leader::{self, Flight, Job, Kept, LeaseGuard};
 use crate::stats::Counters;

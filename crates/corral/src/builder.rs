@@ -8,12 +8,13 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::breaker::{Breaker, BreakerSettings};
-use crate::cache::{Cache, Inner, Tiers};
+use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
 use crate::encryption::Encryption;
 use crate::error::ConfigError;
 use crate::flight::FlightTable;
+use crate::inner::{Inner, Tiers};
 use crate::key::valid_name;
 use crate::local::{LocalTier, TierClock};
 use crate::policy::Policy;
@@ -76,6 +77,18 @@ impl<V> std::fmt::Debug for CacheBuilder<V> {
             .field("store", &self.store)
             .field("encryption", &self.encryption)
             .finish_non_exhaustive()
+    }
+}
+
+impl<V> Cache<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// Starts building a cache named `name`. The name labels its stats and,
+    /// with the schema version, namespaces its keys in shared stores: 1 to
+    /// 64 characters from `A-Z a-z 0-9 _ - .`.
+    pub fn builder(name: &str) -> CacheBuilder<V> {
+        CacheBuilder::new(name)
     }
 }
 

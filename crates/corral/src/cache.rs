@@ -7,282 +7,28 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::breaker::{self, Breaker};
-use crate::builder::CacheBuilder;
 use tokio::runtime::Handle;
-use tokio::sync::Semaphore;
 
-use crate::codec::Codec;
-use crate::encryption::Cipher;
-use crate::entry::{self, Decoded, Ttls};
-use crate::error::{Error, InvalidKey, StoreError};
+use crate::entry::{self};
+use crate::error::{Error, InvalidKey};
 use crate::first_read::{read_ahead, FirstRead, ReadAhead};
-use crate::flight::{Claim, Failure, Flight, FlightTable, Outcome};
+use crate::flight::Claim;
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
 use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
-use crate::key::{validate_key, KeyLabel};
+use crate::inner::{outcome_to_result, weight, Inner};
+use crate::key::validate_key;
 use crate::leader::{self, Fallback, Job};
 use crate::local::LocalTier;
-use crate::policy::{jittered, FillOptions, Policy};
+use crate::policy::FillOptions;
 use crate::stats::{Counters, Stats};
-use crate::store::{Origin, Store, StoreKey, Stored};
-use crate::sync::{lock, Mutex};
-use crate::tags::{Stamps, TagTable};
-
-/// Where a cache keeps its values: decoded in process (L1), as envelopes in
-/// a shared store (L2), or both, the L1 in front.
-pub(crate) struct Tiers<V> {
-    pub(crate) l1: Option<LocalTier<V>>,
-    pub(crate) l2: Option<Arc<dyn Store>>,
-}
-
-/// The state of one cache instance.
-pub(crate) struct Inner<V> {
-    pub(crate) name: Arc<str>,
-    pub(crate) namespace: Arc<str>,
-    pub(crate) schema: u32,
-    pub(crate) policy: Policy,
-    pub(crate) codec: Arc<dyn Codec<V>>,
-    /// Seals what goes to the shared store and opens what comes back
-    /// (feature `encryption`; `None`: envelopes are stored as they are).
-    pub(crate) cipher: Option<Cipher>,
-    pub(crate) tiers: Tiers<V>,
-    /// This instance's id on the backplane.
-    pub(crate) origin: Origin,
-    /// The tag versions this instance knows, and its L1 keys by tag.
-    pub(crate) tags: TagTable,
-    /// Whether the store fails every call within the cache's store timeout
-    /// by itself ([`Store::call_bound`]), so no timer of the cache's is
-    /// needed.
-    pub(crate) store_bounds_calls: bool,
-    /// The circuit breaker every store call goes through; `None` without a
-    /// store or with the breaker turned off.
-    pub(crate) breaker: Option<Arc<Breaker>>,
-    pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
-    pub(crate) counters: Counters,
-    pub(crate) rng: Mutex<fastrand::Rng>,
-    /// Whether the in-process tier is bounded by bytes (entries weigh their
-    /// encoded size) rather than by entries.
-    pub(crate) weigh_by_bytes: bool,
-    /// Caps the background refreshes of this cache (or of every cache
-    /// sharing the injected semaphore).
-    pub(crate) refresh_limiter: Arc<Semaphore>,
-}
-
-impl<V> Inner<V> {
-    /// Counts a failed store call and says what the cache does instead:
-    /// at debug level while the circuit breaker is open (then every call
-    /// fails, by design), as a warning otherwise.
-    pub(crate) fn note_store_failure(&self, error: &StoreError, instead: &str) {
-        self.counters.store_failed(error);
-        if error.is_breaker_open() {
-            tracing::debug!(cache = %self.name, "circuit breaker open: {instead}");
-        } else {
-            tracing::warn!(cache = %self.name, %error, "store call failed: {instead}");
-        }
-    }
-}
-
-impl<V: 'static> Inner<V> {
-    /// A TTL drawn with the cache's jitter.
-    pub(crate) fn draw_ttl(&self, ttl: Duration) -> Duration {
-        let unit = lock(&self.rng).f64();
-        jittered(ttl, self.policy.jitter, unit)
-    }
-
-    pub(crate) fn store_key(&self, key: &str) -> StoreKey {
-        StoreKey::of(&self.namespace, key)
-    }
-
-    /// The bytes of `key`'s `value` (`None`: "not found") in the shared
-    /// store, written with `ttls`, filled under `stamps`: its envelope,
-    /// sealed when the cache encrypts.
-    pub(crate) fn encode(
-        &self,
-        key: &str,
-        value: Option<&V>,
-        ttls: Ttls,
-        flags: u16,
-        stamps: &Stamps,
-    ) -> Result<Vec<u8>, String> {
-        let envelope = entry::encode(
-            &*self.codec,
-            self.schema,
-            ttls,
-            flags,
-            value,
-            self.policy.max_value_bytes,
-            &stamps.0,
-        )?;
-        match &self.cipher {
-            Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
-            None => Ok(envelope),
-        }
-    }
-
-    /// Decodes the stored bytes of `key` (opening them first when the cache
-    /// encrypts); bytes that do not open or decode are counted (if `count`)
-    /// and yield `None`.
-    pub(crate) fn decode(&self, key: &str, bytes: &[u8], count: bool) -> Option<Decoded<V>> {
-        let opened;
-        let envelope = match &self.cipher {
-            None => bytes,
-            Some(cipher) => match cipher.open(&self.namespace, key, bytes) {
-                Ok(envelope) => {
-                    opened = envelope;
-                    opened.as_slice()
-                }
-                Err(error) => {
-                    if count {
-                        Counters::bump(&self.counters.decrypt_failures);
-                        let key = KeyLabel {
-                            key,
-                            raw: self.policy.trace_raw_keys,
-                        };
-                        tracing::warn!(cache = %self.name, %key, %error, "entry did not decrypt: treated as a miss");
-                    }
-                    return None;
-                }
-            },
-        };
-        match entry::decode(
-            &*self.codec,
-            self.schema,
-            envelope,
-            self.policy.max_value_bytes,
-        ) {
-            Ok(decoded) => Some(decoded),
-            Err(error) => {
-                if count {
-                    Counters::bump(&self.counters.decode_failures);
-                    tracing::warn!(cache = %self.name, %error, "undecodable entry treated as a miss");
-                }
-                None
-            }
-        }
-    }
-
-    /// Judges the bytes of `key` read from the shared store by the store's clock: age is
-    /// the physical TTL in the envelope minus the remaining TTL read with
-    /// them. Undecodable bytes are counted and yield `None`.
-    pub(crate) fn judge_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
-        self.judge_bytes(key, stored, true)
-    }
-
-    /// [`judge_stored`](Self::judge_stored) that leaves undecodable bytes
-    /// uncounted, for a look the leader repeats.
-    pub(crate) fn peek_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
-        self.judge_bytes(key, stored, false)
-    }
-
-    fn judge_bytes(&self, key: &str, stored: &Stored, count: bool) -> Option<Judged<V>> {
-        let decoded = self.decode(key, &stored.bytes, count)?;
-        let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
-        let age = decoded.ttls.physical.saturating_sub(remaining);
-        let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
-        let mut judged = Judged::new(
-            decoded.value,
-            age,
-            decoded.ttls,
-            fail_safe,
-            self.policy.eager_refresh,
-        );
-        judged.stamps = Stamps(decoded.stamps);
-        Some(judged)
-    }
-
-    /// Copies an entry read from the L2 into the L1, with the age the L2's
-    /// clock gave it, unless a write of this cache landed since `mark` or a
-    /// flight of the key runs.
-    pub(crate) fn keep_in_l1(&self, key: &str, judged: &Judged<V>, mark: u64)
-    where
-        V: Clone,
-    {
-        if let Some(copy) = self.l1_copy(key, judged) {
-            self.flights.keep_if_unchanged(key, mark, copy);
-        }
-    }
-
-    /// What copies an entry read from the L2 into the L1, with the age the
-    /// L2's clock gave it, if its stamps are still current: to be run under
-    /// the flight table's lock (a retiring flight's, or
-    /// [`keep_if_unchanged`](crate::flight::FlightTable::keep_if_unchanged)).
-    /// `None` without an L1 or when the value cannot be weighed.
-    pub(crate) fn l1_copy<'a>(
-        &'a self,
-        key: &'a str,
-        judged: &'a Judged<V>,
-    ) -> Option<impl FnOnce() + 'a>
-    where
-        V: Clone,
-    {
-        let local = self.tiers.l1.as_ref()?;
-        let weight = leader::weight(self, key, judged.value.as_ref()).ok()?;
-        Some(move || {
-            if self.tags.admit_to_l1(key, &judged.stamps) {
-                local.insert(
-                    key,
-                    judged.value.clone(),
-                    judged.ttls,
-                    judged.fail_safe,
-                    weight,
-                    judged.age,
-                );
-            }
-        })
-    }
-
-    /// Drops the key's in-process copy, if any.
-    pub(crate) fn remove_from_l1(&self, key: &str)
-    where
-        V: Clone,
-    {
-        if let Some(local) = &self.tiers.l1 {
-            local.remove(key);
-        }
-    }
-
-    /// Runs one store call through the circuit breaker (refused at once
-    /// while it is open) under the cache's store timeout (the store's own,
-    /// when it bounds its calls at least as tightly).
-    pub(crate) async fn store_call<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let timeout = (!self.store_bounds_calls).then_some(self.policy.store_timeout);
-        breaker::guarded(self.breaker.as_deref(), timeout, call).await
-    }
-
-    /// Waits for the outcome of a flight another caller leads; the wait is
-    /// a recorded duration with the feature `metrics`.
-    async fn wait_joined(&self, flight: &Arc<Flight<Fetched<V>>>) -> Outcome<Fetched<V>>
-    where
-        V: Clone,
-    {
-        #[cfg(feature = "metrics")]
-        let started = std::time::Instant::now();
-        let outcome = flight.wait().await;
-        #[cfg(feature = "metrics")]
-        crate::metrics_export::wait_took(&self.name, started.elapsed());
-        outcome
-    }
-
-    /// A snapshot of the instance's counters, the breaker's included.
-    pub(crate) fn stats(&self) -> Stats {
-        let mut stats = self.counters.snapshot();
-        if let Some(breaker) = &self.breaker {
-            stats.breaker_opened = breaker.opened();
-            stats.store_calls_skipped = breaker.skipped();
-        }
-        stats
-    }
-}
+use crate::store::new_version;
+use crate::tags::{Stamps, CLEAR};
 
 /// A read-through cache of `V` values under `&str` keys.
 ///
 /// `Cache` is a cheap handle: clones share one instance (its values, its
 /// flights, its counters). Nothing is global: two caches never share state
-/// unless they share a [`Store`] or an injected refresh limiter.
+/// unless they share a [`Store`](crate::Store) or an injected refresh limiter.
 ///
 /// # Concurrent calls on the same key
 ///
@@ -340,13 +86,6 @@ impl<V> Cache<V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
-    /// Starts building a cache named `name`. The name labels its stats and,
-    /// with the schema version, namespaces its keys in shared stores: 1 to
-    /// 64 characters from `A-Z a-z 0-9 _ - .`.
-    pub fn builder(name: &str) -> CacheBuilder<V> {
-        CacheBuilder::new(name)
-    }
-
     /// Returns the cached value of `key`, or runs `fill` once — however many
     /// callers ask at once — caches its value and returns it to all of them.
     ///
@@ -355,7 +94,7 @@ where
     /// unreachable, the fill runs without a lease and its value is returned
     /// (not stored); the failure is counted in [`Stats::store_errors`] and
     /// [`Stats::fail_open_fills`]. While the cache's circuit breaker is open
-    /// (see [`CacheBuilder::circuit_breaker`]) the store is not asked at
+    /// (see [`CacheBuilder::circuit_breaker`](crate::CacheBuilder::circuit_breaker)) the store is not asked at
     /// all: the fill runs at once, counted in [`Stats::fail_open_fills`] and
     /// [`Stats::store_calls_skipped`].
     ///
@@ -380,7 +119,7 @@ where
     /// A fresh hit in the in-process tier completes on the first poll
     /// without allocating; the only memory it writes is its thread's stripe
     /// of the hit counter, with a plain store. On a hot cache it does not
-    /// call the clock either (see [`CacheBuilder::clock`]).
+    /// call the clock either (see [`CacheBuilder::clock`](crate::CacheBuilder::clock)).
     ///
     /// The returned future borrows the cache and the key, is `Send`, and does
     /// nothing until polled, like an `async fn`'s.
@@ -833,7 +572,7 @@ where
         let inner = &self.inner;
         let ttls = inner.policy.ttls(ttl);
         let weight = match &inner.tiers.l1 {
-            Some(_) => leader::weight(inner, key, Some(&value))?,
+            Some(_) => weight(inner, key, Some(&value))?,
             None => 0,
         };
         let wanted = Stamps::wanted(&[]);
@@ -905,7 +644,7 @@ where
 
     /// Copies this cache's counters into the `metrics` recorder now (an
     /// exporter task does it every
-    /// [`metrics_interval`](CacheBuilder::metrics_interval)). Names are
+    /// [`metrics_interval`](crate::CacheBuilder::metrics_interval)). Names are
     /// prefixed `corral_` and labelled `cache` = [`name`](Cache::name); see
     /// the crate docs for the list.
     #[cfg(feature = "metrics")]
@@ -999,6 +738,67 @@ where
     }
 }
 
+impl<V> Cache<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// Makes every entry filled with `tag` (see [`FillOptions::tags`](crate::FillOptions::tags)) a
+    /// miss, in every process sharing the store, without scanning keys: the
+    /// tag moves to a new version and entries stamped with the old one are
+    /// never served again (they expire from the store by their TTL). Fills
+    /// of tagged entries in flight — in any process — are fenced: their
+    /// callers get their value, but it is not stored. Other processes' L1s
+    /// drop the tag's entries when the backplane message arrives.
+    ///
+    /// A read of the store checks an entry's tag versions against the
+    /// versions this cache knows (read once from the store and kept current
+    /// by the backplane; without a backplane, read on every check: one
+    /// more round trip per read of the store). L1 hits check nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidKey`] for a tag that breaks the key rules;
+    /// [`Error::Store`] if the store did not confirm (this instance's L1
+    /// entries of the tag are dropped anyway; treat the tag as possibly
+    /// still valid elsewhere).
+    pub async fn invalidate_tag(&self, tag: &str) -> Result<(), Error> {
+        validate_key(tag)?;
+        self.move_tag(tag).await
+    }
+
+    /// Makes every entry of this cache a miss, in every process sharing
+    /// the store, without scanning keys: like an [`invalidate_tag`] of a tag
+    /// every entry carries. Fills in flight are fenced; values already in
+    /// the store stay there, unserved, until their TTL ends.
+    ///
+    /// [`invalidate_tag`]: Cache::invalidate_tag
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Store`] as for [`invalidate_tag`](Cache::invalidate_tag).
+    pub async fn clear(&self) -> Result<(), Error> {
+        self.move_tag(CLEAR).await
+    }
+
+    async fn move_tag(&self, tag: &str) -> Result<(), Error> {
+        let inner = &self.inner;
+        let (moved, local_version) = match &inner.tiers.l2 {
+            Some(store) => {
+                let retention = inner.policy.tag_retention;
+                let call = store.invalidate_tag(&inner.namespace, tag, retention, inner.origin);
+                (inner.store_call(call).await, None)
+            }
+            None => {
+                let version = new_version(&mut crate::sync::lock(&inner.rng));
+                (Ok(()), Some(version))
+            }
+        };
+        inner.tag_moved(tag, local_version);
+        moved.inspect_err(|error| inner.counters.store_failed(error))?;
+        Ok(())
+    }
+}
+
 /// Checks the tags a fill declares: each a valid key, at most
 /// [`MAX_TAGS`](entry::MAX_TAGS) − 1 distinct ones (the clear version takes
 /// the last place).
@@ -1013,19 +813,4 @@ fn validate_tags(tags: &[Arc<str>]) -> Result<(), InvalidKey> {
         });
     }
     Ok(())
-}
-
-pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
-    outcome: Outcome<Fetched<V>>,
-) -> Result<Fetched<V>, Error<E>> {
-    match outcome {
-        Outcome::Value(fetched) => Ok(fetched),
-        Outcome::Failed(Failure::Fill { error, type_name }) => match error.downcast::<E>() {
-            Ok(error) => Err(Error::Fill(error)),
-            Err(_) => Err(Error::FillErrorOfOtherType { type_name }),
-        },
-        Outcome::Failed(Failure::Panicked(message)) => Err(Error::FillPanicked { message }),
-        Outcome::Failed(Failure::TimedOut(after)) => Err(Error::Timeout { after }),
-        Outcome::Failed(Failure::Aborted) => Err(Error::Aborted),
-    }
 }

@@ -25,9 +25,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::runtime::Handle;
 
-use crate::cache::Inner;
 use crate::flight::{Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Judged, Standing};
+use crate::inner::Inner;
 use crate::leader::{self, Job};
 use crate::store::Store;
 

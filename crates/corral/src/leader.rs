@@ -19,11 +19,10 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::breaker::{guarded, Breaker};
-use crate::cache::Inner;
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
-use crate::error::Error;
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
+use crate::inner::{weight, Inner};
 use crate::key::KeyLabel;
 use crate::stats::Counters;
 use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, Store, StoreKey};
@@ -425,28 +424,6 @@ async fn keep_value<V>(
             flight.retire(|| ());
         }
     }
-}
-
-/// The weight of a value in the in-process tier: 1 when it is bounded by
-/// entries, the key and encoded value size when it is bounded by bytes.
-pub(crate) fn weight<V: 'static>(
-    inner: &Inner<V>,
-    key: &str,
-    value: Option<&V>,
-) -> Result<u32, Error> {
-    if !inner.weigh_by_bytes {
-        return Ok(1);
-    }
-    let mut bytes = Vec::new();
-    if let Some(value) = value {
-        inner.codec.encode(value, &mut bytes).map_err(|e| {
-            Counters::bump(&inner.counters.encode_failures);
-            Error::Encode {
-                message: e.to_string().into(),
-            }
-        })?;
-    }
-    Ok(u32::try_from(key.len() + bytes.len()).unwrap_or(u32::MAX))
 }
 
 /// How a shared-store lookup ended.

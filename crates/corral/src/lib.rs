@@ -197,6 +197,7 @@ mod freshness;
 pub mod fuzzing;
 mod get_or_fill;
 mod health;
+mod inner;
 mod key;
 mod leader;
 mod local;

@@ -222,7 +222,7 @@ macro_rules! counters {
             }
 
             /// The snapshot of these counters; the breaker's are added by
-            /// [`Inner::stats`](crate::cache::Inner::stats).
+            /// `Inner::stats`.
             pub(crate) fn snapshot(&self) -> Stats {
                 Stats {
                     hits: self.hits.sum(),

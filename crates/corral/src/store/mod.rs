@@ -159,6 +159,7 @@ impl std::fmt::Debug for StoreKey {
 /// Whether `bytes` read from a store are a tag version: 1 to 64 printable
 /// ASCII bytes. Anything else found where a version belongs is replaced
 /// as if it were absent ([`Store::tag_versions`]).
+#[cfg_attr(not(any(feature = "redis", feature = "memcached")), allow(dead_code))]
 pub(crate) fn is_version(bytes: &[u8]) -> bool {
     (1..=64).contains(&bytes.len()) && bytes.iter().all(|byte| byte.is_ascii_graphic())
 }

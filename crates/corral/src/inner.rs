@@ -1,0 +1,400 @@
+//! `Inner<V>`: the state of one cache instance, its one home, and the
+//! steps every read and write path shares (encode and judge entries, call
+//! the store through its guard, keep values in the L1, know tag versions).
+//! It sits below the paths that use it (`first_read`, `leader`, `batch`,
+//! `backplane`) and the facade ([`Cache`](crate::Cache)); nothing here
+//! imports them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::breaker::{self, Breaker};
+use crate::codec::Codec;
+use crate::encryption::Cipher;
+use crate::entry::{self, Decoded, Ttls};
+use crate::error::{Error, StoreError};
+use crate::flight::{Failure, Flight, FlightTable, Outcome};
+use crate::freshness::{Fetched, Judged};
+use crate::key::KeyLabel;
+use crate::local::LocalTier;
+use crate::policy::{jittered, Policy};
+use crate::stats::{Counters, Stats};
+use crate::store::{new_version, Origin, Store, StoreKey, Stored};
+use crate::sync::{lock, Mutex};
+use crate::tags::{Known, Stamps, TagTable, CLEAR};
+
+/// Where a cache keeps its values: decoded in process (L1), as envelopes in
+/// a shared store (L2), or both, the L1 in front.
+pub(crate) struct Tiers<V> {
+    pub(crate) l1: Option<LocalTier<V>>,
+    pub(crate) l2: Option<Arc<dyn Store>>,
+}
+
+/// The state of one cache instance.
+pub(crate) struct Inner<V> {
+    pub(crate) name: Arc<str>,
+    pub(crate) namespace: Arc<str>,
+    pub(crate) schema: u32,
+    pub(crate) policy: Policy,
+    pub(crate) codec: Arc<dyn Codec<V>>,
+    /// Seals what goes to the shared store and opens what comes back
+    /// (feature `encryption`; `None`: envelopes are stored as they are).
+    pub(crate) cipher: Option<Cipher>,
+    pub(crate) tiers: Tiers<V>,
+    /// This instance's id on the backplane.
+    pub(crate) origin: Origin,
+    /// The tag versions this instance knows, and its L1 keys by tag.
+    pub(crate) tags: TagTable,
+    /// Whether the store fails every call within the cache's store timeout
+    /// by itself ([`Store::call_bound`]), so no timer of the cache's is
+    /// needed.
+    pub(crate) store_bounds_calls: bool,
+    /// The circuit breaker every store call goes through; `None` without a
+    /// store or with the breaker turned off.
+    pub(crate) breaker: Option<Arc<Breaker>>,
+    pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
+    pub(crate) counters: Counters,
+    pub(crate) rng: Mutex<fastrand::Rng>,
+    /// Whether the in-process tier is bounded by bytes (entries weigh their
+    /// encoded size) rather than by entries.
+    pub(crate) weigh_by_bytes: bool,
+    /// Caps the background refreshes of this cache (or of every cache
+    /// sharing the injected semaphore).
+    pub(crate) refresh_limiter: Arc<Semaphore>,
+}
+
+impl<V> Inner<V> {
+    /// Counts a failed store call and says what the cache does instead:
+    /// at debug level while the circuit breaker is open (then every call
+    /// fails, by design), as a warning otherwise.
+    pub(crate) fn note_store_failure(&self, error: &StoreError, instead: &str) {
+        self.counters.store_failed(error);
+        if error.is_breaker_open() {
+            tracing::debug!(cache = %self.name, "circuit breaker open: {instead}");
+        } else {
+            tracing::warn!(cache = %self.name, %error, "store call failed: {instead}");
+        }
+    }
+}
+
+impl<V: 'static> Inner<V> {
+    /// A TTL drawn with the cache's jitter.
+    pub(crate) fn draw_ttl(&self, ttl: Duration) -> Duration {
+        let unit = lock(&self.rng).f64();
+        jittered(ttl, self.policy.jitter, unit)
+    }
+
+    pub(crate) fn store_key(&self, key: &str) -> StoreKey {
+        StoreKey::of(&self.namespace, key)
+    }
+
+    /// The bytes of `key`'s `value` (`None`: "not found") in the shared
+    /// store, written with `ttls`, filled under `stamps`: its envelope,
+    /// sealed when the cache encrypts.
+    pub(crate) fn encode(
+        &self,
+        key: &str,
+        value: Option<&V>,
+        ttls: Ttls,
+        flags: u16,
+        stamps: &Stamps,
+    ) -> Result<Vec<u8>, String> {
+        let envelope = entry::encode(
+            &*self.codec,
+            self.schema,
+            ttls,
+            flags,
+            value,
+            self.policy.max_value_bytes,
+            &stamps.0,
+        )?;
+        match &self.cipher {
+            Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
+            None => Ok(envelope),
+        }
+    }
+
+    /// Decodes the stored bytes of `key` (opening them first when the cache
+    /// encrypts); bytes that do not open or decode are counted (if `count`)
+    /// and yield `None`.
+    pub(crate) fn decode(&self, key: &str, bytes: &[u8], count: bool) -> Option<Decoded<V>> {
+        let opened;
+        let envelope = match &self.cipher {
+            None => bytes,
+            Some(cipher) => match cipher.open(&self.namespace, key, bytes) {
+                Ok(envelope) => {
+                    opened = envelope;
+                    opened.as_slice()
+                }
+                Err(error) => {
+                    if count {
+                        Counters::bump(&self.counters.decrypt_failures);
+                        let key = KeyLabel {
+                            key,
+                            raw: self.policy.trace_raw_keys,
+                        };
+                        tracing::warn!(cache = %self.name, %key, %error, "entry did not decrypt: treated as a miss");
+                    }
+                    return None;
+                }
+            },
+        };
+        match entry::decode(
+            &*self.codec,
+            self.schema,
+            envelope,
+            self.policy.max_value_bytes,
+        ) {
+            Ok(decoded) => Some(decoded),
+            Err(error) => {
+                if count {
+                    Counters::bump(&self.counters.decode_failures);
+                    tracing::warn!(cache = %self.name, %error, "undecodable entry treated as a miss");
+                }
+                None
+            }
+        }
+    }
+
+    /// Judges the bytes of `key` read from the shared store by the store's clock: age is
+    /// the physical TTL in the envelope minus the remaining TTL read with
+    /// them. Undecodable bytes are counted and yield `None`.
+    pub(crate) fn judge_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
+        self.judge_bytes(key, stored, true)
+    }
+
+    /// [`judge_stored`](Self::judge_stored) that leaves undecodable bytes
+    /// uncounted, for a look the leader repeats.
+    pub(crate) fn peek_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
+        self.judge_bytes(key, stored, false)
+    }
+
+    fn judge_bytes(&self, key: &str, stored: &Stored, count: bool) -> Option<Judged<V>> {
+        let decoded = self.decode(key, &stored.bytes, count)?;
+        let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
+        let age = decoded.ttls.physical.saturating_sub(remaining);
+        let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
+        let mut judged = Judged::new(
+            decoded.value,
+            age,
+            decoded.ttls,
+            fail_safe,
+            self.policy.eager_refresh,
+        );
+        judged.stamps = Stamps(decoded.stamps);
+        Some(judged)
+    }
+
+    /// Copies an entry read from the L2 into the L1, with the age the L2's
+    /// clock gave it, unless a write of this cache landed since `mark` or a
+    /// flight of the key runs.
+    pub(crate) fn keep_in_l1(&self, key: &str, judged: &Judged<V>, mark: u64)
+    where
+        V: Clone,
+    {
+        if let Some(copy) = self.l1_copy(key, judged) {
+            self.flights.keep_if_unchanged(key, mark, copy);
+        }
+    }
+
+    /// What copies an entry read from the L2 into the L1, with the age the
+    /// L2's clock gave it, if its stamps are still current: to be run under
+    /// the flight table's lock (a retiring flight's, or
+    /// [`keep_if_unchanged`](crate::flight::FlightTable::keep_if_unchanged)).
+    /// `None` without an L1 or when the value cannot be weighed.
+    pub(crate) fn l1_copy<'a>(
+        &'a self,
+        key: &'a str,
+        judged: &'a Judged<V>,
+    ) -> Option<impl FnOnce() + 'a>
+    where
+        V: Clone,
+    {
+        let local = self.tiers.l1.as_ref()?;
+        let weight = weight(self, key, judged.value.as_ref()).ok()?;
+        Some(move || {
+            if self.tags.admit_to_l1(key, &judged.stamps) {
+                local.insert(
+                    key,
+                    judged.value.clone(),
+                    judged.ttls,
+                    judged.fail_safe,
+                    weight,
+                    judged.age,
+                );
+            }
+        })
+    }
+
+    /// Drops the key's in-process copy, if any.
+    pub(crate) fn remove_from_l1(&self, key: &str)
+    where
+        V: Clone,
+    {
+        if let Some(local) = &self.tiers.l1 {
+            local.remove(key);
+        }
+    }
+
+    /// Runs one store call through the circuit breaker (refused at once
+    /// while it is open) under the cache's store timeout (the store's own,
+    /// when it bounds its calls at least as tightly).
+    pub(crate) async fn store_call<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let timeout = (!self.store_bounds_calls).then_some(self.policy.store_timeout);
+        breaker::guarded(self.breaker.as_deref(), timeout, call).await
+    }
+
+    /// Waits for the outcome of a flight another caller leads; the wait is
+    /// a recorded duration with the feature `metrics`.
+    pub(crate) async fn wait_joined(&self, flight: &Arc<Flight<Fetched<V>>>) -> Outcome<Fetched<V>>
+    where
+        V: Clone,
+    {
+        #[cfg(feature = "metrics")]
+        let started = std::time::Instant::now();
+        let outcome = flight.wait().await;
+        #[cfg(feature = "metrics")]
+        crate::metrics_export::wait_took(&self.name, started.elapsed());
+        outcome
+    }
+
+    /// A snapshot of the instance's counters, the breaker's included.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.counters.snapshot();
+        if let Some(breaker) = &self.breaker {
+            stats.breaker_opened = breaker.opened();
+            stats.store_calls_skipped = breaker.skipped();
+        }
+        stats
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> Inner<V> {
+    /// The current versions of `tags`: known ones from the tag table, the
+    /// rest read from the store in one round trip — which creates those the
+    /// store does not have — and remembered while the backplane keeps them
+    /// current. Without a store, versions are the table's own.
+    pub(crate) async fn current_versions(
+        &self,
+        tags: &[Arc<str>],
+    ) -> Result<Vec<Arc<str>>, StoreError> {
+        let mark = match self.tags.lookup(tags) {
+            Known::All(versions) => return Ok(versions),
+            Known::Unknown { mark } => mark,
+        };
+        let Some(store) = &self.tiers.l2 else {
+            return Ok(self
+                .tags
+                .own_versions(tags, || new_version(&mut crate::sync::lock(&self.rng))));
+        };
+        let retention = self.policy.tag_retention;
+        let versions = self
+            .store_call(store.tag_versions(&self.namespace, tags, retention, self.origin))
+            .await
+            .inspect_err(|error| self.counters.store_failed(error))?;
+        self.tags.learn(tags, &versions, mark);
+        Ok(versions)
+    }
+
+    /// The stamps a fill declaring `tags` writes with its entry: the
+    /// current versions of its tags and of the clear tag, read before the
+    /// fill runs — from the store if `from_store` and they are not known
+    /// (a fill without a lease, the store unreachable, uses only the known
+    /// ones). `None` if they could not be had (the fill's answer is then
+    /// not stored).
+    pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>], from_store: bool) -> Option<Stamps> {
+        let wanted = Stamps::wanted(tags);
+        let versions = match (self.tags.lookup(&wanted), from_store) {
+            (Known::All(versions), _) => versions,
+            (Known::Unknown { .. }, true) => self.current_versions(&wanted).await.ok()?,
+            (Known::Unknown { .. }, false) if self.tiers.l2.is_none() => {
+                self.current_versions(&wanted).await.ok()?
+            }
+            (Known::Unknown { .. }, false) => return None,
+        };
+        Some(Stamps::zip(&wanted, versions))
+    }
+
+    /// Whether every version in `stamps` is still current (an entry read
+    /// from the store carrying them may be served; a fill stamped with them
+    /// may be stored). A store error counts as "not current": invalidation
+    /// wins. Known versions are checked in place; reading unknown ones
+    /// from the store is boxed, so the future every store read awaits stays
+    /// small.
+    pub(crate) async fn stamps_current(&self, stamps: &Stamps) -> bool {
+        if let Some(current) = self.tags.check(stamps) {
+            return current;
+        }
+        let tags = stamps.tags();
+        match Box::pin(self.current_versions(&tags)).await {
+            Ok(versions) => stamps.matches(&versions),
+            Err(_) => false,
+        }
+    }
+
+    /// `tag` (or, for [`CLEAR`], every tag) moved to a new version: forgets
+    /// the old one (or takes `version`, for a cache without a store) and
+    /// evicts the L1 entries carrying it. Under the flight table's lock, the
+    /// lock L1 inserts hold while they check their stamps.
+    pub(crate) fn tag_moved(&self, tag: &str, version: Option<Arc<str>>)
+    where
+        V: Clone,
+    {
+        self.flights.detach_all(|| {
+            let keys = self.tags.invalidated(tag, version);
+            let Some(local) = &self.tiers.l1 else {
+                return;
+            };
+            if tag == CLEAR {
+                local.clear();
+            } else {
+                for key in keys {
+                    local.remove(&key);
+                }
+            }
+        });
+    }
+}
+
+pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
+    outcome: Outcome<Fetched<V>>,
+) -> Result<Fetched<V>, Error<E>> {
+    match outcome {
+        Outcome::Value(fetched) => Ok(fetched),
+        Outcome::Failed(Failure::Fill { error, type_name }) => match error.downcast::<E>() {
+            Ok(error) => Err(Error::Fill(error)),
+            Err(_) => Err(Error::FillErrorOfOtherType { type_name }),
+        },
+        Outcome::Failed(Failure::Panicked(message)) => Err(Error::FillPanicked { message }),
+        Outcome::Failed(Failure::TimedOut(after)) => Err(Error::Timeout { after }),
+        Outcome::Failed(Failure::Aborted) => Err(Error::Aborted),
+    }
+}
+
+/// The weight of a value in the in-process tier: 1 when it is bounded by
+/// entries, the key and encoded value size when it is bounded by bytes.
+pub(crate) fn weight<V: 'static>(
+    inner: &Inner<V>,
+    key: &str,
+    value: Option<&V>,
+) -> Result<u32, Error> {
+    if !inner.weigh_by_bytes {
+        return Ok(1);
+    }
+    let mut bytes = Vec::new();
+    if let Some(value) = value {
+        inner.codec.encode(value, &mut bytes).map_err(|e| {
+            Counters::bump(&inner.counters.encode_failures);
+            Error::Encode {
+                message: e.to_string().into(),
+            }
+        })?;
+    }
+    Ok(u32::try_from(key.len() + bytes.len()).unwrap_or(u32::MAX))
+}
