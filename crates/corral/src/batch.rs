@@ -31,8 +31,9 @@ use crate::freshness::{Answer, Fetched, Judged, Standing};
 use crate::inner::{outcome_to_result, Inner};
 use crate::key::validate_key;
 use crate::leader::{self, Flight, Job, Kept, LeaseGuard};
+use crate::shared::SharedTier;
 use crate::stats::Counters;
-use crate::store::{Grant, LeaseRequest, Lookup, Store};
+use crate::store::{Grant, LeaseRequest, Lookup};
 use crate::Cache;
 
 /// The answers of one [`Cache::get_many_or_fill`] call: one result per
@@ -282,11 +283,11 @@ where
     async fn settle_from_store(
         &self,
         cache: &Inner<V>,
-        store: &Arc<dyn Store>,
+        store: &SharedTier,
         led: Led<V>,
     ) -> (Vec<ToFill<V>>, bool) {
         let skeys: Vec<_> = led.iter().map(|(key, _)| cache.store_key(key)).collect();
-        let found = match cache.store_call(store.get_many(&skeys)).await {
+        let found = match store.call(store.get_many(&skeys)).await {
             Ok(found) => found,
             Err(error) => {
                 cache.note_store_failure(&error, "filling a batch without leases");
@@ -333,7 +334,7 @@ where
         let grants = missing.iter().map(|(key, _)| {
             let (skey, request) = (cache.store_key(key), &request);
             async move {
-                let grant = cache.store_call(store.get_or_lease(&skey, request)).await;
+                let grant = store.call(store.get_or_lease(&skey, request)).await;
                 (skey, grant)
             }
         });
@@ -344,14 +345,7 @@ where
             match grant {
                 Ok(Lookup::Granted(lease)) => {
                     Counters::bump(&cache.counters.leases_acquired);
-                    let guard = LeaseGuard::new(
-                        Arc::clone(store),
-                        skey,
-                        lease,
-                        request.clone(),
-                        cache.policy.store_timeout,
-                        cache.breaker.clone(),
-                    );
+                    let guard = LeaseGuard::new(store.clone(), skey, lease, request.clone());
                     to_fill.push((key, flight, Some(guard)));
                 }
                 Ok(Lookup::Hit(_) | Lookup::Held { .. } | Lookup::Changed) => {

@@ -18,6 +18,7 @@ use crate::inner::{Inner, Tiers};
 use crate::key::valid_name;
 use crate::local::{LocalTier, TierClock};
 use crate::policy::Policy;
+use crate::shared::SharedTier;
 use crate::stats::Counters;
 use crate::store::{ChangeSink, Origin, Store};
 use crate::sync::Mutex;
@@ -516,18 +517,14 @@ where
         };
         let origin = Origin::new(rng.u64(..));
         let listens = self.backplane;
-        let store_timeout = self.policy.store_timeout;
-        let store_bounds_calls = self
-            .store
-            .as_ref()
-            .and_then(|store| store.call_bound())
-            .is_some_and(|bound| bound <= store_timeout);
-        let store = self.store;
         let name: Arc<str> = self.name.into();
-        let breaker = store
-            .as_ref()
-            .and(self.breaker)
-            .map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
+        let store_timeout = self.policy.store_timeout;
+        let breaker_settings = self.breaker;
+        let store = self.store.map(|store| {
+            let breaker = breaker_settings
+                .map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
+            SharedTier::new(store, breaker, store_timeout)
+        });
         let inner = Arc::new(Inner {
             namespace,
             name,
@@ -541,8 +538,6 @@ where
             },
             origin,
             tags: TagTable::new(store.is_none()),
-            store_bounds_calls,
-            breaker,
             flights: Arc::new(FlightTable::new()),
             counters: Counters::new(),
             rng: Mutex::new(rng),

@@ -499,8 +499,8 @@ where
                 // landed meanwhile.
                 let mark = inner.tiers.l1.as_ref().map(|_| inner.flights.write_mark());
                 let skey = inner.store_key(key);
-                let stored = inner
-                    .store_call(store.get(&skey))
+                let stored = store
+                    .call(store.get(&skey))
                     .await
                     .inspect_err(|error| inner.counters.store_failed(error))?;
                 let mut judged = stored.and_then(|stored| inner.judge_stored(key, &stored));
@@ -587,8 +587,8 @@ where
                     }
                 })?;
             let skey = inner.store_key(key);
-            let written = inner
-                .store_call(store.set(&skey, &bytes, ttls.physical, inner.origin))
+            let written = store
+                .call(store.set(&skey, &bytes, ttls.physical, inner.origin))
                 .await;
             if let Err(error) = written {
                 inner.counters.store_failed(&error);
@@ -626,9 +626,7 @@ where
         let removed = match &inner.tiers.l2 {
             Some(store) => {
                 let skey = inner.store_key(key);
-                inner
-                    .store_call(store.invalidate(&skey, inner.origin))
-                    .await
+                store.call(store.invalidate(&skey, inner.origin)).await
             }
             None => Ok(()),
         };
@@ -668,7 +666,7 @@ where
             None => crate::StoreHealth::None,
             Some(store) => {
                 let started = std::time::Instant::now();
-                let answer = inner.store_call(store.ping()).await;
+                let answer = store.call(store.ping()).await;
                 let latency = started.elapsed();
                 match answer {
                     Ok(()) => crate::StoreHealth::Answered { latency },
@@ -786,7 +784,7 @@ where
             Some(store) => {
                 let retention = inner.policy.tag_retention;
                 let call = store.invalidate_tag(&inner.namespace, tag, retention, inner.origin);
-                (inner.store_call(call).await, None)
+                (store.call(call).await, None)
             }
             None => {
                 let version = new_version(&mut crate::sync::lock(&inner.rng));

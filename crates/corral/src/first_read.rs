@@ -29,7 +29,7 @@ use crate::flight::{Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Judged, Standing};
 use crate::inner::Inner;
 use crate::leader::{self, Job};
-use crate::store::Store;
+use crate::shared::SharedTier;
 
 /// Starts the spawned leader of a flight; `true`: the first read found
 /// the store unreachable. Built lazily: a hit never makes the leader's job.
@@ -77,7 +77,7 @@ where
     /// flight (copied into the L1, handed to its callers) and is returned.
     /// Otherwise the spawned leader takes over, and the caller waits for
     /// the flight like any other.
-    pub(crate) async fn run(mut self, store: &Arc<dyn Store>) -> Option<Fetched<V>> {
+    pub(crate) async fn run(mut self, store: &SharedTier) -> Option<Fetched<V>> {
         let inner = self.inner;
         match self.try_fresh_hit(inner, store).await {
             Ok(Some(fetched)) => return Some(fetched),
@@ -92,7 +92,7 @@ where
     async fn try_fresh_hit(
         &mut self,
         inner: &Inner<V>,
-        store: &Arc<dyn Store>,
+        store: &SharedTier,
     ) -> Result<Option<Fetched<V>>, ()> {
         let Some((leadership, _)) = &self.lead else {
             return Ok(None);
@@ -126,11 +126,7 @@ pub(crate) enum ReadAhead<V> {
 }
 
 /// Reads `key` from `store` for a cache without an L1, outside any flight.
-pub(crate) async fn read_ahead<V>(
-    inner: &Inner<V>,
-    store: &Arc<dyn Store>,
-    key: &str,
-) -> ReadAhead<V>
+pub(crate) async fn read_ahead<V>(inner: &Inner<V>, store: &SharedTier, key: &str) -> ReadAhead<V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
@@ -145,14 +141,14 @@ where
 /// counted as a served L2 hit; `Err` if the store failed (counted).
 async fn read_fresh<V>(
     inner: &Inner<V>,
-    store: &Arc<dyn Store>,
+    store: &SharedTier,
     key: &str,
 ) -> Result<Option<Judged<V>>, ()>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     let skey = inner.store_key(key);
-    let stored = match inner.store_call(store.get(&skey)).await {
+    let stored = match store.call(store.get(&skey)).await {
         Ok(Some(stored)) => stored,
         Ok(None) => return Ok(None),
         Err(error) => {

@@ -5,13 +5,11 @@
 //! `backplane`) and the facade ([`Cache`](crate::Cache)); nothing here
 //! imports them.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::breaker::{self, Breaker};
 use crate::codec::Codec;
 use crate::encryption::Cipher;
 use crate::entry::{self, Decoded, Ttls};
@@ -21,8 +19,9 @@ use crate::freshness::{Fetched, Judged};
 use crate::key::KeyLabel;
 use crate::local::LocalTier;
 use crate::policy::{jittered, Policy};
+use crate::shared::SharedTier;
 use crate::stats::{Counters, Stats};
-use crate::store::{new_version, Origin, Store, StoreKey, Stored};
+use crate::store::{new_version, Origin, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
 use crate::tags::{Known, Stamps, TagTable, CLEAR};
 
@@ -30,7 +29,7 @@ use crate::tags::{Known, Stamps, TagTable, CLEAR};
 /// a shared store (L2), or both, the L1 in front.
 pub(crate) struct Tiers<V> {
     pub(crate) l1: Option<LocalTier<V>>,
-    pub(crate) l2: Option<Arc<dyn Store>>,
+    pub(crate) l2: Option<SharedTier>,
 }
 
 /// The state of one cache instance.
@@ -48,13 +47,6 @@ pub(crate) struct Inner<V> {
     pub(crate) origin: Origin,
     /// The tag versions this instance knows, and its L1 keys by tag.
     pub(crate) tags: TagTable,
-    /// Whether the store fails every call within the cache's store timeout
-    /// by itself ([`Store::call_bound`]), so no timer of the cache's is
-    /// needed.
-    pub(crate) store_bounds_calls: bool,
-    /// The circuit breaker every store call goes through; `None` without a
-    /// store or with the breaker turned off.
-    pub(crate) breaker: Option<Arc<Breaker>>,
     pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
     pub(crate) counters: Counters,
     pub(crate) rng: Mutex<fastrand::Rng>,
@@ -239,17 +231,6 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Runs one store call through the circuit breaker (refused at once
-    /// while it is open) under the cache's store timeout (the store's own,
-    /// when it bounds its calls at least as tightly).
-    pub(crate) async fn store_call<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let timeout = (!self.store_bounds_calls).then_some(self.policy.store_timeout);
-        breaker::guarded(self.breaker.as_deref(), timeout, call).await
-    }
-
     /// Waits for the outcome of a flight another caller leads; the wait is
     /// a recorded duration with the feature `metrics`.
     pub(crate) async fn wait_joined(&self, flight: &Arc<Flight<Fetched<V>>>) -> Outcome<Fetched<V>>
@@ -267,7 +248,7 @@ impl<V: 'static> Inner<V> {
     /// A snapshot of the instance's counters, the breaker's included.
     pub(crate) fn stats(&self) -> Stats {
         let mut stats = self.counters.snapshot();
-        if let Some(breaker) = &self.breaker {
+        if let Some(breaker) = self.tiers.l2.as_ref().and_then(SharedTier::breaker) {
             stats.breaker_opened = breaker.opened();
             stats.store_calls_skipped = breaker.skipped();
         }
@@ -294,8 +275,8 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
                 .own_versions(tags, || new_version(&mut crate::sync::lock(&self.rng))));
         };
         let retention = self.policy.tag_retention;
-        let versions = self
-            .store_call(store.tag_versions(&self.namespace, tags, retention, self.origin))
+        let versions = store
+            .call(store.tag_versions(&self.namespace, tags, retention, self.origin))
             .await
             .inspect_err(|error| self.counters.store_failed(error))?;
         self.tags.learn(tags, &versions, mark);

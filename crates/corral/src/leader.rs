@@ -18,14 +18,14 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::breaker::{guarded, Breaker};
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::inner::{weight, Inner};
 use crate::key::KeyLabel;
+use crate::shared::SharedTier;
 use crate::stats::Counters;
-use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, Store, StoreKey};
+use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, StoreKey};
 use crate::tags::Stamps;
 
 /// A value that may be served if the fill is slow or fails: the entry's
@@ -131,7 +131,6 @@ where
         return;
     };
     let store = cache.tiers.l2.clone();
-    let breaker = cache.breaker.clone();
     let skey = cache.store_key(&key);
     let policy = cache.policy.clone();
     drop(cache);
@@ -153,7 +152,6 @@ where
         let finder = Finder {
             inner: &inner,
             store,
-            breaker,
             key: &skey,
             request,
             soft_deadline: soft_timeout.map(|soft| started + soft),
@@ -440,8 +438,7 @@ enum Found {
 /// the lease, or must fill without one.
 struct Finder<'a, V> {
     inner: &'a Weak<Inner<V>>,
-    store: Arc<dyn Store>,
-    breaker: Option<Arc<Breaker>>,
+    store: SharedTier,
     key: &'a StoreKey,
     request: LeaseRequest,
     soft_deadline: Option<Instant>,
@@ -460,20 +457,17 @@ where
         let Some(cache) = self.inner.upgrade() else {
             return Found::Done;
         };
-        let (store_timeout, poll_interval) =
-            (cache.policy.store_timeout, cache.policy.poll_interval);
+        let poll_interval = cache.policy.poll_interval;
         drop(cache);
         // One wait for another process's fill is counted once, however
         // many polls and wake-ups it takes.
         let mut waiting = false;
         loop {
             let mut listener = self.store.listen(self.key);
-            let lookup = guarded(
-                self.breaker.as_deref(),
-                Some(store_timeout),
-                self.store.get_or_lease(self.key, &self.request),
-            )
-            .await;
+            let lookup = self
+                .store
+                .call(self.store.get_or_lease(self.key, &self.request))
+                .await;
             let Some(cache) = self.inner.upgrade() else {
                 return Found::Done;
             };
@@ -543,12 +537,10 @@ where
                         Counters::bump(&cache.counters.misses);
                     }
                     return Found::Lease(LeaseGuard::new(
-                        Arc::clone(&self.store),
+                        self.store.clone(),
                         self.key.clone(),
                         lease,
                         self.request.clone(),
-                        store_timeout,
-                        self.breaker.clone(),
                     ));
                 }
                 Ok(Lookup::Held { remaining }) => {
@@ -645,11 +637,9 @@ async fn keep_renewed<V>(inner: &Weak<Inner<V>>, leases: &[&LeaseGuard]) {
     while !owned.is_empty() {
         tokio::time::sleep(period).await;
         let renewals = owned.iter().map(|lease| {
-            guarded(
-                lease.breaker.as_deref(),
-                Some(lease.store_timeout),
-                lease.store.renew(&lease.key, &lease.lease, &lease.request),
-            )
+            lease
+                .store
+                .call(lease.store.renew(&lease.key, &lease.lease, &lease.request))
         });
         let renewed = futures_util::future::join_all(renewals).await;
         let Some(cache) = inner.upgrade() else {
@@ -721,33 +711,26 @@ where
 /// failed, panicked or timed out) releases it in the background so a
 /// waiter elsewhere can take over at once instead of at the lease's lapse.
 pub(crate) struct LeaseGuard {
-    store: Arc<dyn Store>,
+    store: SharedTier,
     key: StoreKey,
     lease: Lease,
     request: LeaseRequest,
-    store_timeout: Duration,
-    breaker: Option<Arc<Breaker>>,
     armed: bool,
 }
 
 impl LeaseGuard {
-    /// Guards `lease` of `key`, granted by `store` as `request` asked; its
-    /// calls go through `breaker`.
+    /// Guards `lease` of `key`, granted by `store` as `request` asked.
     pub(crate) fn new(
-        store: Arc<dyn Store>,
+        store: SharedTier,
         key: StoreKey,
         lease: Lease,
         request: LeaseRequest,
-        store_timeout: Duration,
-        breaker: Option<Arc<Breaker>>,
     ) -> Self {
         Self {
             store,
             key,
             lease,
             request,
-            store_timeout,
-            breaker,
             armed: true,
         }
     }
@@ -759,13 +742,13 @@ impl LeaseGuard {
     /// at once. Only a store that did not answer keeps it until it lapses.
     async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) -> bool {
         self.armed = false;
-        let result = guarded(
-            self.breaker.as_deref(),
-            Some(self.store_timeout),
-            self.store
-                .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
-        )
-        .await;
+        let result = self
+            .store
+            .call(
+                self.store
+                    .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
+            )
+            .await;
         // A store that answered (an error, not an outage) wrote nothing.
         if result.as_ref().is_err_and(|error| !error.is_retryable()) {
             self.release().await;
@@ -790,12 +773,10 @@ impl LeaseGuard {
     /// the caller is answered only after waiters elsewhere can take over.
     async fn release(mut self) {
         self.armed = false;
-        let _ = guarded(
-            self.breaker.as_deref(),
-            Some(self.store_timeout),
-            self.store.release(&self.key, &self.lease),
-        )
-        .await;
+        let _ = self
+            .store
+            .call(self.store.release(&self.key, &self.lease))
+            .await;
     }
 }
 
@@ -807,18 +788,11 @@ impl Drop for LeaseGuard {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let store = Arc::clone(&self.store);
+        let store = self.store.clone();
         let key = self.key.clone();
         let lease = self.lease.clone();
-        let timeout = self.store_timeout;
-        let breaker = self.breaker.clone();
         runtime.spawn(async move {
-            let _ = guarded(
-                breaker.as_deref(),
-                Some(timeout),
-                store.release(&key, &lease),
-            )
-            .await;
+            let _ = store.call(store.release(&key, &lease)).await;
         });
     }
 }

@@ -206,6 +206,7 @@ mod metrics_export;
 mod policy;
 #[cfg(any(feature = "redis", feature = "config"))]
 mod redact;
+mod shared;
 mod stats;
 pub mod store;
 mod sync;
