@@ -325,6 +325,18 @@ where
         if missing.is_empty() {
             return (Vec::new(), true);
         }
+        self.lease_missing(cache, store, missing).await
+    }
+
+    /// Asks for the leases of the keys the store did not have: the keys
+    /// granted (or unreachable) are to be filled here, the others are left
+    /// to their single-key leaders; and whether the store answered.
+    async fn lease_missing(
+        &self,
+        cache: &Inner<V>,
+        store: &SharedTier,
+        missing: Led<V>,
+    ) -> (Vec<ToFill<V>>, bool) {
         let fill_timeout = cache.policy.fill_timeout;
         let request = LeaseRequest {
             lease_ttl: cache.policy.lease_ttl,

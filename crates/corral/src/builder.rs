@@ -462,37 +462,7 @@ where
     /// under 30 ms, a circuit breaker with 0 failures or no cool-down, or an
     /// `encryption` with more than 8 previous keys.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
-        if !valid_name(&self.name) {
-            return Err(ConfigError::new(format!(
-                "cache name {:?} must be 1 to 64 characters from A-Z a-z 0-9 _ - .",
-                self.name
-            )));
-        }
-        self.policy.validate()?;
-        if let Some(breaker) = self.breaker {
-            if breaker.failures == 0 || breaker.cool_down.is_zero() {
-                return Err(ConfigError::new(
-                    "circuit_breaker needs at least 1 failure and a cool-down greater than zero",
-                ));
-            }
-        }
-        let (estimated_items, weight_capacity, weigh_by_bytes) = match self.capacity {
-            Capacity::Entries(0) | Capacity::Bytes(0) => {
-                return Err(ConfigError::new("capacity must be greater than zero"));
-            }
-            Capacity::Entries(entries) => (
-                usize::try_from(entries).unwrap_or(usize::MAX),
-                entries,
-                false,
-            ),
-            Capacity::Bytes(bytes) => (
-                usize::try_from(bytes / 256)
-                    .unwrap_or(usize::MAX)
-                    .clamp(16, 1 << 20),
-                bytes,
-                true,
-            ),
-        };
+        let sizing = self.checked_sizing()?;
         let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
         let cipher = match &self.encryption {
             Some(encryption) => Some(encryption.cipher(&namespace)?),
@@ -504,8 +474,8 @@ where
                 None => TierClock::Coarse(TickedClock::new(&self.name)),
             };
             LocalTier::new(
-                estimated_items.min(1 << 24),
-                weight_capacity,
+                sizing.estimated_items.min(1 << 24),
+                sizing.weight_capacity,
                 clock,
                 self.policy.eager_refresh,
                 self.l1_lifetime,
@@ -541,35 +511,12 @@ where
             flights: Arc::new(FlightTable::new()),
             counters: Counters::new(),
             rng: Mutex::new(rng),
-            weigh_by_bytes,
+            weigh_by_bytes: sizing.weigh_by_bytes,
             refresh_limiter: self
                 .refresh_limiter
                 .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
         });
-        if let Some(store) = &store {
-            // Attaching the sink subscribes the namespace: its L1 copies and
-            // tag versions are kept current by the messages. A cache that
-            // does not listen subscribes nothing now; its first waiter for
-            // another process's fill does ([`Store::listen`]).
-            let coherent = listens && {
-                let sink: Weak<dyn ChangeSink> = Arc::downgrade(&inner) as Weak<dyn ChangeSink>;
-                store.backplane(&inner.namespace, sink)
-            };
-            // Tag versions are remembered only while messages keep them
-            // current; otherwise every check reads them from the store.
-            inner.tags.set_remember(coherent);
-            if listens {
-                store.attach(&inner.namespace);
-            }
-            if inner.tiers.l1.is_some() && !coherent && self.l1_lifetime.is_none() {
-                tracing::warn!(
-                    cache = %inner.name,
-                    "an L1 without a backplane and without l1_lifetime: a change made by \
-                     another process stays unseen here until the entry expires; set \
-                     CacheBuilder::l1_lifetime to bound it"
-                );
-            }
-        }
+        attach_to_store(&inner, listens, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
             crate::metrics_export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
@@ -579,5 +526,89 @@ where
         #[cfg(not(feature = "metrics"))]
         let _ = self.metrics_interval;
         Ok(Cache { inner })
+    }
+
+    /// Checks the name, the policy, the breaker and the capacity; the
+    /// in-process tier's sizing.
+    fn checked_sizing(&self) -> Result<Sizing, ConfigError> {
+        if !valid_name(&self.name) {
+            return Err(ConfigError::new(format!(
+                "cache name {:?} must be 1 to 64 characters from A-Z a-z 0-9 _ - .",
+                self.name
+            )));
+        }
+        self.policy.validate()?;
+        if let Some(breaker) = self.breaker {
+            if breaker.failures == 0 || breaker.cool_down.is_zero() {
+                return Err(ConfigError::new(
+                    "circuit_breaker needs at least 1 failure and a cool-down greater than zero",
+                ));
+            }
+        }
+        let (estimated_items, weight_capacity, weigh_by_bytes) = match self.capacity {
+            Capacity::Entries(0) | Capacity::Bytes(0) => {
+                return Err(ConfigError::new("capacity must be greater than zero"));
+            }
+            Capacity::Entries(entries) => (
+                usize::try_from(entries).unwrap_or(usize::MAX),
+                entries,
+                false,
+            ),
+            Capacity::Bytes(bytes) => (
+                usize::try_from(bytes / 256)
+                    .unwrap_or(usize::MAX)
+                    .clamp(16, 1 << 20),
+                bytes,
+                true,
+            ),
+        };
+        Ok(Sizing {
+            estimated_items,
+            weight_capacity,
+            weigh_by_bytes,
+        })
+    }
+}
+
+/// How the in-process tier is sized.
+struct Sizing {
+    /// Entries it is expected to hold.
+    estimated_items: usize,
+    /// Its capacity, in entries or bytes.
+    weight_capacity: u64,
+    /// Whether entries weigh their encoded size (a capacity in bytes).
+    weigh_by_bytes: bool,
+}
+
+/// Connects a cache built on a shared store to it. Attaching the sink
+/// subscribes the namespace: its L1 copies and tag versions are kept
+/// current by the messages. A cache that does not listen subscribes
+/// nothing now; its first waiter for another process's fill does
+/// ([`Store::listen`](crate::Store::listen)).
+fn attach_to_store<V: Clone + Send + Sync + 'static>(
+    inner: &Arc<Inner<V>>,
+    listens: bool,
+    l1_lifetime_set: bool,
+) {
+    let Some(store) = &inner.tiers.l2 else {
+        return;
+    };
+    let coherent = listens && {
+        let sink: Weak<dyn ChangeSink> = Arc::downgrade(inner) as Weak<dyn ChangeSink>;
+        store.backplane(&inner.namespace, sink)
+    };
+    // Tag versions are remembered only while messages keep them current;
+    // otherwise every check reads them from the store.
+    inner.tags.set_remember(coherent);
+    if listens {
+        store.attach(&inner.namespace);
+    }
+    if inner.tiers.l1.is_some() && !coherent && !l1_lifetime_set {
+        tracing::warn!(
+            cache = %inner.name,
+            "an L1 without a backplane and without l1_lifetime: a change made by \
+             another process stays unseen here until the entry expires; set \
+             CacheBuilder::l1_lifetime to bound it"
+        );
     }
 }

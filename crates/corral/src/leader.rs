@@ -19,13 +19,14 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::entry::{Ttls, FLAG_FAIL_SAFE};
+use crate::error::StoreError;
 use crate::flight::{Failure, Leadership, Outcome};
 use crate::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::inner::{weight, Inner};
 use crate::key::KeyLabel;
 use crate::shared::SharedTier;
 use crate::stats::Counters;
-use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, StoreKey};
+use crate::store::{Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tags::Stamps;
 
 /// A value that may be served if the fill is slow or fails: the entry's
@@ -106,7 +107,8 @@ where
     lead(inner, flight, job).instrument(span)
 }
 
-/// The body of [`run`], inside its span.
+/// The body of [`run`], inside its span: find the value or the lease, read
+/// the stamps, run the fill, keep or report its answer.
 async fn lead<V, F, Fut, E>(inner: Weak<Inner<V>>, mut flight: Flight<V>, job: Job<F, V>)
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
@@ -125,67 +127,34 @@ where
         store_failed,
         fill,
     } = job;
-    let started = Instant::now();
-    let deadline = started + fill_timeout;
-    let Some(cache) = inner.upgrade() else {
-        return;
+    let clock = Deadlines::from(Instant::now(), fill_timeout, soft_timeout);
+    let found = find_lease(
+        &inner,
+        &key,
+        store_failed,
+        &clock,
+        &mut flight,
+        &mut fallback,
+        &mut permit,
+    )
+    .await;
+    let (lease, reachable) = match found {
+        Found::Lease(guard) => (Some(guard), true),
+        Found::FailOpen => (None, false),
+        Found::Done => {
+            flight.retire(|| ());
+            return;
+        }
+        Found::TimedOut => {
+            let kept = Kept {
+                lease: None,
+                stamps: None,
+            };
+            let failure = Failure::TimedOut(fill_timeout);
+            fail(&inner, &mut flight, fallback, kept, failure).await;
+            return;
+        }
     };
-    let store = cache.tiers.l2.clone();
-    let skey = cache.store_key(&key);
-    let policy = cache.policy.clone();
-    drop(cache);
-
-    let mut lease = None;
-    let mut reachable = store.is_some();
-    if let (Some(_), true) = (&store, store_failed) {
-        if let Some(cache) = inner.upgrade() {
-            Counters::bump(&cache.counters.fail_open_fills);
-            Counters::bump(&cache.counters.misses);
-        }
-        reachable = false;
-    } else if let Some(store) = store {
-        let request = LeaseRequest {
-            lease_ttl: policy.lease_ttl,
-            fence_ttl: policy.fence_ttl(fill_timeout),
-            grant: Grant::IfNoValue,
-        };
-        let finder = Finder {
-            inner: &inner,
-            store,
-            key: &skey,
-            request,
-            soft_deadline: soft_timeout.map(|soft| started + soft),
-        };
-        let found = tokio::time::timeout_at(
-            deadline,
-            finder.find(&mut flight, &mut fallback, &mut permit),
-        )
-        .await;
-        match found {
-            Ok(Found::Lease(guard)) => lease = Some(guard),
-            Ok(Found::FailOpen) => reachable = false,
-            Ok(Found::Done) => {
-                flight.retire(|| ());
-                return;
-            }
-            Err(_) => {
-                let kept = Kept {
-                    lease: None,
-                    stamps: None,
-                };
-                fail(
-                    &inner,
-                    &mut flight,
-                    fallback,
-                    kept,
-                    Failure::TimedOut(fill_timeout),
-                )
-                .await;
-                return;
-            }
-        }
-    }
-
     // Read before the fill runs: a tag invalidation or clear landing while
     // it runs leaves the entry stamped with the old version, fenced.
     let stamps = match inner.upgrade() {
@@ -195,29 +164,146 @@ where
         }
         None => None,
     };
-    // The fill is dropped at the end of this block: at the hard timeout it
-    // is stopped, and nothing it would have produced is stored.
+    let result = fill_in_time(
+        &inner,
+        fill,
+        lease.as_ref(),
+        &clock,
+        &mut flight,
+        fallback.as_ref(),
+    )
+    .await;
+    let kept = Kept { lease, stamps };
+    match result {
+        Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, kept).await,
+        Ok(Err(failure)) => fail(&inner, &mut flight, fallback, kept, failure).await,
+        Err(_) => {
+            if let Some(cache) = inner.upgrade() {
+                Counters::bump(&cache.counters.fill_timeouts);
+            }
+            let failure = Failure::TimedOut(fill_timeout);
+            fail(&inner, &mut flight, fallback, kept, failure).await;
+        }
+    }
+    drop(permit);
+}
+
+/// A flight's times: when it started, its hard deadline, and when a slow
+/// fill's callers get the fallback.
+struct Deadlines {
+    started: Instant,
+    fill_timeout: Duration,
+    deadline: Instant,
+    soft_timeout: Option<Duration>,
+}
+
+impl Deadlines {
+    fn from(started: Instant, fill_timeout: Duration, soft_timeout: Option<Duration>) -> Self {
+        Self {
+            started,
+            fill_timeout,
+            deadline: started + fill_timeout,
+            soft_timeout,
+        }
+    }
+}
+
+/// Looks the key up in the shared store, if the cache has one, until it
+/// holds the lease, served the callers or must fill without a lease.
+async fn find_lease<V>(
+    inner: &Weak<Inner<V>>,
+    key: &str,
+    store_failed: bool,
+    clock: &Deadlines,
+    flight: &mut Flight<V>,
+    fallback: &mut Option<Fallback<V>>,
+    permit: &mut Option<OwnedSemaphorePermit>,
+) -> Found
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let Some(cache) = inner.upgrade() else {
+        return Found::Done;
+    };
+    let Some(store) = cache.tiers.l2.clone() else {
+        return Found::FailOpen;
+    };
+    if store_failed {
+        Counters::bump(&cache.counters.fail_open_fills);
+        Counters::bump(&cache.counters.misses);
+        return Found::FailOpen;
+    }
+    let skey = cache.store_key(key);
+    let request = LeaseRequest {
+        lease_ttl: cache.policy.lease_ttl,
+        fence_ttl: cache.policy.fence_ttl(clock.fill_timeout),
+        grant: Grant::IfNoValue,
+    };
+    drop(cache);
+    let finder = Finder {
+        inner,
+        store,
+        key: &skey,
+        request,
+        soft_deadline: clock.soft_timeout.map(|soft| clock.started + soft),
+    };
+    tokio::time::timeout_at(clock.deadline, finder.find(flight, fallback, permit))
+        .await
+        .unwrap_or(Found::TimedOut)
+}
+
+/// The store did not answer the lookup: a refresh gives up (its callers
+/// were served), a fill runs without a lease.
+fn unreachable_store<V: Clone>(cache: &Inner<V>, error: &StoreError, flight: &Flight<V>) -> Found {
+    if flight.has_published() {
+        cache.counters.store_failed(error);
+        return Found::Done;
+    }
+    cache.note_store_failure(error, "filling without a lease");
+    Counters::bump(&cache.counters.fail_open_fills);
+    Counters::bump(&cache.counters.misses);
+    Found::FailOpen
+}
+
+/// Runs the fill (renewing its lease) until the hard deadline, serving the
+/// fallback to the callers at the soft timeout. The fill is dropped when
+/// this returns: at the hard timeout it is stopped, and nothing it would
+/// have produced is stored.
+async fn fill_in_time<V, F, Fut, E>(
+    inner: &Weak<Inner<V>>,
+    fill: F,
+    lease: Option<&LeaseGuard>,
+    clock: &Deadlines,
+    flight: &mut Flight<V>,
+    fallback: Option<&Fallback<V>>,
+) -> Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    E: Send + Sync + 'static,
+{
     let fill_started = Instant::now();
-    let result = {
-        let leases: Vec<&LeaseGuard> = lease.iter().collect();
-        let filling = fill_renewing(&inner, fill, &leases);
-        tokio::pin!(filling);
-        let soft = soft_timeout.filter(|_| fallback.is_some() && !flight.has_published());
-        match soft {
-            Some(soft) => {
-                tokio::select! {
-                    result = tokio::time::timeout_at(deadline, &mut filling) => result,
-                    () = tokio::time::sleep_until(started + soft) => {
-                        serve_fallback(&inner, &mut flight, fallback.as_ref(), Freshness::Stale);
-                        if let Some(cache) = inner.upgrade() {
-                            Counters::bump(&cache.counters.soft_timeouts);
-                        }
-                        tokio::time::timeout_at(deadline, &mut filling).await
+    let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+    let filling = fill_renewing(inner, fill, &leases);
+    tokio::pin!(filling);
+    let soft = clock
+        .soft_timeout
+        .filter(|_| fallback.is_some() && !flight.has_published());
+    let result = match soft {
+        Some(soft) => {
+            tokio::select! {
+                result = tokio::time::timeout_at(clock.deadline, &mut filling) => result,
+                () = tokio::time::sleep_until(clock.started + soft) => {
+                    serve_fallback(inner, flight, fallback, Freshness::Stale);
+                    if let Some(cache) = inner.upgrade() {
+                        Counters::bump(&cache.counters.soft_timeouts);
                     }
+                    tokio::time::timeout_at(clock.deadline, &mut filling).await
                 }
             }
-            None => tokio::time::timeout_at(deadline, &mut filling).await,
         }
+        None => tokio::time::timeout_at(clock.deadline, &mut filling).await,
     };
     let took = fill_started.elapsed();
     #[cfg(feature = "metrics")]
@@ -228,29 +314,11 @@ where
         Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),
         Ok(Err(_)) => {}
         Err(_) => tracing::warn!(
-            timeout_ms = fill_timeout.as_millis(),
+            timeout_ms = clock.fill_timeout.as_millis(),
             "fill passed the hard timeout: stopped, nothing stored"
         ),
     }
-    let kept = Kept { lease, stamps };
-    match result {
-        Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, kept).await,
-        Ok(Err(failure)) => fail(&inner, &mut flight, fallback, kept, failure).await,
-        Err(_) => {
-            if let Some(cache) = inner.upgrade() {
-                Counters::bump(&cache.counters.fill_timeouts);
-            }
-            fail(
-                &inner,
-                &mut flight,
-                fallback,
-                kept,
-                Failure::TimedOut(fill_timeout),
-            )
-            .await;
-        }
-    }
-    drop(permit);
+    result
 }
 
 /// Publishes the fallback to the flight's callers, if there is one.
@@ -424,14 +492,17 @@ async fn keep_value<V>(
     }
 }
 
-/// How a shared-store lookup ended.
+/// How the lookup before the fill ended.
 enum Found {
     /// This leader holds the lease and must fill.
     Lease(LeaseGuard),
-    /// The store is unreachable: fill without a lease, store nothing.
+    /// The store is unreachable, or the cache has none: fill without a
+    /// lease (with a store: store nothing).
     FailOpen,
     /// Callers were served from the store and no refresh is to run here.
     Done,
+    /// The hard deadline passed before a lease or a value was had.
+    TimedOut,
 }
 
 /// Looks the key up in the shared store until it can serve a value, holds
@@ -473,48 +544,9 @@ where
             };
             match lookup {
                 Ok(Lookup::Hit(stored)) => {
-                    // Whatever comes next replaces only this generation: a
-                    // write or invalidation landing meanwhile wins.
-                    self.request.grant = Grant::OverGeneration(stored.generation.clone());
-                    let Some(judged) = cache.judge_stored(self.key.key(), &stored) else {
-                        continue;
-                    };
-                    if !cache.stamps_current(&judged.stamps).await {
-                        // A tag invalidation or clear made it a miss: it is
-                        // replaced like undecodable bytes.
-                        Counters::bump(&cache.counters.tag_misses);
-                        continue;
+                    if let Some(found) = self.hit(&cache, &stored, flight, fallback, permit).await {
+                        return found;
                     }
-                    let (place, freshness) = (judged.standing, judged.freshness);
-                    let found = Fallback::new(judged.value.clone(), judged.remaining);
-                    match place {
-                        Standing::Fresh => {
-                            cache.counters.l2_hits.incr();
-                            let key = flight.key().to_owned();
-                            if let Some(copy) = cache.l1_copy(&key, &judged) {
-                                flight.retire(copy);
-                            }
-                            serve_fallback(self.inner, flight, Some(&found), freshness);
-                            return Found::Done;
-                        }
-                        // A refresh started from a stale L1 copy holds its
-                        // permit already.
-                        Standing::RefreshDue | Standing::Stale if permit.is_some() => {
-                            serve_fallback(self.inner, flight, Some(&found), freshness);
-                        }
-                        Standing::RefreshDue | Standing::Stale => {
-                            serve_fallback(self.inner, flight, Some(&found), freshness);
-                            match Arc::clone(&cache.refresh_limiter).try_acquire_owned() {
-                                Ok(granted) => *permit = Some(granted),
-                                Err(_) => {
-                                    Counters::bump(&cache.counters.refreshes_skipped);
-                                    return Found::Done;
-                                }
-                            }
-                        }
-                        Standing::FailSafeOnly | Standing::Gone => {}
-                    }
-                    *fallback = Some(found);
                 }
                 Ok(Lookup::Changed) => {
                     if flight.has_published() {
@@ -528,21 +560,7 @@ where
                     *fallback = None;
                     self.request.grant = Grant::IfNoValue;
                 }
-                Ok(Lookup::Granted(lease)) => {
-                    Counters::bump(&cache.counters.leases_acquired);
-                    tracing::debug!("lease acquired");
-                    if flight.has_published() {
-                        Counters::bump(&cache.counters.refreshes);
-                    } else {
-                        Counters::bump(&cache.counters.misses);
-                    }
-                    return Found::Lease(LeaseGuard::new(
-                        self.store.clone(),
-                        self.key.clone(),
-                        lease,
-                        self.request.clone(),
-                    ));
-                }
+                Ok(Lookup::Granted(lease)) => return self.granted(&cache, lease, flight),
                 Ok(Lookup::Held { remaining }) => {
                     if flight.has_published() {
                         // A refresh stands down: another process is filling.
@@ -559,33 +577,119 @@ where
                         "lease held by another process: waiting for its value"
                     );
                     drop(cache);
-                    let lapse = remaining
-                        .unwrap_or(poll_interval)
-                        .saturating_add(Duration::from_millis(1));
-                    let wake = Instant::now() + poll_interval.min(lapse);
-                    let soft = self.soft_deadline.filter(|_| fallback.is_some());
-                    tokio::select! {
-                        () = listener.changed() => {}
-                        () = tokio::time::sleep_until(wake) => {}
-                        () = sleep_until_some(soft) => {
-                            serve_fallback(self.inner, flight, fallback.as_ref(), Freshness::Stale);
-                            if let Some(cache) = self.inner.upgrade() {
-                                Counters::bump(&cache.counters.soft_timeouts);
-                            }
-                            return Found::Done;
-                        }
+                    let wait = self.wait_for_holder(
+                        &mut listener,
+                        remaining,
+                        poll_interval,
+                        flight,
+                        fallback,
+                    );
+                    if let Some(found) = wait.await {
+                        return found;
                     }
                 }
-                Err(error) => {
-                    if flight.has_published() {
-                        cache.counters.store_failed(&error);
-                        return Found::Done;
-                    }
-                    cache.note_store_failure(&error, "filling without a lease");
-                    Counters::bump(&cache.counters.fail_open_fills);
-                    Counters::bump(&cache.counters.misses);
-                    return Found::FailOpen;
+                Err(error) => return unreachable_store(&cache, &error, flight),
+            }
+        }
+    }
+
+    /// The lease was granted: this leader fills under it.
+    fn granted(&self, cache: &Inner<V>, lease: Lease, flight: &Flight<V>) -> Found {
+        Counters::bump(&cache.counters.leases_acquired);
+        tracing::debug!("lease acquired");
+        if flight.has_published() {
+            Counters::bump(&cache.counters.refreshes);
+        } else {
+            Counters::bump(&cache.counters.misses);
+        }
+        let request = self.request.clone();
+        Found::Lease(LeaseGuard::new(
+            self.store.clone(),
+            self.key.clone(),
+            lease,
+            request,
+        ))
+    }
+
+    /// A value found in the store: served if fresh (`Some(Done)`), kept as
+    /// the fallback if stale or fail-safe only, with a refresh permit taken
+    /// for a stale one; `None`: look again, for the lease over it.
+    async fn hit(
+        &mut self,
+        cache: &Inner<V>,
+        stored: &Stored,
+        flight: &mut Flight<V>,
+        fallback: &mut Option<Fallback<V>>,
+        permit: &mut Option<OwnedSemaphorePermit>,
+    ) -> Option<Found> {
+        // Whatever comes next replaces only this generation: a write or
+        // invalidation landing meanwhile wins.
+        self.request.grant = Grant::OverGeneration(stored.generation.clone());
+        let judged = cache.judge_stored(self.key.key(), stored)?;
+        if !cache.stamps_current(&judged.stamps).await {
+            // A tag invalidation or clear made it a miss: it is replaced
+            // like undecodable bytes.
+            Counters::bump(&cache.counters.tag_misses);
+            return None;
+        }
+        let (place, freshness) = (judged.standing, judged.freshness);
+        let found = Fallback::new(judged.value.clone(), judged.remaining);
+        match place {
+            Standing::Fresh => {
+                cache.counters.l2_hits.incr();
+                let key = flight.key().to_owned();
+                if let Some(copy) = cache.l1_copy(&key, &judged) {
+                    flight.retire(copy);
                 }
+                serve_fallback(self.inner, flight, Some(&found), freshness);
+                return Some(Found::Done);
+            }
+            // A refresh started from a stale L1 copy holds its permit
+            // already.
+            Standing::RefreshDue | Standing::Stale if permit.is_some() => {
+                serve_fallback(self.inner, flight, Some(&found), freshness);
+            }
+            Standing::RefreshDue | Standing::Stale => {
+                serve_fallback(self.inner, flight, Some(&found), freshness);
+                match Arc::clone(&cache.refresh_limiter).try_acquire_owned() {
+                    Ok(granted) => *permit = Some(granted),
+                    Err(_) => {
+                        Counters::bump(&cache.counters.refreshes_skipped);
+                        return Some(Found::Done);
+                    }
+                }
+            }
+            Standing::FailSafeOnly | Standing::Gone => {}
+        }
+        *fallback = Some(found);
+        None
+    }
+
+    /// Waits while another process's lease lives: until its holder's
+    /// notice, the next poll or the lease's lapse (`None`: look again), or
+    /// the soft timeout, when a fallback is served (`Some(Done)`).
+    async fn wait_for_holder(
+        &self,
+        listener: &mut Listener,
+        remaining: Option<Duration>,
+        poll_interval: Duration,
+        flight: &mut Flight<V>,
+        fallback: &Option<Fallback<V>>,
+    ) -> Option<Found> {
+        let lapse = remaining
+            .unwrap_or(poll_interval)
+            .saturating_add(Duration::from_millis(1));
+        let wake = Instant::now() + poll_interval.min(lapse);
+        let soft = self.soft_deadline.filter(|_| fallback.is_some());
+        tokio::select! {
+            () = listener.changed() => None,
+            () = tokio::time::sleep_until(wake) => None,
+            () = sleep_until_some(soft) => {
+                serve_fallback(self.inner, flight, fallback.as_ref(), Freshness::Stale);
+                if let Some(cache) = self.inner.upgrade() {
+                    Counters::bump(&cache.counters.soft_timeouts);
+                }
+                Some(Found::Done)
             }
         }
     }
