@@ -17,33 +17,33 @@ use crate::tags::CLEAR;
 
 impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
     fn changed(&self, change: &Change) {
-        if change.origin == self.origin {
+        if change.origin == self.origin() {
             return;
         }
         match &change.event {
             Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
                 // Without an L1 there is nothing of the key to evict.
-                if let Some(local) = &self.tiers.l1 {
-                    Counters::bump(&self.counters.backplane_messages);
-                    self.flights.detach(key, || local.remove(key));
+                if let Some(local) = &self.tiers().l1 {
+                    Counters::bump(&self.counters().backplane_messages);
+                    self.flights().detach(key, || local.remove(key));
                 }
             }
             Event::TagInvalidated(tag) => {
-                Counters::bump(&self.counters.backplane_messages);
+                Counters::bump(&self.counters().backplane_messages);
                 self.tag_moved(tag, None);
             }
             Event::Cleared => {
-                Counters::bump(&self.counters.backplane_messages);
+                Counters::bump(&self.counters().backplane_messages);
                 self.tag_moved(CLEAR, None);
             }
         }
     }
 
     fn lost(&self) {
-        Counters::bump(&self.counters.backplane_resets);
-        self.flights.detach_all(|| {
-            self.tags.distrust();
-            if let Some(local) = &self.tiers.l1 {
+        Counters::bump(&self.counters().backplane_resets);
+        self.flights().detach_all(|| {
+            self.tags().distrust();
+            if let Some(local) = &self.tiers().l1 {
                 local.clear();
             }
         });

@@ -152,20 +152,20 @@ where
             }
             let recheck = || {
                 self.inner
-                    .tiers
+                    .tiers()
                     .l1
                     .as_ref()?
                     .judge(key)
                     .filter(|judged| judged.standing == Standing::Fresh)
                     .map(Judged::into_fetched)
             };
-            match inner.flights.claim(key, recheck) {
+            match inner.flights().claim(key, recheck) {
                 Claim::Ready(fetched) => {
-                    inner.counters.served(fetched.freshness);
+                    inner.counters().served(fetched.freshness);
                     results.insert(key.to_owned(), fetched.value.ok_or(Error::NotFound));
                 }
                 Claim::Join(flight) => {
-                    Counters::bump(&inner.counters.coalesced);
+                    Counters::bump(&inner.counters().coalesced);
                     waits.push((key.to_owned(), flight));
                 }
                 Claim::Lead(leadership) => {
@@ -213,8 +213,8 @@ where
         let Some(cache) = self.inner.upgrade() else {
             return;
         };
-        let deadline = Instant::now() + cache.policy.fill_timeout;
-        let (to_fill, reachable) = match cache.tiers.l2.clone() {
+        let deadline = Instant::now() + cache.policy().fill_timeout;
+        let (to_fill, reachable) = match cache.tiers().l2.clone() {
             None => {
                 let to_fill = led.into_iter().map(|(k, f)| (k, f, None)).collect();
                 (to_fill, true)
@@ -225,11 +225,11 @@ where
             return;
         }
         for _ in &to_fill {
-            Counters::bump(&cache.counters.misses);
+            Counters::bump(&cache.counters().misses);
         }
-        Counters::bump(&cache.counters.fills);
+        Counters::bump(&cache.counters().fills);
         let stamps = cache.fill_stamps(&[], reachable).await;
-        let ttl = cache.policy.ttl;
+        let ttl = cache.policy().ttl;
         drop(cache);
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
@@ -260,12 +260,14 @@ where
             Ok(Err(failure)) => failure,
             Err(_) => {
                 if let Some(cache) = self.inner.upgrade() {
-                    Counters::bump(&cache.counters.fill_timeouts);
+                    Counters::bump(&cache.counters().fill_timeouts);
                 }
                 let after = self
                     .inner
                     .upgrade()
-                    .map_or(std::time::Duration::ZERO, |cache| cache.policy.fill_timeout);
+                    .map_or(std::time::Duration::ZERO, |cache| {
+                        cache.policy().fill_timeout
+                    });
                 Failure::TimedOut(after)
             }
         };
@@ -292,7 +294,7 @@ where
             Err(error) => {
                 cache.note_store_failure(&error, "filling a batch without leases");
                 for _ in &led {
-                    Counters::bump(&cache.counters.fail_open_fills);
+                    Counters::bump(&cache.counters().fail_open_fills);
                 }
                 let to_fill = led.into_iter().map(|(k, f)| (k, f, None)).collect();
                 return (to_fill, false);
@@ -309,8 +311,8 @@ where
                     if judged.standing == Standing::Fresh
                         && cache.stamps_current(&judged.stamps).await =>
                 {
-                    cache.counters.l2_hits.incr();
-                    cache.counters.served(judged.freshness);
+                    cache.counters().l2_hits.incr();
+                    cache.counters().served(judged.freshness);
                     match cache.l1_copy(&key, &judged) {
                         Some(copy) => flight.retire(copy),
                         None => flight.retire(|| ()),
@@ -337,10 +339,10 @@ where
         store: &SharedTier,
         missing: Led<V>,
     ) -> (Vec<ToFill<V>>, bool) {
-        let fill_timeout = cache.policy.fill_timeout;
+        let fill_timeout = cache.policy().fill_timeout;
         let request = LeaseRequest {
-            lease_ttl: cache.policy.lease_ttl,
-            fence_ttl: cache.policy.fence_ttl(fill_timeout),
+            lease_ttl: cache.policy().lease_ttl,
+            fence_ttl: cache.policy().fence_ttl(fill_timeout),
             grant: Grant::IfNoValue,
         };
         let grants = missing.iter().map(|(key, _)| {
@@ -356,7 +358,7 @@ where
         for ((key, flight), (skey, grant)) in missing.into_iter().zip(grants) {
             match grant {
                 Ok(Lookup::Granted(lease)) => {
-                    Counters::bump(&cache.counters.leases_acquired);
+                    Counters::bump(&cache.counters().leases_acquired);
                     let guard = LeaseGuard::new(store.clone(), skey, lease, request.clone());
                     to_fill.push((key, flight, Some(guard)));
                 }
@@ -364,8 +366,8 @@ where
                     self.delegate(cache, key, flight);
                 }
                 Err(error) => {
-                    cache.counters.store_failed(&error);
-                    Counters::bump(&cache.counters.fail_open_fills);
+                    cache.counters().store_failed(&error);
+                    Counters::bump(&cache.counters().fail_open_fills);
                     reachable = false;
                     to_fill.push((key, flight, None));
                 }
@@ -383,7 +385,7 @@ where
             let mut found = fill_many(vec![wanted.clone()]).await?;
             Ok::<_, E>(Answer::from_option(found.remove(&wanted)))
         };
-        let policy = &cache.policy;
+        let policy = &cache.policy();
         let job = Job {
             key: key.into(),
             ttl: policy.ttl,

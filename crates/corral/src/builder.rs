@@ -13,16 +13,12 @@ use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
 use crate::encryption::Encryption;
 use crate::error::ConfigError;
-use crate::flight::FlightTable;
-use crate::inner::{Inner, Tiers};
+use crate::inner::{Inner, InnerParts, Tiers};
 use crate::key::valid_name;
 use crate::local::{LocalTier, TierClock};
 use crate::policy::Policy;
 use crate::shared::SharedTier;
-use crate::stats::Counters;
 use crate::store::{ChangeSink, Origin, Store};
-use crate::sync::Mutex;
-use crate::tags::TagTable;
 use crate::ticker::TickedClock;
 use tokio::sync::Semaphore;
 
@@ -495,32 +491,26 @@ where
                 .map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
             SharedTier::new(store, breaker, store_timeout)
         });
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(Inner::new(InnerParts {
             namespace,
             name,
             schema: self.version,
             policy: self.policy,
             codec: self.codec,
             cipher,
-            tiers: Tiers {
-                l1,
-                l2: store.clone(),
-            },
+            tiers: Tiers { l1, l2: store },
             origin,
-            tags: TagTable::new(store.is_none()),
-            flights: Arc::new(FlightTable::new()),
-            counters: Counters::new(),
-            rng: Mutex::new(rng),
+            rng,
             weigh_by_bytes: sizing.weigh_by_bytes,
             refresh_limiter: self
                 .refresh_limiter
                 .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
-        });
+        }));
         attach_to_store(&inner, listens, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
             crate::metrics_export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
-                (Arc::clone(&inner.name), inner.stats())
+                (Arc::clone(inner.name()), inner.stats())
             });
         }
         #[cfg(not(feature = "metrics"))]
@@ -590,22 +580,22 @@ fn attach_to_store<V: Clone + Send + Sync + 'static>(
     listens: bool,
     l1_lifetime_set: bool,
 ) {
-    let Some(store) = &inner.tiers.l2 else {
+    let Some(store) = &inner.tiers().l2 else {
         return;
     };
     let coherent = listens && {
         let sink: Weak<dyn ChangeSink> = Arc::downgrade(inner) as Weak<dyn ChangeSink>;
-        store.backplane(&inner.namespace, sink)
+        store.backplane(inner.namespace(), sink)
     };
     // Tag versions are remembered only while messages keep them current;
     // otherwise every check reads them from the store.
-    inner.tags.set_remember(coherent);
+    inner.tags().set_remember(coherent);
     if listens {
-        store.attach(&inner.namespace);
+        store.attach(inner.namespace());
     }
-    if inner.tiers.l1.is_some() && !coherent && !l1_lifetime_set {
+    if inner.tiers().l1.is_some() && !coherent && !l1_lifetime_set {
         tracing::warn!(
-            cache = %inner.name,
+            cache = %inner.name(),
             "an L1 without a backplane and without l1_lifetime: a change made by \
              another process stays unseen here until the entry expires; set \
              CacheBuilder::l1_lifetime to bound it"

@@ -76,8 +76,8 @@ impl<V> Clone for Cache<V> {
 impl<V> std::fmt::Debug for Cache<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
-            .field("name", &self.inner.name)
-            .field("namespace", &self.inner.namespace)
+            .field("name", &self.inner.name())
+            .field("namespace", &self.inner.namespace())
             .finish_non_exhaustive()
     }
 }
@@ -280,11 +280,11 @@ where
     /// counted as a hit.
     #[inline(always)]
     pub(crate) fn local_hit(&self, key: &str) -> Option<V> {
-        let Some(local) = &self.inner.tiers.l1 else {
+        let Some(local) = &self.inner.tiers().l1 else {
             return None;
         };
         let value = local.get_quiet(key)?;
-        if self.inner.counters.hits.incr() {
+        if self.inner.counters().hits.incr() {
             local.hit_milestone();
         }
         Some(value)
@@ -292,7 +292,7 @@ where
 
     /// The key's in-process entry, judged; `None` without an L1.
     fn local_judged(&self, key: &str) -> Option<Judged<V>> {
-        self.inner.tiers.l1.as_ref()?.judge(key)
+        self.inner.tiers().l1.as_ref()?.judge(key)
     }
 
     async fn fetch_slow<F, Fut, E>(
@@ -314,8 +314,12 @@ where
         let mut store_failed = false;
         // Without an L1, a caller reads the store before it claims a flight
         // (see `first_read`), unless a flight of the key runs: then it joins.
-        let l2_only = inner.tiers.l2.as_ref().filter(|_| inner.tiers.l1.is_none());
-        if let Some(store) = l2_only.filter(|_| !inner.flights.is_running(key)) {
+        let l2_only = inner
+            .tiers()
+            .l2
+            .as_ref()
+            .filter(|_| inner.tiers().l1.is_none());
+        if let Some(store) = l2_only.filter(|_| !inner.flights().is_running(key)) {
             match read_ahead(inner, store, key).await {
                 ReadAhead::Fresh(fetched) => return Ok(fetched),
                 ReadAhead::Unsettled => {}
@@ -345,13 +349,13 @@ where
         let inner = &self.inner;
         let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
         // Without an L2 a miss is known here; with one, the leader tells.
-        let local = inner.tiers.l2.is_none();
+        let local = inner.tiers().l2.is_none();
         let fallback = match self.local_judged(key) {
             Some(judged) if judged.standing == Standing::FailSafeOnly => {
                 Some(Fallback::new(judged.value, judged.remaining))
             }
             Some(judged) => {
-                inner.counters.served(judged.freshness);
+                inner.counters().served(judged.freshness);
                 if judged.standing != Standing::Fresh {
                     let fallback = Fallback::new(judged.value.clone(), judged.remaining);
                     self.refresh_in_background(&runtime, key, options, fill, fallback);
@@ -365,21 +369,21 @@ where
                 .filter(|judged| matches!(judged.standing, Standing::Fresh | Standing::RefreshDue))
                 .map(Judged::into_fetched)
         };
-        let flight = match inner.flights.claim(key, recheck) {
+        let flight = match inner.flights().claim(key, recheck) {
             Claim::Ready(fetched) => {
-                inner.counters.served(fetched.freshness);
+                inner.counters().served(fetched.freshness);
                 return Ok(fetched);
             }
             Claim::Join(flight) => {
-                Counters::bump(&inner.counters.coalesced);
+                Counters::bump(&inner.counters().coalesced);
                 if local {
-                    Counters::bump(&inner.counters.misses);
+                    Counters::bump(&inner.counters().misses);
                 }
                 return outcome_to_result(inner.wait_joined(&flight).await);
             }
             Claim::Lead(leadership) => {
                 let flight = Arc::clone(leadership.flight());
-                match (&inner.tiers.l1, &inner.tiers.l2) {
+                match (&inner.tiers().l1, &inner.tiers().l2) {
                     (Some(_), Some(store)) => {
                         let job = move || self.job(key, options, fill, fallback, None);
                         let first = FirstRead::new(inner, runtime, leadership, job);
@@ -389,7 +393,7 @@ where
                     }
                     (_, l2) => {
                         if l2.is_none() {
-                            Counters::bump(&inner.counters.misses);
+                            Counters::bump(&inner.counters().misses);
                         }
                         let job = Job {
                             store_failed,
@@ -412,7 +416,7 @@ where
         fallback: Option<Fallback<V>>,
         permit: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Job<F, V> {
-        let policy = &self.inner.policy;
+        let policy = &self.inner.policy();
         Job {
             key: key.into(),
             ttl: options.ttl.unwrap_or(policy.ttl),
@@ -442,22 +446,22 @@ where
         E: Send + Sync + 'static,
     {
         let inner = &self.inner;
-        let Ok(permit) = Arc::clone(&inner.refresh_limiter).try_acquire_owned() else {
-            Counters::bump(&inner.counters.refreshes_skipped);
+        let Ok(permit) = Arc::clone(inner.refresh_limiter()).try_acquire_owned() else {
+            Counters::bump(&inner.counters().refreshes_skipped);
             return;
         };
-        match inner.flights.claim(key, || None) {
+        match inner.flights().claim(key, || None) {
             Claim::Lead(leadership) => {
                 // With a store, the leader counts the refresh once it holds
                 // the lease (or counts it stood down).
-                if inner.tiers.l2.is_none() {
-                    Counters::bump(&inner.counters.refreshes);
+                if inner.tiers().l2.is_none() {
+                    Counters::bump(&inner.counters().refreshes);
                 }
                 let job = self.job(key, options, fill, Some(fallback), Some(permit));
                 runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
             }
             Claim::Join(_) | Claim::Ready(_) => {
-                Counters::bump(&inner.counters.refreshes_stood_down);
+                Counters::bump(&inner.counters().refreshes_stood_down);
             }
         }
     }
@@ -491,27 +495,31 @@ where
         validate_key(key)?;
         let inner = &self.inner;
         let in_l1 = self.local_judged(key).filter(Judged::is_servable);
-        let judged = match (in_l1, &inner.tiers.l2) {
+        let judged = match (in_l1, &inner.tiers().l2) {
             (Some(judged), _) => Some(judged),
             (None, None) => None,
             (None, Some(store)) => {
                 // Only a copy into the L1 needs to know whether a write
                 // landed meanwhile.
-                let mark = inner.tiers.l1.as_ref().map(|_| inner.flights.write_mark());
+                let mark = inner
+                    .tiers()
+                    .l1
+                    .as_ref()
+                    .map(|_| inner.flights().write_mark());
                 let skey = inner.store_key(key);
                 let stored = store
                     .call(store.get(&skey))
                     .await
-                    .inspect_err(|error| inner.counters.store_failed(error))?;
+                    .inspect_err(|error| inner.counters().store_failed(error))?;
                 let mut judged = stored.and_then(|stored| inner.judge_stored(key, &stored));
                 if let Some(found) = &judged {
                     if !inner.stamps_current(&found.stamps).await {
-                        Counters::bump(&inner.counters.tag_misses);
+                        Counters::bump(&inner.counters().tag_misses);
                         judged = None;
                     }
                 }
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {
-                    inner.counters.l2_hits.incr();
+                    inner.counters().l2_hits.incr();
                     if let Some(mark) = mark {
                         inner.keep_in_l1(key, judged, mark);
                     }
@@ -521,10 +529,10 @@ where
         };
         let found = judged.filter(Judged::is_servable).map(Judged::into_fetched);
         let Some(found) = found else {
-            Counters::bump(&inner.counters.misses);
+            Counters::bump(&inner.counters().misses);
             return Ok(Cached::Miss);
         };
-        inner.counters.served(found.freshness);
+        inner.counters().served(found.freshness);
         Ok(match found.value {
             Some(value) => Cached::Value {
                 value,
@@ -553,7 +561,7 @@ where
     /// may still land after a later one: after such an error, write again
     /// or invalidate once the store answers).
     pub async fn set(&self, key: &str, value: V) -> Result<(), Error> {
-        let ttl = self.inner.draw_ttl(self.inner.policy.ttl);
+        let ttl = self.inner.draw_ttl(self.inner.policy().ttl);
         self.write(key, value, ttl).await
     }
 
@@ -570,39 +578,39 @@ where
     async fn write(&self, key: &str, value: V, ttl: Duration) -> Result<(), Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        let ttls = inner.policy.ttls(ttl);
-        let weight = match &inner.tiers.l1 {
+        let ttls = inner.policy().ttls(ttl);
+        let weight = match &inner.tiers().l1 {
             Some(_) => weight(inner, key, Some(&value))?,
             None => 0,
         };
         let wanted = Stamps::wanted(&[]);
         let stamps = Stamps::zip(&wanted, inner.current_versions(&wanted).await?);
-        if let Some(store) = &inner.tiers.l2 {
+        if let Some(store) = &inner.tiers().l2 {
             let bytes = inner
                 .encode(key, Some(&value), ttls, 0, &stamps)
                 .map_err(|message| {
-                    Counters::bump(&inner.counters.encode_failures);
+                    Counters::bump(&inner.counters().encode_failures);
                     Error::Encode {
                         message: message.into(),
                     }
                 })?;
             let skey = inner.store_key(key);
             let written = store
-                .call(store.set(&skey, &bytes, ttls.physical, inner.origin))
+                .call(store.set(&skey, &bytes, ttls.physical, inner.origin()))
                 .await;
             if let Err(error) = written {
-                inner.counters.store_failed(&error);
+                inner.counters().store_failed(&error);
                 // The write may or may not have landed: keep no copy of
                 // either value in process.
-                inner.flights.detach(key, || inner.remove_from_l1(key));
+                inner.flights().detach(key, || inner.remove_from_l1(key));
                 return Err(error.into());
             }
         }
-        inner.flights.detach(key, || {
-            let Some(local) = &inner.tiers.l1 else {
+        inner.flights().detach(key, || {
+            let Some(local) = &inner.tiers().l1 else {
                 return;
             };
-            if inner.tags.admit_to_l1(key, &stamps) {
+            if inner.tags().admit_to_l1(key, &stamps) {
                 local.insert(key, Some(value), ttls, false, weight, Duration::ZERO);
             } else {
                 local.remove(key);
@@ -623,15 +631,15 @@ where
     pub async fn invalidate(&self, key: &str) -> Result<(), Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        let removed = match &inner.tiers.l2 {
+        let removed = match &inner.tiers().l2 {
             Some(store) => {
                 let skey = inner.store_key(key);
-                store.call(store.invalidate(&skey, inner.origin)).await
+                store.call(store.invalidate(&skey, inner.origin())).await
             }
             None => Ok(()),
         };
-        inner.flights.detach(key, || inner.remove_from_l1(key));
-        removed.inspect_err(|error| inner.counters.store_failed(error))?;
+        inner.flights().detach(key, || inner.remove_from_l1(key));
+        removed.inspect_err(|error| inner.counters().store_failed(error))?;
         Ok(())
     }
 
@@ -647,7 +655,7 @@ where
     /// the crate docs for the list.
     #[cfg(feature = "metrics")]
     pub fn export_metrics(&self) {
-        crate::metrics_export::export(&self.inner.name, &self.stats());
+        crate::metrics_export::export(self.inner.name(), &self.stats());
     }
 
     /// Checks the shared store with one round trip (`PING` on Redis),
@@ -662,7 +670,7 @@ where
     /// down.
     pub async fn health(&self) -> crate::Health {
         let inner = &self.inner;
-        let store = match &inner.tiers.l2 {
+        let store = match &inner.tiers().l2 {
             None => crate::StoreHealth::None,
             Some(store) => {
                 let started = std::time::Instant::now();
@@ -676,23 +684,23 @@ where
         };
         crate::Health {
             store,
-            flights_in_progress: inner.flights.len(),
+            flights_in_progress: inner.flights().len(),
         }
     }
 
     /// The cache's name.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.inner.name()
     }
 
     /// The namespace of its keys in shared stores: `name:v{version}`.
     pub fn namespace(&self) -> &str {
-        &self.inner.namespace
+        self.inner.namespace()
     }
 
     /// Number of entries in the in-process tier (0 without one).
     pub fn local_len(&self) -> usize {
-        self.inner.tiers.l1.as_ref().map_or(0, LocalTier::len)
+        self.inner.tiers().l1.as_ref().map_or(0, LocalTier::len)
     }
 
     #[cfg(feature = "test-hooks")]
@@ -701,7 +709,7 @@ where
     /// clock reading of a hot cache instead of the clock.
     #[doc(hidden)]
     pub fn hits_read_ticked_clock(&self) -> bool {
-        matches!(&self.inner.tiers.l1, Some(local) if local.ticking())
+        matches!(&self.inner.tiers().l1, Some(local) if local.ticking())
     }
 
     #[cfg(feature = "test-hooks")]
@@ -715,7 +723,7 @@ where
     /// (a shared store without `l1(true)`).
     #[doc(hidden)]
     pub fn keep_clock_ticking(&self) -> bool {
-        matches!(&self.inner.tiers.l1, Some(local) if local.keep_clock_ticking())
+        matches!(&self.inner.tiers().l1, Some(local) if local.keep_clock_ticking())
     }
 
     /// Number of flights (fills and refreshes) in progress. Zero whenever
@@ -724,7 +732,7 @@ where
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn flights_in_progress(&self) -> usize {
-        self.inner.flights.len()
+        self.inner.flights().len()
     }
 
     #[cfg(feature = "test-hooks")]
@@ -780,19 +788,19 @@ where
 
     async fn move_tag(&self, tag: &str) -> Result<(), Error> {
         let inner = &self.inner;
-        let (moved, local_version) = match &inner.tiers.l2 {
+        let (moved, local_version) = match &inner.tiers().l2 {
             Some(store) => {
-                let retention = inner.policy.tag_retention;
-                let call = store.invalidate_tag(&inner.namespace, tag, retention, inner.origin);
+                let retention = inner.policy().tag_retention;
+                let call = store.invalidate_tag(inner.namespace(), tag, retention, inner.origin());
                 (store.call(call).await, None)
             }
             None => {
-                let version = new_version(&mut crate::sync::lock(&inner.rng));
+                let version = new_version(&mut crate::sync::lock(inner.rng()));
                 (Ok(()), Some(version))
             }
         };
         inner.tag_moved(tag, local_version);
-        moved.inspect_err(|error| inner.counters.store_failed(error))?;
+        moved.inspect_err(|error| inner.counters().store_failed(error))?;
         Ok(())
     }
 }

@@ -162,8 +162,8 @@ where
     if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
         return Ok(None);
     }
-    inner.counters.l2_hits.incr();
-    inner.counters.served(judged.freshness);
+    inner.counters().l2_hits.incr();
+    inner.counters().served(judged.freshness);
     Ok(Some(judged))
 }
 

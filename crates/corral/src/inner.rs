@@ -32,30 +32,122 @@ pub(crate) struct Tiers<V> {
     pub(crate) l2: Option<SharedTier>,
 }
 
-/// The state of one cache instance.
+/// The state of one cache instance. Its fields are this module's: the
+/// paths and the facade above read them through the accessors below.
 pub(crate) struct Inner<V> {
+    name: Arc<str>,
+    namespace: Arc<str>,
+    schema: u32,
+    policy: Policy,
+    codec: Arc<dyn Codec<V>>,
+    /// Seals what goes to the shared store and opens what comes back
+    /// (feature `encryption`; `None`: envelopes are stored as they are).
+    cipher: Option<Cipher>,
+    tiers: Tiers<V>,
+    /// This instance's id on the backplane.
+    origin: Origin,
+    /// The tag versions this instance knows, and its L1 keys by tag.
+    tags: TagTable,
+    flights: Arc<FlightTable<Fetched<V>>>,
+    counters: Counters,
+    rng: Mutex<fastrand::Rng>,
+    /// Whether the in-process tier is bounded by bytes (entries weigh their
+    /// encoded size) rather than by entries.
+    weigh_by_bytes: bool,
+    /// Caps the background refreshes of this cache (or of every cache
+    /// sharing the injected semaphore).
+    refresh_limiter: Arc<Semaphore>,
+}
+
+/// What a cache instance is made of, as the builder assembles it.
+pub(crate) struct InnerParts<V> {
     pub(crate) name: Arc<str>,
     pub(crate) namespace: Arc<str>,
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
     pub(crate) codec: Arc<dyn Codec<V>>,
-    /// Seals what goes to the shared store and opens what comes back
-    /// (feature `encryption`; `None`: envelopes are stored as they are).
     pub(crate) cipher: Option<Cipher>,
     pub(crate) tiers: Tiers<V>,
-    /// This instance's id on the backplane.
     pub(crate) origin: Origin,
-    /// The tag versions this instance knows, and its L1 keys by tag.
-    pub(crate) tags: TagTable,
-    pub(crate) flights: Arc<FlightTable<Fetched<V>>>,
-    pub(crate) counters: Counters,
-    pub(crate) rng: Mutex<fastrand::Rng>,
-    /// Whether the in-process tier is bounded by bytes (entries weigh their
-    /// encoded size) rather than by entries.
+    pub(crate) rng: fastrand::Rng,
     pub(crate) weigh_by_bytes: bool,
-    /// Caps the background refreshes of this cache (or of every cache
-    /// sharing the injected semaphore).
     pub(crate) refresh_limiter: Arc<Semaphore>,
+}
+
+impl<V: Clone> Inner<V> {
+    /// A new instance: no flights, no counts, no tag versions known (kept
+    /// from the start when there is no store: then they are its own).
+    pub(crate) fn new(parts: InnerParts<V>) -> Self {
+        let tags = TagTable::new(parts.tiers.l2.is_none());
+        Self {
+            name: parts.name,
+            namespace: parts.namespace,
+            schema: parts.schema,
+            policy: parts.policy,
+            codec: parts.codec,
+            cipher: parts.cipher,
+            tiers: parts.tiers,
+            origin: parts.origin,
+            tags,
+            flights: Arc::new(FlightTable::new()),
+            counters: Counters::new(),
+            rng: Mutex::new(parts.rng),
+            weigh_by_bytes: parts.weigh_by_bytes,
+            refresh_limiter: parts.refresh_limiter,
+        }
+    }
+}
+
+impl<V> Inner<V> {
+    /// The cache's name.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Its namespace in shared stores (`name:v<schema>`).
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Its settings.
+    pub(crate) fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Its L1 and shared store.
+    pub(crate) fn tiers(&self) -> &Tiers<V> {
+        &self.tiers
+    }
+
+    /// Its id on the backplane.
+    pub(crate) fn origin(&self) -> Origin {
+        self.origin
+    }
+
+    /// The tag versions it knows, and its L1 keys by tag.
+    pub(crate) fn tags(&self) -> &TagTable {
+        &self.tags
+    }
+
+    /// Its flights in progress.
+    pub(crate) fn flights(&self) -> &Arc<FlightTable<Fetched<V>>> {
+        &self.flights
+    }
+
+    /// Its counters.
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Its random source (jitter, tag versions without a store).
+    pub(crate) fn rng(&self) -> &Mutex<fastrand::Rng> {
+        &self.rng
+    }
+
+    /// The limiter of its background refreshes.
+    pub(crate) fn refresh_limiter(&self) -> &Arc<Semaphore> {
+        &self.refresh_limiter
+    }
 }
 
 impl<V> Inner<V> {

@@ -93,14 +93,14 @@ where
         Some(cache) => {
             let key = KeyLabel {
                 key: &job.key,
-                raw: cache.policy.trace_raw_keys,
+                raw: cache.policy().trace_raw_keys,
             };
             let kind = if flight.has_published() {
                 "refresh"
             } else {
                 "fill"
             };
-            tracing::debug_span!("corral.flight", cache = %cache.name, key = %key, kind)
+            tracing::debug_span!("corral.flight", cache = %cache.name(), key = %key, kind)
         }
         None => tracing::Span::none(),
     };
@@ -159,7 +159,7 @@ where
     // it runs leaves the entry stamped with the old version, fenced.
     let stamps = match inner.upgrade() {
         Some(cache) => {
-            Counters::bump(&cache.counters.fills);
+            Counters::bump(&cache.counters().fills);
             cache.fill_stamps(&tags, reachable).await
         }
         None => None,
@@ -179,7 +179,7 @@ where
         Ok(Err(failure)) => fail(&inner, &mut flight, fallback, kept, failure).await,
         Err(_) => {
             if let Some(cache) = inner.upgrade() {
-                Counters::bump(&cache.counters.fill_timeouts);
+                Counters::bump(&cache.counters().fill_timeouts);
             }
             let failure = Failure::TimedOut(fill_timeout);
             fail(&inner, &mut flight, fallback, kept, failure).await;
@@ -225,18 +225,18 @@ where
     let Some(cache) = inner.upgrade() else {
         return Found::Done;
     };
-    let Some(store) = cache.tiers.l2.clone() else {
+    let Some(store) = cache.tiers().l2.clone() else {
         return Found::FailOpen;
     };
     if store_failed {
-        Counters::bump(&cache.counters.fail_open_fills);
-        Counters::bump(&cache.counters.misses);
+        Counters::bump(&cache.counters().fail_open_fills);
+        Counters::bump(&cache.counters().misses);
         return Found::FailOpen;
     }
     let skey = cache.store_key(key);
     let request = LeaseRequest {
-        lease_ttl: cache.policy.lease_ttl,
-        fence_ttl: cache.policy.fence_ttl(clock.fill_timeout),
+        lease_ttl: cache.policy().lease_ttl,
+        fence_ttl: cache.policy().fence_ttl(clock.fill_timeout),
         grant: Grant::IfNoValue,
     };
     drop(cache);
@@ -256,12 +256,12 @@ where
 /// were served), a fill runs without a lease.
 fn unreachable_store<V: Clone>(cache: &Inner<V>, error: &StoreError, flight: &Flight<V>) -> Found {
     if flight.has_published() {
-        cache.counters.store_failed(error);
+        cache.counters().store_failed(error);
         return Found::Done;
     }
     cache.note_store_failure(error, "filling without a lease");
-    Counters::bump(&cache.counters.fail_open_fills);
-    Counters::bump(&cache.counters.misses);
+    Counters::bump(&cache.counters().fail_open_fills);
+    Counters::bump(&cache.counters().misses);
     Found::FailOpen
 }
 
@@ -297,7 +297,7 @@ where
                 () = tokio::time::sleep_until(clock.started + soft) => {
                     serve_fallback(inner, flight, fallback, Freshness::Stale);
                     if let Some(cache) = inner.upgrade() {
-                        Counters::bump(&cache.counters.soft_timeouts);
+                        Counters::bump(&cache.counters().soft_timeouts);
                     }
                     tokio::time::timeout_at(clock.deadline, &mut filling).await
                 }
@@ -308,7 +308,7 @@ where
     let took = fill_started.elapsed();
     #[cfg(feature = "metrics")]
     if let Some(cache) = inner.upgrade() {
-        crate::metrics_export::fill_took(&cache.name, took);
+        crate::metrics_export::fill_took(cache.name(), took);
     }
     match &result {
         Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),
@@ -335,7 +335,7 @@ fn serve_fallback<V: Clone>(
         return;
     }
     if let Some(cache) = inner.upgrade() {
-        cache.counters.served(freshness);
+        cache.counters().served(freshness);
     }
     flight.publish(Outcome::Value(Fetched {
         value: fallback.value.clone(),
@@ -364,9 +364,9 @@ pub(crate) async fn succeed<V>(
         let base = match (&value, answer_ttl) {
             (_, Some(ttl)) => ttl,
             (Some(_), None) => ttl,
-            (None, None) => cache.policy.negative_ttl,
+            (None, None) => cache.policy().negative_ttl,
         };
-        let ttls = cache.policy.ttls(cache.draw_ttl(base));
+        let ttls = cache.policy().ttls(cache.draw_ttl(base));
         keep_value(&cache, flight, key, value.clone(), ttls, false, kept).await;
     } else {
         flight.retire(|| ());
@@ -392,12 +392,12 @@ async fn fail<V>(
     let cache = inner.upgrade();
     let fail_safe = cache
         .as_ref()
-        .is_some_and(|cache| !cache.policy.fail_safe_max.is_zero());
+        .is_some_and(|cache| !cache.policy().fail_safe_max.is_zero());
     match (cache, fallback) {
         (Some(cache), Some(fallback)) if fail_safe => {
             let remaining = fallback.remaining();
             if remaining >= Duration::from_millis(1) {
-                let ttls = cache.policy.fail_safe_ttls(remaining);
+                let ttls = cache.policy().fail_safe_ttls(remaining);
                 let key = flight.key().to_owned();
                 keep_value(
                     &cache,
@@ -451,14 +451,14 @@ async fn keep_value<V>(
         flight.retire(|| ());
         return;
     };
-    let keep_local = match (&cache.tiers.l2, lease) {
+    let keep_local = match (&cache.tiers().l2, lease) {
         (None, _) => true,
         (Some(_), None) => true,
         (Some(_), Some(lease)) => {
             if !cache.stamps_current(&stamps).await {
                 // A tag or clear moved while the fill ran: the lease is
                 // released unused.
-                Counters::bump(&cache.counters.commits_refused);
+                Counters::bump(&cache.counters().commits_refused);
                 lease.release().await;
                 false
             } else {
@@ -468,8 +468,8 @@ async fn keep_value<V>(
                     Err(message) => {
                         // Too large or not encodable: nothing to store, and
                         // the lease is released before the callers hear.
-                        Counters::bump(&cache.counters.encode_failures);
-                        tracing::warn!(cache = %cache.name, %message, "filled value not stored");
+                        Counters::bump(&cache.counters().encode_failures);
+                        tracing::warn!(cache = %cache.name(), %message, "filled value not stored");
                         lease.release().await;
                         false
                     }
@@ -477,11 +477,11 @@ async fn keep_value<V>(
             }
         }
     };
-    let local = cache.tiers.l1.as_ref().filter(|_| keep_local);
+    let local = cache.tiers().l1.as_ref().filter(|_| keep_local);
     match local.map(|local| (local, weight(cache, key, value.as_ref()))) {
         Some((local, Ok(weight))) => {
             flight.retire(|| {
-                if cache.tags.admit_to_l1(key, &stamps) {
+                if cache.tags().admit_to_l1(key, &stamps) {
                     local.insert(key, value, ttls, fail_safe, weight, Duration::ZERO);
                 }
             });
@@ -528,7 +528,7 @@ where
         let Some(cache) = self.inner.upgrade() else {
             return Found::Done;
         };
-        let poll_interval = cache.policy.poll_interval;
+        let poll_interval = cache.policy().poll_interval;
         drop(cache);
         // One wait for another process's fill is counted once, however
         // many polls and wake-ups it takes.
@@ -552,7 +552,7 @@ where
                     if flight.has_published() {
                         // A refresh stands down: the value it read was
                         // written anew or invalidated.
-                        Counters::bump(&cache.counters.refreshes_stood_down);
+                        Counters::bump(&cache.counters().refreshes_stood_down);
                         return Found::Done;
                     }
                     // The fallback read earlier is no longer the key's
@@ -564,13 +564,13 @@ where
                 Ok(Lookup::Held { remaining }) => {
                     if flight.has_published() {
                         // A refresh stands down: another process is filling.
-                        Counters::bump(&cache.counters.refreshes_stood_down);
+                        Counters::bump(&cache.counters().refreshes_stood_down);
                         tracing::debug!("refresh stood down: another process is filling");
                         return Found::Done;
                     }
                     if !waiting {
                         waiting = true;
-                        Counters::bump(&cache.counters.lease_waits);
+                        Counters::bump(&cache.counters().lease_waits);
                     }
                     tracing::debug!(
                         remaining_ms = remaining.map(|r| r.as_millis()),
@@ -595,12 +595,12 @@ where
 
     /// The lease was granted: this leader fills under it.
     fn granted(&self, cache: &Inner<V>, lease: Lease, flight: &Flight<V>) -> Found {
-        Counters::bump(&cache.counters.leases_acquired);
+        Counters::bump(&cache.counters().leases_acquired);
         tracing::debug!("lease acquired");
         if flight.has_published() {
-            Counters::bump(&cache.counters.refreshes);
+            Counters::bump(&cache.counters().refreshes);
         } else {
-            Counters::bump(&cache.counters.misses);
+            Counters::bump(&cache.counters().misses);
         }
         let request = self.request.clone();
         Found::Lease(LeaseGuard::new(
@@ -629,14 +629,14 @@ where
         if !cache.stamps_current(&judged.stamps).await {
             // A tag invalidation or clear made it a miss: it is replaced
             // like undecodable bytes.
-            Counters::bump(&cache.counters.tag_misses);
+            Counters::bump(&cache.counters().tag_misses);
             return None;
         }
         let (place, freshness) = (judged.standing, judged.freshness);
         let found = Fallback::new(judged.value.clone(), judged.remaining);
         match place {
             Standing::Fresh => {
-                cache.counters.l2_hits.incr();
+                cache.counters().l2_hits.incr();
                 let key = flight.key().to_owned();
                 if let Some(copy) = cache.l1_copy(&key, &judged) {
                     flight.retire(copy);
@@ -651,10 +651,10 @@ where
             }
             Standing::RefreshDue | Standing::Stale => {
                 serve_fallback(self.inner, flight, Some(&found), freshness);
-                match Arc::clone(&cache.refresh_limiter).try_acquire_owned() {
+                match Arc::clone(cache.refresh_limiter()).try_acquire_owned() {
                     Ok(granted) => *permit = Some(granted),
                     Err(_) => {
-                        Counters::bump(&cache.counters.refreshes_skipped);
+                        Counters::bump(&cache.counters().refreshes_skipped);
                         return Some(Found::Done);
                     }
                 }
@@ -687,7 +687,7 @@ where
             () = sleep_until_some(soft) => {
                 serve_fallback(self.inner, flight, fallback.as_ref(), Freshness::Stale);
                 if let Some(cache) = self.inner.upgrade() {
-                    Counters::bump(&cache.counters.soft_timeouts);
+                    Counters::bump(&cache.counters().soft_timeouts);
                 }
                 Some(Found::Done)
             }
@@ -753,12 +753,12 @@ async fn keep_renewed<V>(inner: &Weak<Inner<V>>, leases: &[&LeaseGuard]) {
         for (lease, renewed) in owned.into_iter().zip(renewed) {
             match renewed {
                 Ok(true) => {
-                    Counters::bump(&cache.counters.lease_renewals);
+                    Counters::bump(&cache.counters().lease_renewals);
                     still.push(lease);
                 }
                 Ok(false) => {}
                 Err(error) => {
-                    cache.counters.store_failed(&error);
+                    cache.counters().store_failed(&error);
                     still.push(lease);
                 }
             }
@@ -784,7 +784,7 @@ where
         Ok(Ok(answer)) => return Ok(answer),
         Ok(Err(error)) => {
             if let Some(cache) = inner.upgrade() {
-                Counters::bump(&cache.counters.fill_errors);
+                Counters::bump(&cache.counters().fill_errors);
             }
             tracing::warn!(
                 error_type = std::any::type_name::<E>(),
@@ -797,7 +797,7 @@ where
         }
         Err(panic) => {
             if let Some(cache) = inner.upgrade() {
-                Counters::bump(&cache.counters.fill_panics);
+                Counters::bump(&cache.counters().fill_panics);
             }
             let message = panic
                 .downcast_ref::<&str>()
@@ -850,7 +850,7 @@ impl LeaseGuard {
             .store
             .call(
                 self.store
-                    .commit(&self.key, &self.lease, bytes, ttl, cache.origin),
+                    .commit(&self.key, &self.lease, bytes, ttl, cache.origin()),
             )
             .await;
         // A store that answered (an error, not an outage) wrote nothing.
@@ -859,11 +859,11 @@ impl LeaseGuard {
         }
         match result {
             Ok(Commit::Stored) => {
-                Counters::bump(&cache.counters.commits);
+                Counters::bump(&cache.counters().commits);
                 true
             }
             Ok(Commit::Refused) => {
-                Counters::bump(&cache.counters.commits_refused);
+                Counters::bump(&cache.counters().commits_refused);
                 false
             }
             Err(error) => {
