@@ -28,6 +28,8 @@ use tokio::runtime::Handle;
 
 use tokio::sync::Notify;
 
+use super::backoff::Backoff;
+
 use crate::sync::{read, write};
 
 /// Consecutive failed calls after which the connection is rebuilt.
@@ -227,12 +229,9 @@ async fn rebuild(weak: Weak<Shared>) {
 /// doubling backoff until it succeeds or the store is dropped (the task
 /// holds the store only during an attempt, not across its backoff).
 async fn connecting(weak: Weak<Shared>, min_delay: Duration, max_delay: Duration) {
-    let mut rng = fastrand::Rng::with_seed(super::random_seed());
-    let mut delay = Duration::ZERO;
+    let mut backoff = Backoff::new(Duration::ZERO, min_delay, max_delay);
     loop {
-        if !delay.is_zero() {
-            tokio::time::sleep(delay.mul_f64(0.5 + rng.f64() / 2.0)).await;
-        }
+        tokio::time::sleep(backoff.next_pause()).await;
         let Some(shared) = weak.upgrade() else {
             return;
         };
@@ -250,6 +249,5 @@ async fn connecting(weak: Weak<Shared>, min_delay: Duration, max_delay: Duration
         if connected {
             return;
         }
-        delay = (delay * 2).max(min_delay).min(max_delay);
     }
 }

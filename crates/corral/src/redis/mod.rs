@@ -3,6 +3,7 @@
 //! needs from Redis are documented on [`RedisStore`] (this module is
 //! private).
 
+mod backoff;
 mod client;
 mod cluster;
 mod conn;

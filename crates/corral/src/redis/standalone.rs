@@ -28,6 +28,7 @@ use crossbeam_utils::sync::ShardedLock;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
+use super::backoff::Backoff;
 use crate::sync::{read, write};
 
 /// How to connect and reconnect.
@@ -209,14 +210,16 @@ impl Standalone {
 /// Connects anew until it succeeds or the store is dropped (the task
 /// holds the store only during an attempt, not across its backoff).
 async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
-    let mut rng = fastrand::Rng::with_seed(super::random_seed());
-    let mut delay = Duration::ZERO;
+    let mut backoff = match weak.upgrade() {
+        Some(shared) => Backoff::new(
+            Duration::ZERO,
+            shared.reconnect.min_delay,
+            shared.reconnect.max_delay,
+        ),
+        None => return,
+    };
     loop {
-        if !delay.is_zero() {
-            // Jittered to 50..100%: replicas that lost one server together
-            // do not all knock at once when it is back.
-            tokio::time::sleep(delay.mul_f64(0.5 + rng.f64() / 2.0)).await;
-        }
+        tokio::time::sleep(backoff.next_pause()).await;
         let Some(shared) = weak.upgrade() else {
             return;
         };
@@ -249,8 +252,5 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
             tracing::info!("redis connection restored");
             return;
         }
-        delay = (delay * 2)
-            .max(shared.reconnect.min_delay)
-            .min(shared.reconnect.max_delay);
     }
 }

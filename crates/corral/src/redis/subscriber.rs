@@ -39,6 +39,7 @@ use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::MissedTickBehavior;
 
+use super::backoff::Backoff;
 use super::keys;
 use crate::store::{Change, ChangeSink, Listener, Notifier, Sinks};
 
@@ -202,7 +203,6 @@ impl Subscriber {
             shared: Arc::clone(&shared),
             requests: receiver,
             settings,
-            rng: fastrand::Rng::with_seed(super::random_seed()),
         };
         drop(runtime.spawn(task.run()));
         Self { shared, requests }
@@ -314,7 +314,6 @@ struct Task {
     shared: Arc<Shared>,
     requests: mpsc::UnboundedReceiver<Arc<str>>,
     settings: Settings,
-    rng: fastrand::Rng,
 }
 
 impl Task {
@@ -324,7 +323,7 @@ impl Task {
         if self.shared.channels().is_empty() && self.requests.recv().await.is_none() {
             return;
         }
-        let mut backoff = MIN_BACKOFF;
+        let mut backoff = Backoff::new(MIN_BACKOFF, MIN_BACKOFF, self.settings.max_backoff);
         let mut node = 0usize;
         loop {
             let Some(client) = self
@@ -342,13 +341,12 @@ impl Task {
                 Ended::StoreDropped => return,
                 Ended::Lost { established } => {
                     if established {
-                        backoff = MIN_BACKOFF;
+                        backoff.reset();
                     }
                     tracing::debug!("corral: redis subscriber connection lost; reconnecting");
                 }
             }
-            let pause = backoff.mul_f64(0.5 + self.rng.f64() * 0.5);
-            backoff = (backoff * 2).min(self.settings.max_backoff.max(MIN_BACKOFF));
+            let pause = backoff.next_pause();
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 () = drain_until_closed(&mut self.requests) => return,
