@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 mod support;
-use support::{memcached_incr, redis_conn, redis_count};
+use support::{memcached_incr, redis_conn, redis_count, run_stampede};
 
 /// The cache name every process uses.
 const NAME: &str = "leases";
@@ -172,32 +172,12 @@ async fn run_command(words: &[String], cache: Cache<String>, counters: Counters)
             println!("@timed {}", serde_json::to_string(&timed).expect("json"));
         }
         Some("stampede") => {
-            let Stampede {
-                key,
-                callers,
-                fill,
-                counter,
-            } = Stampede::parse(&words[1..]);
-            let tasks: Vec<_> = (0..callers)
-                .map(|_| {
-                    let (cache, key, counter, counters) = (
-                        cache.clone(),
-                        key.clone(),
-                        counter.clone(),
-                        counters.clone(),
-                    );
-                    tokio::spawn(async move {
-                        cache
-                            .get_or_fill(&key, move || async move {
-                                let n = counters.incr(&counter).await?;
-                                tokio::time::sleep(fill).await;
-                                Ok::<_, String>(format!("filled by {} (#{n})", std::process::id()))
-                            })
-                            .await
-                    })
-                })
-                .collect();
-            StampedeReport::collect(tasks).await.print();
+            let stampede = Stampede::parse(&words[1..]);
+            let incr = move |counter: String| {
+                let counters = counters.clone();
+                async move { counters.incr(&counter).await }
+            };
+            run_stampede(&cache, stampede, incr).await.print();
         }
         Some("batch") => {
             let keys: Vec<String> = words[1].split(',').map(str::to_owned).collect();

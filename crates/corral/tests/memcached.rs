@@ -11,7 +11,7 @@ use corral_testkit::{MemcachedServer, Stampede, StampedeReport, Worker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 mod support;
-use support::memcached_incr;
+use support::{memcached_incr, run_stampede};
 
 // ---------------------------------------------------------------- worker side
 
@@ -37,28 +37,16 @@ fn worker() {
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-            let Stampede {
-                key,
-                callers,
-                fill,
-                counter,
-            } = Stampede::parse(&words[1..]);
-            let tasks: Vec<_> = (0..callers)
-                .map(|_| {
-                    let (cache, key, counter, addr) =
-                        (cache.clone(), key.clone(), counter.clone(), addr.clone());
-                    tokio::spawn(async move {
-                        cache
-                            .get_or_fill(&key, move || async move {
-                                let n = memcached_incr(&addr, &counter).await?;
-                                tokio::time::sleep(fill).await;
-                                Ok::<_, String>(format!("filled by {} (#{n})", std::process::id()))
-                            })
-                            .await
-                    })
-                })
-                .collect();
-            StampedeReport::collect(tasks).await.print();
+            let incr = {
+                let addr = addr.clone();
+                move |counter: String| {
+                    let addr = addr.clone();
+                    async move { memcached_incr(&addr, &counter).await }
+                }
+            };
+            run_stampede(&cache, Stampede::parse(&words[1..]), incr)
+                .await
+                .print();
         }
     });
 }

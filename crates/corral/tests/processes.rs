@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 mod support;
-use support::{redis_conn, redis_count};
+use support::{redis_conn, redis_count, run_stampede};
 
 /// What a worker reports for a `stats` command.
 #[derive(Debug, Serialize, Deserialize)]
@@ -73,38 +73,17 @@ async fn run_command(
     match words.first().map(String::as_str) {
         // stampede <key> <callers> <fill_ms> <counter key>
         Some("stampede") => {
-            let Stampede {
-                key,
-                callers,
-                fill,
-                counter,
-            } = Stampede::parse(&words[1..]);
-            let tasks: Vec<_> = (0..callers)
-                .map(|_| {
-                    let (cache, key, counter, mut counters) = (
-                        cache.clone(),
-                        key.clone(),
-                        counter.clone(),
-                        counters.clone(),
-                    );
-                    tokio::spawn(async move {
-                        cache
-                            .get_or_fill(&key, move || async move {
-                                let n: u64 = counters
-                                    .incr(&counter, 1)
-                                    .await
-                                    .map_err(|e| e.to_string())?;
-                                tokio::time::sleep(fill).await;
-                                Ok::<_, String>(format!(
-                                    "filled by {} (fill #{n})",
-                                    std::process::id()
-                                ))
-                            })
-                            .await
-                    })
-                })
-                .collect();
-            StampedeReport::collect(tasks).await.print();
+            let stampede = Stampede::parse(&words[1..]);
+            let incr = move |counter: String| {
+                let mut counters = counters.clone();
+                async move {
+                    counters
+                        .incr::<_, _, u64>(&counter, 1)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            };
+            run_stampede(&cache, stampede, incr).await.print();
         }
         // fill <key> <started key> <delay_us>: one fill that marks its start,
         // then waits the delay before returning "old".

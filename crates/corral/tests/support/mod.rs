@@ -1,11 +1,15 @@
 //! Helpers shared by the integration tests (`mod support;` in each file
-//! that needs them): counters in Redis and memcached that fills bump, and
-//! waiting until a cache hears the backplane.
+//! that needs them): counters in Redis and memcached that fills bump, a
+//! worker process's side of a [`Stampede`], and waiting until a cache hears
+//! the backplane.
 
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
+use std::future::Future;
+
 use corral::Cache;
+use corral_testkit::{Stampede, StampedeReport};
 use redis::AsyncCommands as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -56,4 +60,40 @@ pub(crate) async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
         || to.stats().backplane_messages > heard,
     )
     .await;
+}
+
+/// Runs `stampede` in a worker process: its callers read its key through
+/// `cache` at once, and each fill bumps the shared counter with `incr`,
+/// then takes the stampede's fill time. Reports what the callers got.
+pub(crate) async fn run_stampede<I, Fut>(
+    cache: &Cache<String>,
+    stampede: Stampede,
+    incr: I,
+) -> StampedeReport
+where
+    I: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<u64, String>> + Send + 'static,
+{
+    let Stampede {
+        key,
+        callers,
+        fill,
+        counter,
+    } = stampede;
+    let tasks: Vec<_> = (0..callers)
+        .map(|_| {
+            let (cache, key, counter, incr) =
+                (cache.clone(), key.clone(), counter.clone(), incr.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_fill(&key, move || async move {
+                        let n = incr(counter).await?;
+                        tokio::time::sleep(fill).await;
+                        Ok::<_, String>(format!("filled by {} (#{n})", std::process::id()))
+                    })
+                    .await
+            })
+        })
+        .collect();
+    StampedeReport::collect(tasks).await
 }
