@@ -68,8 +68,8 @@
 //! default); a larger one is refused by `commit`/`set` with a
 //! [`StoreErrorKind::Protocol`] error that says so, before anything is sent.
 //! Such a commit, or one the server refuses (`SERVER_ERROR`, e.g. with a
-//! `max_item_bytes` above the server's `-I`), releases its lease before it
-//! returns, so waiters take over at once.
+//! `max_item_bytes` above the server's `-I`), writes nothing; the cache
+//! then releases its lease before it answers, so waiters take over at once.
 //!
 //! # Foreign data
 //!
@@ -491,13 +491,6 @@ impl MemcachedStore {
         })
     }
 
-    /// Gives up `token`'s lease of `items` after a commit that wrote
-    /// nothing because it failed, and wakes local waiters.
-    async fn abandon(&self, server: &Server, key: &StoreKey, items: &Items, token: &str) {
-        let _ = self.drop_lease(server, &items.lease, token).await;
-        self.inner.notifier.notify(&Self::id(key));
-    }
-
     /// Refuses an item too large for the servers.
     fn check_size(&self, item: &str, slot: &Slot) -> Result<(), StoreError> {
         let size = item.len() + slot.value.as_ref().map_or(0, Vec::len) + 2 * 64 + 8;
@@ -747,26 +740,10 @@ impl Store for MemcachedStore {
             let items = self.items(key);
             let server = self.server(items.route);
             let slot = Slot::written(lease.token().into(), bytes);
-            let written = match self.check_size(&items.slot, &slot) {
-                Ok(()) => self.write_fenced(server, &items, lease, &slot, ttl).await,
-                Err(error) => Err(error),
-            };
-            let commit = match written {
-                Ok(commit) => commit,
-                Err(error) => {
-                    // Nothing written, and the server (if asked) answered:
-                    // an item too large, a server error. The lease is given
-                    // up so that waiters take over now; an unreachable
-                    // server keeps it until it lapses.
-                    if !matches!(
-                        error.kind(),
-                        StoreErrorKind::Timeout | StoreErrorKind::Unavailable
-                    ) {
-                        self.abandon(server, key, &items, lease.token()).await;
-                    }
-                    return Err(error);
-                }
-            };
+            // A commit that fails (too large, a server error) writes
+            // nothing and keeps the lease: its cache releases it.
+            self.check_size(&items.slot, &slot)?;
+            let commit = self.write_fenced(server, &items, lease, &slot, ttl).await?;
             self.drop_lease(server, &items.lease, lease.token()).await?;
             self.inner.notifier.notify(&Self::id(key));
             Ok(commit)

@@ -320,9 +320,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// stored value is announced on the backplane as [`Event::Filled`] from
     /// `origin`.
     ///
-    /// A commit that fails after the store answered (bytes too large for
-    /// it, a server error) should release the lease before it returns the
-    /// error; the cache releases it too (see [`release`](Store::release)),
+    /// A commit that fails (bytes too large for the store, a server error)
+    /// writes nothing and may keep the lease: when the store answered, the
+    /// cache [`release`](Store::release)s it before answering its callers,
     /// so a lease is left to its TTL only when the store does not answer.
     fn commit<'a>(
         &'a self,
