@@ -21,7 +21,6 @@ use crate::leader::{self, Fallback, Job};
 use crate::local::LocalTier;
 use crate::policy::FillOptions;
 use crate::stats::{Counters, Stats};
-use crate::store::new_version;
 use crate::tags::{Stamps, CLEAR};
 
 /// A read-through cache of `V` values under `&str` keys.
@@ -794,10 +793,7 @@ where
                 let call = store.invalidate_tag(inner.namespace(), tag, retention, inner.origin());
                 (store.call(call).await, None)
             }
-            None => {
-                let version = new_version(&mut crate::sync::lock(inner.rng()));
-                (Ok(()), Some(version))
-            }
+            None => (Ok(()), Some(inner.new_version())),
         };
         inner.tag_moved(tag, local_version);
         moved.inspect_err(|error| inner.counters().store_failed(error))?;

@@ -139,9 +139,10 @@ impl<V> Inner<V> {
         &self.counters
     }
 
-    /// Its random source (jitter, tag versions without a store).
-    pub(crate) fn rng(&self) -> &Mutex<fastrand::Rng> {
-        &self.rng
+    /// A new random tag version, for a cache without a store (whose
+    /// versions are its own).
+    pub(crate) fn new_version(&self) -> Arc<str> {
+        new_version(&mut lock(&self.rng))
     }
 
     /// The limiter of its background refreshes.
@@ -362,9 +363,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
             Known::Unknown { mark } => mark,
         };
         let Some(store) = &self.tiers.l2 else {
-            return Ok(self
-                .tags
-                .own_versions(tags, || new_version(&mut crate::sync::lock(&self.rng))));
+            return Ok(self.tags.own_versions(tags, || self.new_version()));
         };
         let retention = self.policy.tag_retention;
         let versions = store
