@@ -42,8 +42,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::cache::builder::CacheBuilder;
+use crate::cache::Cache;
+use crate::data::error::ConfigError;
 use crate::redact::redact_url;
-use crate::{Cache, CacheBuilder, ConfigError};
 
 /// A cache's settings, as read from TOML or the environment, or set in code
 /// with the setters named after the fields.
@@ -351,7 +353,7 @@ impl CacheConfig {
         if self.circuit_breaker == Some(false) {
             builder = builder.no_circuit_breaker();
         } else if self.breaker_failures.is_some() || self.breaker_cool_down.is_some() {
-            let defaults = crate::breaker::BreakerSettings::default();
+            let defaults = crate::tier::breaker::BreakerSettings::default();
             builder = builder.circuit_breaker(
                 self.breaker_failures.unwrap_or(defaults.failures),
                 self.breaker_cool_down.unwrap_or(defaults.cool_down),
@@ -364,8 +366,8 @@ impl CacheConfig {
     /// if set, and applies every setting.
     ///
     /// Redis is connected to in the background
-    /// ([`RedisStore::connect_lazy`](crate::RedisStore::connect_lazy), or
-    /// [`RedisStore::connect_cluster_lazy`](crate::RedisStore::connect_cluster_lazy)
+    /// ([`RedisStore::connect_lazy`](crate::redis::RedisStore::connect_lazy), or
+    /// [`RedisStore::connect_cluster_lazy`](crate::redis::RedisStore::connect_cluster_lazy)
     /// for `redis_cluster_urls`): the cache is built even while Redis is
     /// down, serves fail-open meanwhile (`get_or_fill` fills without a
     /// lease; `set` and `invalidate` report
@@ -419,7 +421,7 @@ impl CacheConfig {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let mut redis = crate::RedisConfig::default();
+        let mut redis = crate::redis::RedisConfig::default();
         if let Some(timeout) = self.store_timeout {
             redis = redis.op_timeout(timeout);
         }
@@ -429,15 +431,16 @@ impl CacheConfig {
                     "set redis_url or redis_cluster_urls, not both",
                 ))
             }
-            (Some(url), None) => crate::RedisStore::connect_lazy(url, redis).map_err(|e| {
-                ConfigError::from_store(format!("redis_url {}", redact_url(url)), e)
-            })?,
-            (None, Some(urls)) => {
-                crate::RedisStore::connect_cluster_lazy(&urls, redis).map_err(|e| {
-                    let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
-                    ConfigError::from_store(format!("redis_cluster_urls {urls:?}"), e)
+            (Some(url), None) => {
+                crate::redis::RedisStore::connect_lazy(url, redis).map_err(|e| {
+                    ConfigError::from_store(format!("redis_url {}", redact_url(url)), e)
                 })?
             }
+            (None, Some(urls)) => crate::redis::RedisStore::connect_cluster_lazy(&urls, redis)
+                .map_err(|e| {
+                    let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+                    ConfigError::from_store(format!("redis_cluster_urls {urls:?}"), e)
+                })?,
             (None, None) => return Ok(builder),
         };
         Ok(builder.store(store))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::{Codec, Json, Postcard};
-use crate::entry::{self, Ttls};
+use crate::data::entry::{self, Ttls};
 
 /// The envelope decoder on arbitrary bytes, with both codecs; whatever
 /// decodes re-encodes to bytes that decode to the same entry.
@@ -76,7 +76,7 @@ where
 pub fn keys(bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
     let (name, key) = text.split_at(text.len().min(text.find('\u{0}').unwrap_or(0)));
-    let _ = crate::validate_key(key);
+    let _ = crate::data::key::validate_key(key);
     // Namespaces are `<cache name>:v<version>`, and cache names are
     // checked (ASCII letters, digits, `_`, `-`, `.`): a brace there would
     // move the hash tag. Keys may hold any character.

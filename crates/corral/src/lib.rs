@@ -175,43 +175,23 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
-mod backplane;
-mod batch;
-mod bounded_map;
-mod breaker;
-mod builder;
 mod cache;
 pub mod clock;
 pub mod codec;
 #[cfg(feature = "config")]
 mod config;
-#[cfg_attr(not(feature = "encryption"), path = "encryption_off.rs")]
-mod encryption;
-mod entry;
-mod error;
-mod first_read;
+mod data;
 mod flight;
-mod freshness;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod fuzzing;
-mod get_or_fill;
-mod health;
-mod inner;
-mod key;
-mod leader;
-mod local;
-#[cfg(feature = "metrics")]
-mod metrics_export;
-mod policy;
 #[cfg(any(feature = "redis", feature = "config"))]
 mod redact;
-mod shared;
+mod state;
 mod stats;
 pub mod store;
 mod sync;
-mod tags;
-mod ticker;
+mod tier;
 
 #[cfg(feature = "redis")]
 mod redis;
@@ -219,18 +199,18 @@ mod redis;
 #[cfg(feature = "memcached")]
 pub mod memcached;
 
-pub use batch::Batch;
-pub use builder::{CacheBuilder, Capacity};
+pub use cache::batch::Batch;
+pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::CacheConfig;
 #[cfg(feature = "encryption")]
-pub use encryption::Encryption;
-pub use error::{ConfigError, Error, InvalidKey, StoreError, StoreErrorKind};
-pub use freshness::{Answer, Cached, Fetched, Freshness};
-pub use health::{Health, StoreHealth};
-pub use key::{validate_key, MAX_KEY_LEN};
-pub use policy::FillOptions;
+pub use data::encryption::Encryption;
+pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
+pub use data::freshness::{Answer, Cached, Fetched, Freshness};
+pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
+pub use data::policy::FillOptions;
+pub use stats::health::{Health, StoreHealth};
 pub use stats::Stats;
 pub use store::{MemoryStore, Store};
 

@@ -13,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-use crate::error::{StoreError, StoreErrorKind};
+use crate::data::error::{StoreError, StoreErrorKind};
 
 /// The longest reply line read (status and flags; never data).
 const MAX_LINE: u64 = 4096;

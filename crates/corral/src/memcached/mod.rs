@@ -95,7 +95,7 @@ use frame::Slot;
 use keys::Items;
 use ring::Ring;
 
-use crate::error::{StoreError, StoreErrorKind};
+use crate::data::error::{StoreError, StoreErrorKind};
 use crate::store::{
     is_version, new_version, BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup,
     Notifier, Origin, Store, StoreKey, Stored,

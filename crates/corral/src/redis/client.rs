@@ -7,7 +7,7 @@ use ::redis::Client;
 
 use super::conn::store_error;
 use super::RedisConfig;
-use crate::error::{StoreError, StoreErrorKind};
+use crate::data::error::{StoreError, StoreErrorKind};
 
 /// PEM bytes, shared by the clones of a config.
 #[cfg(feature = "tls")]

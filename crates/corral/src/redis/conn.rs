@@ -12,7 +12,7 @@ use super::cluster::Cluster;
 use super::keys::{KeyNames, ValueName};
 use super::scripts::{self, Lua};
 use super::standalone::Standalone;
-use crate::error::{StoreError, StoreErrorKind};
+use crate::data::error::{StoreError, StoreErrorKind};
 
 /// A multiplexed command connection that reconnects by itself. Clones share
 /// the connection.

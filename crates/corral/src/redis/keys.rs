@@ -7,8 +7,8 @@ use crate::store::StoreKey;
 /// Prefix of every key and channel corral writes.
 const PREFIX: &str = "corral:";
 
-pub(super) use crate::key::fnv1a64;
-use crate::key::fnv1a64_from;
+pub(super) use crate::data::key::fnv1a64;
+use crate::data::key::fnv1a64_from;
 
 /// The three Redis keys of one logical key; they share a hash slot.
 ///

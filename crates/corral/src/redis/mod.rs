@@ -26,7 +26,7 @@ use self::expiries::Expiries;
 use self::keys::KeyNames;
 use self::standalone::{Reconnect, Standalone};
 use self::subscriber::{Settings, Subscriber};
-use crate::error::{StoreError, StoreErrorKind};
+use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 use crate::store::{
     is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener,

@@ -13,7 +13,7 @@ use super::{
     new_version, BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest,
     Listener, Lookup, Notifier, Origin, Sinks, Store, StoreKey, Stored,
 };
-use crate::error::StoreError;
+use crate::data::error::StoreError;
 
 #[derive(Debug, Default)]
 struct Slot {

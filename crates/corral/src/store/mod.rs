@@ -58,7 +58,7 @@ pub use change::{Change, ChangeSink, Event, Origin};
 pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
 
-use crate::error::StoreError;
+use crate::data::error::StoreError;
 
 /// A boxed, sendable future: what store methods return, so stores can be
 /// used as `Arc<dyn Store>`.

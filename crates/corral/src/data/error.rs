@@ -5,51 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Why a key was rejected. See [`validate_key`](crate::validate_key).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum InvalidKey {
-    /// The key is the empty string.
-    Empty,
-    /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
-    TooLong {
-        /// The key's length in bytes.
-        len: usize,
-    },
-    /// The key contains a control character.
-    ControlCharacter {
-        /// Where the first one starts.
-        byte_offset: usize,
-    },
-    /// A fill declared more distinct tags than an entry can carry (63).
-    TooManyTags {
-        /// How many distinct tags it declared.
-        count: usize,
-    },
-}
-
-impl fmt::Display for InvalidKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Empty => f.write_str("invalid key: empty"),
-            Self::TooLong { len } => write!(
-                f,
-                "invalid key: {len} bytes, the limit is {}",
-                crate::MAX_KEY_LEN
-            ),
-            Self::ControlCharacter { byte_offset } => {
-                write!(f, "invalid key: control character at byte {byte_offset}")
-            }
-            Self::TooManyTags { count } => write!(
-                f,
-                "invalid tags: {count} distinct tags, the limit is {}",
-                crate::entry::MAX_TAGS - 1
-            ),
-        }
-    }
-}
-
-impl std::error::Error for InvalidKey {}
+use crate::data::key::InvalidKey;
 
 /// A failure of the shared store (Redis or the in-memory store).
 #[derive(Debug, Clone)]

@@ -8,12 +8,12 @@
 //! still answers its callers but no longer writes its value into the L1,
 //! and a read that started before the message does not keep what it read.
 //!
-//! [`FlightTable::detach`]: crate::flight::FlightTable::detach
+//! [`FlightTable::detach`]: crate::state::flight::FlightTable::detach
 
-use crate::inner::Inner;
+use crate::data::tags::CLEAR;
+use crate::state::inner::Inner;
 use crate::stats::Counters;
 use crate::store::{Change, ChangeSink, Event};
-use crate::tags::CLEAR;
 
 impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
     fn changed(&self, change: &Change) {

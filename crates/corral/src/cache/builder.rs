@@ -7,19 +7,19 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::breaker::{Breaker, BreakerSettings};
 use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
-use crate::encryption::Encryption;
-use crate::error::ConfigError;
-use crate::inner::{Inner, InnerParts, Tiers};
-use crate::key::valid_name;
-use crate::local::{LocalTier, TierClock};
-use crate::policy::Policy;
-use crate::shared::SharedTier;
+use crate::data::encryption::Encryption;
+use crate::data::error::ConfigError;
+use crate::data::key::valid_name;
+use crate::data::policy::Policy;
+use crate::state::inner::{Inner, InnerParts, Tiers};
 use crate::store::{ChangeSink, Origin, Store};
-use crate::ticker::TickedClock;
+use crate::tier::breaker::{Breaker, BreakerSettings};
+use crate::tier::local::{LocalTier, TierClock};
+use crate::tier::shared::SharedTier;
+use crate::tier::ticker::TickedClock;
 use tokio::sync::Semaphore;
 
 /// The bound of the in-process tier.
@@ -509,7 +509,7 @@ where
         attach_to_store(&inner, listens, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
-            crate::metrics_export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
+            crate::stats::export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
                 (Arc::clone(inner.name()), inner.stats())
             });
         }

@@ -1,7 +1,7 @@
 //! Stand-ins for the `encryption` feature's types when it is off: nothing
 //! can hold them, so a cache never encrypts.
 
-use crate::error::ConfigError;
+use crate::data::error::ConfigError;
 
 /// No encryption can be configured without the feature.
 #[derive(Debug, Clone)]

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::entry::Ttls;
-use crate::error::ConfigError;
+use crate::data::entry::Ttls;
+use crate::data::error::ConfigError;
 
 /// The settings a cache instance applies to every fill unless a call
 /// overrides them with [`FillOptions`].

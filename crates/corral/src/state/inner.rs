@@ -11,19 +11,19 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::codec::Codec;
-use crate::encryption::Cipher;
-use crate::entry::{self, Decoded, Ttls};
-use crate::error::{Error, StoreError};
-use crate::flight::{Failure, Flight, FlightTable, Outcome};
-use crate::freshness::{Fetched, Judged};
-use crate::key::KeyLabel;
-use crate::local::LocalTier;
-use crate::policy::{jittered, Policy};
-use crate::shared::SharedTier;
+use crate::data::encryption::Cipher;
+use crate::data::entry::{self, Decoded, Ttls};
+use crate::data::error::{Error, StoreError};
+use crate::data::freshness::{Fetched, Judged};
+use crate::data::key::KeyLabel;
+use crate::data::policy::{jittered, Policy};
+use crate::data::tags::{Known, Stamps, TagTable, CLEAR};
+use crate::state::flight::{Failure, Flight, FlightTable, Outcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
-use crate::tags::{Known, Stamps, TagTable, CLEAR};
+use crate::tier::local::LocalTier;
+use crate::tier::shared::SharedTier;
 
 /// Where a cache keeps its values: decoded in process (L1), as envelopes in
 /// a shared store (L2), or both, the L1 in front.
@@ -288,7 +288,7 @@ impl<V: 'static> Inner<V> {
     /// What copies an entry read from the L2 into the L1, with the age the
     /// L2's clock gave it, if its stamps are still current: to be run under
     /// the flight table's lock (a retiring flight's, or
-    /// [`keep_if_unchanged`](crate::flight::FlightTable::keep_if_unchanged)).
+    /// [`keep_if_unchanged`](crate::state::flight::FlightTable::keep_if_unchanged)).
     /// `None` without an L1 or when the value cannot be weighed.
     pub(crate) fn l1_copy<'a>(
         &'a self,
@@ -334,7 +334,7 @@ impl<V: 'static> Inner<V> {
         let started = std::time::Instant::now();
         let outcome = flight.wait().await;
         #[cfg(feature = "metrics")]
-        crate::metrics_export::wait_took(&self.name, started.elapsed());
+        crate::stats::export::wait_took(&self.name, started.elapsed());
         outcome
     }
 

@@ -25,11 +25,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::runtime::Handle;
 
-use crate::flight::{Leadership, Outcome};
-use crate::freshness::{Answer, Fetched, Judged, Standing};
-use crate::inner::Inner;
-use crate::leader::{self, Job};
-use crate::shared::SharedTier;
+use crate::data::freshness::{Answer, Fetched, Judged, Standing};
+use crate::flight::leader::{self, Job};
+use crate::state::flight::{Leadership, Outcome};
+use crate::state::inner::Inner;
+use crate::tier::shared::SharedTier;
 
 /// Starts the spawned leader of a flight; `true`: the first read found
 /// the store unreachable. Built lazily: a hit never makes the leader's job.

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use quick_cache::Weighter;
 
-use crate::bounded_map::BoundedMap;
 use crate::clock::{millis, Clock};
-use crate::entry::Ttls;
-use crate::freshness::{quiet_for, Judged, Standing};
-use crate::ticker::TickedClock;
+use crate::data::entry::Ttls;
+use crate::data::freshness::{quiet_for, Judged, Standing};
+use crate::tier::bounded_map::BoundedMap;
+use crate::tier::ticker::TickedClock;
 
 /// An in-process entry: the value (`None`: a cached "not found") and the
 /// clock readings at which it changes standing. Kept small: a hit clones it

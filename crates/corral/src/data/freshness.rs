@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use crate::entry::Ttls;
-use crate::tags::Stamps;
+use crate::data::entry::Ttls;
+use crate::data::tags::Stamps;
 
 /// How fresh a value handed to a caller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -23,7 +23,7 @@ use aes_gcm::{Aes256Gcm, Key, Nonce};
 use hkdf::Hkdf;
 use sha2::Sha256;
 
-use crate::error::ConfigError;
+use crate::data::error::ConfigError;
 
 /// The format byte of sealed values.
 const FORMAT: u8 = 0xE1;

@@ -8,9 +8,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::breaker::{self, Breaker};
-use crate::error::StoreError;
+use crate::data::error::StoreError;
 use crate::store::Store;
+use crate::tier::breaker::{self, Breaker};
 
 /// A cache's shared store behind its guard. Clones share the store and the
 /// breaker.

@@ -5,6 +5,10 @@
 //! no shared cache line and take no locked instruction;
 //! [`Cache::stats`](crate::Cache::stats) sums the stripes.
 
+#[cfg(feature = "metrics")]
+pub(crate) mod export;
+pub(crate) mod health;
+
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -12,7 +16,7 @@ use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
 
-use crate::freshness::Freshness;
+use crate::data::freshness::Freshness;
 
 /// Every this many counts on its own stripe, [`StripedCounter::incr`]
 /// tells the calling thread it passed a milestone (a power of two).
@@ -302,7 +306,7 @@ impl Counters {
 
     /// Counts a failed store call in `store_errors`, unless the circuit
     /// breaker skipped it (counted by the breaker).
-    pub(crate) fn store_failed(&self, error: &crate::error::StoreError) {
+    pub(crate) fn store_failed(&self, error: &crate::data::error::StoreError) {
         if !error.is_breaker_open() {
             Self::bump(&self.store_errors);
         }

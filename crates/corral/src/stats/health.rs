@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::StoreError;
+use crate::data::error::StoreError;
 
 /// A cache's health: whether its shared store answers, and how fast.
 #[derive(Debug, Clone)]

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{StoreError, StoreErrorKind};
+use crate::data::error::{StoreError, StoreErrorKind};
 
 /// The breaker's settings: open after `failures` consecutive failed store
 /// calls, for `cool_down`.

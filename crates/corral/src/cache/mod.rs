@@ -1,5 +1,9 @@
 //! `Cache<V>`: the cheap-clone handle and its public operations.
 
+pub(crate) mod batch;
+pub(crate) mod builder;
+pub(crate) mod get_or_fill;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,19 +13,20 @@ use serde::Serialize;
 
 use tokio::runtime::Handle;
 
-use crate::entry::{self};
-use crate::error::{Error, InvalidKey};
-use crate::first_read::{read_ahead, FirstRead, ReadAhead};
-use crate::flight::Claim;
-use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
-use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
-use crate::inner::{outcome_to_result, weight, Inner};
-use crate::key::validate_key;
-use crate::leader::{self, Fallback, Job};
-use crate::local::LocalTier;
-use crate::policy::FillOptions;
+use crate::cache::get_or_fill::{Defaults, GetOrFill, SlowFill};
+use crate::data::entry::{self};
+use crate::data::error::Error;
+use crate::data::freshness::{Answer, Cached, Fetched, Judged, Standing};
+use crate::data::key::validate_key;
+use crate::data::key::InvalidKey;
+use crate::data::policy::FillOptions;
+use crate::data::tags::{Stamps, CLEAR};
+use crate::flight::first_read::{read_ahead, FirstRead, ReadAhead};
+use crate::flight::leader::{self, Fallback, Job};
+use crate::state::flight::Claim;
+use crate::state::inner::{outcome_to_result, weight, Inner};
 use crate::stats::{Counters, Stats};
-use crate::tags::{Stamps, CLEAR};
+use crate::tier::local::LocalTier;
 
 /// A read-through cache of `V` values under `&str` keys.
 ///
@@ -654,34 +659,34 @@ where
     /// the crate docs for the list.
     #[cfg(feature = "metrics")]
     pub fn export_metrics(&self) {
-        crate::metrics_export::export(self.inner.name(), &self.stats());
+        crate::stats::export::export(self.inner.name(), &self.stats());
     }
 
     /// Checks the shared store with one round trip (`PING` on Redis),
     /// bounded by the cache's store timeout, and says how long it took.
     /// Never fails: a store that does not answer is reported as
-    /// [`StoreHealth::Failed`](crate::StoreHealth::Failed) — at once, with
+    /// [`StoreHealth::Failed`](crate::stats::health::StoreHealth::Failed) — at once, with
     /// a [`BreakerOpen`](crate::StoreErrorKind::BreakerOpen) error, while
     /// the circuit breaker is open (the check may be its half-open probe).
     /// For readiness
-    /// probes: serve traffic while [`Health::is_ok`](crate::Health::is_ok)
+    /// probes: serve traffic while [`Health::is_ok`](crate::stats::health::Health::is_ok)
     /// — though corral keeps answering (filling open) when the store is
     /// down.
-    pub async fn health(&self) -> crate::Health {
+    pub async fn health(&self) -> crate::stats::health::Health {
         let inner = &self.inner;
         let store = match &inner.tiers().l2 {
-            None => crate::StoreHealth::None,
+            None => crate::stats::health::StoreHealth::None,
             Some(store) => {
                 let started = std::time::Instant::now();
                 let answer = store.call(store.ping()).await;
                 let latency = started.elapsed();
                 match answer {
-                    Ok(()) => crate::StoreHealth::Answered { latency },
-                    Err(error) => crate::StoreHealth::Failed { latency, error },
+                    Ok(()) => crate::stats::health::StoreHealth::Answered { latency },
+                    Err(error) => crate::stats::health::StoreHealth::Failed { latency, error },
                 }
             }
         };
-        crate::Health {
+        crate::stats::health::Health {
             store,
             flights_in_progress: inner.flights().len(),
         }

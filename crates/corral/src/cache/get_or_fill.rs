@@ -19,8 +19,9 @@ use std::task::{Context, Poll};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::policy::FillOptions;
-use crate::{Cache, Error};
+use super::Cache;
+use crate::data::error::Error;
+use crate::data::policy::FillOptions;
 
 /// The rest of a call that found no quiet value in process.
 pub(crate) type SlowFill<'a, V, E> = Pin<Box<dyn Future<Output = Result<V, Error<E>>> + Send + 'a>>;

@@ -18,16 +18,16 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::entry::{Ttls, FLAG_FAIL_SAFE};
-use crate::error::StoreError;
-use crate::flight::{Failure, Leadership, Outcome};
-use crate::freshness::{Answer, Fetched, Freshness, Standing};
-use crate::inner::{weight, Inner};
-use crate::key::KeyLabel;
-use crate::shared::SharedTier;
+use crate::data::entry::{Ttls, FLAG_FAIL_SAFE};
+use crate::data::error::StoreError;
+use crate::data::freshness::{Answer, Fetched, Freshness, Standing};
+use crate::data::key::KeyLabel;
+use crate::data::tags::Stamps;
+use crate::state::flight::{Failure, Leadership, Outcome};
+use crate::state::inner::{weight, Inner};
 use crate::stats::Counters;
 use crate::store::{Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
-use crate::tags::Stamps;
+use crate::tier::shared::SharedTier;
 
 /// A value that may be served if the fill is slow or fails: the entry's
 /// value and when its physical life ends, measured on this process's
@@ -308,7 +308,7 @@ where
     let took = fill_started.elapsed();
     #[cfg(feature = "metrics")]
     if let Some(cache) = inner.upgrade() {
-        crate::metrics_export::fill_took(cache.name(), took);
+        crate::stats::export::fill_took(cache.name(), took);
     }
     match &result {
         Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),

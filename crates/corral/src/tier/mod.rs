@@ -1,0 +1,9 @@
+//! The tiers: the in-process L1 (a bounded map of decoded values and its
+//! clock) and the guarded shared store (the store behind its circuit
+//! breaker and timeout, wrapped once and held by every caller of the store).
+
+pub(crate) mod bounded_map;
+pub(crate) mod breaker;
+pub(crate) mod local;
+pub(crate) mod shared;
+pub(crate) mod ticker;
