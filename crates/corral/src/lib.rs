@@ -185,6 +185,7 @@ mod flight;
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod read;
 #[cfg(any(feature = "redis", feature = "config"))]
 mod redact;
 mod state;

@@ -23,6 +23,7 @@ use crate::data::policy::FillOptions;
 use crate::data::tags::{Stamps, CLEAR};
 use crate::flight::first_read::{read_ahead, FirstRead, ReadAhead};
 use crate::flight::leader::{self, Fallback, Job};
+use crate::read::{read_current, Look};
 use crate::state::flight::Claim;
 use crate::state::inner::{outcome_to_result, weight, Inner};
 use crate::stats::{Counters, Stats};
@@ -510,18 +511,9 @@ where
                     .l1
                     .as_ref()
                     .map(|_| inner.flights().write_mark());
-                let skey = inner.store_key(key);
-                let stored = store
-                    .call(store.get(&skey))
+                let judged = read_current(inner, store, key, Look::Counted)
                     .await
                     .inspect_err(|error| inner.counters().store_failed(error))?;
-                let mut judged = stored.and_then(|stored| inner.judge_stored(key, &stored));
-                if let Some(found) = &judged {
-                    if !inner.stamps_current(&found.stamps).await {
-                        Counters::bump(&inner.counters().tag_misses);
-                        judged = None;
-                    }
-                }
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {
                     inner.counters().l2_hits.incr();
                     if let Some(mark) = mark {

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use crate::data::freshness::{Answer, Standing};
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
+use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -160,18 +161,9 @@ where
                 missing.push((key, flight));
                 continue;
             };
-            match cache.peek_stored(&key, &stored) {
-                Some(judged)
-                    if judged.standing == Standing::Fresh
-                        && cache.stamps_current(&judged.stamps).await =>
-                {
-                    cache.counters().l2_hits.incr();
-                    cache.counters().served(judged.freshness);
-                    match cache.l1_copy(&key, &judged) {
-                        Some(copy) => flight.retire(copy),
-                        None => flight.retire(|| ()),
-                    };
-                    flight.publish(Outcome::Value(judged.into_fetched()));
+            match judge_current(cache, &key, &stored, Look::Peek).await {
+                Some(judged) if judged.standing == Standing::Fresh => {
+                    finish_hit(cache, &mut flight, judged);
                 }
                 // Stale, due for a refresh, fenced by a tag, or undecodable:
                 // the single-key leader serves, refreshes or overwrites it.

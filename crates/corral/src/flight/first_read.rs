@@ -25,9 +25,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::runtime::Handle;
 
-use crate::data::freshness::{Answer, Fetched, Judged, Standing};
+use crate::data::freshness::{Answer, Fetched};
 use crate::flight::leader::{self, Job};
-use crate::state::flight::{Leadership, Outcome};
+use crate::read::{count_l2_hit, finish_hit, read_fresh};
+use crate::state::flight::Leadership;
 use crate::state::inner::Inner;
 use crate::tier::shared::SharedTier;
 
@@ -103,14 +104,7 @@ where
         let Some((mut leadership, _)) = self.lead.take() else {
             return Ok(None);
         };
-        let key = leadership.key().to_owned();
-        match inner.l1_copy(&key, &judged) {
-            Some(copy) => leadership.retire(copy),
-            None => leadership.retire(|| ()),
-        };
-        let fetched = judged.into_fetched();
-        leadership.publish(Outcome::Value(fetched.clone()));
-        Ok(Some(fetched))
+        Ok(Some(finish_hit(inner, &mut leadership, judged)))
     }
 }
 
@@ -131,40 +125,13 @@ where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     match read_fresh(inner, store, key).await {
-        Ok(Some(judged)) => ReadAhead::Fresh(judged.into_fetched()),
+        Ok(Some(judged)) => {
+            count_l2_hit(inner, &judged);
+            ReadAhead::Fresh(judged.into_fetched())
+        }
         Ok(None) => ReadAhead::Unsettled,
         Err(()) => ReadAhead::Unreachable,
     }
-}
-
-/// The key's entry in `store` if it is fresh and its stamps are current,
-/// counted as a served L2 hit; `Err` if the store failed (counted).
-async fn read_fresh<V>(
-    inner: &Inner<V>,
-    store: &SharedTier,
-    key: &str,
-) -> Result<Option<Judged<V>>, ()>
-where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-{
-    let skey = inner.store_key(key);
-    let stored = match store.call(store.get(&skey)).await {
-        Ok(Some(stored)) => stored,
-        Ok(None) => return Ok(None),
-        Err(error) => {
-            inner.note_store_failure(&error, "filling without a lease");
-            return Err(());
-        }
-    };
-    let Some(judged) = inner.peek_stored(key, &stored) else {
-        return Ok(None);
-    };
-    if judged.standing != Standing::Fresh || !inner.stamps_current(&judged.stamps).await {
-        return Ok(None);
-    }
-    inner.counters().l2_hits.incr();
-    inner.counters().served(judged.freshness);
-    Ok(Some(judged))
 }
 
 impl<V: Clone> FirstRead<'_, V> {

@@ -23,6 +23,7 @@ use crate::data::error::StoreError;
 use crate::data::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::data::key::KeyLabel;
 use crate::data::tags::Stamps;
+use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Leadership, Outcome};
 use crate::state::inner::{weight, Inner};
 use crate::stats::Counters;
@@ -625,32 +626,21 @@ where
         // Whatever comes next replaces only this generation: a write or
         // invalidation landing meanwhile wins.
         self.request.grant = Grant::OverGeneration(stored.generation.clone());
-        let judged = cache.judge_stored(self.key.key(), stored)?;
-        if !cache.stamps_current(&judged.stamps).await {
-            // A tag invalidation or clear made it a miss: it is replaced
-            // like undecodable bytes.
-            Counters::bump(&cache.counters().tag_misses);
-            return None;
+        // Undecodable, or left behind by a tag invalidation or clear: it is
+        // replaced like a miss.
+        let judged = judge_current(cache, self.key.key(), stored, Look::Counted).await?;
+        if judged.standing == Standing::Fresh {
+            finish_hit(cache, flight, judged);
+            return Some(Found::Done);
         }
-        let (place, freshness) = (judged.standing, judged.freshness);
-        let found = Fallback::new(judged.value.clone(), judged.remaining);
-        match place {
-            Standing::Fresh => {
-                cache.counters().l2_hits.incr();
-                let key = flight.key().to_owned();
-                if let Some(copy) = cache.l1_copy(&key, &judged) {
-                    flight.retire(copy);
-                }
-                serve_fallback(self.inner, flight, Some(&found), freshness);
-                return Some(Found::Done);
-            }
+        let stale = matches!(judged.standing, Standing::RefreshDue | Standing::Stale);
+        let freshness = judged.freshness;
+        let found = Fallback::new(judged.value, judged.remaining);
+        if stale {
+            serve_fallback(self.inner, flight, Some(&found), freshness);
             // A refresh started from a stale L1 copy holds its permit
             // already.
-            Standing::RefreshDue | Standing::Stale if permit.is_some() => {
-                serve_fallback(self.inner, flight, Some(&found), freshness);
-            }
-            Standing::RefreshDue | Standing::Stale => {
-                serve_fallback(self.inner, flight, Some(&found), freshness);
+            if permit.is_none() {
                 match Arc::clone(cache.refresh_limiter()).try_acquire_owned() {
                     Ok(granted) => *permit = Some(granted),
                     Err(_) => {
@@ -659,7 +649,6 @@ where
                     }
                 }
             }
-            Standing::FailSafeOnly | Standing::Gone => {}
         }
         *fallback = Some(found);
         None

@@ -1,0 +1,134 @@
+//! The read pipeline: one way to read a key's entry from the shared store
+//! and one way to finish a flight with it, used by every path that reads
+//! the store — a caller's first read, a store-only cache's read-ahead, the
+//! spawned leader (single keys and refreshes), the batch leader and
+//! [`Cache::lookup`](crate::Cache::lookup).
+//!
+//! 1. [`read_current`]: the store's `GET`, then [`judge_current`].
+//! 2. [`judge_current`]: decode and judge the bytes on this cache's clock,
+//!    and check the entry's tag stamps against the current versions. An
+//!    entry a tag invalidation or `clear` left behind is no entry.
+//! 3. [`finish_hit`]: a fresh entry ends the flight — counted as an L2 hit,
+//!    copied into the L1 under the flight (so no newer write is
+//!    overwritten) and handed to the flight's callers.
+//!
+//! Which looks count what: a [`Look::Counted`] look is the one whose
+//! verdict stands, so an undecodable entry and a tag miss are counted
+//! there; a [`Look::Peek`] is followed by the leader's own look when it
+//! finds nothing servable, and counts nothing, so nothing is counted twice.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::data::error::StoreError;
+use crate::data::freshness::{Fetched, Judged, Standing};
+use crate::state::flight::{Leadership, Outcome};
+use crate::state::inner::Inner;
+use crate::stats::Counters;
+use crate::store::Stored;
+use crate::tier::shared::SharedTier;
+
+/// Whether a look at an entry counts what it finds wrong with it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// The look whose verdict stands: undecodable bytes and stale tag
+    /// stamps are counted.
+    Counted,
+    /// A look another one follows if it finds nothing servable: nothing is
+    /// counted.
+    Peek,
+}
+
+/// Reads `key`'s entry from `store` and judges it ([`judge_current`]).
+pub(crate) async fn read_current<V>(
+    inner: &Inner<V>,
+    store: &SharedTier,
+    key: &str,
+    look: Look,
+) -> Result<Option<Judged<V>>, StoreError>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let skey = inner.store_key(key);
+    match store.call(store.get(&skey)).await? {
+        Some(stored) => Ok(judge_current(inner, key, &stored, look).await),
+        None => Ok(None),
+    }
+}
+
+/// `stored`, decoded and judged, if it decodes and its tag stamps are
+/// current.
+pub(crate) async fn judge_current<V>(
+    inner: &Inner<V>,
+    key: &str,
+    stored: &Stored,
+    look: Look,
+) -> Option<Judged<V>>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    let judged = match look {
+        Look::Counted => inner.judge_stored(key, stored)?,
+        Look::Peek => inner.peek_stored(key, stored)?,
+    };
+    if !inner.stamps_current(&judged.stamps).await {
+        if look == Look::Counted {
+            // A tag invalidation or clear made it a miss.
+            Counters::bump(&inner.counters().tag_misses);
+        }
+        return None;
+    }
+    Some(judged)
+}
+
+/// The key's entry in `store` if it is fresh and its stamps are current
+/// (uncounted: see [`count_l2_hit`] and [`finish_hit`]); `Err` if the
+/// store failed (counted and logged).
+pub(crate) async fn read_fresh<V>(
+    inner: &Inner<V>,
+    store: &SharedTier,
+    key: &str,
+) -> Result<Option<Judged<V>>, ()>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    match read_current(inner, store, key, Look::Peek).await {
+        Ok(judged) => Ok(judged.filter(|judged| judged.standing == Standing::Fresh)),
+        Err(error) => {
+            inner.note_store_failure(&error, "filling without a lease");
+            Err(())
+        }
+    }
+}
+
+/// Counts a value read from the store and served: an L2 hit.
+pub(crate) fn count_l2_hit<V: 'static>(inner: &Inner<V>, judged: &Judged<V>) {
+    inner.counters().l2_hits.incr();
+    inner.counters().served(judged.freshness);
+}
+
+/// Ends `flight` with `judged`, a fresh entry read from the store: counted
+/// as an L2 hit, copied into the L1 as the flight retires, and handed to
+/// its callers unless they were answered already (a refresh served them
+/// the stale value). Returns what they were handed.
+pub(crate) fn finish_hit<V>(
+    inner: &Inner<V>,
+    flight: &mut Leadership<Fetched<V>>,
+    judged: Judged<V>,
+) -> Fetched<V>
+where
+    V: Clone + 'static,
+{
+    inner.counters().l2_hits.incr();
+    let key = flight.key().to_owned();
+    match inner.l1_copy(&key, &judged) {
+        Some(copy) => flight.retire(copy),
+        None => flight.retire(|| ()),
+    };
+    let fetched = judged.into_fetched();
+    if !flight.has_published() {
+        inner.counters().served(fetched.freshness);
+        flight.publish(Outcome::Value(fetched.clone()));
+    }
+    fetched
+}
