@@ -1,10 +1,7 @@
 //! The leader's side of a flight: the task that finds the value in the
 //! shared store or takes the lease (or waits for its holder), runs the fill
 //! — serving a stale value at the soft timeout and a fail-safe value when it
-//! fails — and stores the answer.
-//!
-//! The task holds only a `Weak` to the cache, upgraded for each step, so a
-//! dropped cache goes away while its last fills finish.
+//! fails — and stores the answer: [`Leader`], one method per step.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -105,88 +102,244 @@ where
         }
         None => tracing::Span::none(),
     };
-    lead(inner, flight, job).instrument(span)
-}
-
-/// The body of [`run`], inside its span: find the value or the lease, read
-/// the stamps, run the fill, keep or report its answer.
-async fn lead<V, F, Fut, E>(inner: Weak<Inner<V>>, mut flight: Flight<V>, job: Job<F, V>)
-where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-    E: Send + Sync + 'static,
-{
     let Job {
         key,
         ttl,
         fill_timeout,
         soft_timeout,
-        mut fallback,
-        mut permit,
+        fallback,
+        permit,
         tags,
         store_failed,
         fill,
     } = job;
-    let clock = Deadlines::from(Instant::now(), fill_timeout, soft_timeout);
-    let found = find_lease(
-        &inner,
-        &key,
-        store_failed,
-        &clock,
-        &mut flight,
-        &mut fallback,
-        &mut permit,
-    )
-    .await;
-    let (lease, reachable) = match found {
-        Found::Lease(guard) => (Some(guard), true),
-        Found::FailOpen => (None, false),
-        Found::Done => {
-            flight.retire(|| ());
-            return;
-        }
-        Found::TimedOut => {
-            let kept = Kept {
-                lease: None,
-                stamps: None,
-            };
-            let failure = Failure::TimedOut(fill_timeout);
-            fail(&inner, &mut flight, fallback, kept, failure).await;
-            return;
-        }
+    let leader = Leader {
+        inner,
+        flight,
+        key,
+        fallback,
+        permit,
+        clock: Deadlines::from(Instant::now(), fill_timeout, soft_timeout),
     };
-    // Read before the fill runs: a tag invalidation or clear landing while
-    // it runs leaves the entry stamped with the old version, fenced.
-    let stamps = match inner.upgrade() {
-        Some(cache) => {
-            Counters::bump(&cache.counters().fills);
-            cache.fill_stamps(&tags, reachable).await
-        }
-        None => None,
-    };
-    let result = fill_in_time(
-        &inner,
-        fill,
-        lease.as_ref(),
-        &clock,
-        &mut flight,
-        fallback.as_ref(),
-    )
-    .await;
-    let kept = Kept { lease, stamps };
-    match result {
-        Ok(Ok(answer)) => succeed(&inner, &mut flight, &key, ttl, answer, kept).await,
-        Ok(Err(failure)) => fail(&inner, &mut flight, fallback, kept, failure).await,
-        Err(_) => {
-            if let Some(cache) = inner.upgrade() {
-                Counters::bump(&cache.counters().fill_timeouts);
+    leader.lead(ttl, tags, store_failed, fill).instrument(span)
+}
+
+/// One flight's leader: it owns the flight, the value it may fall back on,
+/// the refresh permit and the flight's times, and takes the flight through
+/// its steps, one method each: find the value or the lease, fill in time,
+/// then keep the answer or fail.
+///
+/// It holds only a `Weak` to the cache, upgraded for each step, so a
+/// dropped cache goes away while its last fills finish.
+struct Leader<V: Clone> {
+    inner: Weak<Inner<V>>,
+    flight: Flight<V>,
+    key: Box<str>,
+    /// A value that may be served if the fill is slow or fails.
+    fallback: Option<Fallback<V>>,
+    /// A background refresh's permit of the cache's refresh limiter.
+    permit: Option<OwnedSemaphorePermit>,
+    clock: Deadlines,
+}
+
+impl<V> Leader<V>
+where
+    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// The flight, inside its span: find the value or the lease, read the
+    /// stamps, run the fill, keep or report its answer.
+    async fn lead<F, Fut, E>(
+        mut self,
+        ttl: Duration,
+        tags: Arc<[Arc<str>]>,
+        store_failed: bool,
+        fill: F,
+    ) where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        let (lease, reachable) = match self.find_lease(store_failed).await {
+            Found::Lease(guard) => (Some(guard), true),
+            Found::FailOpen => (None, false),
+            Found::Done => {
+                self.flight.retire(|| ());
+                return;
             }
-            let failure = Failure::TimedOut(fill_timeout);
-            fail(&inner, &mut flight, fallback, kept, failure).await;
+            Found::TimedOut => {
+                let kept = Kept {
+                    lease: None,
+                    stamps: None,
+                };
+                let failure = Failure::TimedOut(self.clock.fill_timeout);
+                self.fail(kept, failure).await;
+                return;
+            }
+        };
+        // Read before the fill runs: a tag invalidation or clear landing
+        // while it runs leaves the entry stamped with the old version, fenced.
+        let stamps = match self.inner.upgrade() {
+            Some(cache) => {
+                Counters::bump(&cache.counters().fills);
+                cache.fill_stamps(&tags, reachable).await
+            }
+            None => None,
+        };
+        let result = self.fill_in_time(fill, lease.as_ref()).await;
+        let kept = Kept { lease, stamps };
+        match result {
+            Ok(Ok(answer)) => {
+                let (inner, key) = (&self.inner, &*self.key);
+                succeed(inner, &mut self.flight, key, ttl, answer, kept).await;
+            }
+            Ok(Err(failure)) => self.fail(kept, failure).await,
+            Err(_) => {
+                if let Some(cache) = self.inner.upgrade() {
+                    Counters::bump(&cache.counters().fill_timeouts);
+                }
+                let failure = Failure::TimedOut(self.clock.fill_timeout);
+                self.fail(kept, failure).await;
+            }
         }
     }
-    drop(permit);
+    /// Looks the key up in the shared store, if the cache has one, until it
+    /// holds the lease, served the callers or must fill without a lease.
+    async fn find_lease(&mut self, store_failed: bool) -> Found {
+        let Some(cache) = self.inner.upgrade() else {
+            return Found::Done;
+        };
+        let Some(store) = cache.tiers().l2.clone() else {
+            return Found::FailOpen;
+        };
+        if store_failed {
+            Counters::bump(&cache.counters().fail_open_fills);
+            Counters::bump(&cache.counters().misses);
+            return Found::FailOpen;
+        }
+        let skey = cache.store_key(&self.key);
+        let request = LeaseRequest {
+            lease_ttl: cache.policy().lease_ttl,
+            fence_ttl: cache.policy().fence_ttl(self.clock.fill_timeout),
+            grant: Grant::IfNoValue,
+        };
+        drop(cache);
+        let (deadline, soft_deadline) = (self.clock.deadline, self.clock.soft_deadline());
+        let finder = Finder {
+            leader: self,
+            store,
+            key: &skey,
+            request,
+            soft_deadline,
+        };
+        tokio::time::timeout_at(deadline, finder.find())
+            .await
+            .unwrap_or(Found::TimedOut)
+    }
+
+    /// Runs the fill (renewing its lease) until the hard deadline, serving
+    /// the fallback to the callers at the soft timeout. The fill is dropped
+    /// when this returns: at the hard timeout it is stopped, and nothing it
+    /// would have produced is stored.
+    async fn fill_in_time<F, Fut, E>(
+        &mut self,
+        fill: F,
+        lease: Option<&LeaseGuard>,
+    ) -> Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        let fill_started = Instant::now();
+        let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        // The fill renews through its own handle: serving the fallback at
+        // the soft timeout borrows the leader meanwhile.
+        let inner = Weak::clone(&self.inner);
+        let filling = fill_renewing(&inner, fill, &leases);
+        tokio::pin!(filling);
+        let deadline = self.clock.deadline;
+        let soft = self
+            .clock
+            .soft_deadline()
+            .filter(|_| self.fallback.is_some() && !self.flight.has_published());
+        let result = match soft {
+            Some(soft) => {
+                tokio::select! {
+                    result = tokio::time::timeout_at(deadline, &mut filling) => result,
+                    () = tokio::time::sleep_until(soft) => {
+                        self.serve_fallback(Freshness::Stale);
+                        if let Some(cache) = self.inner.upgrade() {
+                            Counters::bump(&cache.counters().soft_timeouts);
+                        }
+                        tokio::time::timeout_at(deadline, &mut filling).await
+                    }
+                }
+            }
+            None => tokio::time::timeout_at(deadline, &mut filling).await,
+        };
+        let took = fill_started.elapsed();
+        #[cfg(feature = "metrics")]
+        if let Some(cache) = self.inner.upgrade() {
+            crate::stats::export::fill_took(cache.name(), took);
+        }
+        match &result {
+            Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),
+            Ok(Err(_)) => {}
+            Err(_) => tracing::warn!(
+                timeout_ms = self.clock.fill_timeout.as_millis(),
+                "fill passed the hard timeout: stopped, nothing stored"
+            ),
+        }
+        result
+    }
+
+    /// Publishes the fallback to the flight's callers, if there is one and
+    /// they were not answered yet.
+    fn serve_fallback(&mut self, freshness: Freshness) {
+        let Some(fallback) = &self.fallback else {
+            return;
+        };
+        if self.flight.has_published() {
+            return;
+        }
+        if let Some(cache) = self.inner.upgrade() {
+            cache.counters().served(freshness);
+        }
+        self.flight.publish(Outcome::Value(Fetched {
+            value: fallback.value.clone(),
+            freshness,
+        }));
+    }
+
+    /// The fill failed: with a fallback and fail-safe on, re-caches the
+    /// fallback for the throttle window (fenced like any write, never past
+    /// its physical end) and serves it; otherwise hands the failure to the
+    /// callers.
+    async fn fail(mut self, kept: Kept, failure: Failure) {
+        let cache = self.inner.upgrade();
+        let fail_safe = cache
+            .as_ref()
+            .is_some_and(|cache| !cache.policy().fail_safe_max.is_zero());
+        match (cache, &self.fallback) {
+            (Some(cache), Some(fallback)) if fail_safe => {
+                let remaining = fallback.remaining();
+                if remaining >= Duration::from_millis(1) {
+                    let ttls = cache.policy().fail_safe_ttls(remaining);
+                    let value = fallback.value.clone();
+                    let key = self.key.clone();
+                    keep_value(&cache, &mut self.flight, &key, value, ttls, true, kept).await;
+                } else {
+                    self.flight.retire(|| ());
+                }
+                self.serve_fallback(Freshness::FailSafe);
+            }
+            _ => {
+                drop(kept);
+                self.flight.retire(|| ());
+                self.flight.publish(Outcome::Failed(failure));
+            }
+        }
+    }
 }
 
 /// A flight's times: when it started, its hard deadline, and when a slow
@@ -207,50 +360,11 @@ impl Deadlines {
             soft_timeout,
         }
     }
-}
 
-/// Looks the key up in the shared store, if the cache has one, until it
-/// holds the lease, served the callers or must fill without a lease.
-async fn find_lease<V>(
-    inner: &Weak<Inner<V>>,
-    key: &str,
-    store_failed: bool,
-    clock: &Deadlines,
-    flight: &mut Flight<V>,
-    fallback: &mut Option<Fallback<V>>,
-    permit: &mut Option<OwnedSemaphorePermit>,
-) -> Found
-where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-{
-    let Some(cache) = inner.upgrade() else {
-        return Found::Done;
-    };
-    let Some(store) = cache.tiers().l2.clone() else {
-        return Found::FailOpen;
-    };
-    if store_failed {
-        Counters::bump(&cache.counters().fail_open_fills);
-        Counters::bump(&cache.counters().misses);
-        return Found::FailOpen;
+    /// When a slow fill's callers get the fallback, if ever.
+    fn soft_deadline(&self) -> Option<Instant> {
+        self.soft_timeout.map(|soft| self.started + soft)
     }
-    let skey = cache.store_key(key);
-    let request = LeaseRequest {
-        lease_ttl: cache.policy().lease_ttl,
-        fence_ttl: cache.policy().fence_ttl(clock.fill_timeout),
-        grant: Grant::IfNoValue,
-    };
-    drop(cache);
-    let finder = Finder {
-        inner,
-        store,
-        key: &skey,
-        request,
-        soft_deadline: clock.soft_timeout.map(|soft| clock.started + soft),
-    };
-    tokio::time::timeout_at(clock.deadline, finder.find(flight, fallback, permit))
-        .await
-        .unwrap_or(Found::TimedOut)
 }
 
 /// The store did not answer the lookup: a refresh gives up (its callers
@@ -264,84 +378,6 @@ fn unreachable_store<V: Clone>(cache: &Inner<V>, error: &StoreError, flight: &Fl
     Counters::bump(&cache.counters().fail_open_fills);
     Counters::bump(&cache.counters().misses);
     Found::FailOpen
-}
-
-/// Runs the fill (renewing its lease) until the hard deadline, serving the
-/// fallback to the callers at the soft timeout. The fill is dropped when
-/// this returns: at the hard timeout it is stopped, and nothing it would
-/// have produced is stored.
-async fn fill_in_time<V, F, Fut, E>(
-    inner: &Weak<Inner<V>>,
-    fill: F,
-    lease: Option<&LeaseGuard>,
-    clock: &Deadlines,
-    flight: &mut Flight<V>,
-    fallback: Option<&Fallback<V>>,
-) -> Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>
-where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-    E: Send + Sync + 'static,
-{
-    let fill_started = Instant::now();
-    let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
-    let filling = fill_renewing(inner, fill, &leases);
-    tokio::pin!(filling);
-    let soft = clock
-        .soft_timeout
-        .filter(|_| fallback.is_some() && !flight.has_published());
-    let result = match soft {
-        Some(soft) => {
-            tokio::select! {
-                result = tokio::time::timeout_at(clock.deadline, &mut filling) => result,
-                () = tokio::time::sleep_until(clock.started + soft) => {
-                    serve_fallback(inner, flight, fallback, Freshness::Stale);
-                    if let Some(cache) = inner.upgrade() {
-                        Counters::bump(&cache.counters().soft_timeouts);
-                    }
-                    tokio::time::timeout_at(clock.deadline, &mut filling).await
-                }
-            }
-        }
-        None => tokio::time::timeout_at(clock.deadline, &mut filling).await,
-    };
-    let took = fill_started.elapsed();
-    #[cfg(feature = "metrics")]
-    if let Some(cache) = inner.upgrade() {
-        crate::stats::export::fill_took(cache.name(), took);
-    }
-    match &result {
-        Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),
-        Ok(Err(_)) => {}
-        Err(_) => tracing::warn!(
-            timeout_ms = clock.fill_timeout.as_millis(),
-            "fill passed the hard timeout: stopped, nothing stored"
-        ),
-    }
-    result
-}
-
-/// Publishes the fallback to the flight's callers, if there is one.
-fn serve_fallback<V: Clone>(
-    inner: &Weak<Inner<V>>,
-    flight: &mut Flight<V>,
-    fallback: Option<&Fallback<V>>,
-    freshness: Freshness,
-) {
-    let Some(fallback) = fallback else {
-        return;
-    };
-    if flight.has_published() {
-        return;
-    }
-    if let Some(cache) = inner.upgrade() {
-        cache.counters().served(freshness);
-    }
-    flight.publish(Outcome::Value(Fetched {
-        value: fallback.value.clone(),
-        freshness,
-    }));
 }
 
 /// Stores the fill's answer (unless it asked not to be cached), retires the
@@ -376,51 +412,6 @@ pub(crate) async fn succeed<V>(
         value,
         freshness: Freshness::Fresh,
     }));
-}
-
-/// The fill failed: with a fallback and fail-safe on, re-caches the fallback
-/// for the throttle window (fenced like any write, never past its physical
-/// end) and serves it; otherwise hands the failure to the callers.
-async fn fail<V>(
-    inner: &Weak<Inner<V>>,
-    flight: &mut Flight<V>,
-    fallback: Option<Fallback<V>>,
-    kept: Kept,
-    failure: Failure,
-) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-{
-    let cache = inner.upgrade();
-    let fail_safe = cache
-        .as_ref()
-        .is_some_and(|cache| !cache.policy().fail_safe_max.is_zero());
-    match (cache, fallback) {
-        (Some(cache), Some(fallback)) if fail_safe => {
-            let remaining = fallback.remaining();
-            if remaining >= Duration::from_millis(1) {
-                let ttls = cache.policy().fail_safe_ttls(remaining);
-                let key = flight.key().to_owned();
-                keep_value(
-                    &cache,
-                    flight,
-                    &key,
-                    fallback.value.clone(),
-                    ttls,
-                    true,
-                    kept,
-                )
-                .await;
-            } else {
-                flight.retire(|| ());
-            }
-            serve_fallback(inner, flight, Some(&fallback), Freshness::FailSafe);
-        }
-        _ => {
-            drop(kept);
-            flight.retire(|| ());
-            flight.publish(Outcome::Failed(failure));
-        }
-    }
 }
 
 /// What a leader stores its answer with: the lease it holds (if any) and
@@ -508,8 +499,8 @@ enum Found {
 
 /// Looks the key up in the shared store until it can serve a value, holds
 /// the lease, or must fill without one.
-struct Finder<'a, V> {
-    inner: &'a Weak<Inner<V>>,
+struct Finder<'a, V: Clone> {
+    leader: &'a mut Leader<V>,
     store: SharedTier,
     key: &'a StoreKey,
     request: LeaseRequest,
@@ -520,13 +511,8 @@ impl<V> Finder<'_, V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
-    async fn find(
-        mut self,
-        flight: &mut Flight<V>,
-        fallback: &mut Option<Fallback<V>>,
-        permit: &mut Option<OwnedSemaphorePermit>,
-    ) -> Found {
-        let Some(cache) = self.inner.upgrade() else {
+    async fn find(mut self) -> Found {
+        let Some(cache) = self.leader.inner.upgrade() else {
             return Found::Done;
         };
         let poll_interval = cache.policy().poll_interval;
@@ -540,17 +526,17 @@ where
                 .store
                 .call(self.store.get_or_lease(self.key, &self.request))
                 .await;
-            let Some(cache) = self.inner.upgrade() else {
+            let Some(cache) = self.leader.inner.upgrade() else {
                 return Found::Done;
             };
             match lookup {
                 Ok(Lookup::Hit(stored)) => {
-                    if let Some(found) = self.hit(&cache, &stored, flight, fallback, permit).await {
+                    if let Some(found) = self.hit(&cache, &stored).await {
                         return found;
                     }
                 }
                 Ok(Lookup::Changed) => {
-                    if flight.has_published() {
+                    if self.leader.flight.has_published() {
                         // A refresh stands down: the value it read was
                         // written anew or invalidated.
                         Counters::bump(&cache.counters().refreshes_stood_down);
@@ -558,12 +544,12 @@ where
                     }
                     // The fallback read earlier is no longer the key's
                     // value: look again.
-                    *fallback = None;
+                    self.leader.fallback = None;
                     self.request.grant = Grant::IfNoValue;
                 }
-                Ok(Lookup::Granted(lease)) => return self.granted(&cache, lease, flight),
+                Ok(Lookup::Granted(lease)) => return self.granted(&cache, lease),
                 Ok(Lookup::Held { remaining }) => {
-                    if flight.has_published() {
+                    if self.leader.flight.has_published() {
                         // A refresh stands down: another process is filling.
                         Counters::bump(&cache.counters().refreshes_stood_down);
                         tracing::debug!("refresh stood down: another process is filling");
@@ -578,27 +564,21 @@ where
                         "lease held by another process: waiting for its value"
                     );
                     drop(cache);
-                    let wait = self.wait_for_holder(
-                        &mut listener,
-                        remaining,
-                        poll_interval,
-                        flight,
-                        fallback,
-                    );
+                    let wait = self.wait_for_holder(&mut listener, remaining, poll_interval);
                     if let Some(found) = wait.await {
                         return found;
                     }
                 }
-                Err(error) => return unreachable_store(&cache, &error, flight),
+                Err(error) => return unreachable_store(&cache, &error, &self.leader.flight),
             }
         }
     }
 
     /// The lease was granted: this leader fills under it.
-    fn granted(&self, cache: &Inner<V>, lease: Lease, flight: &Flight<V>) -> Found {
+    fn granted(&self, cache: &Inner<V>, lease: Lease) -> Found {
         Counters::bump(&cache.counters().leases_acquired);
         tracing::debug!("lease acquired");
-        if flight.has_published() {
+        if self.leader.flight.has_published() {
             Counters::bump(&cache.counters().refreshes);
         } else {
             Counters::bump(&cache.counters().misses);
@@ -615,14 +595,7 @@ where
     /// A value found in the store: served if fresh (`Some(Done)`), kept as
     /// the fallback if stale or fail-safe only, with a refresh permit taken
     /// for a stale one; `None`: look again, for the lease over it.
-    async fn hit(
-        &mut self,
-        cache: &Inner<V>,
-        stored: &Stored,
-        flight: &mut Flight<V>,
-        fallback: &mut Option<Fallback<V>>,
-        permit: &mut Option<OwnedSemaphorePermit>,
-    ) -> Option<Found> {
+    async fn hit(&mut self, cache: &Inner<V>, stored: &Stored) -> Option<Found> {
         // Whatever comes next replaces only this generation: a write or
         // invalidation landing meanwhile wins.
         self.request.grant = Grant::OverGeneration(stored.generation.clone());
@@ -630,19 +603,20 @@ where
         // replaced like a miss.
         let judged = judge_current(cache, self.key.key(), stored, Look::Counted).await?;
         if judged.standing == Standing::Fresh {
-            finish_hit(cache, flight, judged);
+            finish_hit(cache, &mut self.leader.flight, judged);
             return Some(Found::Done);
         }
         let stale = matches!(judged.standing, Standing::RefreshDue | Standing::Stale);
         let freshness = judged.freshness;
-        let found = Fallback::new(judged.value, judged.remaining);
+        let leader = &mut *self.leader;
+        leader.fallback = Some(Fallback::new(judged.value, judged.remaining));
         if stale {
-            serve_fallback(self.inner, flight, Some(&found), freshness);
+            leader.serve_fallback(freshness);
             // A refresh started from a stale L1 copy holds its permit
             // already.
-            if permit.is_none() {
+            if leader.permit.is_none() {
                 match Arc::clone(cache.refresh_limiter()).try_acquire_owned() {
-                    Ok(granted) => *permit = Some(granted),
+                    Ok(granted) => leader.permit = Some(granted),
                     Err(_) => {
                         Counters::bump(&cache.counters().refreshes_skipped);
                         return Some(Found::Done);
@@ -650,7 +624,6 @@ where
                 }
             }
         }
-        *fallback = Some(found);
         None
     }
 
@@ -658,24 +631,24 @@ where
     /// notice, the next poll or the lease's lapse (`None`: look again), or
     /// the soft timeout, when a fallback is served (`Some(Done)`).
     async fn wait_for_holder(
-        &self,
+        &mut self,
         listener: &mut Listener,
         remaining: Option<Duration>,
         poll_interval: Duration,
-        flight: &mut Flight<V>,
-        fallback: &Option<Fallback<V>>,
     ) -> Option<Found> {
         let lapse = remaining
             .unwrap_or(poll_interval)
             .saturating_add(Duration::from_millis(1));
         let wake = Instant::now() + poll_interval.min(lapse);
-        let soft = self.soft_deadline.filter(|_| fallback.is_some());
+        let soft = self
+            .soft_deadline
+            .filter(|_| self.leader.fallback.is_some());
         tokio::select! {
             () = listener.changed() => None,
             () = tokio::time::sleep_until(wake) => None,
             () = sleep_until_some(soft) => {
-                serve_fallback(self.inner, flight, fallback.as_ref(), Freshness::Stale);
-                if let Some(cache) = self.inner.upgrade() {
+                self.leader.serve_fallback(Freshness::Stale);
+                if let Some(cache) = self.leader.inner.upgrade() {
                     Counters::bump(&cache.counters().soft_timeouts);
                 }
                 Some(Found::Done)
