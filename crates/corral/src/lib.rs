@@ -171,6 +171,37 @@
 //! aggregated across processes) unless buckets are configured, e.g.
 //! `PrometheusBuilder::new().set_buckets_for_metric(Matcher::Prefix("corral_".into()), &[0.001, 0.01, 0.1, 1.0, 10.0])`;
 //! then it is a Prometheus histogram (`_bucket`, `_sum`, `_count`).
+//!
+//! ## Architecture
+//!
+//! The source is in layers, each importing only the layers below it (no
+//! module imports the [`Cache`] facade, and no two modules import each
+//! other):
+//!
+//! | layer (folder) | holds |
+//! |---|---|
+//! | `cache/` | the facade: [`Cache`]'s calls, [`CacheBuilder`], the future of [`Cache::get_or_fill`], [`Cache::get_many_or_fill`] |
+//! | `flight/` | leading a flight: its first step in the caller's task, the spawned `Leader` (lease, fill, commit, fallback), the batch leader |
+//! | `read/` | the one read pipeline: read a key's entry from the store, judge it, check its tag stamps, end a flight with a fresh hit |
+//! | `state/` | `Inner`, one cache's state in one home (its fields private to it): the tiers, the settings, the flight table, the known tag versions, the counters; the backplane's changes |
+//! | `tier/`, `store/`, `redis/`, `memcached/` | the L1 and its clock; the shared store behind its circuit breaker and timeout (wrapped once, held by every caller of the store); the stores |
+//! | `stats/` | counters, the metrics export, health |
+//! | `data/`, `codec`, `clock` | what an entry is (the envelope), keys, freshness, settings, tag stamps, errors |
+//!
+//! An L1 hit reads in three files: [`Cache::get_or_fill`] (`cache/mod.rs`)
+//! returns a future (`cache/get_or_fill.rs`) whose first poll asks the L1
+//! (`tier/local.rs`, a bounded map) and returns.
+//!
+//! A cold miss across processes reads in seven: `cache/get_or_fill.rs`
+//! (the L1 misses; the slow path starts) → `cache/mod.rs` (claims the
+//! key's flight in `state/flight.rs`'s table: one caller leads, the others
+//! join and wait) → `flight/first_read.rs` (the leader's first request, in
+//! its task: the value or the fill lease, one script on Redis) →
+//! `flight/leader.rs` (the spawned `Leader`: waits for
+//! another process's lease, woken when its value lands, or fills under its
+//! own and commits, fenced) → `read/mod.rs` (judges what the store
+//! answered and ends the flight) → `redis/mod.rs` (the store's calls,
+//! through `tier/shared.rs`'s guard; its Lua in `redis/scripts.rs`).
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
