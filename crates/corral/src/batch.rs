@@ -16,6 +16,7 @@
 //! goes to the single-key leader, whose fill calls the batch fill with that
 //! one key if it must fill at all.
 
+use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Weak};
@@ -159,7 +160,7 @@ where
                     .filter(|judged| judged.standing == Standing::Fresh)
                     .map(Judged::into_fetched)
             };
-            match inner.flights().claim(key, recheck) {
+            match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
                 Claim::Ready(fetched) => {
                     inner.counters().served(fetched.freshness);
                     results.insert(key.to_owned(), fetched.value.ok_or(Error::NotFound));

@@ -1,5 +1,6 @@
 //! `Cache<V>`: the cheap-clone handle and its public operations.
 
+use std::any::TypeId;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,12 @@ use crate::tags::{Stamps, CLEAR};
 /// other processes wait for it too (they find its lease held and are woken
 /// when its value lands). All of them receive the same outcome: the value,
 /// or the same error.
+///
+/// Calls are coalesced per key **and per error type `E` of the fill**, so a
+/// caller only ever waits for a fill whose error it can receive: call sites
+/// that fill one key with different error types run one in-process flight
+/// each. With a shared store the fill lease still makes them one fill: the
+/// second flight finds the lease held by the first and waits for its value.
 ///
 /// Reads are coalesced where they are cheap to coalesce. With an L1, a
 /// caller that misses it joins the key's one flight, and only that flight
@@ -101,8 +108,8 @@ where
     ///
     /// - [`Error::InvalidKey`] for a key [`validate_key`](crate::validate_key) rejects;
     /// - [`Error::Fill`] with the fill's own error, shared by every caller
-    ///   whose fill has the same error type `E`; a caller whose `E` differs
-    ///   from the leading caller's gets [`Error::FillErrorOfOtherType`];
+    ///   it served (callers only share a flight with fills of their own
+    ///   error type `E`: see [`Cache`]);
     /// - [`Error::FillPanicked`] if the fill panicked;
     /// - [`Error::Timeout`] if the flight passed the hard `fill_timeout` (the
     ///   fill was dropped; nothing it produced is stored);
@@ -368,7 +375,7 @@ where
                 .filter(|judged| matches!(judged.standing, Standing::Fresh | Standing::RefreshDue))
                 .map(Judged::into_fetched)
         };
-        let flight = match inner.flights().claim(key, recheck) {
+        let flight = match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
             Claim::Ready(fetched) => {
                 inner.counters().served(fetched.freshness);
                 return Ok(fetched);
@@ -449,7 +456,7 @@ where
             Counters::bump(&inner.counters().refreshes_skipped);
             return;
         };
-        match inner.flights().claim(key, || None) {
+        match inner.flights().claim(key, TypeId::of::<E>(), || None) {
             Claim::Lead(leadership) => {
                 // With a store, the leader counts the refresh once it holds
                 // the lease (or counts it stood down).

@@ -434,14 +434,20 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     }
 }
 
+/// A flight's outcome as its caller's result. The caller's `E` is the error
+/// type the flight is keyed by (see [`FlightTable::claim`]), so the fill's
+/// error always downcasts to it; were it ever not to, the caller would get
+/// [`Error::Aborted`] (no outcome it can receive), never a panic.
+///
+/// [`FlightTable::claim`]: crate::flight::FlightTable::claim
 pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
     outcome: Outcome<Fetched<V>>,
 ) -> Result<Fetched<V>, Error<E>> {
     match outcome {
         Outcome::Value(fetched) => Ok(fetched),
-        Outcome::Failed(Failure::Fill { error, type_name }) => match error.downcast::<E>() {
+        Outcome::Failed(Failure::Fill(error)) => match error.downcast::<E>() {
             Ok(error) => Err(Error::Fill(error)),
-            Err(_) => Err(Error::FillErrorOfOtherType { type_name }),
+            Err(_) => Err(Error::Aborted),
         },
         Outcome::Failed(Failure::Panicked(message)) => Err(Error::FillPanicked { message }),
         Outcome::Failed(Failure::TimedOut(after)) => Err(Error::Timeout { after }),

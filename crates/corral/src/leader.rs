@@ -790,10 +790,7 @@ where
                 error_type = std::any::type_name::<E>(),
                 "fill returned an error: nothing stored"
             );
-            Failure::Fill {
-                error: Arc::new(error),
-                type_name: std::any::type_name::<E>(),
-            }
+            Failure::Fill(Arc::new(error))
         }
         Err(panic) => {
             if let Some(cache) = inner.upgrade() {

@@ -93,18 +93,23 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
             })
         })
         .collect();
-    // A caller with another error type joins the same flight.
+    // A call site with another error type never joins that flight: it runs
+    // its own, and gets its own error.
     let other = {
         let cache = cache.clone();
+        let gate = gate.clone();
+        let fills = Arc::clone(&fills);
         tokio::spawn(async move {
             cache
-                .get_or_fill("k", || async {
-                    Err::<String, std::io::Error>(std::io::Error::other("never runs"))
+                .get_or_fill("k", move || async move {
+                    fills.fetch_add(1, SeqCst);
+                    gate.wait().await;
+                    Err::<String, std::io::Error>(std::io::Error::other("other source down"))
                 })
                 .await
         })
     };
-    until_yielding(|| cache.stats().coalesced == 100).await;
+    until_yielding(|| cache.stats().coalesced == 99 && cache.flights_in_progress() == 2).await;
     gate.open();
     let mut errors = Vec::new();
     for caller in callers {
@@ -119,11 +124,11 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
         "one shared error"
     );
     match other.await.expect("task") {
-        Err(Error::FillErrorOfOtherType { type_name }) => assert!(type_name.contains("SourceDown")),
-        other => panic!("expected FillErrorOfOtherType, got {other:?}"),
+        Err(Error::Fill(error)) => assert_eq!(error.to_string(), "other source down"),
+        other => panic!("expected its own fill's error, got {other:?}"),
     }
-    assert_eq!(fills.load(SeqCst), 1);
-    assert_eq!(cache.stats().fill_errors, 1);
+    assert_eq!(fills.load(SeqCst), 2, "one fill per error type");
+    assert_eq!(cache.stats().fill_errors, 2);
     assert_eq!(cache.flights_in_progress(), 0);
     assert_eq!(
         cache.get("k").await.expect("get"),
@@ -137,6 +142,42 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
         .await
         .expect("retry");
     assert_eq!(value, "recovered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fills_of_two_error_types_on_one_key_share_the_stores_lease() {
+    let store = MemoryStore::new();
+    let cache = shared("error-types", &store);
+    let gate = Gate::new();
+    let fills = Arc::new(AtomicUsize::new(0));
+    let first = {
+        let cache = cache.clone();
+        let fill = counting_fill(&fills, &gate, "value");
+        tokio::spawn(async move { cache.get_or_fill("k", fill).await })
+    };
+    until_yielding(|| fills.load(SeqCst) == 1).await;
+    // Its own in-process flight, which finds the lease held by the first
+    // and waits for its value instead of filling.
+    let second = {
+        let cache = cache.clone();
+        let fills = Arc::clone(&fills);
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", move || async move {
+                    fills.fetch_add(1, SeqCst);
+                    Ok::<_, std::io::Error>("second".to_owned())
+                })
+                .await
+        })
+    };
+    until_yielding(|| cache.stats().lease_waits == 1).await;
+    assert_eq!(cache.flights_in_progress(), 2);
+    gate.open();
+    assert_eq!(first.await.expect("task").expect("value"), "value");
+    assert_eq!(second.await.expect("task").expect("value"), "value");
+    assert_eq!(fills.load(SeqCst), 1, "one fill per key across error types");
+    assert_eq!(cache.stats().coalesced, 0);
+    assert_eq!(cache.flights_in_progress(), 0);
 }
 
 #[tokio::test(start_paused = true)]
