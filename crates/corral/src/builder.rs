@@ -18,7 +18,7 @@ use crate::key::valid_name;
 use crate::local::{LocalTier, TierClock};
 use crate::policy::Policy;
 use crate::shared::SharedTier;
-use crate::store::{ChangeSink, Origin, Store};
+use crate::store::{ChangeSink, IntoStore, Origin, Store};
 use crate::ticker::TickedClock;
 use tokio::sync::Semaphore;
 
@@ -140,20 +140,12 @@ where
     }
 
     /// The bound of the in-process tier (with a shared store, of the L1 in
-    /// front of it: see [`l1`](CacheBuilder::l1)).
+    /// front of it: see [`l1`](CacheBuilder::l1)): so many entries
+    /// ([`Capacity::Entries`], default 10,000) or so many bytes
+    /// ([`Capacity::Bytes`]).
     pub fn capacity(mut self, capacity: Capacity) -> Self {
         self.capacity = capacity;
         self
-    }
-
-    /// Shorthand for `capacity(Capacity::Entries(entries))`.
-    pub fn max_entries(self, entries: u64) -> Self {
-        self.capacity(Capacity::Entries(entries))
-    }
-
-    /// Shorthand for `capacity(Capacity::Bytes(bytes))`.
-    pub fn max_bytes(self, bytes: u64) -> Self {
-        self.capacity(Capacity::Bytes(bytes))
     }
 
     /// The hard bound of a flight: when it passes, callers get
@@ -328,17 +320,13 @@ where
         self
     }
 
-    /// Keeps values in a shared store ([`MemoryStore`](crate::MemoryStore),
-    /// `RedisStore`) instead of in process: one fill per key across every
-    /// cache sharing the store.
-    pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Some(Arc::new(store));
-        self
-    }
-
-    /// [`store`](CacheBuilder::store) for a store already shared as an `Arc`.
-    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
+    /// Keeps values in a shared store ([`MemoryStore`](crate::store::MemoryStore),
+    /// `RedisStore`, `MemcachedStore`, or any [`Store`]) instead of in
+    /// process: one fill per key across every cache sharing the store. The
+    /// store is taken by value or already shared as an `Arc` (an
+    /// `Arc<dyn Store>` included).
+    pub fn store(mut self, store: impl IntoStore) -> Self {
+        self.store = Some(store.into_store());
         self
     }
 
@@ -574,7 +562,7 @@ struct Sizing {
 /// subscribes the namespace: its L1 copies and tag versions are kept
 /// current by the messages. A cache that does not listen subscribes
 /// nothing now; its first waiter for another process's fill does
-/// ([`Store::listen`](crate::Store::listen)).
+/// ([`Store::listen`](crate::store::Store::listen)).
 fn attach_to_store<V: Clone + Send + Sync + 'static>(
     inner: &Arc<Inner<V>>,
     listens: bool,

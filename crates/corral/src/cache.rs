@@ -28,7 +28,7 @@ use crate::tags::{Stamps, CLEAR};
 ///
 /// `Cache` is a cheap handle: clones share one instance (its values, its
 /// flights, its counters). Nothing is global: two caches never share state
-/// unless they share a [`Store`](crate::Store) or an injected refresh limiter.
+/// unless they share a [`Store`](crate::store::Store) or an injected refresh limiter.
 ///
 /// # Concurrent calls on the same key
 ///

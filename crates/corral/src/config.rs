@@ -93,10 +93,12 @@ pub struct CacheConfig {
     /// The bound of one store call.
     #[serde(default, deserialize_with = "duration")]
     pub store_timeout: Option<Duration>,
-    /// The in-process bound, in entries.
+    /// The in-process bound, in entries
+    /// ([`Capacity::Entries`](crate::Capacity::Entries)).
     pub max_entries: Option<u64>,
-    /// The in-process bound, in bytes of encoded values (instead of
-    /// entries).
+    /// The in-process bound, in bytes of encoded values, instead of
+    /// entries ([`Capacity::Bytes`](crate::Capacity::Bytes); wins when
+    /// both are set).
     pub max_bytes: Option<u64>,
     /// The largest encoded value stored.
     pub max_value_bytes: Option<usize>,
@@ -345,8 +347,14 @@ impl CacheConfig {
             fail_safe => fail_safe, fill_timeout => fill_timeout,
             soft_timeout => soft_timeout, negative_ttl => negative_ttl,
             lease_ttl => lease_ttl, store_timeout => store_timeout,
-            max_entries => max_entries, max_bytes => max_bytes,
             max_value_bytes => max_value_bytes,
+        }
+        // A bound in bytes wins over one in entries.
+        if let Some(entries) = self.max_entries {
+            builder = builder.capacity(crate::Capacity::Entries(entries));
+        }
+        if let Some(bytes) = self.max_bytes {
+            builder = builder.capacity(crate::Capacity::Bytes(bytes));
         }
         if self.circuit_breaker == Some(false) {
             builder = builder.no_circuit_breaker();

@@ -28,7 +28,7 @@
 //! | built with | values live | one fill per key |
 //! |---|---|---|
 //! | nothing (default) | in-process, decoded, bounded by entries or bytes | per process |
-//! | [`.store(MemoryStore)`](CacheBuilder::store) | an in-process shared store of envelopes, with leases | per store |
+//! | [`.store(MemoryStore)`](store::MemoryStore) | an in-process shared store of envelopes, with leases | per store |
 //! | `.store(RedisStore)` (feature `redis`, default) | Redis or Redis Cluster | across every process sharing it |
 //! | `.store(..).l1(true)` | decoded in process (L1) in front of the store (L2) | across every process sharing the store |
 //!
@@ -217,7 +217,7 @@ mod ticker;
 mod redis;
 
 #[cfg(feature = "memcached")]
-pub mod memcached;
+mod memcached;
 
 pub use batch::Batch;
 pub use builder::{CacheBuilder, Capacity};
@@ -232,7 +232,6 @@ pub use health::{Health, StoreHealth};
 pub use key::{validate_key, MAX_KEY_LEN};
 pub use policy::FillOptions;
 pub use stats::Stats;
-pub use store::{MemoryStore, Store};
 
 #[cfg(feature = "redis")]
 pub use redis::{RedisConfig, RedisStore};

@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, CacheBuilder, Error, MemoryStore, RedisConfig, RedisStore, MAX_KEY_LEN};
+use corral::{Cache, CacheBuilder, Error, RedisConfig, RedisStore, MAX_KEY_LEN};
 use corral_testkit::{until, Gate, RedisCluster, RedisServer};
 use futures_util::FutureExt;
 use redis::AsyncCommands;

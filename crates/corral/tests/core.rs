@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
+use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, Error, FillOptions, MemoryStore, MAX_KEY_LEN};
+use corral::{Cache, Error, FillOptions, MAX_KEY_LEN};
 use corral_testkit::{until_yielding, Gate};
 use tokio::task::JoinHandle;
 
@@ -471,7 +472,7 @@ fn bad_configuration_is_rejected() {
     assert!(Cache::<String>::builder("bad{name}").build().is_err());
     assert!(Cache::<String>::builder("").build().is_err());
     assert!(Cache::<String>::builder("c")
-        .max_entries(0)
+        .capacity(corral::Capacity::Entries(0))
         .build()
         .is_err());
     assert!(Cache::<String>::builder("c").jitter(1.0).build().is_ok());

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use corral::{Cache, MemoryStore, RedisConfig, RedisStore};
+use corral::store::MemoryStore;
+use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use tokio::sync::oneshot;
 

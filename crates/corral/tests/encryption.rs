@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, Encryption, MemoryStore};
+use corral::{Cache, Encryption};
 use corral_testkit::RedisServer;
 
 const SECRET: &str = "the plaintext nobody may read in the store";

@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{
-    Answer, Cache, CacheBuilder, Cached, Error, Fetched, FillOptions, Freshness, MemoryStore,
-};
+use corral::store::MemoryStore;
+use corral::{Answer, Cache, CacheBuilder, Cached, Error, Fetched, FillOptions, Freshness};
 use corral_testkit::{until_yielding, Gate};
 use tokio::time::{advance, Instant};
 

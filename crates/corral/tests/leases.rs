@@ -352,7 +352,7 @@ const LEASE: Duration = Duration::from_millis(500);
 
 /// A cache with a long `fill_timeout` (30 s) and a short lease
 /// ([`LEASE`]) whose fills count themselves.
-fn patient<S: corral::Store>(store: S, name: &str) -> Cache<String> {
+fn patient<S: corral::store::Store>(store: S, name: &str) -> Cache<String> {
     Cache::<String>::builder(name)
         .store(store)
         .lease_ttl(LEASE)

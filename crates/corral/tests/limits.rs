@@ -4,9 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use corral::{
-    Answer, Cache, Error, FillOptions, InvalidKey, MemoryStore, RedisConfig, RedisStore, Store,
-};
+use corral::store::{MemoryStore, Store};
+use corral::{Answer, Cache, Error, FillOptions, InvalidKey, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
 const LIMIT: usize = 1024;

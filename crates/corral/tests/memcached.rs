@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use corral::store::Store;
 use corral::store::{Commit, Grant, LeaseRequest, Lookup, Origin, StoreKey};
-use corral::{Cache, MemcachedConfig, MemcachedStore, Store, StoreErrorKind};
+use corral::{Cache, MemcachedConfig, MemcachedStore, StoreErrorKind};
 use corral_testkit::{MemcachedServer, Stampede, StampedeReport, Worker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 

@@ -216,8 +216,9 @@ async fn passwords_of_any_printable_bytes_are_never_shown() {
 #[cfg(feature = "encryption")]
 #[tokio::test]
 async fn encryption_keys_never_show() {
+    use corral::store::MemoryStore;
     use corral::store::StoreKey;
-    use corral::{Encryption, MemoryStore};
+    use corral::Encryption;
 
     const KEY: [u8; 32] = *b"0123456789abcdef0123456789abcdef";
     const OTHER: [u8; 32] = *b"fedcba9876543210fedcba9876543210";

@@ -632,7 +632,7 @@ async fn check_generations(a: &RedisStore, b: &RedisStore, ns: &str) {
 
 #[tokio::test]
 async fn memory_store_generations() {
-    let store = corral::MemoryStore::new();
+    let store = corral::store::MemoryStore::new();
     generations(&store, &store.clone(), "test:v1").await;
 }
 

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{
-    Cache, FillOptions, MemcachedConfig, MemcachedStore, MemoryStore, RedisConfig, RedisStore,
-};
+use corral::store::MemoryStore;
+use corral::{Cache, FillOptions, MemcachedConfig, MemcachedStore, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, MemcachedServer, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{Cache, Error, FillOptions, InvalidKey, MemoryStore, RedisConfig, RedisStore};
+use corral::store::MemoryStore;
+use corral::{Cache, Error, FillOptions, InvalidKey, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
 fn on(store: &MemoryStore, l1: bool) -> Cache<String> {

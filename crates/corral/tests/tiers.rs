@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{Cache, CacheBuilder, MemoryStore};
+use corral::store::MemoryStore;
+use corral::{Cache, CacheBuilder};
 
 const TTL: Duration = Duration::from_secs(10);
 

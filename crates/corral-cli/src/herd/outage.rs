@@ -128,7 +128,7 @@ pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
         .fail_safe(Duration::from_secs(3600))
         .fail_safe_throttle(THROTTLE)
         .fill_timeout(scenario.fill + Duration::from_secs(30))
-        .max_entries(scenario.keys.max(1024))
+        .capacity(corral::Capacity::Entries(scenario.keys.max(1024)))
         .build()
         .context("building the corral cache")?;
     let source = FlakySource::new(scenario.fill);

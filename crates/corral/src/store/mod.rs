@@ -60,6 +60,44 @@ pub use notify::{Listener, Notifier};
 
 use crate::error::StoreError;
 
+/// What [`CacheBuilder::store`](crate::CacheBuilder::store) takes: a
+/// [`Store`] by value, or one already shared as an `Arc` (of its own type
+/// or an `Arc<dyn Store>`). Sealed: implement [`Store`] instead.
+pub trait IntoStore: sealed::Sealed {
+    /// The store, shared.
+    fn into_store(self) -> Arc<dyn Store>;
+}
+
+impl<S: Store> IntoStore for S {
+    fn into_store(self) -> Arc<dyn Store> {
+        Arc::new(self)
+    }
+}
+
+impl<S: Store> IntoStore for Arc<S> {
+    fn into_store(self) -> Arc<dyn Store> {
+        self
+    }
+}
+
+impl IntoStore for Arc<dyn Store> {
+    fn into_store(self) -> Arc<dyn Store> {
+        self
+    }
+}
+
+mod sealed {
+    use std::sync::Arc;
+
+    /// Keeps [`IntoStore`](super::IntoStore)'s implementations to this
+    /// module.
+    pub trait Sealed {}
+
+    impl<S: super::Store> Sealed for S {}
+    impl<S: super::Store> Sealed for Arc<S> {}
+    impl Sealed for Arc<dyn super::Store> {}
+}
+
 /// A boxed, sendable future: what store methods return, so stores can be
 /// used as `Arc<dyn Store>`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
