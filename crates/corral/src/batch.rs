@@ -21,8 +21,6 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -78,7 +76,7 @@ type Led<V> = Vec<(String, Flight<V>)>;
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached values of `keys`, filling the missing ones with
     /// **one** call of `fill_many`, which gets exactly the keys still
@@ -205,7 +203,7 @@ type ToFill<V> = (String, Flight<V>, Option<LeaseGuard>);
 
 impl<V, F, Fut, E> BatchLeader<V, F>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<HashMap<String, V>, E>> + Send + 'static,
     E: Send + Sync + 'static,

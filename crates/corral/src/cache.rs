@@ -5,9 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use tokio::runtime::Handle;
 
 use crate::entry::{self};
@@ -90,7 +87,7 @@ impl<V> std::fmt::Debug for Cache<V> {
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached value of `key`, or runs `fill` once — however many
     /// callers ask at once — caches its value and returns it to all of them.
@@ -752,7 +749,7 @@ where
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Makes every entry filled with `tag` (see [`FillOptions::tags`](crate::FillOptions::tags)) a
     /// miss, in every process sharing the store, without scanning keys: the

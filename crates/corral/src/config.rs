@@ -334,7 +334,7 @@ impl CacheConfig {
     /// store; see [`build`](Self::build)).
     pub fn apply<V>(&self, mut builder: CacheBuilder<V>) -> CacheBuilder<V>
     where
-        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
     {
         macro_rules! set {
             ($($field:ident => $method:ident),* $(,)?) => {

@@ -21,8 +21,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::runtime::Handle;
 
 use crate::flight::{Leadership, Outcome};
@@ -45,7 +43,7 @@ pub(crate) struct FirstRead<'a, V: Clone> {
 
 impl<'a, V> FirstRead<'a, V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Leads `leadership`'s flight; `job` makes what the spawned leader
     /// runs if this first read does not finish it.
@@ -128,7 +126,7 @@ pub(crate) enum ReadAhead<V> {
 /// Reads `key` from `store` for a cache without an L1, outside any flight.
 pub(crate) async fn read_ahead<V>(inner: &Inner<V>, store: &SharedTier, key: &str) -> ReadAhead<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     match read_fresh(inner, store, key).await {
         Ok(Some(judged)) => ReadAhead::Fresh(judged.into_fetched()),
@@ -145,7 +143,7 @@ async fn read_fresh<V>(
     key: &str,
 ) -> Result<Option<Judged<V>>, ()>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let skey = inner.store_key(key);
     let stored = match store.call(store.get(&skey)).await {

@@ -16,9 +16,6 @@ use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use crate::policy::FillOptions;
 use crate::{Cache, Error};
 
@@ -97,7 +94,7 @@ fn start_slow<'a, V, F, Fut, E, O>(
     cx: &mut Context<'_>,
 ) -> Started<'a, V, E>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<V, E>> + Send + 'static,
     E: Send + Sync + 'static,
@@ -112,7 +109,7 @@ where
 
 impl<V, F, Fut, E, O> Future for GetOrFill<'_, V, F, E, O>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<V, E>> + Send + 'static,
     E: Send + Sync + 'static,

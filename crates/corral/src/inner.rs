@@ -39,7 +39,10 @@ pub(crate) struct Inner<V> {
     namespace: Arc<str>,
     schema: u32,
     policy: Policy,
-    codec: Arc<dyn Codec<V>>,
+    /// Encodes values for the shared store and weighs them for a capacity
+    /// in bytes; `None` only without a store and with a capacity in
+    /// entries (the builder checks it).
+    codec: Option<Arc<dyn Codec<V>>>,
     /// Seals what goes to the shared store and opens what comes back
     /// (feature `encryption`; `None`: envelopes are stored as they are).
     cipher: Option<Cipher>,
@@ -65,7 +68,7 @@ pub(crate) struct InnerParts<V> {
     pub(crate) namespace: Arc<str>,
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
-    pub(crate) codec: Arc<dyn Codec<V>>,
+    pub(crate) codec: Option<Arc<dyn Codec<V>>>,
     pub(crate) cipher: Option<Cipher>,
     pub(crate) tiers: Tiers<V>,
     pub(crate) origin: Origin,
@@ -187,8 +190,9 @@ impl<V: 'static> Inner<V> {
         flags: u16,
         stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
+        let codec = self.codec.as_deref().ok_or(NO_CODEC)?;
         let envelope = entry::encode(
-            &*self.codec,
+            codec,
             self.schema,
             ttls,
             flags,
@@ -227,12 +231,13 @@ impl<V: 'static> Inner<V> {
                 }
             },
         };
-        match entry::decode(
-            &*self.codec,
-            self.schema,
-            envelope,
-            self.policy.max_value_bytes,
-        ) {
+        let decoded = match &self.codec {
+            Some(codec) => {
+                entry::decode(&**codec, self.schema, envelope, self.policy.max_value_bytes)
+            }
+            None => Err(entry::DecodeError::Codec(NO_CODEC.to_owned())),
+        };
+        match decoded {
             Ok(decoded) => Some(decoded),
             Err(error) => {
                 if count {
@@ -455,8 +460,13 @@ pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
     }
 }
 
+/// Why a cache without a codec encodes nothing: it has no store, and its
+/// builder refused a capacity in bytes.
+const NO_CODEC: &str = "the cache has no codec";
+
 /// The weight of a value in the in-process tier: 1 when it is bounded by
-/// entries, the key and encoded value size when it is bounded by bytes.
+/// entries, the key and encoded value size when it is bounded by bytes (a
+/// cache bounded by bytes always has a codec).
 pub(crate) fn weight<V: 'static>(
     inner: &Inner<V>,
     key: &str,
@@ -466,8 +476,8 @@ pub(crate) fn weight<V: 'static>(
         return Ok(1);
     }
     let mut bytes = Vec::new();
-    if let Some(value) = value {
-        inner.codec.encode(value, &mut bytes).map_err(|e| {
+    if let (Some(value), Some(codec)) = (value, &inner.codec) {
+        codec.encode(value, &mut bytes).map_err(|e| {
             Counters::bump(&inner.counters.encode_failures);
             Error::Encode {
                 message: e.to_string().into(),

@@ -12,8 +12,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument as _;
@@ -84,7 +82,7 @@ pub(crate) fn run<V, F, Fut, E>(
     job: Job<F, V>,
 ) -> impl Future<Output = ()> + Send
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
@@ -111,7 +109,7 @@ where
 /// the stamps, run the fill, keep or report its answer.
 async fn lead<V, F, Fut, E>(inner: Weak<Inner<V>>, mut flight: Flight<V>, job: Job<F, V>)
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
@@ -220,7 +218,7 @@ async fn find_lease<V>(
     permit: &mut Option<OwnedSemaphorePermit>,
 ) -> Found
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let Some(cache) = inner.upgrade() else {
         return Found::Done;
@@ -278,7 +276,7 @@ async fn fill_in_time<V, F, Fut, E>(
     fallback: Option<&Fallback<V>>,
 ) -> Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
@@ -353,7 +351,7 @@ pub(crate) async fn succeed<V>(
     answer: Answer<V>,
     kept: Kept,
 ) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let Answer {
         value,
@@ -387,7 +385,7 @@ async fn fail<V>(
     kept: Kept,
     failure: Failure,
 ) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let cache = inner.upgrade();
     let fail_safe = cache
@@ -444,7 +442,7 @@ async fn keep_value<V>(
     fail_safe: bool,
     kept: Kept,
 ) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let Kept { lease, stamps } = kept;
     let Some(stamps) = stamps else {
@@ -517,7 +515,7 @@ struct Finder<'a, V> {
 
 impl<V> Finder<'_, V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     async fn find(
         mut self,

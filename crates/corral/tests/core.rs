@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
+use corral::codec::Postcard;
 use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, Error, FillOptions, MAX_KEY_LEN};
+use corral::{Cache, Capacity, Error, FillOptions, MAX_KEY_LEN};
 use corral_testkit::{until_yielding, Gate};
 use tokio::task::JoinHandle;
 
@@ -640,4 +641,40 @@ fn block_on_without_runtime<F: std::future::Future>(future: F) -> F::Output {
         }
         std::thread::park();
     }
+}
+
+/// A value serde cannot encode: a handle to shared state.
+#[derive(Clone, Debug)]
+struct Handle(Arc<AtomicUsize>);
+
+#[tokio::test(start_paused = true)]
+async fn an_in_process_cache_holds_values_serde_cannot_encode() {
+    let cache = Cache::<Handle>::builder("handles")
+        .clock(TokioClock::new())
+        .build()
+        .expect("config");
+    let handle = Handle(Arc::new(AtomicUsize::new(7)));
+    let fill = {
+        let handle = handle.clone();
+        move || async move { Ok::<_, SourceDown>(handle) }
+    };
+    let filled = cache.get_or_fill("h", fill).await.expect("fill");
+    assert!(Arc::ptr_eq(&filled.0, &handle.0));
+    let again = cache.get("h").await.expect("get").expect("cached");
+    assert!(
+        Arc::ptr_eq(&again.0, &handle.0),
+        "the same value, not a copy"
+    );
+    assert_eq!(cache.stats().fills, 1);
+    // A bound in bytes weighs encoded values: it needs a codec.
+    let error = Cache::<Handle>::builder("handles")
+        .capacity(Capacity::Bytes(1 << 20))
+        .build()
+        .expect_err("no codec to weigh with");
+    assert!(error.to_string().contains("codec"), "{error}");
+    Cache::<String>::builder("weighed")
+        .codec(Postcard)
+        .capacity(Capacity::Bytes(1 << 20))
+        .build()
+        .expect("a codec weighs");
 }
