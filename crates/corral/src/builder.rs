@@ -215,8 +215,8 @@ where
     /// nothing in the store — and operations that must reach the store
     /// ([`set`](crate::Cache::set), [`invalidate`](crate::Cache::invalidate),
     /// [`invalidate_tag`](crate::Cache::invalidate_tag),
-    /// [`clear`](crate::Cache::clear), [`get`](crate::Cache::get),
-    /// [`lookup`](crate::Cache::lookup)) fail at once with a
+    /// [`clear`](crate::Cache::clear), [`peek`](crate::Cache::peek),
+    /// [`peek_entry`](crate::Cache::peek_entry)) fail at once with a
     /// [`StoreErrorKind::BreakerOpen`](crate::StoreErrorKind::BreakerOpen)
     /// error. After the cool-down the breaker is **half-open**: the next
     /// store call is the one probe let through (the others are still
@@ -298,7 +298,8 @@ where
     }
 
     /// How long a "not found" answer is cached (see
-    /// [`Cache::get_or_fill_optional`]). Default 60 s.
+    /// [`Cache::get_or_fill`] with a fill answering `Option<V>`). Default
+    /// 60 s.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
         self.policy.negative_ttl = ttl;
         self

@@ -12,7 +12,7 @@ use crate::error::{Error, InvalidKey};
 use crate::first_read::{read_ahead, FirstRead, ReadAhead};
 use crate::flight::Claim;
 use crate::freshness::{Answer, Cached, Fetched, Judged, Standing};
-use crate::get_or_fill::{Defaults, GetOrFill, SlowFill};
+use crate::get_or_fill::{FillOutput, GetOrFill, SlowFill};
 use crate::inner::{outcome_to_result, weight, Inner};
 use crate::key::validate_key;
 use crate::leader::{self, Fallback, Job};
@@ -63,7 +63,8 @@ use crate::tags::{Stamps, CLEAR};
 /// `eager_refresh` that refresh starts before the TTL ends. With fail-safe
 /// ([`CacheBuilder::fail_safe`](crate::CacheBuilder::fail_safe)), an expired entry is kept that much longer and served
 /// if the fill fails, and — with a `soft_timeout` — if the fill is slow.
-/// [`fetch`](Cache::fetch) tells the caller which of these it got.
+/// A fill answering an [`Answer`] tells its caller which of these it got
+/// (see [`get_or_fill`](Cache::get_or_fill)).
 pub struct Cache<V> {
     pub(crate) inner: Arc<Inner<V>>,
 }
@@ -90,7 +91,46 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached value of `key`, or runs `fill` once — however many
-    /// callers ask at once — caches its value and returns it to all of them.
+    /// callers ask at once — caches its answer and returns it to all of them.
+    ///
+    /// This is the one read-through call. What the fill answers decides what
+    /// its caller gets ([`FillOutput`]): a fill answering `V` gets `V`; one
+    /// answering `Option<V>` gets `Option<V>`, and its `None` is cached for
+    /// the [`negative_ttl`](crate::CacheBuilder::negative_ttl) as a "not
+    /// found"; one answering an [`Answer`] (a value or "not found", with
+    /// its own TTL, or not to be cached) gets a [`Fetched`](crate::Fetched)
+    /// value with its [`Freshness`](crate::Freshness) (fresh, stale or
+    /// fail-safe). Per-call settings (TTL, timeouts, tags) are set on the
+    /// returned future with [`options`](GetOrFill::options):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use corral::{Answer, Cache, FillOptions, Freshness};
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// let name = users
+    ///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_owned()) })
+    ///     .options(FillOptions::new().ttl(Duration::from_secs(5)).tags(["team:7"]))
+    ///     .await?;
+    /// assert_eq!(name, "Ada");
+    ///
+    /// // A source that may have nothing: `None` is cached as "not found".
+    /// let missing = users
+    ///     .get_or_fill("user:0", || async { Ok::<Option<String>, std::io::Error>(None) })
+    ///     .await?;
+    /// assert_eq!(missing, None);
+    ///
+    /// // The value with its freshness.
+    /// let fetched = users
+    ///     .get_or_fill("user:7", || async { Ok::<_, std::io::Error>(Answer::value("Bo".to_owned())) })
+    ///     .await?;
+    /// assert_eq!(fetched.value.as_deref(), Some("Bo"));
+    /// assert_eq!(fetched.freshness, Freshness::Fresh);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// See [`Cache`] for what concurrent callers see and how stale and
     /// fail-safe values are served. Reads fail open: if the shared store is
@@ -110,9 +150,9 @@ where
     /// - [`Error::FillPanicked`] if the fill panicked;
     /// - [`Error::Timeout`] if the flight passed the hard `fill_timeout` (the
     ///   fill was dropped; nothing it produced is stored);
-    /// - [`Error::NotFound`] if the key holds a cached "not found" (written
-    ///   by [`get_or_fill_optional`](Cache::get_or_fill_optional) or
-    ///   [`fetch`](Cache::fetch));
+    /// - [`Error::NotFound`], for a fill answering `V` only, if the key
+    ///   holds a cached "not found" (written by a fill answering
+    ///   `Option<V>` or an [`Answer`]);
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     ///
     /// With fail-safe on and an expired value kept, a failed fill returns that
@@ -126,157 +166,55 @@ where
     ///
     /// The returned future borrows the cache and the key, is `Send`, and does
     /// nothing until polled, like an `async fn`'s.
-    pub fn get_or_fill<'a, F, Fut, E>(
+    pub fn get_or_fill<'a, F, Fut, T, E>(
         &'a self,
         key: &'a str,
         fill: F,
-    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
+    ) -> GetOrFill<'a, V, F, T, E>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
-        GetOrFill::new(self, key, Defaults, fill)
-    }
-
-    /// [`get_or_fill`](Cache::get_or_fill) for a fill that cannot fail: it
-    /// returns the value itself, not a `Result`, so no
-    /// `Ok::<_, Infallible>` is needed. The call can still fail in ways the
-    /// fill cannot (an invalid key, the hard timeout, a panic), hence the
-    /// [`Error`] (of `Infallible`: no [`Error::Fill`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), corral::Error> {
-    /// let squares = corral::Cache::<u64>::builder("squares").build().expect("valid config");
-    /// let nine = squares.get_or_compute("3", || async { 3 * 3 }).await?;
-    /// assert_eq!(nine, 9);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill), but for [`Error::Fill`].
-    pub fn get_or_compute<'a, F, Fut>(
-        &'a self,
-        key: &'a str,
-        compute: F,
-    ) -> impl Future<Output = Result<V, Error>> + Send + 'a
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = V> + Send + 'static,
-    {
-        self.get_or_fill(key, move || {
-            let value = compute();
-            async move { Ok::<V, std::convert::Infallible>(value.await) }
-        })
-    }
-
-    /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
-    ///
-    /// When concurrent calls on one key pass different options, the options
-    /// of the call that leads the flight apply; the others wait for its
-    /// outcome.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill).
-    pub fn get_or_fill_with<'a, F, Fut, E>(
-        &'a self,
-        key: &'a str,
-        options: FillOptions,
-        fill: F,
-    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        GetOrFill::new(self, key, options, fill)
+        GetOrFill::new(self, key, fill)
     }
 
     /// The rest of a `get_or_fill` that found no quiet value in process,
     /// boxed: kept out of the hit path's code.
     #[cold]
     #[inline(never)]
-    pub(crate) fn slow_fill<'a, F, Fut, E>(
+    pub(crate) fn slow_fill<'a, F, Fut, T, E>(
         &'a self,
         key: &'a str,
         options: FillOptions,
         fill: F,
-    ) -> SlowFill<'a, V, E>
+    ) -> SlowFill<'a, T::Output, E>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
         Box::pin(self.fill_value(key, options, fill))
     }
 
     /// The rest of a `get_or_fill` that found no quiet value in process.
-    async fn fill_value<F, Fut, E>(
+    async fn fill_value<F, Fut, T, E>(
         &self,
         key: &str,
         options: FillOptions,
         fill: F,
-    ) -> Result<V, Error<E>>
+    ) -> Result<T::Output, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
-        let answer = move || async move { fill().await.map(Answer::value) };
+        let answer = move || async move { fill().await.map(T::into_answer) };
         let fetched = self.fetch_slow(key, options, answer).await?;
-        fetched.value.ok_or(Error::NotFound)
-    }
-
-    /// Like [`get_or_fill`](Cache::get_or_fill) for a source that may have
-    /// nothing for the key: a `None` answer is cached for the negative TTL
-    /// and returned as `None`, so a missing row is not fetched again on
-    /// every call.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
-    pub async fn get_or_fill_optional<F, Fut, E>(
-        &self,
-        key: &str,
-        fill: F,
-    ) -> Result<Option<V>, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Option<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        if let Some(value) = self.local_hit(key) {
-            return Ok(Some(value));
-        }
-        let answer = move || async move { fill().await.map(Answer::from_option) };
-        let fetched = Box::pin(self.fetch_slow(key, FillOptions::default(), answer)).await?;
-        Ok(fetched.value)
-    }
-
-    /// The general read-through call: the fill answers an [`Answer`] — a
-    /// value or "not found", with its own TTL or not to be cached at all —
-    /// and the caller gets the value with its [`Freshness`](crate::Freshness) (fresh, stale,
-    /// or fail-safe). Single-flight holds whatever the answer says.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
-    pub async fn fetch<F, Fut, E>(
-        &self,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-    ) -> Result<Fetched<V>, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        Box::pin(self.fetch_slow(key, options, fill)).await
+        T::output(fetched)
     }
 
     /// The in-process value of `key` if it is quiet (fresh, nothing due),
@@ -469,32 +407,35 @@ where
         }
     }
 
-    /// Returns the cached value of `key`, if any is servable (fresh, or stale
-    /// within the grace period); never fills. A cached "not found" is `None`
-    /// too: use [`lookup`](Cache::lookup) to tell them apart.
+    /// Looks at the cached value of `key`, if any is servable (fresh, or
+    /// stale within the grace period): never fills, never refreshes (the
+    /// read-through call is [`get_or_fill`](Cache::get_or_fill)). A cached
+    /// "not found" is `None` too: [`peek_entry`](Cache::peek_entry) tells
+    /// them apart.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidKey`]; [`Error::Store`] if the shared store failed
     /// (a read that cannot reach the store is not reported as a miss).
-    pub async fn get(&self, key: &str) -> Result<Option<V>, Error> {
+    pub async fn peek(&self, key: &str) -> Result<Option<V>, Error> {
         if let Some(value) = self.local_hit(key) {
             return Ok(Some(value));
         }
-        Ok(match self.lookup(key).await? {
+        Ok(match self.peek_entry(key).await? {
             Cached::Value { value, .. } => Some(value),
             Cached::NotFound { .. } | Cached::Miss => None,
         })
     }
 
-    /// What the cache holds for `key`: a servable value, a cached "not
-    /// found", or nothing (an entry kept only for fail-safe is a miss here).
+    /// [`peek`](Cache::peek) with the details: what the cache holds for
+    /// `key` — a servable value, a cached "not found", or nothing (an entry
+    /// kept only for fail-safe is a miss here) — and how fresh it is.
     /// Never fills, never refreshes.
     ///
     /// # Errors
     ///
-    /// As [`get`](Cache::get).
-    pub async fn lookup(&self, key: &str) -> Result<Cached<V>, Error> {
+    /// As [`peek`](Cache::peek).
+    pub async fn peek_entry(&self, key: &str) -> Result<Cached<V>, Error> {
         validate_key(key)?;
         let inner = &self.inner;
         let in_l1 = self.local_judged(key).filter(Judged::is_servable);

@@ -171,9 +171,10 @@ pub enum Error<E = Infallible> {
     /// shut down, or it has no time driver (build it with `enable_time()` or
     /// `enable_all()`: corral's timeouts need tokio's timers).
     Aborted,
-    /// The key holds a cached "not found" (a negative answer of
-    /// [`get_or_fill_optional`](crate::Cache::get_or_fill_optional) or
-    /// [`fetch`](crate::Cache::fetch)); those calls return it as `None`.
+    /// The key holds a cached "not found" (the negative answer of a
+    /// fill answering `Option<V>` or an [`Answer`](crate::Answer)), met by
+    /// a [`get_or_fill`](crate::Cache::get_or_fill) whose fill answers `V`;
+    /// fills answering `Option<V>` or an `Answer` get it as `None`.
     NotFound,
     /// The value could not be encoded or is larger than the cache's
     /// `max_value_bytes`.

@@ -76,18 +76,22 @@
 //! | `eager_refresh(f)` | a background refresh once `f` of the TTL has passed |
 //! | `fail_safe(max)` | if the fill fails, the expired value ([`Freshness::FailSafe`]), re-cached for `fail_safe_throttle` |
 //! | `soft_timeout` | with a fail-safe value at hand, that value after the soft timeout while the fill goes on |
-//! | `negative_ttl` | a cached "not found" from [`Cache::get_or_fill_optional`] or an [`Answer::not_found`] |
+//! | `negative_ttl` | a cached "not found": a fill's `None` (answering `Option<V>`) or an [`Answer::not_found`] |
 //!
-//! [`Cache::fetch`] is the general call: its fill answers an [`Answer`] (a
-//! value or "not found", with its own TTL, or not to be cached) and its
-//! caller gets a [`Fetched`] value with its [`Freshness`].
+//! [`Cache::get_or_fill`] is the one read-through call; what its fill
+//! answers decides what its caller gets ([`FillOutput`]): `V`; `Option<V>`
+//! (a `None` cached as "not found"); or an [`Answer`] (a value or "not
+//! found", with its own TTL, or not to be cached), for which the caller
+//! gets a [`Fetched`] value with its [`Freshness`]. Per-call settings go on
+//! its future: [`GetOrFill::options`]. [`Cache::peek`] looks without
+//! filling.
 //!
 //! ## A sick store
 //!
 //! Every store call is bounded by the store timeout, and reads fail open:
 //! when the store does not answer, [`Cache::get_or_fill`] runs the fill
 //! without a lease and returns its value, while `set`, `invalidate`,
-//! `invalidate_tag`, `clear` and `get` report [`Error::Store`]. So that a
+//! `invalidate_tag`, `clear` and `peek` report [`Error::Store`]. So that a
 //! frozen or unreachable store does not cost every call its timeout, each
 //! cache with a store has a circuit breaker (on by default; see
 //! [`CacheBuilder::circuit_breaker`]): after 5 consecutive store calls that
@@ -228,6 +232,7 @@ pub use config::CacheConfig;
 pub use encryption::Encryption;
 pub use error::{ConfigError, Error, InvalidKey, StoreError, StoreErrorKind};
 pub use freshness::{Answer, Cached, Fetched, Freshness};
+pub use get_or_fill::{FillOutput, GetOrFill};
 pub use health::{Health, StoreHealth};
 pub use key::{validate_key, MAX_KEY_LEN};
 pub use policy::FillOptions;
@@ -267,7 +272,7 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), corral::Error> {
 /// assert_eq!(price("abc".to_owned()).await?, 300);
-/// assert_eq!(PRICES.get("price:abc").await?, Some(300));
+/// assert_eq!(PRICES.peek("price:abc").await?, Some(300));
 /// # Ok(())
 /// # }
 /// ```

@@ -69,7 +69,7 @@ async fn ten_thousand_callers_on_a_cold_key_run_one_fill() {
     assert_eq!(stats.misses, CALLERS as u64);
     assert_eq!(cache.flights_in_progress(), 0);
     assert_eq!(
-        cache.get("hot").await.expect("get"),
+        cache.peek("hot").await.expect("get"),
         Some("value".to_owned())
     );
 }
@@ -133,7 +133,7 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
     assert_eq!(cache.stats().fill_errors, 2);
     assert_eq!(cache.flights_in_progress(), 0);
     assert_eq!(
-        cache.get("k").await.expect("get"),
+        cache.peek("k").await.expect("get"),
         None,
         "an error stores nothing"
     );
@@ -231,7 +231,7 @@ async fn a_cancelled_leader_does_not_cancel_the_fill() {
     assert_eq!(waiter.await.expect("task").expect("value"), "survives");
     assert_eq!(fills.load(SeqCst), 1);
     assert_eq!(cache.flights_in_progress(), 0);
-    assert_eq!(cache.get("k").await.expect("get"), Some("survives".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("survives".into()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -273,7 +273,7 @@ async fn when_every_caller_is_cancelled_the_value_is_still_stored() {
     }
     gate.open();
     until_yielding(|| cache.flights_in_progress() == 0).await;
-    assert_eq!(cache.get("k").await.expect("get"), Some("kept".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("kept".into()));
     assert_eq!(fills.load(SeqCst), 1);
 }
 
@@ -310,7 +310,7 @@ async fn fill_timeout_aborts_the_fill_frees_the_key_and_stores_nothing() {
     assert_eq!(cache.flights_in_progress(), 0);
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(
-        cache.get("k").await.expect("get"),
+        cache.peek("k").await.expect("get"),
         None,
         "the aborted fill stored nothing"
     );
@@ -365,7 +365,7 @@ async fn invalidate_during_a_flight_wins() {
         "its callers still get it"
     );
     assert_eq!(
-        cache.get("k").await.expect("get"),
+        cache.peek("k").await.expect("get"),
         Some("new".into()),
         "old did not overwrite"
     );
@@ -386,7 +386,7 @@ async fn set_during_a_flight_wins() {
     cache.set("k", "written".into()).await.expect("set");
     gate.open();
     assert_eq!(flight.await.expect("task").expect("value"), "filled");
-    assert_eq!(cache.get("k").await.expect("get"), Some("written".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("written".into()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -399,22 +399,19 @@ async fn entries_expire_after_their_ttl() {
     let fill = || async { Ok::<_, SourceDown>("v".to_owned()) };
     cache.get_or_fill("k", fill).await.expect("fill");
     tokio::time::advance(Duration::from_millis(9_990)).await;
-    assert_eq!(cache.get("k").await.expect("get"), Some("v".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("v".into()));
     tokio::time::advance(Duration::from_millis(20)).await;
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     cache.get_or_fill("k", fill).await.expect("refill");
     assert_eq!(cache.stats().fills, 2);
     // A per-call TTL applies to that fill.
     cache
-        .get_or_fill_with(
-            "short",
-            FillOptions::new().ttl(Duration::from_secs(1)),
-            fill,
-        )
+        .get_or_fill("short", fill)
+        .options(FillOptions::new().ttl(Duration::from_secs(1)))
         .await
         .expect("fill");
     tokio::time::advance(Duration::from_millis(1_010)).await;
-    assert_eq!(cache.get("short").await.expect("get"), None);
+    assert_eq!(cache.peek("short").await.expect("get"), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -433,7 +430,7 @@ async fn jittered_ttls_stay_within_bounds_and_spread() {
     let live = |cache: Cache<String>, keys: Vec<String>| async move {
         let mut n = 0;
         for key in &keys {
-            n += usize::from(cache.get(key).await.expect("get").is_some());
+            n += usize::from(cache.peek(key).await.expect("get").is_some());
         }
         n
     };
@@ -490,7 +487,11 @@ async fn invalid_keys_are_rejected_before_anything_runs() {
             })
             .await;
         assert!(result.expect_err("rejected").is_invalid_key(), "{key:?}");
-        assert!(cache.get(key).await.expect_err("rejected").is_invalid_key());
+        assert!(cache
+            .peek(key)
+            .await
+            .expect_err("rejected")
+            .is_invalid_key());
         assert!(cache
             .set(key, "v".into())
             .await
@@ -522,13 +523,13 @@ async fn corrupt_bytes_in_the_store_are_a_counted_miss_and_get_overwritten() {
     let key = StoreKey::new(cache.namespace(), "k");
     for garbage in [Vec::new(), b"not an envelope".to_vec(), vec![0xff; 64]] {
         store.put_raw(&key, garbage, Duration::from_secs(60));
-        assert_eq!(cache.get("k").await.expect("get"), None);
+        assert_eq!(cache.peek("k").await.expect("get"), None);
         let value = cache
             .get_or_fill("k", || async { Ok::<_, SourceDown>("fixed".to_owned()) })
             .await
             .expect("fill over corrupt bytes");
         assert_eq!(value, "fixed");
-        assert_eq!(cache.get("k").await.expect("get"), Some("fixed".into()));
+        assert_eq!(cache.peek("k").await.expect("get"), Some("fixed".into()));
     }
     // A valid envelope written with another codec is foreign too.
     let json = Cache::<String>::builder("corrupt")
@@ -537,7 +538,7 @@ async fn corrupt_bytes_in_the_store_are_a_counted_miss_and_get_overwritten() {
         .build()
         .expect("config");
     json.set("k", "from json".into()).await.expect("set");
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     let stats = cache.stats();
     assert_eq!(stats.decode_failures, 7);
     assert_eq!(stats.fills, 3);
@@ -557,7 +558,7 @@ async fn a_schema_version_reads_only_its_own_keys() {
         .build()
         .expect("config");
     v1.set("k", "text".into()).await.expect("set");
-    assert_eq!(v2.get("k").await.expect("get"), None);
+    assert_eq!(v2.peek("k").await.expect("get"), None);
     assert_eq!(v2.stats().decode_failures, 0, "not even read");
 }
 
@@ -660,7 +661,7 @@ async fn an_in_process_cache_holds_values_serde_cannot_encode() {
     };
     let filled = cache.get_or_fill("h", fill).await.expect("fill");
     assert!(Arc::ptr_eq(&filled.0, &handle.0));
-    let again = cache.get("h").await.expect("get").expect("cached");
+    let again = cache.peek("h").await.expect("get").expect("cached");
     assert!(
         Arc::ptr_eq(&again.0, &handle.0),
         "the same value, not a copy"

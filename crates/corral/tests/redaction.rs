@@ -85,7 +85,7 @@ async fn redis_urls_never_show_their_password() {
         .build()
         .expect("config");
     cache.set("k", "v".to_owned()).await.expect("set");
-    assert_eq!(cache.get("k").await.expect("get").as_deref(), Some("v"));
+    assert_eq!(cache.peek("k").await.expect("get").as_deref(), Some("v"));
     assert_hidden("Cache", &format!("{cache:?} {:?}", cache.health().await));
     assert_hidden(
         "CacheBuilder",
@@ -251,7 +251,7 @@ async fn encryption_keys_never_show() {
         vec![0xE1; 64],
         Duration::from_secs(60),
     );
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     assert_eq!(cache.stats().decrypt_failures, 1);
     let traces = captured.text();
     assert!(traces.contains("did not decrypt"), "{traces}");
