@@ -2,6 +2,13 @@
 //! process or in many — read and fill through, with fill leases, fences and
 //! notifications.
 //!
+//! A cache's user needs nothing here but a store to hand to
+//! [`CacheBuilder::store`](crate::CacheBuilder::store): [`MemoryStore`]
+//! (embedded), or `RedisStore` / `MemcachedStore` at the crate root. The
+//! rest — the [`Store`] trait and the types of its calls, the backplane
+//! ([`ChangeSink`], [`Change`]), wake-ups ([`Notifier`], [`Listener`]) —
+//! is for implementers of a store.
+//!
 //! A store holds, per logical key, three things:
 //! - the **value**: opaque bytes (corral's versioned envelope; a store never
 //!   looks inside) with a time to live;
