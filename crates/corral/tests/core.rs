@@ -8,7 +8,7 @@ use corral::clock::TokioClock;
 use corral::codec::Postcard;
 use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, Capacity, Error, FillOptions, MAX_KEY_LEN};
+use corral::{Answer, Cache, Capacity, Error, Fetched, FillOptions, Freshness, MAX_KEY_LEN};
 use corral_testkit::{until_yielding, Gate};
 use tokio::task::JoinHandle;
 
@@ -678,4 +678,46 @@ async fn an_in_process_cache_holds_values_serde_cannot_encode() {
         .capacity(Capacity::Bytes(1 << 20))
         .build()
         .expect("a codec weighs");
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_call_options_apply_whatever_the_fill_answers() {
+    let cache = cache("answer-forms");
+    let short = || FillOptions::new().ttl(Duration::from_secs(1));
+    let plain: String = cache
+        .get_or_fill("plain", || async { Ok::<_, SourceDown>("p".to_owned()) })
+        .options(short())
+        .await
+        .expect("plain");
+    let optional: Option<String> = cache
+        .get_or_fill("optional", || async {
+            Ok::<_, SourceDown>(Some("o".to_owned()))
+        })
+        .options(short())
+        .await
+        .expect("optional");
+    let detailed: Fetched<String> = cache
+        .get_or_fill("detailed", || async {
+            Ok::<_, SourceDown>(Answer::value("d".to_owned()))
+        })
+        .options(short())
+        .await
+        .expect("detailed");
+    assert_eq!(plain, "p");
+    assert_eq!(optional.as_deref(), Some("o"));
+    assert_eq!(
+        detailed,
+        Fetched::new(Some("d".to_owned()), Freshness::Fresh)
+    );
+    for key in ["plain", "optional", "detailed"] {
+        assert!(cache.peek(key).await.expect("peek").is_some(), "{key}");
+    }
+    tokio::time::advance(Duration::from_secs(2)).await;
+    for key in ["plain", "optional", "detailed"] {
+        assert_eq!(
+            cache.peek(key).await.expect("peek"),
+            None,
+            "{key}: the per-call TTL, not the cache's 60 s"
+        );
+    }
 }
