@@ -151,7 +151,9 @@ fn generate(
         Some(options) => (
             quote! { let #options_var: ::corral::FillOptions = #options; },
             quote! {
-                ::corral::Cache::get_or_fill_with(#cache_var, &#key_var, #options_var, #fill_var).await
+                ::corral::Cache::get_or_fill(#cache_var, &#key_var, #fill_var)
+                    .options(#options_var)
+                    .await
             },
         ),
         None => (

@@ -38,7 +38,7 @@ use proc_macro::TokenStream;
 /// // The return type became `Result<String, corral::Error<DbError>>`.
 /// let name: Result<String, corral::Error<DbError>> = user_name(42).await;
 /// assert_eq!(name.expect("filled"), "user 42");
-/// assert_eq!(USERS.get("user:42").await.expect("get").as_deref(), Some("user 42"));
+/// assert_eq!(USERS.peek("user:42").await.expect("peek").as_deref(), Some("user 42"));
 /// # }
 /// ```
 ///
@@ -80,8 +80,8 @@ use proc_macro::TokenStream;
 ///   for `("x:y", "z")` and `("x", "y:z")` — keep such arguments last, or
 ///   free of the separator.
 /// - `options = <expr>`: a `corral::FillOptions` built per call (TTL, hard
-///   timeout, tags; it may use the arguments); the call then goes through
-///   [`Cache::get_or_fill_with`].
+///   timeout, tags; it may use the arguments), passed to the call's
+///   [`GetOrFill::options`].
 /// - `ttl = <expr>`: a `Duration`, short for
 ///   `options = corral::FillOptions::new().ttl(<expr>)`.
 ///
@@ -105,7 +105,7 @@ use proc_macro::TokenStream;
 /// visibility.
 ///
 /// [`Cache::get_or_fill`]: https://docs.rs/corral/latest/corral/struct.Cache.html#method.get_or_fill
-/// [`Cache::get_or_fill_with`]: https://docs.rs/corral/latest/corral/struct.Cache.html#method.get_or_fill_with
+/// [`GetOrFill::options`]: https://docs.rs/corral/latest/corral/struct.GetOrFill.html#method.options
 /// [`Error::Timeout`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.Timeout
 /// [`Error::FillPanicked`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.FillPanicked
 /// [`Error::InvalidKey`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.InvalidKey

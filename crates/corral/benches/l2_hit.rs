@@ -170,7 +170,8 @@ fn l2_hit(c: &mut Criterion) {
             let tags =
                 FillOptions::new().tags([format!("team:{}", i % 5), "org:1".into(), "all".into()]);
             tagged
-                .get_or_fill_with(&key, tags, || async { Ok::<_, Infallible>("v".repeat(32)) })
+                .get_or_fill(&key, || async { Ok::<_, Infallible>("v".repeat(32)) })
+                .options(tags)
                 .await
                 .expect("seed tagged");
             cache_keys.push(key);

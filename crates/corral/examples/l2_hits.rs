@@ -312,7 +312,7 @@ impl Ctx {
                 assert!(matches!(lookup, Lookup::Hit(_)));
             }
             Variant::CacheGet => {
-                let value = self.cache.get(&k.user).await.expect("cache.get");
+                let value = self.cache.peek(&k.user).await.expect("cache.get");
                 assert!(value.is_some());
             }
             Variant::CacheGetOrFill => {

@@ -95,10 +95,12 @@ pub struct CacheConfig {
     /// The bound of one store call.
     #[serde(default, deserialize_with = "duration")]
     pub store_timeout: Option<Duration>,
-    /// The in-process bound, in entries.
+    /// The in-process bound, in entries
+    /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
     pub max_entries: Option<u64>,
-    /// The in-process bound, in bytes of encoded values (instead of
-    /// entries).
+    /// The in-process bound, in bytes of encoded values, instead of
+    /// entries ([`Capacity::Bytes`](crate::cache::builder::Capacity::Bytes); wins when
+    /// both are set).
     pub max_bytes: Option<u64>,
     /// The largest encoded value stored.
     pub max_value_bytes: Option<usize>,
@@ -334,7 +336,7 @@ impl CacheConfig {
     /// store; see [`build`](Self::build)).
     pub fn apply<V>(&self, mut builder: CacheBuilder<V>) -> CacheBuilder<V>
     where
-        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
     {
         macro_rules! set {
             ($($field:ident => $method:ident),* $(,)?) => {
@@ -347,8 +349,14 @@ impl CacheConfig {
             fail_safe => fail_safe, fill_timeout => fill_timeout,
             soft_timeout => soft_timeout, negative_ttl => negative_ttl,
             lease_ttl => lease_ttl, store_timeout => store_timeout,
-            max_entries => max_entries, max_bytes => max_bytes,
             max_value_bytes => max_value_bytes,
+        }
+        // A bound in bytes wins over one in entries.
+        if let Some(entries) = self.max_entries {
+            builder = builder.capacity(crate::cache::builder::Capacity::Entries(entries));
+        }
+        if let Some(bytes) = self.max_bytes {
+            builder = builder.capacity(crate::cache::builder::Capacity::Bytes(bytes));
         }
         if self.circuit_breaker == Some(false) {
             builder = builder.no_circuit_breaker();

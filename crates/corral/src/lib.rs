@@ -28,7 +28,7 @@
 //! | built with | values live | one fill per key |
 //! |---|---|---|
 //! | nothing (default) | in-process, decoded, bounded by entries or bytes | per process |
-//! | [`.store(MemoryStore)`](CacheBuilder::store) | an in-process shared store of envelopes, with leases | per store |
+//! | [`.store(MemoryStore)`](store::MemoryStore) | an in-process shared store of envelopes, with leases | per store |
 //! | `.store(RedisStore)` (feature `redis`, default) | Redis or Redis Cluster | across every process sharing it |
 //! | `.store(..).l1(true)` | decoded in process (L1) in front of the store (L2) | across every process sharing the store |
 //!
@@ -76,18 +76,22 @@
 //! | `eager_refresh(f)` | a background refresh once `f` of the TTL has passed |
 //! | `fail_safe(max)` | if the fill fails, the expired value ([`Freshness::FailSafe`]), re-cached for `fail_safe_throttle` |
 //! | `soft_timeout` | with a fail-safe value at hand, that value after the soft timeout while the fill goes on |
-//! | `negative_ttl` | a cached "not found" from [`Cache::get_or_fill_optional`] or an [`Answer::not_found`] |
+//! | `negative_ttl` | a cached "not found": a fill's `None` (answering `Option<V>`) or an [`Answer::not_found`] |
 //!
-//! [`Cache::fetch`] is the general call: its fill answers an [`Answer`] (a
-//! value or "not found", with its own TTL, or not to be cached) and its
-//! caller gets a [`Fetched`] value with its [`Freshness`].
+//! [`Cache::get_or_fill`] is the one read-through call; what its fill
+//! answers decides what its caller gets ([`FillOutput`]): `V`; `Option<V>`
+//! (a `None` cached as "not found"); or an [`Answer`] (a value or "not
+//! found", with its own TTL, or not to be cached), for which the caller
+//! gets a [`Fetched`] value with its [`Freshness`]. Per-call settings go on
+//! its future: [`GetOrFill::options`]. [`Cache::peek`] looks without
+//! filling.
 //!
 //! ## A sick store
 //!
 //! Every store call is bounded by the store timeout, and reads fail open:
 //! when the store does not answer, [`Cache::get_or_fill`] runs the fill
 //! without a lease and returns its value, while `set`, `invalidate`,
-//! `invalidate_tag`, `clear` and `get` report [`Error::Store`]. So that a
+//! `invalidate_tag`, `clear` and `peek` report [`Error::Store`]. So that a
 //! frozen or unreachable store does not cost every call its timeout, each
 //! cache with a store has a circuit breaker (on by default; see
 //! [`CacheBuilder::circuit_breaker`]): after 5 consecutive store calls that
@@ -229,10 +233,11 @@ mod tier;
 mod redis;
 
 #[cfg(feature = "memcached")]
-pub mod memcached;
+mod memcached;
 
 pub use cache::batch::Batch;
 pub use cache::builder::{CacheBuilder, Capacity};
+pub use cache::get_or_fill::{FillOutput, GetOrFill};
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::CacheConfig;
@@ -244,7 +249,6 @@ pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
 pub use data::policy::FillOptions;
 pub use stats::health::{Health, StoreHealth};
 pub use stats::Stats;
-pub use store::{MemoryStore, Store};
 
 #[cfg(feature = "redis")]
 pub use redis::{RedisConfig, RedisStore};
@@ -280,7 +284,7 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), corral::Error> {
 /// assert_eq!(price("abc".to_owned()).await?, 300);
-/// assert_eq!(PRICES.get("price:abc").await?, Some(300));
+/// assert_eq!(PRICES.peek("price:abc").await?, Some(300));
 /// # Ok(())
 /// # }
 /// ```

@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, CacheBuilder, Error, MemoryStore, RedisConfig, RedisStore, MAX_KEY_LEN};
+use corral::{Cache, CacheBuilder, Error, RedisConfig, RedisStore, MAX_KEY_LEN};
 use corral_testkit::{until, Gate, RedisCluster, RedisServer};
 use futures_util::FutureExt;
 use redis::AsyncCommands;
@@ -182,7 +183,7 @@ async fn many_callers_one_fill(fx: &Fixture) {
     }
     assert_eq!(fills.load(SeqCst), 1);
     until("flights retired", || cache.flights_in_progress() == 0).await;
-    assert_eq!(cache.get("hot").await.expect("get"), Some("v".into()));
+    assert_eq!(cache.peek("hot").await.expect("get"), Some("v".into()));
 }
 
 async fn typed_errors_are_shared_and_retried(fx: &Fixture) {
@@ -209,9 +210,9 @@ async fn typed_errors_are_shared_and_retried(fx: &Fixture) {
             other => panic!("expected the typed fill error, got {other:?}"),
         }
     }
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     let value = cache
-        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".into()) })
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".to_owned()) })
         .await;
     assert_eq!(value.expect("retry"), "ok");
     until("flights retired", || cache.flights_in_progress() == 0).await;
@@ -229,7 +230,7 @@ async fn panics_are_typed_and_retried(fx: &Fixture) {
         .await;
     assert!(result.expect_err("panicked").is_panic());
     let value = cache
-        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".into()) })
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("ok".to_owned()) })
         .await;
     assert_eq!(value.expect("retry"), "ok");
     assert_eq!(cache.stats().fill_panics, 1);
@@ -264,7 +265,7 @@ async fn cancelled_callers_do_not_cancel_the_fill(fx: &Fixture) {
     let _ = orphan.await;
     orphan_gate.open();
     until("the flight retired", || cache.flights_in_progress() == 0).await;
-    assert_eq!(cache.get("o").await.expect("get"), Some("orphan".into()));
+    assert_eq!(cache.peek("o").await.expect("get"), Some("orphan".into()));
     assert_eq!(fills.load(SeqCst), 2);
 }
 
@@ -300,9 +301,9 @@ async fn fill_timeout_frees_the_key(fx: &Fixture) {
     );
     until("the fill was dropped", || dropped.load(SeqCst)).await;
     until("flights retired", || cache.flights_in_progress() == 0).await;
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     let value = cache
-        .get_or_fill("k", || async { Ok::<_, SourceDown>("fresh".into()) })
+        .get_or_fill("k", || async { Ok::<_, SourceDown>("fresh".to_owned()) })
         .await;
     assert_eq!(value.expect("a new fill"), "fresh");
 }
@@ -332,7 +333,7 @@ async fn writes_during_a_flight_win(fx: &Fixture) {
         assert_eq!(flight.await.expect("task").expect("value"), "old");
         until("flights retired", || cache.flights_in_progress() == 0).await;
         assert_eq!(
-            cache.get("k").await.expect("get").as_deref(),
+            cache.peek("k").await.expect("get").as_deref(),
             Some(expected)
         );
     }
@@ -344,9 +345,9 @@ async fn entries_expire(fx: &Fixture) {
         .set_with_ttl("k", "v".into(), Duration::from_millis(100))
         .await
         .expect("set");
-    assert_eq!(cache.get("k").await.expect("get"), Some("v".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("v".into()));
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
 }
 
 async fn invalid_keys_are_rejected(fx: &Fixture) {
@@ -374,7 +375,7 @@ async fn invalid_keys_are_rejected(fx: &Fixture) {
             .await
             .expect("set");
         assert_eq!(
-            cache.get(key).await.expect("get"),
+            cache.peek(key).await.expect("get"),
             Some(format!("value of {key}"))
         );
         cache.invalidate(key).await.expect("invalidate");
@@ -390,12 +391,12 @@ async fn corrupt_bytes_are_a_counted_miss(fx: &Fixture) {
     for (i, garbage) in [&b""[..], b"garbage", &[0xff; 100]].into_iter().enumerate() {
         let key = format!("k{i}");
         fx.plant(&cache, &key, garbage).await;
-        assert_eq!(cache.get(&key).await.expect("get"), None);
+        assert_eq!(cache.peek(&key).await.expect("get"), None);
         let value = cache
             .get_or_fill(&key, || async { Ok::<_, SourceDown>("fixed".to_owned()) })
             .await;
         assert_eq!(value.expect("fill over garbage"), "fixed");
-        assert_eq!(cache.get(&key).await.expect("get"), Some("fixed".into()));
+        assert_eq!(cache.peek(&key).await.expect("get"), Some("fixed".into()));
     }
     assert_eq!(cache.stats().decode_failures, 6);
 }

@@ -77,7 +77,7 @@ fn backplane_worker() {
             }
             // read <key>: one read, answered with the value.
             ["read", key] => {
-                let value = runtime.block_on(cache.get(key)).expect("read");
+                let value = runtime.block_on(cache.peek(key)).expect("read");
                 println!("@read {}", value.unwrap_or_default());
             }
             // watch <key> <value>: answers `@watching`, then polls until the
@@ -89,7 +89,7 @@ fn backplane_worker() {
                 let mut last_stale_start = 0;
                 loop {
                     let started = wall_clock_us();
-                    let got = runtime.block_on(cache.get(key)).expect("read");
+                    let got = runtime.block_on(cache.peek(key)).expect("read");
                     if got.as_deref() == Some(*value) {
                         println!("@seen {} {last_stale_start}", wall_clock_us());
                         break;

@@ -6,8 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use corral::store::MemoryStore;
 use corral::store::Store;
-use corral::{Cache, Error, InvalidKey, MemoryStore, RedisConfig, RedisStore};
+use corral::{Cache, Error, InvalidKey, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, RedisCluster, RedisServer};
 
 /// What a batch fill was asked, call by call.
@@ -80,7 +81,7 @@ async fn half_present_one_fill(cache: &Cache<String>) {
 fn cache_on(name: &str, store: Option<Arc<dyn Store>>, l1: bool) -> Cache<String> {
     let builder = Cache::<String>::builder(name);
     let builder = match store {
-        Some(store) => builder.shared_store(store).l1(l1),
+        Some(store) => builder.store(store).l1(l1),
         None => builder,
     };
     builder.build().expect("config")
@@ -263,7 +264,7 @@ async fn errors_are_per_key_and_nothing_is_stored() {
         batch.get("bad\u{1}key").expect("asked"),
         Err(Error::InvalidKey(InvalidKey::ControlCharacter { .. }))
     ));
-    assert_eq!(cache.get("a").await.expect("read"), None, "nothing stored");
+    assert_eq!(cache.peek("a").await.expect("read"), None, "nothing stored");
 
     let panicking = |_keys: Vec<String>| async {
         if true {

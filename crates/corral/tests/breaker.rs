@@ -61,7 +61,7 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
     let store = store(&server).await;
     let cache = cache(&store, false);
     cache.set("warm", "up".into()).await.expect("set");
-    assert_eq!(cache.get("warm").await.expect("get"), Some("up".into()));
+    assert_eq!(cache.peek("warm").await.expect("get"), Some("up".into()));
 
     server.reset_stats();
     server.freeze();
@@ -105,7 +105,7 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
         cache.invalidate("warm").await.expect_err("open"),
         cache.invalidate_tag("t").await.expect_err("open"),
         cache.clear().await.expect_err("open"),
-        cache.get("warm").await.expect_err("open"),
+        cache.peek("warm").await.expect_err("open"),
     ];
     let writes_took = writes_started.elapsed();
     for error in &refused {
@@ -171,14 +171,14 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
         .set("after", "thaw".into())
         .await
         .expect("writes again");
-    assert_eq!(cache.get("after").await.expect("get"), Some("thaw".into()));
+    assert_eq!(cache.peek("after").await.expect("get"), Some("thaw".into()));
     let (filled, _) = timed_read(&cache, "new", "stored").await;
     assert_eq!(filled, "stored");
     let stats = cache.stats();
     assert_eq!(stats.breaker_opened, 2);
     assert!(stats.commits >= 1, "fills are stored again: {stats:?}");
     let other = cache_on_new_store(&server).await;
-    assert_eq!(other.get("new").await.expect("get"), Some("stored".into()));
+    assert_eq!(other.peek("new").await.expect("get"), Some("stored".into()));
 
     eprintln!(
         "closed, frozen Redis (op timeout {OP_TIMEOUT:?}): {}",

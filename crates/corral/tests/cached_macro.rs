@@ -126,7 +126,7 @@ async fn a_thousand_concurrent_calls_through_two_caches_on_redis_run_the_body_on
     assert_eq!(fills, 1);
     for app in &apps {
         assert_eq!(
-            app.users.get("user:42").await.expect("get"),
+            app.users.peek("user:42").await.expect("get"),
             Some("user 42".to_owned())
         );
     }
@@ -163,17 +163,17 @@ async fn an_err_is_not_cached_and_an_ok_is() {
         Err(Error::Fill(error)) => assert_eq!(*error, Down::FirstCall),
         other => panic!("expected the body's error, got {other:?}"),
     }
-    assert_eq!(FLAKY.get("flaky:4").await.expect("get"), None);
+    assert_eq!(FLAKY.peek("flaky:4").await.expect("get"), None);
     assert_eq!(flaky("4".to_owned()).await.expect("second run"), 40);
     assert_eq!(FLAKY_RUNS.load(SeqCst), 2);
     assert_eq!(flaky("4".to_owned()).await.expect("hit"), 40);
     assert_eq!(FLAKY_RUNS.load(SeqCst), 2, "the Ok was cached");
-    assert_eq!(FLAKY.get("flaky:4").await.expect("get"), Some(40));
+    assert_eq!(FLAKY.peek("flaky:4").await.expect("get"), Some(40));
 
     // `?` converted the error with `From`; nothing cached.
     let error = flaky("four".to_owned()).await.expect_err("not a number");
     assert_eq!(error.fill_error().map(|e| &**e), Some(&Down::NotANumber));
-    assert_eq!(FLAKY.get("flaky:four").await.expect("get"), None);
+    assert_eq!(FLAKY.peek("flaky:four").await.expect("get"), None);
 }
 
 static KEYS: LazyLock<Cache<String>> = LazyLock::new(|| cache("keys"));
@@ -210,7 +210,7 @@ async fn keys_are_the_formatted_templates() {
     no_arguments().await.expect("value");
     tagged("acme".to_owned(), 9).await.expect("value");
 
-    let get = |key: &'static str| async move { KEYS.get(key).await.expect("get") };
+    let get = |key: &'static str| async move { KEYS.peek(key).await.expect("get") };
     assert_eq!(
         get("by_default:acme:7").await.as_deref(),
         Some("default acme/7")

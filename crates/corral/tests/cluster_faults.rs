@@ -85,7 +85,7 @@ async fn set_until_ok(cache: &Cache<String>, key: &str, value: &str) {
 async fn get_until_ok(cache: &Cache<String>, key: &str) -> Option<String> {
     let started = Instant::now();
     loop {
-        match cache.get(key).await {
+        match cache.peek(key).await {
             Ok(value) => return value,
             Err(e) => assert!(started.elapsed() < RECOVERY, "get never worked again: {e}"),
         }
@@ -200,7 +200,7 @@ async fn master_killed_mid_fill() {
     let probe = key_on(&cluster, promoted, "probe-");
     set_until_ok(&tiers[1], &probe, "one").await;
     let read = tiers[0]
-        .get_or_fill(&probe, || async { Ok::<_, String>("filled".into()) })
+        .get_or_fill(&probe, || async { Ok::<String, String>("filled".into()) })
         .await
         .expect("read");
     assert_eq!(read, "one");
@@ -214,13 +214,13 @@ async fn master_killed_mid_fill() {
     // the other store): the evicted instance must serve that, not its old
     // copy.
     let reader = cache(&stores[1], "tiers", Duration::from_secs(60), false);
-    let stored = reader.get(&probe).await.expect("read");
+    let stored = reader.peek(&probe).await.expect("read");
     if stored.as_deref() != Some("two") {
         // A `set` of "one" that timed out right after the failover landed
         // after "two": a write reported as failed may still happen.
         eprintln!("the store holds {stored:?} after set(\"two\") returned");
     }
-    let served = tiers[0].get(&probe).await.expect("read");
+    let served = tiers[0].peek(&probe).await.expect("read");
     assert_eq!(
         served,
         stored,

@@ -120,7 +120,7 @@ async fn the_production_preset_shares_values_through_redis() {
     let a = config.build::<String>("users").await.expect("cache a");
     let b = config.build::<String>("users").await.expect("cache b");
     a.set("k", "from a".to_owned()).await.expect("set");
-    assert_eq!(b.get("k").await.expect("read").as_deref(), Some("from a"));
+    assert_eq!(b.peek("k").await.expect("read").as_deref(), Some("from a"));
     assert!(a.health().await.is_ok());
 
     let malformed = CacheConfig::production("redis://app:hunter2@127.0.0.1:notaport/")

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
+use corral::codec::Postcard;
+use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, Error, FillOptions, MemoryStore, MAX_KEY_LEN};
+use corral::{Answer, Cache, Capacity, Error, Fetched, FillOptions, Freshness, MAX_KEY_LEN};
 use corral_testkit::{until_yielding, Gate};
 use tokio::task::JoinHandle;
 
@@ -67,7 +69,7 @@ async fn ten_thousand_callers_on_a_cold_key_run_one_fill() {
     assert_eq!(stats.misses, CALLERS as u64);
     assert_eq!(cache.flights_in_progress(), 0);
     assert_eq!(
-        cache.get("hot").await.expect("get"),
+        cache.peek("hot").await.expect("get"),
         Some("value".to_owned())
     );
 }
@@ -93,18 +95,23 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
             })
         })
         .collect();
-    // A caller with another error type joins the same flight.
+    // A call site with another error type never joins that flight: it runs
+    // its own, and gets its own error.
     let other = {
         let cache = cache.clone();
+        let gate = gate.clone();
+        let fills = Arc::clone(&fills);
         tokio::spawn(async move {
             cache
-                .get_or_fill("k", || async {
-                    Err::<String, std::io::Error>(std::io::Error::other("never runs"))
+                .get_or_fill("k", move || async move {
+                    fills.fetch_add(1, SeqCst);
+                    gate.wait().await;
+                    Err::<String, std::io::Error>(std::io::Error::other("other source down"))
                 })
                 .await
         })
     };
-    until_yielding(|| cache.stats().coalesced == 100).await;
+    until_yielding(|| cache.stats().coalesced == 99 && cache.flights_in_progress() == 2).await;
     gate.open();
     let mut errors = Vec::new();
     for caller in callers {
@@ -119,14 +126,14 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
         "one shared error"
     );
     match other.await.expect("task") {
-        Err(Error::FillErrorOfOtherType { type_name }) => assert!(type_name.contains("SourceDown")),
-        other => panic!("expected FillErrorOfOtherType, got {other:?}"),
+        Err(Error::Fill(error)) => assert_eq!(error.to_string(), "other source down"),
+        other => panic!("expected its own fill's error, got {other:?}"),
     }
-    assert_eq!(fills.load(SeqCst), 1);
-    assert_eq!(cache.stats().fill_errors, 1);
+    assert_eq!(fills.load(SeqCst), 2, "one fill per error type");
+    assert_eq!(cache.stats().fill_errors, 2);
     assert_eq!(cache.flights_in_progress(), 0);
     assert_eq!(
-        cache.get("k").await.expect("get"),
+        cache.peek("k").await.expect("get"),
         None,
         "an error stores nothing"
     );
@@ -137,6 +144,42 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
         .await
         .expect("retry");
     assert_eq!(value, "recovered");
+}
+
+#[tokio::test(start_paused = true)]
+async fn fills_of_two_error_types_on_one_key_share_the_stores_lease() {
+    let store = MemoryStore::new();
+    let cache = shared("error-types", &store);
+    let gate = Gate::new();
+    let fills = Arc::new(AtomicUsize::new(0));
+    let first = {
+        let cache = cache.clone();
+        let fill = counting_fill(&fills, &gate, "value");
+        tokio::spawn(async move { cache.get_or_fill("k", fill).await })
+    };
+    until_yielding(|| fills.load(SeqCst) == 1).await;
+    // Its own in-process flight, which finds the lease held by the first
+    // and waits for its value instead of filling.
+    let second = {
+        let cache = cache.clone();
+        let fills = Arc::clone(&fills);
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", move || async move {
+                    fills.fetch_add(1, SeqCst);
+                    Ok::<_, std::io::Error>("second".to_owned())
+                })
+                .await
+        })
+    };
+    until_yielding(|| cache.stats().lease_waits == 1).await;
+    assert_eq!(cache.flights_in_progress(), 2);
+    gate.open();
+    assert_eq!(first.await.expect("task").expect("value"), "value");
+    assert_eq!(second.await.expect("task").expect("value"), "value");
+    assert_eq!(fills.load(SeqCst), 1, "one fill per key across error types");
+    assert_eq!(cache.stats().coalesced, 0);
+    assert_eq!(cache.flights_in_progress(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -188,7 +231,7 @@ async fn a_cancelled_leader_does_not_cancel_the_fill() {
     assert_eq!(waiter.await.expect("task").expect("value"), "survives");
     assert_eq!(fills.load(SeqCst), 1);
     assert_eq!(cache.flights_in_progress(), 0);
-    assert_eq!(cache.get("k").await.expect("get"), Some("survives".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("survives".into()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -230,7 +273,7 @@ async fn when_every_caller_is_cancelled_the_value_is_still_stored() {
     }
     gate.open();
     until_yielding(|| cache.flights_in_progress() == 0).await;
-    assert_eq!(cache.get("k").await.expect("get"), Some("kept".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("kept".into()));
     assert_eq!(fills.load(SeqCst), 1);
 }
 
@@ -267,7 +310,7 @@ async fn fill_timeout_aborts_the_fill_frees_the_key_and_stores_nothing() {
     assert_eq!(cache.flights_in_progress(), 0);
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(
-        cache.get("k").await.expect("get"),
+        cache.peek("k").await.expect("get"),
         None,
         "the aborted fill stored nothing"
     );
@@ -322,7 +365,7 @@ async fn invalidate_during_a_flight_wins() {
         "its callers still get it"
     );
     assert_eq!(
-        cache.get("k").await.expect("get"),
+        cache.peek("k").await.expect("get"),
         Some("new".into()),
         "old did not overwrite"
     );
@@ -343,7 +386,7 @@ async fn set_during_a_flight_wins() {
     cache.set("k", "written".into()).await.expect("set");
     gate.open();
     assert_eq!(flight.await.expect("task").expect("value"), "filled");
-    assert_eq!(cache.get("k").await.expect("get"), Some("written".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("written".into()));
 }
 
 #[tokio::test(start_paused = true)]
@@ -356,22 +399,19 @@ async fn entries_expire_after_their_ttl() {
     let fill = || async { Ok::<_, SourceDown>("v".to_owned()) };
     cache.get_or_fill("k", fill).await.expect("fill");
     tokio::time::advance(Duration::from_millis(9_990)).await;
-    assert_eq!(cache.get("k").await.expect("get"), Some("v".into()));
+    assert_eq!(cache.peek("k").await.expect("get"), Some("v".into()));
     tokio::time::advance(Duration::from_millis(20)).await;
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     cache.get_or_fill("k", fill).await.expect("refill");
     assert_eq!(cache.stats().fills, 2);
     // A per-call TTL applies to that fill.
     cache
-        .get_or_fill_with(
-            "short",
-            FillOptions::new().ttl(Duration::from_secs(1)),
-            fill,
-        )
+        .get_or_fill("short", fill)
+        .options(FillOptions::new().ttl(Duration::from_secs(1)))
         .await
         .expect("fill");
     tokio::time::advance(Duration::from_millis(1_010)).await;
-    assert_eq!(cache.get("short").await.expect("get"), None);
+    assert_eq!(cache.peek("short").await.expect("get"), None);
 }
 
 #[tokio::test(start_paused = true)]
@@ -390,7 +430,7 @@ async fn jittered_ttls_stay_within_bounds_and_spread() {
     let live = |cache: Cache<String>, keys: Vec<String>| async move {
         let mut n = 0;
         for key in &keys {
-            n += usize::from(cache.get(key).await.expect("get").is_some());
+            n += usize::from(cache.peek(key).await.expect("get").is_some());
         }
         n
     };
@@ -430,7 +470,7 @@ fn bad_configuration_is_rejected() {
     assert!(Cache::<String>::builder("bad{name}").build().is_err());
     assert!(Cache::<String>::builder("").build().is_err());
     assert!(Cache::<String>::builder("c")
-        .max_entries(0)
+        .capacity(corral::Capacity::Entries(0))
         .build()
         .is_err());
     assert!(Cache::<String>::builder("c").jitter(1.0).build().is_ok());
@@ -447,7 +487,11 @@ async fn invalid_keys_are_rejected_before_anything_runs() {
             })
             .await;
         assert!(result.expect_err("rejected").is_invalid_key(), "{key:?}");
-        assert!(cache.get(key).await.expect_err("rejected").is_invalid_key());
+        assert!(cache
+            .peek(key)
+            .await
+            .expect_err("rejected")
+            .is_invalid_key());
         assert!(cache
             .set(key, "v".into())
             .await
@@ -479,13 +523,13 @@ async fn corrupt_bytes_in_the_store_are_a_counted_miss_and_get_overwritten() {
     let key = StoreKey::new(cache.namespace(), "k");
     for garbage in [Vec::new(), b"not an envelope".to_vec(), vec![0xff; 64]] {
         store.put_raw(&key, garbage, Duration::from_secs(60));
-        assert_eq!(cache.get("k").await.expect("get"), None);
+        assert_eq!(cache.peek("k").await.expect("get"), None);
         let value = cache
             .get_or_fill("k", || async { Ok::<_, SourceDown>("fixed".to_owned()) })
             .await
             .expect("fill over corrupt bytes");
         assert_eq!(value, "fixed");
-        assert_eq!(cache.get("k").await.expect("get"), Some("fixed".into()));
+        assert_eq!(cache.peek("k").await.expect("get"), Some("fixed".into()));
     }
     // A valid envelope written with another codec is foreign too.
     let json = Cache::<String>::builder("corrupt")
@@ -494,7 +538,7 @@ async fn corrupt_bytes_in_the_store_are_a_counted_miss_and_get_overwritten() {
         .build()
         .expect("config");
     json.set("k", "from json".into()).await.expect("set");
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     let stats = cache.stats();
     assert_eq!(stats.decode_failures, 7);
     assert_eq!(stats.fills, 3);
@@ -514,7 +558,7 @@ async fn a_schema_version_reads_only_its_own_keys() {
         .build()
         .expect("config");
     v1.set("k", "text".into()).await.expect("set");
-    assert_eq!(v2.get("k").await.expect("get"), None);
+    assert_eq!(v2.peek("k").await.expect("get"), None);
     assert_eq!(v2.stats().decode_failures, 0, "not even read");
 }
 
@@ -597,5 +641,83 @@ fn block_on_without_runtime<F: std::future::Future>(future: F) -> F::Output {
             return output;
         }
         std::thread::park();
+    }
+}
+
+/// A value serde cannot encode: a handle to shared state.
+#[derive(Clone, Debug)]
+struct Handle(Arc<AtomicUsize>);
+
+#[tokio::test(start_paused = true)]
+async fn an_in_process_cache_holds_values_serde_cannot_encode() {
+    let cache = Cache::<Handle>::builder("handles")
+        .clock(TokioClock::new())
+        .build()
+        .expect("config");
+    let handle = Handle(Arc::new(AtomicUsize::new(7)));
+    let fill = {
+        let handle = handle.clone();
+        move || async move { Ok::<_, SourceDown>(handle) }
+    };
+    let filled = cache.get_or_fill("h", fill).await.expect("fill");
+    assert!(Arc::ptr_eq(&filled.0, &handle.0));
+    let again = cache.peek("h").await.expect("get").expect("cached");
+    assert!(
+        Arc::ptr_eq(&again.0, &handle.0),
+        "the same value, not a copy"
+    );
+    assert_eq!(cache.stats().fills, 1);
+    // A bound in bytes weighs encoded values: it needs a codec.
+    let error = Cache::<Handle>::builder("handles")
+        .capacity(Capacity::Bytes(1 << 20))
+        .build()
+        .expect_err("no codec to weigh with");
+    assert!(error.to_string().contains("codec"), "{error}");
+    Cache::<String>::builder("weighed")
+        .codec(Postcard)
+        .capacity(Capacity::Bytes(1 << 20))
+        .build()
+        .expect("a codec weighs");
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_call_options_apply_whatever_the_fill_answers() {
+    let cache = cache("answer-forms");
+    let short = || FillOptions::new().ttl(Duration::from_secs(1));
+    let plain: String = cache
+        .get_or_fill("plain", || async { Ok::<_, SourceDown>("p".to_owned()) })
+        .options(short())
+        .await
+        .expect("plain");
+    let optional: Option<String> = cache
+        .get_or_fill("optional", || async {
+            Ok::<_, SourceDown>(Some("o".to_owned()))
+        })
+        .options(short())
+        .await
+        .expect("optional");
+    let detailed: Fetched<String> = cache
+        .get_or_fill("detailed", || async {
+            Ok::<_, SourceDown>(Answer::value("d".to_owned()))
+        })
+        .options(short())
+        .await
+        .expect("detailed");
+    assert_eq!(plain, "p");
+    assert_eq!(optional.as_deref(), Some("o"));
+    assert_eq!(
+        detailed,
+        Fetched::new(Some("d".to_owned()), Freshness::Fresh)
+    );
+    for key in ["plain", "optional", "detailed"] {
+        assert!(cache.peek(key).await.expect("peek").is_some(), "{key}");
+    }
+    tokio::time::advance(Duration::from_secs(2)).await;
+    for key in ["plain", "optional", "detailed"] {
+        assert_eq!(
+            cache.peek(key).await.expect("peek"),
+            None,
+            "{key}: the per-call TTL, not the cache's 60 s"
+        );
     }
 }

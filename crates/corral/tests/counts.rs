@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use corral::{Cache, MemoryStore, RedisConfig, RedisStore};
+use corral::store::MemoryStore;
+use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use tokio::sync::oneshot;
 
@@ -90,7 +91,7 @@ async fn a_healthy_start_is_no_backplane_reset() {
             "start {start}: the first fill's L1 copy"
         );
         assert_eq!(
-            cache.get(&key).await.expect("read").as_deref(),
+            cache.peek(&key).await.expect("read").as_deref(),
             Some("filled")
         );
         assert_eq!(cache.stats().l2_hits, stats.l2_hits, "an L1 hit");
@@ -106,7 +107,7 @@ async fn a_subscriber_disconnect_is_one_reset() {
     let server = RedisServer::start();
     let (a, b) = (on(&connect(&server).await), on(&connect(&server).await));
     a.set("k", "v".to_owned()).await.expect("set");
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v"));
     until_heard(&b, &a).await;
     until_heard(&a, &b).await;
     assert_eq!(a.stats().backplane_resets, 0);
@@ -134,7 +135,7 @@ async fn a_cache_that_listens_to_nothing_opens_no_subscriber() {
         .build()
         .expect("valid config");
     quiet.set("k", "v".to_owned()).await.expect("set");
-    assert_eq!(quiet.get("k").await.expect("read").as_deref(), Some("v"));
+    assert_eq!(quiet.peek("k").await.expect("read").as_deref(), Some("v"));
     let filled = quiet
         .get_or_fill("k2", || async { Ok::<_, std::io::Error>("v2".to_owned()) })
         .await

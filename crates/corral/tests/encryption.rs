@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use corral::store::MemoryStore;
 use corral::store::StoreKey;
-use corral::{Cache, Encryption, MemoryStore};
+use corral::{Cache, Encryption};
 use corral_testkit::RedisServer;
 
 const SECRET: &str = "the plaintext nobody may read in the store";
@@ -75,20 +76,20 @@ async fn values_round_trip_and_the_store_holds_only_ciphertext() {
             .raw(&StoreKey::new(cache.namespace(), key))
             .expect("stored");
         assert_sealed(&raw);
-        assert_eq!(cache.get(key).await.expect("get").as_deref(), Some(SECRET));
+        assert_eq!(cache.peek(key).await.expect("get").as_deref(), Some(SECRET));
     }
     // Another instance with the same master key (another process) reads
     // them; one without encryption reads nothing it could serve.
     let other = encrypted("enc", &store, Encryption::new(NEW));
     assert_eq!(
-        other.get("set").await.expect("get").as_deref(),
+        other.peek("set").await.expect("get").as_deref(),
         Some(SECRET)
     );
     let plain = Cache::<String>::builder("enc")
         .store(store.clone())
         .build()
         .expect("config");
-    assert_eq!(plain.get("set").await.expect("get"), None);
+    assert_eq!(plain.peek("set").await.expect("get"), None);
     assert_eq!(plain.stats().decode_failures, 1);
     let stats = cache.stats();
     assert_eq!(
@@ -108,7 +109,7 @@ async fn an_l1_keeps_decoded_values_and_the_store_ciphertext() {
         .build()
         .expect("config");
     assert_eq!(fill_with(&cache, "k", SECRET).await, SECRET);
-    assert_eq!(cache.get("k").await.expect("get").as_deref(), Some(SECRET));
+    assert_eq!(cache.peek("k").await.expect("get").as_deref(), Some(SECRET));
     assert_eq!(cache.local_len(), 1);
     assert_sealed(
         &store
@@ -130,13 +131,13 @@ async fn ciphertext_copied_to_another_key_or_cache_is_a_counted_miss_then_refill
         sealed.clone(),
         Duration::from_secs(60),
     );
-    assert_eq!(cache.get("b").await.expect("get"), None);
+    assert_eq!(cache.peek("b").await.expect("get"), None);
     assert_eq!(cache.stats().decrypt_failures, 1);
     assert_eq!(fill_with(&cache, "b", "refilled").await, "refilled");
     let stats = cache.stats();
     assert_eq!((stats.fills, stats.decrypt_failures), (1, 2), "{stats:?}");
     assert_eq!(
-        cache.get("b").await.expect("get").as_deref(),
+        cache.peek("b").await.expect("get").as_deref(),
         Some("refilled")
     );
     assert_sealed(
@@ -152,7 +153,7 @@ async fn ciphertext_copied_to_another_key_or_cache_is_a_counted_miss_then_refill
         sealed,
         Duration::from_secs(60),
     );
-    assert_eq!(other.get("a").await.expect("get"), None);
+    assert_eq!(other.peek("a").await.expect("get"), None);
     assert_eq!(other.stats().decrypt_failures, 1);
     let stats = cache.stats();
     assert_eq!(stats.decode_failures, 0, "{stats:?}");
@@ -164,14 +165,17 @@ async fn a_wrong_master_key_or_plaintext_fails_closed() {
     let writer = encrypted("enc", &store, Encryption::new(OLD));
     writer.set("k", SECRET.to_owned()).await.expect("set");
     let reader = encrypted("enc", &store, Encryption::new(NEW));
-    assert_eq!(reader.get("k").await.expect("get"), None);
+    assert_eq!(reader.peek("k").await.expect("get"), None);
     assert_eq!(reader.stats().decrypt_failures, 1);
     // The next fill overwrites it, under the reader's key.
     assert_eq!(fill_with(&reader, "k", "mine").await, "mine");
     // The fill's leader read the bytes once more before it filled.
     assert_eq!(reader.stats().decrypt_failures, 2);
-    assert_eq!(reader.get("k").await.expect("get").as_deref(), Some("mine"));
-    assert_eq!(writer.get("k").await.expect("get"), None);
+    assert_eq!(
+        reader.peek("k").await.expect("get").as_deref(),
+        Some("mine")
+    );
+    assert_eq!(writer.peek("k").await.expect("get"), None);
     assert_eq!(writer.stats().decrypt_failures, 1);
 
     // A plain envelope (written without encryption) is never served.
@@ -180,7 +184,7 @@ async fn a_wrong_master_key_or_plaintext_fails_closed() {
         .build()
         .expect("config");
     plain.set("p", SECRET.to_owned()).await.expect("set");
-    assert_eq!(reader.get("p").await.expect("get"), None);
+    assert_eq!(reader.peek("p").await.expect("get"), None);
     assert_eq!(reader.stats().decrypt_failures, 3);
 }
 
@@ -194,7 +198,7 @@ async fn rotation_reads_old_values_and_writes_under_the_new_key() {
 
     let rotated = encrypted("rot", &store, Encryption::new(NEW).previous_key(OLD));
     assert_eq!(
-        rotated.get("before").await.expect("get").as_deref(),
+        rotated.peek("before").await.expect("get").as_deref(),
         Some("old value")
     );
     rotated
@@ -208,15 +212,15 @@ async fn rotation_reads_old_values_and_writes_under_the_new_key() {
     // new key alone can.
     let new_only = encrypted("rot", &store, Encryption::new(NEW));
     for (key, value) in [("after", "new value"), ("filled", "new fill")] {
-        assert_eq!(old.get(key).await.expect("get"), None, "{key}");
+        assert_eq!(old.peek(key).await.expect("get"), None, "{key}");
         assert_eq!(
-            new_only.get(key).await.expect("get").as_deref(),
+            new_only.peek(key).await.expect("get").as_deref(),
             Some(value),
             "{key}"
         );
     }
     assert_eq!(old.stats().decrypt_failures, 2);
-    assert_eq!(new_only.get("before").await.expect("get"), None);
+    assert_eq!(new_only.peek("before").await.expect("get"), None);
     assert_eq!(new_only.stats().decrypt_failures, 1);
 }
 
@@ -285,7 +289,10 @@ async fn through_redis_only_ciphertext_is_stored_and_copies_fail_closed() {
             .await
             .expect("GET");
         assert_sealed(unframe(&framed));
-        assert_eq!(reader.get(key).await.expect("get").as_deref(), Some(SECRET));
+        assert_eq!(
+            reader.peek(key).await.expect("get").as_deref(),
+            Some(SECRET)
+        );
     }
     let copied: Vec<u8> = redis::cmd("GET")
         .arg(value_key(cache.namespace(), "set"))
@@ -300,11 +307,11 @@ async fn through_redis_only_ciphertext_is_stored_and_copies_fail_closed() {
         .query_async(&mut conn)
         .await
         .expect("SET");
-    assert_eq!(cache.get("copy").await.expect("get"), None);
+    assert_eq!(cache.peek("copy").await.expect("get"), None);
     assert_eq!(cache.stats().decrypt_failures, 1);
     assert_eq!(fill_with(&cache, "copy", "refilled").await, "refilled");
     assert_eq!(
-        reader.get("copy").await.expect("get").as_deref(),
+        reader.peek("copy").await.expect("get").as_deref(),
         Some("refilled")
     );
     let stats = cache.stats();

@@ -2,6 +2,7 @@
 //! `Box<dyn Error>`, a source chain down to the fill's own error, and fills
 //! that cannot fail.
 
+use std::convert::Infallible;
 use std::io;
 
 use corral::{Cache, Error};
@@ -21,6 +22,11 @@ impl std::error::Error for DbError {
     }
 }
 
+/// A fill's answer that must never be asked for.
+fn never_called() -> Result<String, Infallible> {
+    unreachable!("cached")
+}
+
 fn cache() -> Cache<String> {
     Cache::builder("errors").build().expect("valid config")
 }
@@ -28,7 +34,7 @@ fn cache() -> Cache<String> {
 async fn failing(cache: &Cache<String>) -> Result<String, Error<DbError>> {
     cache
         .get_or_fill("k", || async {
-            Err(DbError(io::Error::new(
+            Err::<String, _>(DbError(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "no answer",
             )))
@@ -77,15 +83,17 @@ async fn box_dyn_error_keeps_the_source() {
 async fn an_infallible_fill_returns_its_value() {
     let cache = cache();
     let value = cache
-        .get_or_compute("k", || async { "computed".to_owned() })
+        .get_or_fill("k", || async { Ok::<_, Infallible>("computed".to_owned()) })
         .await
         .expect("value");
     assert_eq!(value, "computed");
     let again = cache
-        .get_or_compute("k", || async { unreachable!("cached") })
+        .get_or_fill("k", || async { never_called() })
         .await
         .expect("cached value");
     assert_eq!(again, "computed");
-    let invalid: Result<String, Error> = cache.get_or_compute("", || async { String::new() }).await;
+    let invalid: Result<String, Error> = cache
+        .get_or_fill("", || async { Ok::<_, Infallible>(String::new()) })
+        .await;
     assert!(invalid.expect_err("an empty key").is_invalid_key());
 }

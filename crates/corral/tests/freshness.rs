@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{
-    Answer, Cache, CacheBuilder, Cached, Error, Fetched, FillOptions, Freshness, MemoryStore,
-};
+use corral::store::MemoryStore;
+use corral::{Answer, Cache, CacheBuilder, Cached, Error, Fetched, Freshness};
 use corral_testkit::{until_yielding, Gate};
 use tokio::time::{advance, Instant};
 
@@ -101,9 +100,7 @@ async fn fetch(
     fill: impl FnOnce() -> BoxFill + Send + 'static,
 ) -> Result<Fetched<String>, Error<SourceDown>> {
     cache
-        .fetch("k", FillOptions::new(), move || async move {
-            fill().await.map(Answer::value)
-        })
+        .get_or_fill("k", move || async move { fill().await.map(Answer::value) })
         .await
 }
 
@@ -189,7 +186,7 @@ async fn a_refresh_stands_down_while_another_process_holds_the_lease() {
     gate.open();
     until_yielding(|| a.flights_in_progress() == 0).await;
     assert_eq!(calls.load(SeqCst), 1);
-    assert_eq!(b.get("k").await.expect("get").as_deref(), Some("new"));
+    assert_eq!(b.peek("k").await.expect("get").as_deref(), Some("new"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -207,9 +204,7 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
             let cache = cache.clone();
             async move {
                 cache
-                    .fetch(key, FillOptions::new(), move || async move {
-                        fill().await.map(Answer::value)
-                    })
+                    .get_or_fill(key, move || async move { fill().await.map(Answer::value) })
                     .await
                     .expect("stale")
             }
@@ -238,7 +233,10 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
         );
         until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(calls.load(SeqCst), 2, "{tier:?}: the later read refreshed");
-        assert_eq!(cache.get("k2").await.expect("get").as_deref(), Some("new2"));
+        assert_eq!(
+            cache.peek("k2").await.expect("get").as_deref(),
+            Some("new2")
+        );
     }
 }
 
@@ -273,14 +271,14 @@ async fn eager_refresh_starts_before_the_entry_goes_stale() {
         gate.open();
         until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
-            cache.get("k").await.expect("get").as_deref(),
+            cache.peek("k").await.expect("get").as_deref(),
             Some("new"),
             "{tier:?}"
         );
         assert_eq!(cache.stats().refreshes, 1);
         // The refreshed entry lives a full TTL from its refresh.
         advance(Duration::from_secs(9)).await;
-        assert_eq!(cache.get("k").await.expect("get").as_deref(), Some("new"));
+        assert_eq!(cache.peek("k").await.expect("get").as_deref(), Some("new"));
     }
 }
 
@@ -292,7 +290,7 @@ async fn past_ttl_and_grace_the_key_is_a_cold_miss() {
         cache.get_or_fill("k", value("old")).await.expect("fill");
         advance(Duration::from_secs(16)).await;
         assert_eq!(
-            cache.lookup("k").await.expect("lookup"),
+            cache.peek_entry("k").await.expect("lookup"),
             Cached::Miss,
             "{tier:?}"
         );
@@ -396,7 +394,7 @@ async fn the_soft_timeout_serves_stale_and_the_fill_lands_later() {
         tokio::time::sleep(Duration::from_secs(2)).await;
         until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
-            cache.get("k").await.expect("get").as_deref(),
+            cache.peek("k").await.expect("get").as_deref(),
             Some("new"),
             "{tier:?}"
         );
@@ -417,17 +415,11 @@ async fn not_found_is_cached_with_its_own_ttl() {
             }
         };
         assert_eq!(
-            cache
-                .get_or_fill_optional("k", missing())
-                .await
-                .expect("answer"),
+            cache.get_or_fill("k", missing()).await.expect("answer"),
             None
         );
         assert_eq!(
-            cache
-                .get_or_fill_optional("k", missing())
-                .await
-                .expect("cached"),
+            cache.get_or_fill("k", missing()).await.expect("cached"),
             None
         );
         assert_eq!(
@@ -436,12 +428,12 @@ async fn not_found_is_cached_with_its_own_ttl() {
             "{tier:?}: the negative answer is cached"
         );
         assert_eq!(
-            cache.lookup("k").await.expect("lookup"),
+            cache.peek_entry("k").await.expect("lookup"),
             Cached::NotFound {
                 freshness: Freshness::Fresh
             }
         );
-        assert_eq!(cache.get("k").await.expect("get"), None);
+        assert_eq!(cache.peek("k").await.expect("get"), None);
         assert!(cache
             .get_or_fill("k", value("x"))
             .await
@@ -449,15 +441,12 @@ async fn not_found_is_cached_with_its_own_ttl() {
             .is_not_found());
         advance(Duration::from_secs(3)).await;
         assert_eq!(
-            cache.lookup("k").await.expect("lookup"),
+            cache.peek_entry("k").await.expect("lookup"),
             Cached::Miss,
             "{tier:?}"
         );
         assert_eq!(
-            cache
-                .get_or_fill_optional("k", missing())
-                .await
-                .expect("refetched"),
+            cache.get_or_fill("k", missing()).await.expect("refetched"),
             None
         );
         assert_eq!(calls.load(SeqCst), 2);
@@ -470,7 +459,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
         let caches = Caches::new(tier);
         let cache = caches.build(|b| b);
         let short = cache
-            .fetch("short", FillOptions::new(), || async {
+            .get_or_fill("short", || async {
                 Ok::<_, SourceDown>(Answer::value("v".to_owned()).ttl(Duration::from_secs(1)))
             })
             .await
@@ -478,7 +467,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
         assert_eq!(short.value.as_deref(), Some("v"));
         advance(Duration::from_millis(1_100)).await;
         assert_eq!(
-            cache.lookup("short").await.expect("lookup"),
+            cache.peek_entry("short").await.expect("lookup"),
             Cached::Miss,
             "{tier:?}"
         );
@@ -490,7 +479,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
                 let (cache, calls, gate) = (cache.clone(), Arc::clone(&calls), gate.clone());
                 tokio::spawn(async move {
                     cache
-                        .fetch("volatile", FillOptions::new(), move || async move {
+                        .get_or_fill("volatile", move || async move {
                             calls.fetch_add(1, SeqCst);
                             gate.wait().await;
                             Ok::<_, SourceDown>(Answer::value("once".to_owned()).dont_cache())
@@ -515,7 +504,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
         assert_eq!(calls.load(SeqCst), 1, "{tier:?}: still one fill");
         until_yielding(|| cache.flights_in_progress() == 0).await;
         assert_eq!(
-            cache.lookup("volatile").await.expect("lookup"),
+            cache.peek_entry("volatile").await.expect("lookup"),
             Cached::Miss
         );
     }
@@ -562,7 +551,7 @@ async fn a_refresh_racing_an_invalidate_never_brings_the_old_value_back() {
             advance(Duration::from_secs(11)).await;
             let (fill_yields, invalidate_yields) = (rng.usize(0..6), rng.usize(0..6));
             let fetched = cache
-                .fetch(&key, FillOptions::new(), move || async move {
+                .get_or_fill(&key, move || async move {
                     for _ in 0..fill_yields {
                         tokio::task::yield_now().await;
                     }
@@ -579,7 +568,7 @@ async fn a_refresh_racing_an_invalidate_never_brings_the_old_value_back() {
             cache.invalidate(&key).await.expect("invalidate");
             until_yielding(|| cache.flights_in_progress() == 0).await;
             assert_eq!(
-                cache.lookup(&key).await.expect("lookup"),
+                cache.peek_entry(&key).await.expect("lookup"),
                 Cached::Miss,
                 "{tier:?} run {run}: fill yields {fill_yields}, invalidate yields {invalidate_yields}"
             );

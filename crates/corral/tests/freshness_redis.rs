@@ -18,9 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use corral::clock::{Clock, TokioClock};
-use corral::{
-    Answer, Cache, Cached, Error, FillOptions, Freshness, RedisConfig, RedisStore, Stats,
-};
+use corral::{Answer, Cache, Cached, Error, Freshness, RedisConfig, RedisStore, Stats};
 use corral_testkit::{RedisServer, Worker};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -223,9 +221,9 @@ enum Command {
 /// Which read-through call a caller makes.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 enum Mode {
-    /// `fetch`, the fill answering an `Answer`.
+    /// `get_or_fill` with a fill answering an `Answer`.
     Fetch,
-    /// `get_or_fill_optional`.
+    /// `get_or_fill` with a fill answering `Option<V>`.
     Optional,
     /// `get_or_fill`.
     GetOrFill,
@@ -331,9 +329,9 @@ enum Failure {
 /// What one caller got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 enum Got {
-    /// From `fetch`: the value (`None`: not found) and its freshness.
+    /// From `get_or_fill` with a fill answering an `Answer`: the value (`None`: not found) and its freshness.
     Fetched(Option<String>, Is),
-    /// From `get_or_fill_optional` or `get_or_fill`.
+    /// From `get_or_fill` (a fill answering `V` or `Option<V>`).
     Value(Option<String>),
     Failed(Failure),
 }
@@ -497,12 +495,12 @@ async fn call_once(ctx: &Ctx, key: &str, mode: Mode, fill: Fill) -> Got {
                 }
                 Ok(answer)
             };
-            match ctx.cache.fetch(key, FillOptions::new(), answered).await {
+            match ctx.cache.get_or_fill(key, answered).await {
                 Ok(fetched) => Got::Fetched(fetched.value, fetched.freshness.into()),
                 Err(error) => Got::Failed(failure(&error)),
             }
         }
-        Mode::Optional => match ctx.cache.get_or_fill_optional(key, source).await {
+        Mode::Optional => match ctx.cache.get_or_fill(key, source).await {
             Ok(value) => Got::Value(value),
             Err(error) => Got::Failed(failure(&error)),
         },
@@ -548,10 +546,10 @@ async fn run_command(ctx: &Ctx, command: Command) -> String {
             json(&served)
         }
         Command::Lookup { key } => {
-            let looked: Looked = ctx.cache.lookup(&key).await.expect("lookup").into();
+            let looked: Looked = ctx.cache.peek_entry(&key).await.expect("lookup").into();
             json(&looked)
         }
-        Command::Get { key } => json(&ctx.cache.get(&key).await.expect("get")),
+        Command::Get { key } => json(&ctx.cache.peek(&key).await.expect("get")),
         Command::Invalidate { key } => {
             ctx.cache.invalidate(&key).await.expect("invalidate");
             json(&true)
@@ -793,14 +791,14 @@ impl Proc {
         served.pop().expect("one caller")
     }
 
-    async fn lookup(&mut self, key: &str) -> Looked {
+    async fn peek_entry(&mut self, key: &str) -> Looked {
         self.ask(&Command::Lookup {
             key: key.to_owned(),
         })
         .await
     }
 
-    async fn get(&mut self, key: &str) -> Option<String> {
+    async fn peek(&mut self, key: &str) -> Option<String> {
         self.ask(&Command::Get {
             key: key.to_owned(),
         })
@@ -840,8 +838,8 @@ impl Proc {
     }
 }
 
-async fn lookup(cache: &Cache<String>, key: &str) -> Looked {
-    cache.lookup(key).await.expect("lookup").into()
+async fn peek_entry(cache: &Cache<String>, key: &str) -> Looked {
+    cache.peek_entry(key).await.expect("peek_entry").into()
 }
 
 /// Sleeps until an entry written now with `config` is stale.
@@ -865,7 +863,7 @@ async fn stale_readers_in_two_processes_are_served_at_once_while_one_refresh_run
     let mut procs = [a, b];
     here.set("hot", "old".into()).await.expect("set");
     sleep_past_ttl(&config).await;
-    assert_eq!(lookup(&here, "hot").await, value("old", Is::Stale));
+    assert_eq!(peek_entry(&here, "hot").await, value("old", Is::Stale));
 
     let refresh = Fill::value("new").delay(refresh_takes);
     let command = Proc::call_command("hot", Mode::Fetch, CALLERS, &refresh);
@@ -901,7 +899,7 @@ async fn stale_readers_in_two_processes_are_served_at_once_while_one_refresh_run
             fetched("new", Is::Fresh)
         );
     }
-    assert_eq!(lookup(&here, "hot").await, value("new", Is::Fresh));
+    assert_eq!(peek_entry(&here, "hot").await, value("new", Is::Fresh));
     assert_eq!(lab.counter("fills").await, 1);
     let mut refreshes = 0;
     for proc in &mut procs {
@@ -982,8 +980,8 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
     p.open("g").await;
     p.idle().await;
     assert_eq!(lab.counter("fills").await, 1, "k2 was not refreshed");
-    assert_eq!(lookup(&here, "k1").await, value("new1", Is::Fresh));
-    assert_eq!(lookup(&here, "k2").await, value("old", Is::Stale));
+    assert_eq!(peek_entry(&here, "k1").await, value("new1", Is::Fresh));
+    assert_eq!(peek_entry(&here, "k2").await, value("old", Is::Stale));
 
     // A later read of k2 refreshes it.
     assert_eq!(
@@ -992,7 +990,7 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
     );
     p.idle().await;
     assert_eq!(lab.counter("fills").await, 2, "the later read refreshed");
-    assert_eq!(lookup(&here, "k2").await, value("new2", Is::Fresh));
+    assert_eq!(peek_entry(&here, "k2").await, value("new2", Is::Fresh));
     let stats = p.stats().await;
     assert_eq!(
         (stats.refreshes, stats.refreshes_skipped),
@@ -1038,7 +1036,7 @@ async fn eager_refresh_starts_before_the_entry_goes_stale_judged_by_redis_pttl()
     let age_after_refresh = lab.age("k", config.physical()).await.expect("present");
     assert_eq!(lab.counter("fills").await, 2);
     assert_eq!(b.stats().await.refreshes, 1);
-    assert_eq!(a.lookup("k").await, value("new", Is::Fresh));
+    assert_eq!(a.peek_entry("k").await, value("new", Is::Fresh));
     // The refreshed entry lives a full TTL from its refresh.
     assert!(
         age_after_refresh < ms(300),
@@ -1067,7 +1065,11 @@ async fn fail_safe_across_processes_serves_the_old_value_throttles_and_never_out
     }
     let filled = Instant::now();
     sleep_past_ttl(&config).await;
-    assert_eq!(lookup(&here, "k").await, Looked::Miss, "only fail-safe now");
+    assert_eq!(
+        peek_entry(&here, "k").await,
+        Looked::Miss,
+        "only fail-safe now"
+    );
 
     // An erroring fill in B: the old value, as fail-safe.
     let remaining_before = lab.pttl("k").await;
@@ -1083,7 +1085,7 @@ async fn fail_safe_across_processes_serves_the_old_value_throttles_and_never_out
     );
     // Within the throttle window, other processes read it without calling
     // the source.
-    assert_eq!(lookup(&here, "k").await, value("kept", Is::FailSafe));
+    assert_eq!(peek_entry(&here, "k").await, value("kept", Is::FailSafe));
     assert_eq!(
         a.fetch("k", &Fill::error()).await,
         fetched("kept", Is::FailSafe)
@@ -1198,7 +1200,7 @@ async fn the_soft_timeout_serves_stale_and_the_background_fill_lands_for_every_p
     );
     assert_eq!(lab.counter("fills").await, 1);
     assert_eq!(
-        lookup(&here, "k").await,
+        peek_entry(&here, "k").await,
         Looked::Miss,
         "nothing servable until the fill lands"
     );
@@ -1210,12 +1212,12 @@ async fn the_soft_timeout_serves_stale_and_the_background_fill_lands_for_every_p
 
     // The background fill lands, visible from every process.
     let deadline = soon();
-    while lookup(&here, "k").await != value("new", Is::Fresh) {
+    while peek_entry(&here, "k").await != value("new", Is::Fresh) {
         give_up_at(deadline, "the background fill lands");
         tokio::time::sleep(ms(5)).await;
     }
     assert!(started.elapsed() >= fill_takes);
-    assert_eq!(b.lookup("k").await, value("new", Is::Fresh));
+    assert_eq!(b.peek_entry("k").await, value("new", Is::Fresh));
     assert_eq!(lab.counter("fills").await, 1);
     a.idle().await;
     assert_eq!(a.stats().await.soft_timeouts, 1);
@@ -1249,9 +1251,9 @@ async fn not_found_and_adaptive_answers_are_cached_as_the_fill_says() {
         1,
         "the negative answer is cached"
     );
-    assert_eq!(b.lookup("missing").await, Looked::NotFound(Is::Fresh));
-    assert_eq!(b.lookup("never-filled").await, Looked::Miss);
-    assert_eq!(b.get("missing").await, None);
+    assert_eq!(b.peek_entry("missing").await, Looked::NotFound(Is::Fresh));
+    assert_eq!(b.peek_entry("never-filled").await, Looked::Miss);
+    assert_eq!(b.peek("missing").await, None);
     assert_eq!(
         a.call(
             "missing",
@@ -1274,11 +1276,11 @@ async fn not_found_and_adaptive_answers_are_cached_as_the_fill_says() {
     );
     let pttl = lab.pttl("short").await;
     assert!(0 < pttl && pttl <= 300, "the answer's TTL: {pttl} ms");
-    assert_eq!(b.lookup("short").await, value("v", Is::Fresh));
+    assert_eq!(b.peek_entry("short").await, value("v", Is::Fresh));
 
     tokio::time::sleep(negative_ttl + ms(50)).await;
-    assert_eq!(b.lookup("short").await, Looked::Miss);
-    assert_eq!(b.lookup("missing").await, Looked::Miss);
+    assert_eq!(b.peek_entry("short").await, Looked::Miss);
+    assert_eq!(b.peek_entry("missing").await, Looked::Miss);
     assert_eq!(
         b.call("missing", Mode::Optional, 1, &missing).await[0].got,
         Got::Value(None)
@@ -1304,8 +1306,8 @@ async fn not_found_and_adaptive_answers_are_cached_as_the_fill_says() {
     assert_eq!(lab.counter("volatile").await, 1, "still one fill");
     a.idle().await;
     assert_eq!(lab.pttl("volatile").await, -2, "nothing stored");
-    assert_eq!(lookup(&here, "volatile").await, Looked::Miss);
-    assert_eq!(b.lookup("volatile").await, Looked::Miss);
+    assert_eq!(peek_entry(&here, "volatile").await, Looked::Miss);
+    assert_eq!(b.peek_entry("volatile").await, Looked::Miss);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1324,9 +1326,12 @@ async fn an_invalidated_key_is_served_by_neither_grace_nor_fail_safe() {
     sleep_past_ttl(&config).await;
 
     // Within the grace period: served stale unless invalidated elsewhere.
-    assert_eq!(a.lookup("graced-control").await, value("old", Is::Stale));
+    assert_eq!(
+        a.peek_entry("graced-control").await,
+        value("old", Is::Stale)
+    );
     b.invalidate("graced").await;
-    assert_eq!(a.lookup("graced").await, Looked::Miss);
+    assert_eq!(a.peek_entry("graced").await, Looked::Miss);
     assert_eq!(
         a.fetch("graced", &Fill::value("new")).await,
         fetched("new", Is::Fresh)
@@ -1350,7 +1355,7 @@ async fn an_invalidated_key_is_served_by_neither_grace_nor_fail_safe() {
         Got::Failed(Failure::Fill),
         "no fail-safe after an invalidation"
     );
-    assert_eq!(a.lookup("kept").await, Looked::Miss);
+    assert_eq!(a.peek_entry("kept").await, Looked::Miss);
     assert_eq!(lab.pttl("kept").await, -2);
 }
 
@@ -1408,7 +1413,7 @@ async fn a_refresh_racing_an_invalidate_from_another_process_never_brings_the_ol
         here.invalidate(&key).await.expect("invalidate");
         p.idle().await;
         assert_eq!(
-            lookup(&here, &key).await,
+            peek_entry(&here, &key).await,
             Looked::Miss,
             "run {run}: a {} refresh (fill {fill_delay} µs) raced an invalidate \
              ({invalidate_delay} µs after the fill started)",
@@ -1468,7 +1473,7 @@ async fn processes_with_clocks_ten_minutes_apart_agree_on_freshness() {
     ] {
         lab.wait_age("k", physical, at).await;
         let before = lab.age("k", physical).await.expect("present");
-        let (seen_a, seen_b) = tokio::join!(a.lookup("k"), b.lookup("k"));
+        let (seen_a, seen_b) = tokio::join!(a.peek_entry("k"), b.peek_entry("k"));
         let after = lab.age("k", physical).await.expect("present");
         let place = |age: Duration| (age >= config.ttl, age >= config.ttl + config.grace);
         assert_eq!(
@@ -1485,7 +1490,7 @@ async fn processes_with_clocks_ten_minutes_apart_agree_on_freshness() {
         a.fetch("k", &Fill::error()).await,
         fetched("v", Is::FailSafe)
     );
-    assert_eq!(b.lookup("k").await, value("v", Is::FailSafe));
+    assert_eq!(b.peek_entry("k").await, value("v", Is::FailSafe));
     assert_eq!(
         b.fetch("k", &Fill::error()).await,
         fetched("v", Is::FailSafe)
@@ -1494,7 +1499,7 @@ async fn processes_with_clocks_ten_minutes_apart_agree_on_freshness() {
 
     // Past the physical end, both miss.
     lab.wait_gone("k").await;
-    let (seen_a, seen_b) = tokio::join!(a.lookup("k"), b.lookup("k"));
+    let (seen_a, seen_b) = tokio::join!(a.peek_entry("k"), b.peek_entry("k"));
     assert_eq!((seen_a, seen_b), (Looked::Miss, Looked::Miss));
     assert_eq!(
         b.fetch("k", &Fill::error()).await,
@@ -1544,7 +1549,7 @@ async fn a_refresh_in_flight_before_an_invalidate_or_set_elsewhere_never_stores_
         }
         let served: Vec<Served> = p.answer(&tag).await;
         p.idle().await;
-        let after = lookup(&here, &key).await;
+        let after = peek_entry(&here, &key).await;
         if served[0].got != fetched("old", Is::Stale) {
             // The read came after the write: a plain fill, nothing to check
             // but that the old value is gone.

@@ -352,7 +352,7 @@ const LEASE: Duration = Duration::from_millis(500);
 
 /// A cache with a long `fill_timeout` (30 s) and a short lease
 /// ([`LEASE`]) whose fills count themselves.
-fn patient<S: corral::Store>(store: S, name: &str) -> Cache<String> {
+fn patient<S: corral::store::Store>(store: S, name: &str) -> Cache<String> {
     Cache::<String>::builder(name)
         .store(store)
         .lease_ttl(LEASE)
@@ -425,7 +425,10 @@ async fn broken_redis_leases(url: &str, cache: &Cache<String>) {
         assert_eq!(fills.load(Ordering::SeqCst), i + 1, "{key}: one fill");
         let left: bool = conn.exists(&lease).await.expect("EXISTS");
         assert!(!left, "{key}: the commit dropped the taken-over lease");
-        assert_eq!(cache.get(key).await.expect("get"), Some("fresh".to_owned()));
+        assert_eq!(
+            cache.peek(key).await.expect("get"),
+            Some("fresh".to_owned())
+        );
     }
 }
 
@@ -473,7 +476,10 @@ async fn memcached_a_broken_lease_is_taken_over() {
             !server.exists(&lease),
             "{key}: the commit dropped the lease"
         );
-        assert_eq!(cache.get(key).await.expect("get"), Some("fresh".to_owned()));
+        assert_eq!(
+            cache.peek(key).await.expect("get"),
+            Some("fresh".to_owned())
+        );
     }
 }
 
@@ -569,7 +575,7 @@ async fn redis_a_value_key_of_another_type_heals_with_one_fill_across_processes(
         .store(store)
         .build()
         .expect("config");
-    let read = fresh.get("typed").await.expect("get");
+    let read = fresh.peek("typed").await.expect("get");
     assert_eq!(read.as_ref(), values.iter().next());
     assert_eq!(fresh.stats().decode_failures, 0);
 }
@@ -582,17 +588,17 @@ async fn wrong_type_reads(url: &str, cache: &Cache<String>) {
     let ns = cache.namespace().to_owned();
     let before = cache.stats();
     plant_hash(&mut conn, &ns, "a").await;
-    assert_eq!(cache.get("a").await.expect("get is a miss"), None);
+    assert_eq!(cache.peek("a").await.expect("get is a miss"), None);
     let filled = cache
         .get_or_fill("a", || async { Ok::<_, std::io::Error>("A".to_owned()) })
         .await
         .expect("fill over a hash");
     assert_eq!(filled, "A");
-    assert_eq!(cache.get("a").await.expect("get"), Some("A".to_owned()));
+    assert_eq!(cache.peek("a").await.expect("get"), Some("A".to_owned()));
     // Known to the store now (its expiry remembered): replaced by a hash
     // again, the next read is still a miss.
     plant_hash(&mut conn, &ns, "a").await;
-    assert_eq!(cache.get("a").await.expect("get is a miss"), None);
+    assert_eq!(cache.peek("a").await.expect("get is a miss"), None);
 
     plant_hash(&mut conn, &ns, "b").await;
     let keys = ["a", "b", "c"];
@@ -609,14 +615,17 @@ async fn wrong_type_reads(url: &str, cache: &Cache<String>) {
     for key in keys {
         let answer = batch.get(key).expect("answered").as_ref().expect("value");
         assert_eq!(answer, &key.to_uppercase());
-        assert_eq!(cache.get(key).await.expect("get"), Some(key.to_uppercase()));
+        assert_eq!(
+            cache.peek(key).await.expect("get"),
+            Some(key.to_uppercase())
+        );
     }
     plant_hash(&mut conn, &ns, "d").await;
     cache
         .set("d", "D".to_owned())
         .await
         .expect("set over a hash");
-    assert_eq!(cache.get("d").await.expect("get"), Some("D".to_owned()));
+    assert_eq!(cache.peek("d").await.expect("get"), Some("D".to_owned()));
     let stats = cache.stats();
     assert_eq!(stats.store_errors, before.store_errors, "{stats:?}");
     assert_eq!(stats.fail_open_fills, before.fail_open_fills, "{stats:?}");
@@ -697,7 +706,7 @@ async fn wrong_type_cluster_reads(cluster: &RedisCluster, cache: &Cache<String>)
             .await
             .expect("HSET");
     }
-    assert_eq!(cache.get(&keys[0]).await.expect("get is a miss"), None);
+    assert_eq!(cache.peek(&keys[0]).await.expect("get is a miss"), None);
     let filled = cache
         .get_or_fill(&keys[0], || async {
             Ok::<_, std::io::Error>("one".to_owned())
@@ -743,14 +752,17 @@ async fn memcached_garbage_in_a_value_item_is_a_counted_miss_healed_by_one_fill(
         let slot = store.slot_item(&StoreKey::new(cache.namespace(), key));
         server.set_raw(&slot, data, *ttl);
         let before = cache.stats();
-        assert_eq!(cache.get(key).await.expect("get is a miss"), None, "{key}");
+        assert_eq!(cache.peek(key).await.expect("get is a miss"), None, "{key}");
         assert_eq!(
             fill_within(LEASE, &cache, key, &fills).await,
             "fresh",
             "{key}"
         );
         assert_eq!(fills.load(Ordering::SeqCst), i + 1, "{key}: one fill");
-        assert_eq!(cache.get(key).await.expect("get"), Some("fresh".to_owned()));
+        assert_eq!(
+            cache.peek(key).await.expect("get"),
+            Some("fresh".to_owned())
+        );
         let stats = cache.stats();
         assert!(
             stats.decode_failures > before.decode_failures,

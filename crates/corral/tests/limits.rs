@@ -4,9 +4,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use corral::{
-    Answer, Cache, Error, FillOptions, InvalidKey, MemoryStore, RedisConfig, RedisStore, Store,
-};
+use corral::store::{MemoryStore, Store};
+use corral::{Answer, Cache, Error, FillOptions, InvalidKey, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
 const LIMIT: usize = 1024;
@@ -40,7 +39,7 @@ async fn oversized_values_on_both_paths(store: &(impl Store + Clone)) {
         Error::Encode { message } => assert!(message.contains(&LIMIT.to_string()), "{message}"),
         other => panic!("expected Encode, got {other:?}"),
     }
-    assert_eq!(small.get("k").await.expect("read"), None);
+    assert_eq!(small.peek("k").await.expect("read"), None);
 
     // A fill answering an oversized value: the callers get it, the store
     // does not (counted), so the next call fills again.
@@ -62,7 +61,7 @@ async fn oversized_values_on_both_paths(store: &(impl Store + Clone)) {
     large.set("r", big()).await.expect("within its limit");
     let decode_failures = small.stats().decode_failures;
     assert_eq!(
-        small.get("r").await.expect("read"),
+        small.peek("r").await.expect("read"),
         None,
         "over the reader's limit"
     );
@@ -73,7 +72,7 @@ async fn oversized_values_on_both_paths(store: &(impl Store + Clone)) {
         .expect("value");
     assert_eq!(refilled, "small");
     assert_eq!(
-        large.get("r").await.expect("read").as_deref(),
+        large.peek("r").await.expect("read").as_deref(),
         Some("small"),
         "overwritten"
     );
@@ -100,11 +99,11 @@ async fn invalid_keys_are_refused_on_every_path() {
     for key in ["", "a\nb", "nul\0", long.as_str()] {
         let invalid = |e: &Error<std::io::Error>| e.is_invalid_key();
         assert!(
-            cache.get(key).await.expect_err("get").is_invalid_key(),
+            cache.peek(key).await.expect_err("get").is_invalid_key(),
             "{key:?}"
         );
         assert!(cache
-            .lookup(key)
+            .peek_entry(key)
             .await
             .expect_err("lookup")
             .is_invalid_key());
@@ -136,20 +135,21 @@ async fn invalid_keys_are_refused_on_every_path() {
         ));
         assert!(invalid(
             &cache
-                .get_or_fill_with(key, FillOptions::new(), ok("v".into()))
+                .get_or_fill(key, ok("v".into()))
                 .await
-                .expect_err("get_or_fill_with")
+                .expect_err("get_or_fill with options")
         ));
         let tagged = FillOptions::new().tags([key]);
         assert!(invalid(
             &cache
-                .get_or_fill_with("fine", tagged, ok("v".into()))
+                .get_or_fill("fine", ok("v".into()))
+                .options(tagged)
                 .await
                 .expect_err("a bad tag")
         ));
         assert!(invalid(
             &cache
-                .get_or_fill_optional(key, || async {
+                .get_or_fill(key, || async {
                     Ok::<_, std::io::Error>(Some("v".to_owned()))
                 })
                 .await
@@ -157,7 +157,7 @@ async fn invalid_keys_are_refused_on_every_path() {
         ));
         assert!(invalid(
             &cache
-                .fetch(key, FillOptions::new(), || async {
+                .get_or_fill(key, || async {
                     Ok::<_, std::io::Error>(Answer::value("v".to_owned()))
                 })
                 .await
@@ -185,7 +185,8 @@ async fn invalid_keys_are_refused_on_every_path() {
     }
     let too_many: Vec<String> = (0..100).map(|i| format!("t{i}")).collect();
     let refused = cache
-        .get_or_fill_with("k", FillOptions::new().tags(too_many), ok("v".into()))
+        .get_or_fill("k", ok("v".into()))
+        .options(FillOptions::new().tags(too_many))
         .await
         .expect_err("too many tags");
     assert!(

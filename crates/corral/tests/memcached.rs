@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use corral::store::Store;
 use corral::store::{Commit, Grant, LeaseRequest, Lookup, Origin, StoreKey};
-use corral::{Cache, MemcachedConfig, MemcachedStore, Store, StoreErrorKind};
+use corral::{Cache, MemcachedConfig, MemcachedStore, StoreErrorKind};
 use corral_testkit::{MemcachedServer, Stampede, StampedeReport, Worker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -285,8 +286,8 @@ async fn entries_expire_in_whole_seconds() {
         .set_with_ttl("k", "v".into(), Duration::from_secs(1))
         .await
         .expect("set");
-    assert_eq!(cache.get("k").await.expect("get"), Some("v".into()));
-    while cache.get("k").await.expect("get").is_some() {
+    assert_eq!(cache.peek("k").await.expect("get"), Some("v".into()));
+    while cache.peek("k").await.expect("get").is_some() {
         assert!(started.elapsed() < Duration::from_secs(4), "never expired");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -345,7 +346,7 @@ async fn keys_spread_over_several_servers_and_odd_keys_fit() {
     let mut per_server = [0usize; 3];
     for key in &keys {
         assert_eq!(
-            cache.get(key).await.expect("get"),
+            cache.peek(key).await.expect("get"),
             Some(format!("value of {key}"))
         );
         let item = store.slot_item(&StoreKey::new(cache.namespace(), key));

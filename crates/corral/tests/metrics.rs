@@ -57,7 +57,9 @@ async fn a_stampede_shows_on_the_prometheus_endpoint() {
     assert_eq!(stampede(&users, "user:1", 1_000).await, 1);
     for _ in 0..5 {
         users
-            .get_or_fill("user:1", || async { Ok::<_, std::io::Error>("x".into()) })
+            .get_or_fill("user:1", || async {
+                Ok::<String, std::io::Error>("x".into())
+            })
             .await
             .expect("hit");
     }

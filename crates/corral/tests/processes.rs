@@ -287,7 +287,7 @@ async fn an_invalidation_during_another_processs_fill_always_wins() {
         here.invalidate(&key).await.expect("invalidate");
         assert_eq!(filler.expect("@filled").await, "true");
         assert_eq!(
-            here.get(&key).await.expect("get"),
+            here.peek(&key).await.expect("get"),
             None,
             "run {run}: the fill that started before the invalidation overwrote it \
              (fill delay {fill_delay} µs, invalidate delay {invalidate_delay} µs)"

@@ -85,7 +85,7 @@ async fn redis_urls_never_show_their_password() {
         .build()
         .expect("config");
     cache.set("k", "v".to_owned()).await.expect("set");
-    assert_eq!(cache.get("k").await.expect("get").as_deref(), Some("v"));
+    assert_eq!(cache.peek("k").await.expect("get").as_deref(), Some("v"));
     assert_hidden("Cache", &format!("{cache:?} {:?}", cache.health().await));
     assert_hidden(
         "CacheBuilder",
@@ -216,8 +216,9 @@ async fn passwords_of_any_printable_bytes_are_never_shown() {
 #[cfg(feature = "encryption")]
 #[tokio::test]
 async fn encryption_keys_never_show() {
+    use corral::store::MemoryStore;
     use corral::store::StoreKey;
-    use corral::{Encryption, MemoryStore};
+    use corral::Encryption;
 
     const KEY: [u8; 32] = *b"0123456789abcdef0123456789abcdef";
     const OTHER: [u8; 32] = *b"fedcba9876543210fedcba9876543210";
@@ -250,7 +251,7 @@ async fn encryption_keys_never_show() {
         vec![0xE1; 64],
         Duration::from_secs(60),
     );
-    assert_eq!(cache.get("k").await.expect("get"), None);
+    assert_eq!(cache.peek("k").await.expect("get"), None);
     assert_eq!(cache.stats().decrypt_failures, 1);
     let traces = captured.text();
     assert!(traces.contains("did not decrypt"), "{traces}");

@@ -284,7 +284,7 @@ async fn redis_killed_mid_fill_then_restarted() {
         .expect_err("down")
         .is_store());
     assert!(cache.invalidate("k").await.expect_err("down").is_store());
-    assert!(cache.get("k").await.expect_err("down").is_store());
+    assert!(cache.peek("k").await.expect_err("down").is_store());
     assert!(started.elapsed() < OP_TIMEOUT * 3 + Duration::from_secs(1));
     // Reads still answer, by filling without a lease.
     let value = cache.get_or_fill("down", ok("fail-open")).await;
@@ -298,7 +298,7 @@ async fn redis_killed_mid_fill_then_restarted() {
     loop {
         let value = cache.get_or_fill("after", ok("v")).await.expect("value");
         assert_eq!(value, "v");
-        if cache.get("after").await.ok().flatten().is_some() {
+        if cache.peek("after").await.ok().flatten().is_some() {
             break;
         }
         assert!(
@@ -377,7 +377,7 @@ async fn redis_frozen_for_five_seconds_bounds_every_call() {
         assert!(thawed.elapsed() < Duration::from_secs(5), "never recovered");
         tokio::task::yield_now().await;
     }
-    assert_eq!(cache.get("k0").await.expect("get"), Some("after".into()));
+    assert_eq!(cache.peek("k0").await.expect("get"), Some("after".into()));
     eprintln!("thawed: writes work again after {:?}", thawed.elapsed());
 }
 
@@ -434,5 +434,5 @@ async fn a_lapsed_leaders_late_commit_is_refused() {
     })
     .await;
     assert_eq!(first.stats().commits_refused, 1);
-    assert_eq!(second.get("k").await.expect("get"), Some("next".into()));
+    assert_eq!(second.peek("k").await.expect("get"), Some("next".into()));
 }

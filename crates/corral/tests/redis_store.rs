@@ -632,7 +632,7 @@ async fn check_generations(a: &RedisStore, b: &RedisStore, ns: &str) {
 
 #[tokio::test]
 async fn memory_store_generations() {
-    let store = corral::MemoryStore::new();
+    let store = corral::store::MemoryStore::new();
     generations(&store, &store.clone(), "test:v1").await;
 }
 
@@ -833,7 +833,7 @@ async fn unframed_bytes_are_a_counted_miss_and_overwritten() {
         if generation.is_none() {
             assert_eq!(&read.bytes, bytes, "{what}: unframed bytes pass whole");
         }
-        assert_eq!(cache.get(&user).await.expect("get"), None, "{what}");
+        assert_eq!(cache.peek(&user).await.expect("get"), None, "{what}");
         let filled = cache
             .get_or_fill(&user, move || async move {
                 Ok::<_, std::io::Error>(format!("filled {i}"))
@@ -842,7 +842,7 @@ async fn unframed_bytes_are_a_counted_miss_and_overwritten() {
             .expect("fill over foreign bytes");
         assert_eq!(filled, format!("filled {i}"), "{what}");
         assert_eq!(
-            cache.get(&user).await.expect("get"),
+            cache.peek(&user).await.expect("get"),
             Some(format!("filled {i}")),
             "{what}: overwritten"
         );
@@ -878,7 +878,7 @@ async fn unframed_bytes_are_a_counted_miss_and_overwritten() {
         .await
         .expect("SET");
     assert_eq!(
-        cache.get("legacy").await.expect("get"),
+        cache.peek("legacy").await.expect("get"),
         Some("legacy".to_owned())
     );
     let k = StoreKey::new(cache.namespace(), "legacy");

@@ -96,7 +96,7 @@ async fn a_service_starts_while_redis_is_down_and_uses_it_once_it_is_up() {
     // fill of the first one lands in Redis for the other to read.
     let other = config.build::<String>("startup").await.expect("second");
     assert_eq!(
-        other.get("user:3").await.expect("read").as_deref(),
+        other.peek("user:3").await.expect("read").as_deref(),
         Some("in Redis")
     );
     let filled = cache
@@ -107,7 +107,7 @@ async fn a_service_starts_while_redis_is_down_and_uses_it_once_it_is_up() {
         .expect("read");
     assert_eq!(filled, "filled with Redis");
     assert_eq!(
-        other.get("user:4").await.expect("read").as_deref(),
+        other.peek("user:4").await.expect("read").as_deref(),
         Some("filled with Redis"),
         "the fill was stored in Redis"
     );
@@ -151,7 +151,7 @@ async fn a_service_starts_while_its_cluster_is_down_and_uses_it_once_it_is_up() 
     let other = config.build::<String>("startup").await.expect("second");
     let read = eventually("the other replica reads it", || {
         let other = other.clone();
-        async move { other.get("user:3").await.ok() }
+        async move { other.peek("user:3").await.ok() }
     })
     .await;
     assert_eq!(read.as_deref(), Some("in Redis"));

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{
-    Cache, FillOptions, MemcachedConfig, MemcachedStore, MemoryStore, RedisConfig, RedisStore,
-};
+use corral::store::MemoryStore;
+use corral::{Cache, FillOptions, MemcachedConfig, MemcachedStore, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, MemcachedServer, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
 
@@ -89,16 +88,17 @@ struct Late {
 async fn before_loss(cache: &Cache<String>, target: Target) -> Late {
     for i in 0..ENTRIES {
         let value = cache
-            .get_or_fill_with(&format!("e{i}"), options(), move || async move {
+            .get_or_fill(&format!("e{i}"), move || async move {
                 Ok::<_, std::io::Error>(format!("before-{i}"))
             })
+            .options(options())
             .await
             .expect("fill");
         assert_eq!(value, format!("before-{i}"));
     }
     // Stored: a read without a fill finds each in the store (no L1).
     for i in 0..ENTRIES {
-        let stored = cache.get(&format!("e{i}")).await.expect("read");
+        let stored = cache.peek(&format!("e{i}")).await.expect("read");
         assert_eq!(stored, Some(format!("before-{i}")));
     }
     let gate = Gate::new();
@@ -108,12 +108,13 @@ async fn before_loss(cache: &Cache<String>, target: Target) -> Late {
             let (cache, gate, started) = (cache.clone(), gate.clone(), Arc::clone(&started));
             tokio::spawn(async move {
                 cache
-                    .get_or_fill_with(&format!("late{i}"), options(), move || async move {
+                    .get_or_fill(&format!("late{i}"), move || async move {
                         // The fill's stamps were read before it started.
                         started.fetch_add(1, SeqCst);
                         gate.wait().await;
                         Ok::<_, std::io::Error>(format!("late-{i}"))
                     })
+                    .options(options())
                     .await
                     .expect("late fill")
             })
@@ -141,9 +142,10 @@ async fn after_loss(old: &Cache<String>, fresh: &Cache<String>, late: Late) -> (
         for i in 0..ENTRIES {
             let reader = if (i + pass) % 2 == 0 { fresh } else { old };
             let value = reader
-                .get_or_fill_with(&format!("e{i}"), options(), move || async move {
+                .get_or_fill(&format!("e{i}"), move || async move {
                     Ok::<_, std::io::Error>(format!("after-{i}"))
                 })
+                .options(options())
                 .await
                 .expect("read");
             invalidated += usize::from(value.starts_with("before-"));
@@ -153,9 +155,10 @@ async fn after_loss(old: &Cache<String>, fresh: &Cache<String>, late: Late) -> (
     for i in 0..LATE {
         for reader in [fresh, old] {
             let value = reader
-                .get_or_fill_with(&format!("late{i}"), options(), move || async move {
+                .get_or_fill(&format!("late{i}"), move || async move {
                     Ok::<_, std::io::Error>(format!("refilled-{i}"))
                 })
+                .options(options())
                 .await
                 .expect("read");
             late_served += usize::from(value.starts_with("late-"));
@@ -414,10 +417,11 @@ async fn a_recreated_version_is_announced_to_other_caches() {
     let fills = Arc::new(AtomicUsize::new(0));
     let read = |cache: Cache<String>, fills: Arc<AtomicUsize>| async move {
         cache
-            .get_or_fill_with("k", options(), move || async move {
+            .get_or_fill("k", move || async move {
                 fills.fetch_add(1, SeqCst);
                 Ok::<_, std::io::Error>("v".to_owned())
             })
+            .options(options())
             .await
             .expect("read")
     };

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{Cache, Error, FillOptions, InvalidKey, MemoryStore, RedisConfig, RedisStore};
+use corral::store::MemoryStore;
+use corral::{Cache, Error, FillOptions, InvalidKey, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
 fn on(store: &MemoryStore, l1: bool) -> Cache<String> {
@@ -33,10 +34,11 @@ async fn fill(
 ) -> String {
     let (calls, value) = (Arc::clone(calls), value.to_owned());
     cache
-        .get_or_fill_with(key, tagged(tags), move || async move {
+        .get_or_fill(key, move || async move {
             calls.fetch_add(1, SeqCst);
             Ok::<_, std::io::Error>(value)
         })
+        .options(tagged(tags))
         .await
         .expect("fill")
 }
@@ -51,15 +53,15 @@ async fn a_tag_invalidation_in_one_cache_is_seen_by_the_others_next_read() {
         fill(&a, "user:2", &["team:7", "admins"], "bob", &calls).await;
         fill(&a, "user:3", &["team:8"], "cy", &calls).await;
         for key in ["user:1", "user:2", "user:3"] {
-            assert!(b.get(key).await.expect("read").is_some(), "{key}");
+            assert!(b.peek(key).await.expect("read").is_some(), "{key}");
         }
 
         b.invalidate_tag("team:7").await.expect("invalidate tag");
         for reader in [&a, &b] {
-            assert_eq!(reader.get("user:1").await.expect("read"), None);
-            assert_eq!(reader.get("user:2").await.expect("read"), None);
+            assert_eq!(reader.peek("user:1").await.expect("read"), None);
+            assert_eq!(reader.peek("user:2").await.expect("read"), None);
             assert_eq!(
-                reader.get("user:3").await.expect("read").as_deref(),
+                reader.peek("user:3").await.expect("read").as_deref(),
                 Some("cy")
             );
         }
@@ -69,7 +71,7 @@ async fn a_tag_invalidation_in_one_cache_is_seen_by_the_others_next_read() {
             "ada2"
         );
         assert_eq!(
-            b.get("user:1").await.expect("read").as_deref(),
+            b.peek("user:1").await.expect("read").as_deref(),
             Some("ada2")
         );
         assert_eq!(calls.load(SeqCst), 4, "l1 {l1_a}/{l1_b}");
@@ -89,12 +91,12 @@ async fn clear_makes_every_entry_a_miss_everywhere() {
     assert_eq!(a.local_len(), 0);
     for reader in [&a, &b] {
         for key in ["x", "y", "z"] {
-            assert_eq!(reader.get(key).await.expect("read"), None, "{key}");
+            assert_eq!(reader.peek(key).await.expect("read"), None, "{key}");
         }
     }
     // Writes after the clear are served.
     a.set("z", "4".into()).await.expect("set");
-    assert_eq!(b.get("z").await.expect("read").as_deref(), Some("4"));
+    assert_eq!(b.peek("z").await.expect("read").as_deref(), Some("4"));
 }
 
 /// A fill running in a task, its "started" signal and its release.
@@ -112,11 +114,12 @@ fn gated_fill(cache: &Cache<String>, key: &'static str, tags: &'static [&'static
     let cache = cache.clone();
     let task = tokio::spawn(async move {
         cache
-            .get_or_fill_with(key, tagged(tags), move || async move {
+            .get_or_fill(key, move || async move {
                 let _ = started_tx.send(());
                 let _ = release_rx.await;
                 Ok::<_, std::io::Error>("filled before".to_string())
             })
+            .options(tagged(tags))
             .await
     });
     (task, started_rx, release_tx)
@@ -137,8 +140,8 @@ async fn a_tag_invalidation_or_clear_during_a_fill_fences_it() {
         release.send(()).expect("release");
         assert_eq!(task.await.expect("task").expect("fill"), "filled before");
         assert_eq!(a.stats().commits_refused, 1, "l1 {l1}, clear {by_clear}");
-        assert_eq!(a.get("k").await.expect("read"), None);
-        assert_eq!(b.get("k").await.expect("read"), None);
+        assert_eq!(a.peek("k").await.expect("read"), None);
+        assert_eq!(b.peek("k").await.expect("read"), None);
         assert_eq!(a.flights_in_progress(), 0);
     }
 }
@@ -153,16 +156,16 @@ async fn tags_work_in_process_without_a_store() {
     fill(&cache, "a", &["t"], "1", &calls).await;
     fill(&cache, "b", &["u"], "2", &calls).await;
     cache.invalidate_tag("t").await.expect("invalidate tag");
-    assert_eq!(cache.get("a").await.expect("read"), None);
-    assert_eq!(cache.get("b").await.expect("read").as_deref(), Some("2"));
+    assert_eq!(cache.peek("a").await.expect("read"), None);
+    assert_eq!(cache.peek("b").await.expect("read").as_deref(), Some("2"));
 
     let (task, started, release) = gated_fill(&cache, "c", &["u"]);
     started.await.expect("fill started");
     cache.invalidate_tag("u").await.expect("invalidate tag");
     release.send(()).expect("release");
     assert_eq!(task.await.expect("task").expect("fill"), "filled before");
-    assert_eq!(cache.get("c").await.expect("read"), None, "fenced");
-    assert_eq!(cache.get("b").await.expect("read"), None);
+    assert_eq!(cache.peek("c").await.expect("read"), None, "fenced");
+    assert_eq!(cache.peek("b").await.expect("read"), None);
     cache.clear().await.expect("clear");
 }
 
@@ -172,13 +175,15 @@ async fn bad_tags_are_refused_clearly() {
     let cache = on(&store, true);
     let fill = || async { Ok::<_, std::io::Error>("v".to_string()) };
     let error = cache
-        .get_or_fill_with("k", tagged(&[""]), fill)
+        .get_or_fill("k", fill)
+        .options(tagged(&[""]))
         .await
         .expect_err("empty tag");
     assert!(matches!(error, Error::InvalidKey(InvalidKey::Empty)));
     let many: Vec<String> = (0..64).map(|i| format!("t{i}")).collect();
     let error = cache
-        .get_or_fill_with("k", FillOptions::new().tags(&many), fill)
+        .get_or_fill("k", fill)
+        .options(FillOptions::new().tags(&many))
         .await
         .expect_err("too many");
     assert!(matches!(
@@ -211,7 +216,7 @@ async fn tags_and_clear_across_redis_connections() {
     let calls = Arc::new(AtomicUsize::new(0));
     fill(&a, "k1", &["t"], "v1", &calls).await;
     fill(&a, "k2", &[], "v2", &calls).await;
-    assert_eq!(b.get("k1").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(b.peek("k1").await.expect("read").as_deref(), Some("v1"));
 
     let heard = a.stats().backplane_messages;
     b.invalidate_tag("t").await.expect("invalidate tag");
@@ -220,14 +225,14 @@ async fn tags_and_clear_across_redis_connections() {
         a.stats().backplane_messages > heard
     })
     .await;
-    assert_eq!(a.get("k1").await.expect("read"), None);
-    assert_eq!(b.get("k1").await.expect("read"), None);
-    assert_eq!(a.get("k2").await.expect("read").as_deref(), Some("v2"));
+    assert_eq!(a.peek("k1").await.expect("read"), None);
+    assert_eq!(b.peek("k1").await.expect("read"), None);
+    assert_eq!(a.peek("k2").await.expect("read").as_deref(), Some("v2"));
 
     let heard = a.stats().backplane_messages;
     b.clear().await.expect("clear");
     corral_testkit::until("a hears the clear", || a.stats().backplane_messages > heard).await;
-    assert_eq!(a.get("k2").await.expect("read"), None);
+    assert_eq!(a.peek("k2").await.expect("read"), None);
     assert_eq!(a.local_len(), 0);
 
     // A fresh cache with no L1 and no remembered versions sees it too.
@@ -236,7 +241,7 @@ async fn tags_and_clear_across_redis_connections() {
         .backplane(false)
         .build()
         .expect("config");
-    assert_eq!(c.get("k2").await.expect("read"), None);
+    assert_eq!(c.peek("k2").await.expect("read"), None);
     fill(&c, "k2", &[], "v3", &calls).await;
-    assert_eq!(b.get("k2").await.expect("read").as_deref(), Some("v3"));
+    assert_eq!(b.peek("k2").await.expect("read").as_deref(), Some("v3"));
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::{Cache, CacheBuilder, MemoryStore};
+use corral::store::MemoryStore;
+use corral::{Cache, CacheBuilder};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -99,15 +100,15 @@ async fn an_l1_copy_is_never_fresher_than_its_l2_original() {
     );
     b.set("k", "v1".into()).await.expect("set");
     tokio::time::advance(Duration::from_secs(6)).await;
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v1"));
     assert_eq!(a.local_len(), 1);
     // 6 s old when copied: the copy is fresh for 4 s more, not 10.
     tokio::time::advance(Duration::from_millis(3_900)).await;
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v1"));
     let hits = a.stats().l2_hits;
     tokio::time::advance(Duration::from_millis(200)).await;
     assert_eq!(
-        a.get("k").await.expect("read"),
+        a.peek("k").await.expect("read"),
         None,
         "expired in both tiers"
     );
@@ -120,13 +121,13 @@ async fn writes_elsewhere_reach_the_l1_through_the_backplane() {
     let (a, b) = (cache(&store), cache(&store));
     let calls = Arc::new(AtomicUsize::new(0));
     b.set("k", "v1".into()).await.expect("set");
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v1"));
 
     b.set("k", "v2".into()).await.expect("set");
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v2"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v2"));
 
     b.invalidate("k").await.expect("invalidate");
-    assert_eq!(a.get("k").await.expect("read"), None);
+    assert_eq!(a.peek("k").await.expect("read"), None);
 
     // A fill committed by the other cache evicts the old copy too.
     a.set("k", "mine".into()).await.expect("set");
@@ -137,7 +138,7 @@ async fn writes_elsewhere_reach_the_l1_through_the_backplane() {
             .expect("fill"),
         "theirs"
     );
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("theirs"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("theirs"));
     assert!(a.stats().backplane_messages >= 4);
 }
 
@@ -148,7 +149,7 @@ async fn a_cache_ignores_its_own_messages() {
     let _b = cache(&store);
     a.set("k", "v1".into()).await.expect("set");
     assert_eq!(a.local_len(), 1);
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v1"));
     let stats = a.stats();
     assert_eq!((stats.backplane_messages, stats.l2_hits), (0, 0));
 }
@@ -163,16 +164,16 @@ async fn without_the_backplane_a_stale_copy_lasts_until_the_l1_lifetime() {
         .expect("config");
     let b = cache(&store);
     b.set("k", "v1".into()).await.expect("set");
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v1"));
     b.set("k", "v2".into()).await.expect("set");
     tokio::time::advance(Duration::from_millis(1_900)).await;
     assert_eq!(
-        a.get("k").await.expect("read").as_deref(),
+        a.peek("k").await.expect("read").as_deref(),
         Some("v1"),
         "unseen"
     );
     tokio::time::advance(Duration::from_millis(200)).await;
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v2"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v2"));
     assert_eq!(a.stats().backplane_messages, 0);
 }
 
@@ -188,7 +189,7 @@ async fn lost_messages_drop_the_whole_l1() {
     assert_eq!(a.local_len(), 0);
     assert_eq!(a.stats().backplane_resets, 1);
     // The values are still in the L2.
-    assert_eq!(a.get("b").await.expect("read").as_deref(), Some("b"));
+    assert_eq!(a.peek("b").await.expect("read").as_deref(), Some("b"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -212,6 +213,6 @@ async fn a_fill_in_flight_does_not_overwrite_a_newer_write_from_elsewhere_in_the
     b.set("k", "new".into()).await.expect("set");
     release_tx.send(()).expect("release");
     assert_eq!(filling.await.expect("task").expect("fill"), "old");
-    assert_eq!(a.get("k").await.expect("read").as_deref(), Some("new"));
+    assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("new"));
     assert_eq!(a.stats().commits_refused, 1);
 }

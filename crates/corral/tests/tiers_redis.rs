@@ -28,7 +28,7 @@ fn cache(store: &RedisStore, name: &str) -> Cache<String> {
 async fn read_until(cache: &Cache<String>, key: &str, want: Option<&str>) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let got = cache.get(key).await.expect("read");
+        let got = cache.peek(key).await.expect("read");
         if got.as_deref() == want {
             return;
         }
@@ -75,7 +75,7 @@ async fn a_set_through_another_store_evicts_this_l1() {
     read_until(&a, "k", Some("v1")).await;
     let l2_reads = a.stats().l2_hits;
     for _ in 0..20 {
-        assert_eq!(a.get("k").await.expect("read").as_deref(), Some("v1"));
+        assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("v1"));
     }
     assert_eq!(a.stats().l2_hits, l2_reads, "served from the L1");
 
@@ -162,5 +162,5 @@ async fn a_subscriber_reconnect_drops_the_l1() {
     assert_eq!(killed.trim(), "1", "one subscriber connection");
     corral_testkit::until("resubscribed", || cache.stats().backplane_resets > resets).await;
     assert_eq!(cache.local_len(), 0, "the L1 was dropped");
-    assert_eq!(cache.get("b").await.expect("read").as_deref(), Some("b"));
+    assert_eq!(cache.peek("b").await.expect("read").as_deref(), Some("b"));
 }

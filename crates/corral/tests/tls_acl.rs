@@ -149,7 +149,7 @@ async fn subscribed(server: &RedisServer, channel: &str, count: usize) {
 async fn read_until(cache: &Cache<String>, key: &str, want: &str) {
     within(PROMPT, "read the new value", async {
         loop {
-            let got = cache.get(key).await.expect("read");
+            let got = cache.peek(key).await.expect("read");
             if got.as_deref() == Some(want) {
                 return;
             }
@@ -193,7 +193,7 @@ async fn tls_round_trip_and_backplane() {
     // The reader's subscriber is connected (over TLS) and subscribed; its
     // L1 now holds v1, and only a backplane message can drop it (60 s TTL).
     subscribed(&server, &channel(&reader), 2).await;
-    assert_eq!(reader.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(reader.peek("k").await.expect("read").as_deref(), Some("v1"));
     writer
         .set("k", "v2".to_owned())
         .await
@@ -340,7 +340,7 @@ async fn acl_user_is_limited_to_its_namespace() {
     assert_eq!(fill(&reader, "k", "x", &fills).await.expect("read"), "v1");
     assert_eq!(fills.load(Ordering::SeqCst), 1);
     subscribed(&server, &channel(&reader), 2).await;
-    assert_eq!(reader.get("k").await.expect("read").as_deref(), Some("v1"));
+    assert_eq!(reader.peek("k").await.expect("read").as_deref(), Some("v1"));
     writer.set("k", "v2".to_owned()).await.expect("set");
     read_until(&reader, "k", "v2").await;
     writer.invalidate("k").await.expect("invalidate");

@@ -21,7 +21,7 @@ pub(crate) async fn run(scenario: Scenario, sqlite: SqliteArgs) -> anyhow::Resul
     let source = Arc::new(db.source()?);
     let cache = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
-        .max_entries(scenario.cold_keys().max(1024))
+        .capacity(corral::Capacity::Entries(scenario.cold_keys().max(1024)))
         .fill_timeout(Duration::from_millis(db.pool_wait_ms) + Duration::from_secs(30))
         .build()
         .context("building the corral cache")?;

@@ -54,7 +54,7 @@ impl Contender for CorralSide {
         let CorralSide(cache, source, fail_safe_answers) = self;
         let (source, owned) = (Arc::clone(source), key.to_owned());
         let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
-        let fetched = cache.fetch(key, corral::FillOptions::new(), fill).await;
+        let fetched = cache.get_or_fill(key, fill).await;
         let fetched = fetched.map_err(|e| anyhow::anyhow!("corral fetch({key}): {e}"))?;
         if fetched.freshness == corral::Freshness::FailSafe {
             fail_safe_answers.fetch_add(1, Relaxed);
@@ -128,7 +128,7 @@ pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
         .fail_safe(Duration::from_secs(3600))
         .fail_safe_throttle(THROTTLE)
         .fill_timeout(scenario.fill + Duration::from_secs(30))
-        .max_entries(scenario.keys.max(1024))
+        .capacity(corral::Capacity::Entries(scenario.keys.max(1024)))
         .build()
         .context("building the corral cache")?;
     let source = FlakySource::new(scenario.fill);

@@ -148,13 +148,15 @@ impl HitTarget for QuickCache {
 pub(crate) fn corral_builder() -> corral::CacheBuilder<String> {
     corral::Cache::<String>::builder("bench")
         .ttl(TTL)
-        .max_entries(CAPACITY)
+        .capacity(corral::Capacity::Entries(CAPACITY))
 }
 
 /// corral with an L1 in front of a store, as every measurement configures
 /// it.
 pub(crate) fn corral_two_tier_builder() -> corral::CacheBuilder<String> {
-    corral_builder().store(corral::MemoryStore::new()).l1(true)
+    corral_builder()
+        .store(corral::store::MemoryStore::new())
+        .l1(true)
 }
 
 /// moka as every measurement configures it.

@@ -2,12 +2,11 @@
 //! tier and one call of the batch fill (the flights it leads are settled by
 //! [`BatchLeader`](crate::flight::batch::BatchLeader)).
 
+use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::runtime::Handle;
 
 use super::Cache;
@@ -57,7 +56,7 @@ impl<V, E> Batch<V, E> {
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached values of `keys`, filling the missing ones with
     /// **one** call of `fill_many`, which gets exactly the keys still
@@ -139,7 +138,7 @@ where
                     .filter(|judged| judged.standing == Standing::Fresh)
                     .map(Judged::into_fetched)
             };
-            match inner.flights().claim(key, recheck) {
+            match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
                 Claim::Ready(fetched) => {
                     inner.counters().served(fetched.freshness);
                     results.insert(key.to_owned(), fetched.value.ok_or(Error::NotFound));

@@ -15,7 +15,7 @@ use crate::data::error::ConfigError;
 use crate::data::key::valid_name;
 use crate::data::policy::Policy;
 use crate::state::inner::{Inner, InnerParts, Tiers};
-use crate::store::{ChangeSink, Origin, Store};
+use crate::store::{ChangeSink, IntoStore, Origin, Store};
 use crate::tier::breaker::{Breaker, BreakerSettings};
 use crate::tier::local::{LocalTier, TierClock};
 use crate::tier::shared::SharedTier;
@@ -29,7 +29,9 @@ pub enum Capacity {
     /// At most this many entries.
     Entries(u64),
     /// At most this many bytes of keys plus encoded values (each insert
-    /// encodes the value once to weigh it).
+    /// encodes the value once to weigh it, with the cache's codec: a cache
+    /// without a store needs one set with
+    /// [`codec`](CacheBuilder::codec)).
     Bytes(u64),
 }
 
@@ -37,7 +39,7 @@ pub enum Capacity {
 /// [`build`](CacheBuilder::build) checks the whole configuration.
 ///
 /// Defaults: TTL 60 s, no jitter, 10,000 entries in process, hard fill
-/// timeout 30 s, postcard codec, schema version 0, values up to 8 MiB
+/// timeout 30 s, postcard codec (with a store), schema version 0, values up to 8 MiB
 /// encoded; with a shared store: lease 3 s (renewed every second while a
 /// fill runs), waiters poll every 250 ms as a fallback to notifications,
 /// store calls time out after 1 s, and a circuit breaker skips store calls
@@ -49,7 +51,8 @@ pub struct CacheBuilder<V> {
     version: u32,
     policy: Policy,
     capacity: Capacity,
-    codec: Arc<dyn Codec<V>>,
+    /// Set by `codec`, or to the default by `store`.
+    codec: Option<Arc<dyn Codec<V>>>,
     encryption: Option<Encryption>,
     store: Option<Arc<dyn Store>>,
     l1_with_store: bool,
@@ -79,11 +82,33 @@ impl<V> std::fmt::Debug for CacheBuilder<V> {
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Starts building a cache named `name`. The name labels its stats and,
     /// with the schema version, namespaces its keys in shared stores: 1 to
     /// 64 characters from `A-Z a-z 0-9 _ - .`.
+    ///
+    /// An in-process cache holds its values as they are: `V` needs no
+    /// serde implementation until a [`store`](CacheBuilder::store) is
+    /// attached.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    ///
+    /// /// Not serializable: a handle to a connection, say.
+    /// #[derive(Clone)]
+    /// struct Client(Arc<str>);
+    ///
+    /// let clients = corral::Cache::<Client>::builder("clients").build()?;
+    /// let client = clients
+    ///     .get_or_fill("eu", || async { Ok::<_, std::io::Error>(Client("eu".into())) })
+    ///     .await?;
+    /// assert_eq!(&*client.0, "eu");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder(name: &str) -> CacheBuilder<V> {
         CacheBuilder::new(name)
     }
@@ -91,7 +116,7 @@ where
 
 impl<V> CacheBuilder<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     pub(crate) fn new(name: &str) -> Self {
         Self {
@@ -99,7 +124,7 @@ where
             version: 0,
             policy: Policy::default(),
             capacity: Capacity::Entries(10_000),
-            codec: Arc::new(Postcard),
+            codec: None,
             encryption: None,
             store: None,
             l1_with_store: false,
@@ -140,20 +165,12 @@ where
     }
 
     /// The bound of the in-process tier (with a shared store, of the L1 in
-    /// front of it: see [`l1`](CacheBuilder::l1)).
+    /// front of it: see [`l1`](CacheBuilder::l1)): so many entries
+    /// ([`Capacity::Entries`], default 10,000) or so many bytes
+    /// ([`Capacity::Bytes`]).
     pub fn capacity(mut self, capacity: Capacity) -> Self {
         self.capacity = capacity;
         self
-    }
-
-    /// Shorthand for `capacity(Capacity::Entries(entries))`.
-    pub fn max_entries(self, entries: u64) -> Self {
-        self.capacity(Capacity::Entries(entries))
-    }
-
-    /// Shorthand for `capacity(Capacity::Bytes(bytes))`.
-    pub fn max_bytes(self, bytes: u64) -> Self {
-        self.capacity(Capacity::Bytes(bytes))
     }
 
     /// The hard bound of a flight: when it passes, callers get
@@ -198,8 +215,8 @@ where
     /// nothing in the store — and operations that must reach the store
     /// ([`set`](crate::Cache::set), [`invalidate`](crate::Cache::invalidate),
     /// [`invalidate_tag`](crate::Cache::invalidate_tag),
-    /// [`clear`](crate::Cache::clear), [`get`](crate::Cache::get),
-    /// [`lookup`](crate::Cache::lookup)) fail at once with a
+    /// [`clear`](crate::Cache::clear), [`peek`](crate::Cache::peek),
+    /// [`peek_entry`](crate::Cache::peek_entry)) fail at once with a
     /// [`StoreErrorKind::BreakerOpen`](crate::StoreErrorKind::BreakerOpen)
     /// error. After the cool-down the breaker is **half-open**: the next
     /// store call is the one probe let through (the others are still
@@ -281,7 +298,8 @@ where
     }
 
     /// How long a "not found" answer is cached (see
-    /// [`Cache::get_or_fill_optional`]). Default 60 s.
+    /// [`Cache::get_or_fill`] with a fill answering `Option<V>`). Default
+    /// 60 s.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
         self.policy.negative_ttl = ttl;
         self
@@ -303,9 +321,10 @@ where
         self
     }
 
-    /// The codec of values in shared stores (default [`Postcard`]).
+    /// The codec of values in shared stores (default with a store:
+    /// [`Postcard`]); it also weighs values for a [`Capacity::Bytes`].
     pub fn codec(mut self, codec: impl Codec<V>) -> Self {
-        self.codec = Arc::new(codec);
+        self.codec = Some(Arc::new(codec));
         self
     }
 
@@ -328,17 +347,23 @@ where
         self
     }
 
-    /// Keeps values in a shared store ([`MemoryStore`](crate::MemoryStore),
-    /// `RedisStore`) instead of in process: one fill per key across every
-    /// cache sharing the store.
-    pub fn store(mut self, store: impl Store) -> Self {
-        self.store = Some(Arc::new(store));
-        self
-    }
-
-    /// [`store`](CacheBuilder::store) for a store already shared as an `Arc`.
-    pub fn shared_store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
+    /// Keeps values in a shared store ([`MemoryStore`](crate::store::MemoryStore),
+    /// `RedisStore`, `MemcachedStore`, or any [`Store`]) instead of in
+    /// process: one fill per key across every cache sharing the store. The
+    /// store is taken by value or already shared as an `Arc` (an
+    /// `Arc<dyn Store>` included).
+    ///
+    /// A store holds bytes, so this is the one setter that needs `V` to be
+    /// `Serialize + DeserializeOwned`: it sets the [`codec`](Self::codec)
+    /// to [`Postcard`] unless one is set.
+    pub fn store(mut self, store: impl IntoStore) -> Self
+    where
+        V: Serialize + DeserializeOwned,
+    {
+        self.store = Some(store.into_store());
+        if self.codec.is_none() {
+            self.codec = Some(Arc::new(Postcard));
+        }
         self
     }
 
@@ -455,8 +480,9 @@ where
     /// [`ConfigError`] for an invalid name, a zero TTL or timeout, a jitter
     /// outside `[0, 1]`, an eager-refresh fraction outside `(0, 1)`, a soft
     /// timeout not below the fill timeout, a zero capacity, a lease TTL
-    /// under 30 ms, a circuit breaker with 0 failures or no cool-down, or an
-    /// `encryption` with more than 8 previous keys.
+    /// under 30 ms, a circuit breaker with 0 failures or no cool-down, an
+    /// `encryption` with more than 8 previous keys, or a
+    /// [`Capacity::Bytes`] without a codec to weigh values.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         let sizing = self.checked_sizing()?;
         let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
@@ -544,6 +570,11 @@ where
                 entries,
                 false,
             ),
+            Capacity::Bytes(_) if self.codec.is_none() => {
+                return Err(ConfigError::new(
+                    "Capacity::Bytes weighs encoded values: set a codec (or a store)",
+                ));
+            }
             Capacity::Bytes(bytes) => (
                 usize::try_from(bytes / 256)
                     .unwrap_or(usize::MAX)
@@ -574,7 +605,7 @@ struct Sizing {
 /// subscribes the namespace: its L1 copies and tag versions are kept
 /// current by the messages. A cache that does not listen subscribes
 /// nothing now; its first waiter for another process's fill does
-/// ([`Store::listen`](crate::Store::listen)).
+/// ([`Store::listen`](crate::store::Store::listen)).
 fn attach_to_store<V: Clone + Send + Sync + 'static>(
     inner: &Arc<Inner<V>>,
     listens: bool,

@@ -1,6 +1,8 @@
 //! The future of [`Cache::get_or_fill`]: a fresh in-process hit answers on
 //! the first poll through a small, inlinable path; anything else starts the
-//! boxed slow path out of line.
+//! boxed slow path out of line. Per-call options are set on the future
+//! ([`GetOrFill::options`]); what the fill answers ([`FillOutput`]) decides
+//! what the caller gets.
 //!
 //! The hit path must not hand the future's own address to out-of-line code,
 //! nor move per-call options around: either costs the caller's state machine
@@ -16,25 +18,130 @@ use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use super::Cache;
 use crate::data::error::Error;
+use crate::data::freshness::{Answer, Fetched};
 use crate::data::policy::FillOptions;
 
 /// The rest of a call that found no quiet value in process.
-pub(crate) type SlowFill<'a, V, E> = Pin<Box<dyn Future<Output = Result<V, Error<E>>> + Send + 'a>>;
+pub(crate) type SlowFill<'a, T, E> = Pin<Box<dyn Future<Output = Result<T, Error<E>>> + Send + 'a>>;
 
-/// Per-call settings as a `GetOrFill` holds them.
-pub(crate) trait CallOptions: Clone + Send {
+/// What a fill passed to [`Cache::get_or_fill`] answers (inside its
+/// `Result`), and so what its caller gets:
+///
+/// | the fill answers | the caller gets | a "not found" |
+/// |---|---|---|
+/// | `V` | `V` | a cached "not found" is [`Error::NotFound`] |
+/// | `Option<V>` | `Option<V>` | `None` is cached for the negative TTL and returned as `None` |
+/// | [`Answer<V>`] | [`Fetched<V>`]: the value with its [`Freshness`](crate::Freshness) | as the answer says, with its own TTL or not cached |
+///
+/// Sealed: these three are all.
+pub trait FillOutput<V>: sealed::Sealed<V> + Send + 'static {
+    /// What the caller of `get_or_fill` receives.
+    type Output;
+
+    /// Whether a quiet in-process value answers the call on its first poll
+    /// (no freshness to report; a re-cached fail-safe value is quiet too).
+    #[doc(hidden)]
+    const QUICK_HIT: bool = true;
+
+    /// The answer to cache.
+    #[doc(hidden)]
+    fn into_answer(self) -> Answer<V>;
+
+    /// What the caller receives for a quiet in-process hit (asked only
+    /// with [`QUICK_HIT`](Self::QUICK_HIT)).
+    #[doc(hidden)]
+    fn hit(value: V) -> Self::Output;
+
+    /// What the caller receives for what the slow path found or filled.
+    #[doc(hidden)]
+    fn output<E>(fetched: Fetched<V>) -> Result<Self::Output, Error<E>>;
+}
+
+impl<V: Send + 'static> FillOutput<V> for V {
+    type Output = V;
+
+    fn into_answer(self) -> Answer<V> {
+        Answer::value(self)
+    }
+
+    #[inline(always)]
+    fn hit(value: V) -> V {
+        value
+    }
+
+    fn output<E>(fetched: Fetched<V>) -> Result<V, Error<E>> {
+        fetched.value.ok_or(Error::NotFound)
+    }
+}
+
+impl<V: Send + 'static> FillOutput<V> for Option<V> {
+    type Output = Option<V>;
+
+    fn into_answer(self) -> Answer<V> {
+        Answer::from_option(self)
+    }
+
+    #[inline(always)]
+    fn hit(value: V) -> Option<V> {
+        Some(value)
+    }
+
+    fn output<E>(fetched: Fetched<V>) -> Result<Option<V>, Error<E>> {
+        Ok(fetched.value)
+    }
+}
+
+impl<V: Send + 'static> FillOutput<V> for Answer<V> {
+    type Output = Fetched<V>;
+
+    /// The caller learns the freshness, which the slow path judges.
+    const QUICK_HIT: bool = false;
+
+    fn into_answer(self) -> Answer<V> {
+        self
+    }
+
+    #[inline(always)]
+    fn hit(value: V) -> Fetched<V> {
+        Fetched::new(Some(value), crate::data::freshness::Freshness::Fresh)
+    }
+
+    fn output<E>(fetched: Fetched<V>) -> Result<Fetched<V>, Error<E>> {
+        Ok(fetched)
+    }
+}
+
+mod sealed {
+    use crate::data::freshness::Answer;
+
+    /// Keeps [`FillOutput`](super::FillOutput) to its three forms.
+    pub trait Sealed<V> {}
+
+    impl<V> Sealed<V> for V {}
+    impl<V> Sealed<V> for Option<V> {}
+    impl<V> Sealed<V> for Answer<V> {}
+
+    /// Keeps [`CallOptions`](super::CallOptions) to its two forms.
+    pub trait SealedOptions {}
+
+    impl SealedOptions for super::Defaults {}
+    impl SealedOptions for crate::data::policy::FillOptions {}
+}
+
+/// Per-call settings as a [`GetOrFill`] holds them: the cache's defaults
+/// (zero-sized) or a [`FillOptions`]. Sealed.
+pub trait CallOptions: sealed::SealedOptions + Clone + Send {
     /// The settings the slow path applies.
+    #[doc(hidden)]
     fn resolve(self) -> FillOptions;
 }
 
-/// The cache's defaults, known without storing anything.
-#[derive(Clone, Copy)]
-pub(crate) struct Defaults;
+/// The options of a [`GetOrFill`] without [`options`](GetOrFill::options):
+/// the cache's defaults, known without storing anything.
+#[derive(Debug, Clone, Copy)]
+pub struct Defaults;
 
 impl CallOptions for Defaults {
     fn resolve(self) -> FillOptions {
@@ -48,59 +155,93 @@ impl CallOptions for FillOptions {
     }
 }
 
-enum State<'a, V, F, E> {
+enum State<'a, F, T, E> {
     /// Not polled yet.
     Start(F),
     /// The slow path is running.
-    Slow(SlowFill<'a, V, E>),
+    Slow(SlowFill<'a, T, E>),
     /// The output was returned.
     Done,
 }
 
-/// A pending `get_or_fill`: like the `async fn` it stands for, it does
-/// nothing until first polled.
-pub(crate) struct GetOrFill<'a, V, F, E, O> {
+/// A pending [`Cache::get_or_fill`]: like the `async fn` it stands for, it
+/// does nothing until first polled. Await it, after setting per-call
+/// [`options`](GetOrFill::options) if the cache's defaults do not fit.
+///
+/// Its output is `Result<T::Output, Error<E>>` where the fill answers
+/// `Result<T, E>` (see [`FillOutput`]). It borrows the cache and the key and
+/// is `Send`.
+#[must_use = "futures do nothing unless awaited"]
+pub struct GetOrFill<'a, V, F, T: FillOutput<V>, E, O = Defaults> {
     cache: &'a Cache<V>,
     key: &'a str,
     options: O,
-    state: State<'a, V, F, E>,
+    state: State<'a, F, T::Output, E>,
 }
 
 // Nothing is ever pinned in place: `fill` is only moved out by value and the
 // slow path is boxed.
-impl<V, F, E, O> Unpin for GetOrFill<'_, V, F, E, O> {}
+impl<V, F, T: FillOutput<V>, E, O> Unpin for GetOrFill<'_, V, F, T, E, O> {}
 
-impl<'a, V, F, E, O> GetOrFill<'a, V, F, E, O> {
-    pub(crate) fn new(cache: &'a Cache<V>, key: &'a str, options: O, fill: F) -> Self {
+impl<'a, V, F, T: FillOutput<V>, E> GetOrFill<'a, V, F, T, E, Defaults> {
+    pub(crate) fn new(cache: &'a Cache<V>, key: &'a str, fill: F) -> Self {
         Self {
             cache,
             key,
-            options,
+            options: Defaults,
             state: State::Start(fill),
         }
     }
 }
 
+impl<'a, V, F, T: FillOutput<V>, E, O> GetOrFill<'a, V, F, T, E, O> {
+    /// Per-call settings (TTL, timeouts, tags; see [`FillOptions`]) for
+    /// this call's fill, instead of the cache's. They apply when this call
+    /// leads the key's flight; a call that joins a flight in progress, or
+    /// finds a value, gets what that flight or value gives. Set them before
+    /// the first poll: the future starts with what it holds then.
+    pub fn options(self, options: FillOptions) -> GetOrFill<'a, V, F, T, E, FillOptions> {
+        GetOrFill {
+            cache: self.cache,
+            key: self.key,
+            options,
+            state: self.state,
+        }
+    }
+}
+
+impl<V, F, T: FillOutput<V>, E, O: std::fmt::Debug> std::fmt::Debug
+    for GetOrFill<'_, V, F, T, E, O>
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetOrFill")
+            .field("key", &self.key)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The slow path after its first poll.
-enum Started<'a, V, E> {
-    Finished(Result<V, Error<E>>),
-    Running(SlowFill<'a, V, E>),
+enum Started<'a, T, E> {
+    Finished(Result<T, Error<E>>),
+    Running(SlowFill<'a, T, E>),
 }
 
 /// Starts the slow path and polls it once.
 #[cold]
 #[inline(never)]
-fn start_slow<'a, V, F, Fut, E, O>(
+fn start_slow<'a, V, F, Fut, T, E, O>(
     cache: &'a Cache<V>,
     key: &'a str,
     options: O,
     fill: F,
     cx: &mut Context<'_>,
-) -> Started<'a, V, E>
+) -> Started<'a, T::Output, E>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    T: FillOutput<V>,
     E: Send + Sync + 'static,
     O: CallOptions,
 {
@@ -111,15 +252,16 @@ where
     }
 }
 
-impl<V, F, Fut, E, O> Future for GetOrFill<'_, V, F, E, O>
+impl<V, F, Fut, T, E, O> Future for GetOrFill<'_, V, F, T, E, O>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<V, E>> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    T: FillOutput<V>,
     E: Send + Sync + 'static,
     O: CallOptions,
 {
-    type Output = Result<V, Error<E>>;
+    type Output = Result<T::Output, Error<E>>;
 
     #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -127,8 +269,10 @@ where
         // A hit leaves the state as it is (the fill is dropped with the
         // future): nothing is written to the future on the hit path.
         if let State::Start(_) = this.state {
-            if let Some(value) = this.cache.local_hit(this.key) {
-                return Poll::Ready(Ok(value));
+            if T::QUICK_HIT {
+                if let Some(value) = this.cache.local_hit(this.key) {
+                    return Poll::Ready(Ok(T::hit(value)));
+                }
             }
         }
         match mem::replace(&mut this.state, State::Done) {

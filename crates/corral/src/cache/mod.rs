@@ -4,16 +4,14 @@ pub(crate) mod batch;
 pub(crate) mod builder;
 pub(crate) mod get_or_fill;
 
+use std::any::TypeId;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use tokio::runtime::Handle;
 
-use crate::cache::get_or_fill::{Defaults, GetOrFill, SlowFill};
+use crate::cache::get_or_fill::{FillOutput, GetOrFill, SlowFill};
 use crate::data::entry::{self};
 use crate::data::error::Error;
 use crate::data::freshness::{Answer, Cached, Fetched, Judged, Standing};
@@ -33,7 +31,7 @@ use crate::tier::local::LocalTier;
 ///
 /// `Cache` is a cheap handle: clones share one instance (its values, its
 /// flights, its counters). Nothing is global: two caches never share state
-/// unless they share a [`Store`](crate::Store) or an injected refresh limiter.
+/// unless they share a [`Store`](crate::store::Store) or an injected refresh limiter.
 ///
 /// # Concurrent calls on the same key
 ///
@@ -43,6 +41,12 @@ use crate::tier::local::LocalTier;
 /// other processes wait for it too (they find its lease held and are woken
 /// when its value lands). All of them receive the same outcome: the value,
 /// or the same error.
+///
+/// Calls are coalesced per key **and per error type `E` of the fill**, so a
+/// caller only ever waits for a fill whose error it can receive: call sites
+/// that fill one key with different error types run one in-process flight
+/// each. With a shared store the fill lease still makes them one fill: the
+/// second flight finds the lease held by the first and waits for its value.
 ///
 /// Reads are coalesced where they are cheap to coalesce. With an L1, a
 /// caller that misses it joins the key's one flight, and only that flight
@@ -65,7 +69,8 @@ use crate::tier::local::LocalTier;
 /// `eager_refresh` that refresh starts before the TTL ends. With fail-safe
 /// ([`CacheBuilder::fail_safe`](crate::CacheBuilder::fail_safe)), an expired entry is kept that much longer and served
 /// if the fill fails, and — with a `soft_timeout` — if the fill is slow.
-/// [`fetch`](Cache::fetch) tells the caller which of these it got.
+/// A fill answering an [`Answer`] tells its caller which of these it got
+/// (see [`get_or_fill`](Cache::get_or_fill)).
 pub struct Cache<V> {
     pub(crate) inner: Arc<Inner<V>>,
 }
@@ -89,10 +94,49 @@ impl<V> std::fmt::Debug for Cache<V> {
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached value of `key`, or runs `fill` once — however many
-    /// callers ask at once — caches its value and returns it to all of them.
+    /// callers ask at once — caches its answer and returns it to all of them.
+    ///
+    /// This is the one read-through call. What the fill answers decides what
+    /// its caller gets ([`FillOutput`]): a fill answering `V` gets `V`; one
+    /// answering `Option<V>` gets `Option<V>`, and its `None` is cached for
+    /// the [`negative_ttl`](crate::CacheBuilder::negative_ttl) as a "not
+    /// found"; one answering an [`Answer`] (a value or "not found", with
+    /// its own TTL, or not to be cached) gets a [`Fetched`](crate::Fetched)
+    /// value with its [`Freshness`](crate::Freshness) (fresh, stale or
+    /// fail-safe). Per-call settings (TTL, timeouts, tags) are set on the
+    /// returned future with [`options`](GetOrFill::options):
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use corral::{Answer, Cache, FillOptions, Freshness};
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// let name = users
+    ///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_owned()) })
+    ///     .options(FillOptions::new().ttl(Duration::from_secs(5)).tags(["team:7"]))
+    ///     .await?;
+    /// assert_eq!(name, "Ada");
+    ///
+    /// // A source that may have nothing: `None` is cached as "not found".
+    /// let missing = users
+    ///     .get_or_fill("user:0", || async { Ok::<Option<String>, std::io::Error>(None) })
+    ///     .await?;
+    /// assert_eq!(missing, None);
+    ///
+    /// // The value with its freshness.
+    /// let fetched = users
+    ///     .get_or_fill("user:7", || async { Ok::<_, std::io::Error>(Answer::value("Bo".to_owned())) })
+    ///     .await?;
+    /// assert_eq!(fetched.value.as_deref(), Some("Bo"));
+    /// assert_eq!(fetched.freshness, Freshness::Fresh);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// See [`Cache`] for what concurrent callers see and how stale and
     /// fail-safe values are served. Reads fail open: if the shared store is
@@ -107,14 +151,14 @@ where
     ///
     /// - [`Error::InvalidKey`] for a key [`validate_key`](crate::validate_key) rejects;
     /// - [`Error::Fill`] with the fill's own error, shared by every caller
-    ///   whose fill has the same error type `E`; a caller whose `E` differs
-    ///   from the leading caller's gets [`Error::FillErrorOfOtherType`];
+    ///   it served (callers only share a flight with fills of their own
+    ///   error type `E`: see [`Cache`]);
     /// - [`Error::FillPanicked`] if the fill panicked;
     /// - [`Error::Timeout`] if the flight passed the hard `fill_timeout` (the
     ///   fill was dropped; nothing it produced is stored);
-    /// - [`Error::NotFound`] if the key holds a cached "not found" (written
-    ///   by [`get_or_fill_optional`](Cache::get_or_fill_optional) or
-    ///   [`fetch`](Cache::fetch));
+    /// - [`Error::NotFound`], for a fill answering `V` only, if the key
+    ///   holds a cached "not found" (written by a fill answering
+    ///   `Option<V>` or an [`Answer`]);
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     ///
     /// With fail-safe on and an expired value kept, a failed fill returns that
@@ -128,157 +172,55 @@ where
     ///
     /// The returned future borrows the cache and the key, is `Send`, and does
     /// nothing until polled, like an `async fn`'s.
-    pub fn get_or_fill<'a, F, Fut, E>(
+    pub fn get_or_fill<'a, F, Fut, T, E>(
         &'a self,
         key: &'a str,
         fill: F,
-    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
+    ) -> GetOrFill<'a, V, F, T, E>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
-        GetOrFill::new(self, key, Defaults, fill)
-    }
-
-    /// [`get_or_fill`](Cache::get_or_fill) for a fill that cannot fail: it
-    /// returns the value itself, not a `Result`, so no
-    /// `Ok::<_, Infallible>` is needed. The call can still fail in ways the
-    /// fill cannot (an invalid key, the hard timeout, a panic), hence the
-    /// [`Error`] (of `Infallible`: no [`Error::Fill`]).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), corral::Error> {
-    /// let squares = corral::Cache::<u64>::builder("squares").build().expect("valid config");
-    /// let nine = squares.get_or_compute("3", || async { 3 * 3 }).await?;
-    /// assert_eq!(nine, 9);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill), but for [`Error::Fill`].
-    pub fn get_or_compute<'a, F, Fut>(
-        &'a self,
-        key: &'a str,
-        compute: F,
-    ) -> impl Future<Output = Result<V, Error>> + Send + 'a
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = V> + Send + 'static,
-    {
-        self.get_or_fill(key, move || {
-            let value = compute();
-            async move { Ok::<V, std::convert::Infallible>(value.await) }
-        })
-    }
-
-    /// [`get_or_fill`](Cache::get_or_fill) with per-call settings.
-    ///
-    /// When concurrent calls on one key pass different options, the options
-    /// of the call that leads the flight apply; the others wait for its
-    /// outcome.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill).
-    pub fn get_or_fill_with<'a, F, Fut, E>(
-        &'a self,
-        key: &'a str,
-        options: FillOptions,
-        fill: F,
-    ) -> impl Future<Output = Result<V, Error<E>>> + Send + 'a
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        GetOrFill::new(self, key, options, fill)
+        GetOrFill::new(self, key, fill)
     }
 
     /// The rest of a `get_or_fill` that found no quiet value in process,
     /// boxed: kept out of the hit path's code.
     #[cold]
     #[inline(never)]
-    pub(crate) fn slow_fill<'a, F, Fut, E>(
+    pub(crate) fn slow_fill<'a, F, Fut, T, E>(
         &'a self,
         key: &'a str,
         options: FillOptions,
         fill: F,
-    ) -> SlowFill<'a, V, E>
+    ) -> SlowFill<'a, T::Output, E>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
         Box::pin(self.fill_value(key, options, fill))
     }
 
     /// The rest of a `get_or_fill` that found no quiet value in process.
-    async fn fill_value<F, Fut, E>(
+    async fn fill_value<F, Fut, T, E>(
         &self,
         key: &str,
         options: FillOptions,
         fill: F,
-    ) -> Result<V, Error<E>>
+    ) -> Result<T::Output, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
-        let answer = move || async move { fill().await.map(Answer::value) };
+        let answer = move || async move { fill().await.map(T::into_answer) };
         let fetched = self.fetch_slow(key, options, answer).await?;
-        fetched.value.ok_or(Error::NotFound)
-    }
-
-    /// Like [`get_or_fill`](Cache::get_or_fill) for a source that may have
-    /// nothing for the key: a `None` answer is cached for the negative TTL
-    /// and returned as `None`, so a missing row is not fetched again on
-    /// every call.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
-    pub async fn get_or_fill_optional<F, Fut, E>(
-        &self,
-        key: &str,
-        fill: F,
-    ) -> Result<Option<V>, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Option<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        if let Some(value) = self.local_hit(key) {
-            return Ok(Some(value));
-        }
-        let answer = move || async move { fill().await.map(Answer::from_option) };
-        let fetched = Box::pin(self.fetch_slow(key, FillOptions::default(), answer)).await?;
-        Ok(fetched.value)
-    }
-
-    /// The general read-through call: the fill answers an [`Answer`] — a
-    /// value or "not found", with its own TTL or not to be cached at all —
-    /// and the caller gets the value with its [`Freshness`](crate::Freshness) (fresh, stale,
-    /// or fail-safe). Single-flight holds whatever the answer says.
-    ///
-    /// # Errors
-    ///
-    /// As [`get_or_fill`](Cache::get_or_fill), without `NotFound`.
-    pub async fn fetch<F, Fut, E>(
-        &self,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-    ) -> Result<Fetched<V>, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        Box::pin(self.fetch_slow(key, options, fill)).await
+        T::output(fetched)
     }
 
     /// The in-process value of `key` if it is quiet (fresh, nothing due),
@@ -374,7 +316,7 @@ where
                 .filter(|judged| matches!(judged.standing, Standing::Fresh | Standing::RefreshDue))
                 .map(Judged::into_fetched)
         };
-        let flight = match inner.flights().claim(key, recheck) {
+        let flight = match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
             Claim::Ready(fetched) => {
                 inner.counters().served(fetched.freshness);
                 return Ok(fetched);
@@ -455,7 +397,7 @@ where
             Counters::bump(&inner.counters().refreshes_skipped);
             return;
         };
-        match inner.flights().claim(key, || None) {
+        match inner.flights().claim(key, TypeId::of::<E>(), || None) {
             Claim::Lead(leadership) => {
                 // With a store, the leader counts the refresh once it holds
                 // the lease (or counts it stood down).
@@ -471,32 +413,35 @@ where
         }
     }
 
-    /// Returns the cached value of `key`, if any is servable (fresh, or stale
-    /// within the grace period); never fills. A cached "not found" is `None`
-    /// too: use [`lookup`](Cache::lookup) to tell them apart.
+    /// Looks at the cached value of `key`, if any is servable (fresh, or
+    /// stale within the grace period): never fills, never refreshes (the
+    /// read-through call is [`get_or_fill`](Cache::get_or_fill)). A cached
+    /// "not found" is `None` too: [`peek_entry`](Cache::peek_entry) tells
+    /// them apart.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidKey`]; [`Error::Store`] if the shared store failed
     /// (a read that cannot reach the store is not reported as a miss).
-    pub async fn get(&self, key: &str) -> Result<Option<V>, Error> {
+    pub async fn peek(&self, key: &str) -> Result<Option<V>, Error> {
         if let Some(value) = self.local_hit(key) {
             return Ok(Some(value));
         }
-        Ok(match self.lookup(key).await? {
+        Ok(match self.peek_entry(key).await? {
             Cached::Value { value, .. } => Some(value),
             Cached::NotFound { .. } | Cached::Miss => None,
         })
     }
 
-    /// What the cache holds for `key`: a servable value, a cached "not
-    /// found", or nothing (an entry kept only for fail-safe is a miss here).
+    /// [`peek`](Cache::peek) with the details: what the cache holds for
+    /// `key` — a servable value, a cached "not found", or nothing (an entry
+    /// kept only for fail-safe is a miss here) — and how fresh it is.
     /// Never fills, never refreshes.
     ///
     /// # Errors
     ///
-    /// As [`get`](Cache::get).
-    pub async fn lookup(&self, key: &str) -> Result<Cached<V>, Error> {
+    /// As [`peek`](Cache::peek).
+    pub async fn peek_entry(&self, key: &str) -> Result<Cached<V>, Error> {
         validate_key(key)?;
         let inner = &self.inner;
         let in_l1 = self.local_judged(key).filter(Judged::is_servable);
@@ -742,7 +687,7 @@ where
 
 impl<V> Cache<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Makes every entry filled with `tag` (see [`FillOptions::tags`](crate::FillOptions::tags)) a
     /// miss, in every process sharing the store, without scanning keys: the

@@ -59,7 +59,7 @@ const SALT: &[u8] = b"corral value encryption v1";
 /// let encryption = corral::Encryption::new(key);
 /// assert_eq!(format!("{encryption:?}"), "Encryption { keys: 1 }");
 /// let cache = corral::Cache::<String>::builder("users")
-///     .store(corral::MemoryStore::new())
+///     .store(corral::store::MemoryStore::new())
 ///     .encryption(encryption)
 ///     .build()?;
 /// # Ok::<(), corral::ConfigError>(())

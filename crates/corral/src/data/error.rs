@@ -98,7 +98,8 @@ impl std::error::Error for StoreError {}
 ///
 /// Every caller coalesced onto one fill receives the same error: a fill error
 /// arrives as [`Error::Fill`] holding the leader's `Arc<E>`, never flattened
-/// to a string.
+/// to a string. Callers are only coalesced onto a fill of their own error
+/// type, so the error is always theirs.
 #[derive(Debug)]
 #[non_exhaustive]
 // A whole-word tag in front: a `Result<V, Error>` then moves in whole words.
@@ -111,13 +112,6 @@ pub enum Error<E = Infallible> {
     InvalidKey(InvalidKey),
     /// The fill returned this error.
     Fill(Arc<E>),
-    /// The fill that served this call returned an error of another type than
-    /// this caller's `E` (two callers of one key passed fills with different
-    /// error types, and the other one led the flight).
-    FillErrorOfOtherType {
-        /// `std::any::type_name` of the leader's error type.
-        type_name: &'static str,
-    },
     /// The fill panicked.
     FillPanicked {
         /// The panic payload when it was a string.
@@ -133,9 +127,10 @@ pub enum Error<E = Infallible> {
     /// shut down, or it has no time driver (build it with `enable_time()` or
     /// `enable_all()`: corral's timeouts need tokio's timers).
     Aborted,
-    /// The key holds a cached "not found" (a negative answer of
-    /// [`get_or_fill_optional`](crate::Cache::get_or_fill_optional) or
-    /// [`fetch`](crate::Cache::fetch)); those calls return it as `None`.
+    /// The key holds a cached "not found" (the negative answer of a
+    /// fill answering `Option<V>` or an [`Answer`](crate::Answer)), met by
+    /// a [`get_or_fill`](crate::Cache::get_or_fill) whose fill answers `V`;
+    /// fills answering `Option<V>` or an `Answer` get it as `None`.
     NotFound,
     /// The value could not be encoded or is larger than the cache's
     /// `max_value_bytes`.
@@ -161,9 +156,9 @@ impl<E> Error<E> {
         matches!(self, Self::InvalidKey(_))
     }
 
-    /// Whether the fill returned an error (of this or another type).
+    /// Whether the fill returned an error.
     pub fn is_fill_error(&self) -> bool {
-        matches!(self, Self::Fill(_) | Self::FillErrorOfOtherType { .. })
+        matches!(self, Self::Fill(_))
     }
 
     /// Whether the key holds a cached "not found".
@@ -188,7 +183,7 @@ impl<E> Error<E> {
         matches!(self, Self::Store(e) if e.is_breaker_open())
     }
 
-    /// The fill's error, when the fill returned one of this caller's type.
+    /// The fill's error, when the fill returned one.
     pub fn fill_error(&self) -> Option<&Arc<E>> {
         match self {
             Self::Fill(error) => Some(error),
@@ -202,9 +197,6 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
         match self {
             Self::InvalidKey(e) => e.fmt(f),
             Self::Fill(e) => write!(f, "fill failed: {e}"),
-            Self::FillErrorOfOtherType { type_name } => {
-                write!(f, "fill failed with an error of type {type_name}")
-            }
             Self::FillPanicked { message } => write!(f, "fill panicked: {message}"),
             Self::Timeout { after } => write!(f, "fill timed out after {after:?}"),
             Self::Aborted => f.write_str("fill aborted before it finished"),

@@ -26,7 +26,8 @@ pub enum Freshness {
     FailSafe,
 }
 
-/// A value with its freshness, from [`Cache::fetch`](crate::Cache::fetch).
+/// A value with its freshness: what [`Cache::get_or_fill`](crate::Cache::get_or_fill)
+/// returns when its fill answers an [`Answer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Fetched<V> {
@@ -39,13 +40,14 @@ pub struct Fetched<V> {
 
 impl<V> Fetched<V> {
     /// A value (`None`: "not found") with its freshness, e.g. to compare
-    /// with what [`Cache::fetch`](crate::Cache::fetch) returned.
+    /// with what [`Cache::get_or_fill`](crate::Cache::get_or_fill) returned.
     pub fn new(value: Option<V>, freshness: Freshness) -> Self {
         Self { value, freshness }
     }
 }
 
-/// What a fill answers in [`Cache::fetch`](crate::Cache::fetch): a value or
+/// What a fill of [`Cache::get_or_fill`](crate::Cache::get_or_fill) may
+/// answer instead of a plain value (see [`FillOutput`](crate::FillOutput)): a value or
 /// "not found", and how long to keep it (or not to keep it at all).
 ///
 /// Every caller coalesced onto the fill receives the answer, whether it is
@@ -100,7 +102,7 @@ impl<V> Answer<V> {
     }
 }
 
-/// What [`Cache::lookup`](crate::Cache::lookup) finds.
+/// What [`Cache::peek_entry`](crate::Cache::peek_entry) finds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Cached<V> {

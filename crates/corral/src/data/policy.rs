@@ -162,7 +162,8 @@ pub(crate) fn jittered(ttl: Duration, jitter: f64, unit: f64) -> Duration {
     ttl.mul_f64(factor.max(0.0)).max(Duration::from_millis(1))
 }
 
-/// Per-call settings for [`get_or_fill_with`](crate::Cache::get_or_fill_with).
+/// Per-call settings of a [`get_or_fill`](crate::Cache::get_or_fill), set
+/// with [`GetOrFill::options`](crate::GetOrFill::options).
 ///
 /// When concurrent calls on one key pass different options, the options of
 /// the call that leads the flight (the first one) apply to the fill; the

@@ -20,8 +20,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
@@ -49,7 +47,7 @@ type ToFill<V> = (String, Flight<V>, Option<LeaseGuard>);
 
 impl<V, F, Fut, E> BatchLeader<V, F>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<HashMap<String, V>, E>> + Send + 'static,
     E: Send + Sync + 'static,

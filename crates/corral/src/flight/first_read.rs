@@ -21,8 +21,6 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::runtime::Handle;
 
 use crate::data::freshness::{Answer, Fetched};
@@ -46,7 +44,7 @@ pub(crate) struct FirstRead<'a, V: Clone> {
 
 impl<'a, V> FirstRead<'a, V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// Leads `leadership`'s flight; `job` makes what the spawned leader
     /// runs if this first read does not finish it.
@@ -122,7 +120,7 @@ pub(crate) enum ReadAhead<V> {
 /// Reads `key` from `store` for a cache without an L1, outside any flight.
 pub(crate) async fn read_ahead<V>(inner: &Inner<V>, store: &SharedTier, key: &str) -> ReadAhead<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     match read_fresh(inner, store, key).await {
         Ok(Some(judged)) => {

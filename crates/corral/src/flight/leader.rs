@@ -9,8 +9,6 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument as _;
@@ -82,7 +80,7 @@ pub(crate) fn run<V, F, Fut, E>(
     job: Job<F, V>,
 ) -> impl Future<Output = ()> + Send
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
     E: Send + Sync + 'static,
@@ -144,7 +142,7 @@ struct Leader<V: Clone> {
 
 impl<V> Leader<V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     /// The flight, inside its span: find the value or the lease, read the
     /// stamps, run the fill, keep or report its answer.
@@ -390,7 +388,7 @@ pub(crate) async fn succeed<V>(
     answer: Answer<V>,
     kept: Kept,
 ) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let Answer {
         value,
@@ -436,7 +434,7 @@ async fn keep_value<V>(
     fail_safe: bool,
     kept: Kept,
 ) where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let Kept { lease, stamps } = kept;
     let Some(stamps) = stamps else {
@@ -509,7 +507,7 @@ struct Finder<'a, V: Clone> {
 
 impl<V> Finder<'_, V>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     async fn find(mut self) -> Found {
         let Some(cache) = self.leader.inner.upgrade() else {
@@ -752,10 +750,7 @@ where
                 error_type = std::any::type_name::<E>(),
                 "fill returned an error: nothing stored"
             );
-            Failure::Fill {
-                error: Arc::new(error),
-                type_name: std::any::type_name::<E>(),
-            }
+            Failure::Fill(Arc::new(error))
         }
         Err(panic) => {
             if let Some(cache) = inner.upgrade() {

@@ -14,72 +14,8 @@
 //! store needs in one round trip each. The five commands used here are a
 //! few hundred lines to speak directly.
 //!
-//! # Layout
-//!
-//! Per logical key, two items on the key's server (names in `keys`):
-//! - the **slot** holds the fence, the generation and the value together
-//!   (`frame`), so one compare-and-swap guards all three: a commit reads the
-//!   slot with its cas token, checks that the fence still holds its lease
-//!   token and writes with `ms ... C<cas>`; any write in between changes the
-//!   cas token and the commit re-reads (and is refused if the fence moved).
-//! - the **lease** holds the token of the one fill allowed to run, created
-//!   by `ms ... ME` (add: create if absent) with the lease's TTL.
-//!
-//! `get_or_lease` reads the slot (a live value is a [`Lookup::Hit`]),
-//! otherwise adds the lease (exists: [`Lookup::Held`] with the lease's
-//! remaining TTL) and then moves the slot's fence to the new token by cas,
-//! re-checking the grant's condition on the value it swaps. This takes up to
-//! three round trips instead of Redis' one script, and is not one atomic
-//! step: a value written between the read and the fence is noticed by the
-//! cas and answered as Redis would (the lease is given back). Differences
-//! from Redis:
-//! - `invalidate` deletes the slot (value and fence) and the lease, as
-//!   Redis does; `set` writes the slot with a new random fence and deletes
-//!   the lease. Both are one pipelined round trip.
-//! - A refresh lease over a live value keeps the value: the slot is
-//!   rewritten with the new fence, for `max(remaining, fence TTL)`, and
-//!   `extra` remembers how much longer than the value the item lives.
-//! - There is no pub/sub: waiters of other processes poll. [`Store::listen`]
-//!   wakes local waiters at once (commits and releases made through the same
-//!   store) and others after an exponential backoff from
-//!   [`MemcachedConfig::poll_start`] to [`MemcachedConfig::poll_cap`] per key
-//!   (reset once the key is no longer held); the cache's own
-//!   `poll_interval` and the lease's remaining time still bound each wait,
-//!   so a waiter takes the lease over once it lapses (fail-open). There is
-//!   no backplane: caches with an in-process tier do not hear of other
-//!   processes' writes.
-//!
-//! # Time
-//!
-//! Memcached keeps time to the whole second and reports a remaining TTL
-//! (`t` flag) in whole seconds, by its own clock. Every TTL is sent as
-//! `ceil(seconds) + 1` (at most 30 days: longer numbers would be read as
-//! unix times), so an item never expires before the time asked, and at most
-//! about two seconds after it. A value's remaining time is reported as the
-//! item's remaining seconds minus one (minus `extra`): ages are judged by
-//! the server's clock alone — no host's timestamp is compared with another
-//! host's clock — at whole-second resolution, so TTLs below a few seconds
-//! are coarse here.
-//!
-//! # Limits
-//!
-//! A value's item (frame, envelope and key) must fit
-//! [`MemcachedConfig::max_item_bytes`] (memcached's `-I`, 1 MiB by
-//! default); a larger one is refused by `commit`/`set` with a
-//! [`StoreErrorKind::Protocol`] error that says so, before anything is sent.
-//! Such a commit, or one the server refuses (`SERVER_ERROR`, e.g. with a
-//! `max_item_bytes` above the server's `-I`), writes nothing; the cache
-//! then releases its lease before it answers, so waiters take over at once.
-//!
-//! # Foreign data
-//!
-//! A slot item whose bytes are not a slot (`frame`) is a value that does not
-//! decode (a counted miss) with no fence, replaced by the next commit. A
-//! lease item with no expiry, or whose contents are not a lease token (1 to
-//! 64 lowercase hex digits), is broken: `get_or_lease` replaces it by
-//! compare-and-swap with its own lease instead of waiting for it.
-//!
-//! Tags: versions are items `<prefix>t:...` with the retention as TTL.
+//! How leases, fences and time work here is documented on
+//! [`MemcachedStore`], for its users.
 
 mod conn;
 mod frame;
@@ -146,8 +82,76 @@ impl Default for MemcachedConfig {
     }
 }
 
-/// A [`Store`] on one or more memcached servers (feature `memcached`).
-/// See the [module docs](self) for how leases, fences and time work here.
+/// A [`Store`] on one or more memcached servers (feature `memcached`):
+/// fill leases by `add`, fences by `cas`, waiters that poll with backoff;
+/// several servers by rendezvous hashing.
+///
+/// # Layout
+///
+/// Per logical key, two items on the key's server (names in `keys`):
+/// - the **slot** holds the fence, the generation and the value together
+///   (`frame`), so one compare-and-swap guards all three: a commit reads the
+///   slot with its cas token, checks that the fence still holds its lease
+///   token and writes with `ms ... C<cas>`; any write in between changes the
+///   cas token and the commit re-reads (and is refused if the fence moved).
+/// - the **lease** holds the token of the one fill allowed to run, created
+///   by `ms ... ME` (add: create if absent) with the lease's TTL.
+///
+/// `get_or_lease` reads the slot (a live value is a [`Lookup::Hit`]),
+/// otherwise adds the lease (exists: [`Lookup::Held`] with the lease's
+/// remaining TTL) and then moves the slot's fence to the new token by cas,
+/// re-checking the grant's condition on the value it swaps. This takes up to
+/// three round trips instead of Redis' one script, and is not one atomic
+/// step: a value written between the read and the fence is noticed by the
+/// cas and answered as Redis would (the lease is given back). Differences
+/// from Redis:
+/// - `invalidate` deletes the slot (value and fence) and the lease, as
+///   Redis does; `set` writes the slot with a new random fence and deletes
+///   the lease. Both are one pipelined round trip.
+/// - A refresh lease over a live value keeps the value: the slot is
+///   rewritten with the new fence, for `max(remaining, fence TTL)`, and
+///   `extra` remembers how much longer than the value the item lives.
+/// - There is no pub/sub: waiters of other processes poll. [`Store::listen`]
+///   wakes local waiters at once (commits and releases made through the same
+///   store) and others after an exponential backoff from
+///   [`MemcachedConfig::poll_start`] to [`MemcachedConfig::poll_cap`] per key
+///   (reset once the key is no longer held); the cache's own
+///   `poll_interval` and the lease's remaining time still bound each wait,
+///   so a waiter takes the lease over once it lapses (fail-open). There is
+///   no backplane: caches with an in-process tier do not hear of other
+///   processes' writes.
+///
+/// # Time
+///
+/// Memcached keeps time to the whole second and reports a remaining TTL
+/// (`t` flag) in whole seconds, by its own clock. Every TTL is sent as
+/// `ceil(seconds) + 1` (at most 30 days: longer numbers would be read as
+/// unix times), so an item never expires before the time asked, and at most
+/// about two seconds after it. A value's remaining time is reported as the
+/// item's remaining seconds minus one (minus `extra`): ages are judged by
+/// the server's clock alone — no host's timestamp is compared with another
+/// host's clock — at whole-second resolution, so TTLs below a few seconds
+/// are coarse here.
+///
+/// # Limits
+///
+/// A value's item (frame, envelope and key) must fit
+/// [`MemcachedConfig::max_item_bytes`] (memcached's `-I`, 1 MiB by
+/// default); a larger one is refused by `commit`/`set` with a
+/// [`StoreErrorKind::Protocol`] error that says so, before anything is sent.
+/// Such a commit, or one the server refuses (`SERVER_ERROR`, e.g. with a
+/// `max_item_bytes` above the server's `-I`), writes nothing; the cache
+/// then releases its lease before it answers, so waiters take over at once.
+///
+/// # Foreign data
+///
+/// A slot item whose bytes are not a slot (`frame`) is a value that does not
+/// decode (a counted miss) with no fence, replaced by the next commit. A
+/// lease item with no expiry, or whose contents are not a lease token (1 to
+/// 64 lowercase hex digits), is broken: `get_or_lease` replaces it by
+/// compare-and-swap with its own lease instead of waiting for it.
+///
+/// Tags: versions are items `<prefix>t:...` with the retention as TTL.
 #[derive(Clone)]
 pub struct MemcachedStore {
     inner: Arc<Inner>,

@@ -17,9 +17,6 @@
 //! there; a [`Look::Peek`] is followed by the leader's own look when it
 //! finds nothing servable, and counts nothing, so nothing is counted twice.
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
 use crate::data::error::StoreError;
 use crate::data::freshness::{Fetched, Judged, Standing};
 use crate::state::flight::{Leadership, Outcome};
@@ -47,7 +44,7 @@ pub(crate) async fn read_current<V>(
     look: Look,
 ) -> Result<Option<Judged<V>>, StoreError>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let skey = inner.store_key(key);
     match store.call(store.get(&skey)).await? {
@@ -65,7 +62,7 @@ pub(crate) async fn judge_current<V>(
     look: Look,
 ) -> Option<Judged<V>>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     let judged = match look {
         Look::Counted => inner.judge_stored(key, stored)?,
@@ -90,7 +87,7 @@ pub(crate) async fn read_fresh<V>(
     key: &str,
 ) -> Result<Option<Judged<V>>, ()>
 where
-    V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
 {
     match read_current(inner, store, key, Look::Peek).await {
         Ok(judged) => Ok(judged.filter(|judged| judged.standing == Standing::Fresh)),

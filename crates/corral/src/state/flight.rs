@@ -1,11 +1,16 @@
 //! In-process single-flight: one table per cache instance, keyed by the full
-//! key, in which the first caller of a missing key becomes the leader and
-//! every later caller joins its flight.
+//! key and the fill's error type, in which the first caller of a missing key
+//! becomes the leader and every later caller with the same error type joins
+//! its flight.
 //!
 //! Invariants:
-//! - A key has at most one flight in the table; only its [`Leadership`]
-//!   removes it, and only while it is still the one in the table (matched by
-//!   id), or [`FlightTable::detach`] removes it for a newer write.
+//! - A key has at most one flight per error type in the table, so a caller
+//!   only ever joins a flight whose error it can receive (fills of one key
+//!   with different error types run as separate flights; with a shared
+//!   store the lease still makes them one fill). Only a flight's
+//!   [`Leadership`] removes it, and only while it is still the one in the
+//!   table (matched by id), or [`FlightTable::detach`] removes every flight
+//!   of the key for a newer write.
 //! - A flight's outcome is published exactly once; a [`Leadership`] dropped
 //!   before publishing publishes [`Failure::Aborted`], so no waiter hangs.
 //! - A leader retires its flight before publishing the outcome, so a caller
@@ -15,7 +20,7 @@
 //!   is still the table's flight for the key, checked under the table lock
 //!   (the same lock `detach` holds while a newer write lands).
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -36,11 +41,9 @@ pub(crate) enum Outcome<V> {
 /// Why a flight produced no value.
 #[derive(Debug, Clone)]
 pub(crate) enum Failure {
-    /// The fill's own error, typed, with the name of its type.
-    Fill {
-        error: Arc<dyn Any + Send + Sync>,
-        type_name: &'static str,
-    },
+    /// The fill's own error, typed: of the error type the flight is keyed
+    /// by.
+    Fill(Arc<dyn Any + Send + Sync>),
     Panicked(Arc<str>),
     TimedOut(Duration),
     Aborted,
@@ -122,7 +125,49 @@ impl<V: Clone> Future for Wait<V> {
     }
 }
 
-type FlightMap<V> = HashMap<Box<str>, Arc<Flight<V>>, foldhash::fast::RandomState>;
+type FlightMap<V> = HashMap<Box<str>, KeyFlights<V>, foldhash::fast::RandomState>;
+
+/// The flights of one key, one per fill error type: nearly always one,
+/// held without allocating; more only when call sites with different error
+/// types fill the key at once.
+struct KeyFlights<V> {
+    first: (TypeId, Arc<Flight<V>>),
+    others: Vec<(TypeId, Arc<Flight<V>>)>,
+}
+
+impl<V> KeyFlights<V> {
+    fn get(&self, error: TypeId) -> Option<&Arc<Flight<V>>> {
+        std::iter::once(&self.first)
+            .chain(&self.others)
+            .find(|(of, _)| *of == error)
+            .map(|(_, flight)| flight)
+    }
+
+    fn get_by_id(&self, id: u64) -> Option<&Arc<Flight<V>>> {
+        std::iter::once(&self.first)
+            .chain(&self.others)
+            .find(|(_, flight)| flight.id == id)
+            .map(|(_, flight)| flight)
+    }
+
+    /// Removes the flight numbered `id`, which the key holds; returns
+    /// whether the key has no flight left.
+    fn remove(&mut self, id: u64) -> bool {
+        if self.first.1.id == id {
+            match self.others.pop() {
+                Some(next) => self.first = next,
+                None => return true,
+            }
+        } else {
+            self.others.retain(|(_, flight)| flight.id != id);
+        }
+        false
+    }
+
+    fn count(&self) -> usize {
+        1 + self.others.len()
+    }
+}
 
 /// The single-flight table of one cache instance.
 pub(crate) struct FlightTable<V> {
@@ -131,8 +176,8 @@ pub(crate) struct FlightTable<V> {
     /// reader that saw no bump since it started read nothing a newer write
     /// replaced.
     writes: AtomicU64,
-    /// The table's length, stored under the table lock after every change:
-    /// a glance that takes no lock (and may be a moment behind).
+    /// How many flights the table holds, changed under the table lock: a
+    /// glance that takes no lock (and may be a moment behind).
     running: AtomicUsize,
     flights: Mutex<FlightMap<V>>,
 }
@@ -158,18 +203,21 @@ impl<V: Clone> FlightTable<V> {
         }
     }
 
-    /// Joins the key's flight, or — when `recheck`, run under the table
-    /// lock, finds no value — starts one and returns its leadership.
+    /// Joins the flight of the key and of `error` (the `TypeId` of the
+    /// fill's error type), or — when `recheck`, run under the table lock,
+    /// finds no value — starts one and returns its leadership.
     ///
     /// Leaders write and retire under the same lock, so a caller never
     /// starts a second fill for a value that landed after its first look.
     pub(crate) fn claim(
         self: &Arc<Self>,
         key: &str,
+        error: TypeId,
         recheck: impl FnOnce() -> Option<V>,
     ) -> Claim<V> {
         let mut flights = lock(&self.flights);
-        if let Some(flight) = flights.get(key) {
+        let of_key = flights.get_mut(key);
+        if let Some(flight) = of_key.as_ref().and_then(|of_key| of_key.get(error)) {
             return Claim::Join(Arc::clone(flight));
         }
         if let Some(value) = recheck() {
@@ -177,8 +225,20 @@ impl<V: Clone> FlightTable<V> {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let flight = Arc::new(Flight::new(id));
-        flights.insert(key.into(), Arc::clone(&flight));
-        self.running.store(flights.len(), Ordering::Relaxed);
+        match of_key {
+            Some(of_key) => of_key.others.push((error, Arc::clone(&flight))),
+            None => {
+                let first = (error, Arc::clone(&flight));
+                flights.insert(
+                    key.into(),
+                    KeyFlights {
+                        first,
+                        others: Vec::new(),
+                    },
+                );
+            }
+        }
+        self.running.fetch_add(1, Ordering::Relaxed);
         Claim::Lead(Leadership {
             table: Arc::downgrade(self),
             key: key.into(),
@@ -188,13 +248,14 @@ impl<V: Clone> FlightTable<V> {
         })
     }
 
-    /// Removes the key's flight, if any, so later calls start a new one, and
-    /// runs `newer_write` under the table lock. The detached flight still
-    /// publishes its outcome to its callers but no longer writes.
+    /// Removes every flight of the key, if any, so later calls start new
+    /// ones, and runs `newer_write` under the table lock. The detached
+    /// flights still publish their outcome to their callers but no longer
+    /// write.
     pub(crate) fn detach<R>(&self, key: &str, newer_write: impl FnOnce() -> R) -> R {
         let mut flights = lock(&self.flights);
-        if flights.remove(key).is_some() {
-            self.running.store(flights.len(), Ordering::Relaxed);
+        if let Some(of_key) = flights.remove(key) {
+            self.running.fetch_sub(of_key.count(), Ordering::Relaxed);
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
         newer_write()
@@ -234,7 +295,8 @@ impl<V: Clone> FlightTable<V> {
 
     /// How many flights are in progress.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.flights).len()
+        let _flights = lock(&self.flights);
+        self.running.load(Ordering::Relaxed)
     }
 }
 
@@ -281,11 +343,16 @@ impl<V: Clone> Leadership<V> {
         let mut flights = lock(&table.flights);
         let current = flights
             .get(&*self.key)
-            .is_some_and(|flight| flight.id == self.flight.id);
+            .and_then(|of_key| of_key.get_by_id(self.flight.id))
+            .is_some();
         if current {
             if_current();
-            flights.remove(&*self.key);
-            table.running.store(flights.len(), Ordering::Relaxed);
+            if let Some(of_key) = flights.get_mut(&*self.key) {
+                if of_key.remove(self.flight.id) {
+                    flights.remove(&*self.key);
+                }
+            }
+            table.running.fetch_sub(1, Ordering::Relaxed);
         }
         current
     }

@@ -3,6 +3,7 @@
 //!
 //! Run with `RUSTFLAGS="--cfg shuttle" cargo test -p corral --lib flight::model`.
 
+use std::any::TypeId;
 use std::sync::Arc;
 
 use shuttle::future::{block_on, spawn, yield_now};
@@ -24,7 +25,7 @@ async fn read_through(
     if let Some(value) = *lock(&tier) {
         return Some(value);
     }
-    match table.claim("k", || *lock(&tier)) {
+    match table.claim("k", TypeId::of::<()>(), || *lock(&tier)) {
         Claim::Ready(value) => Some(value),
         Claim::Join(flight) => match flight.wait().await {
             Outcome::Value(value) => Some(value),
@@ -74,18 +75,18 @@ fn an_abandoned_leader_wakes_its_waiters_and_frees_the_key() {
     shuttle::check_random(
         || {
             let table = Arc::new(FlightTable::<u32>::new());
-            let Claim::Lead(leadership) = table.claim("k", || None) else {
+            let Claim::Lead(leadership) = table.claim("k", TypeId::of::<()>(), || None) else {
                 panic!("first claim leads");
             };
             let waiters: Vec<_> = (0..2)
                 .map(|_| {
                     let table = Arc::clone(&table);
                     spawn(async move {
-                        match table.claim("k", || None) {
+                        match table.claim("k", TypeId::of::<()>(), || None) {
                             Claim::Join(flight) => {
                                 let failed = matches!(flight.wait().await, Outcome::Failed(_));
                                 // A caller told of the failure never rejoins the failed flight.
-                                let rejoined = match table.claim("k", || None) {
+                                let rejoined = match table.claim("k", TypeId::of::<()>(), || None) {
                                     Claim::Join(again) => again.id == flight.id,
                                     Claim::Lead(_) | Claim::Ready(_) => false,
                                 };
@@ -121,7 +122,8 @@ fn a_write_during_a_flight_is_never_overwritten_by_it() {
                 let (table, tier, claimed) =
                     (Arc::clone(&table), Arc::clone(&tier), Arc::clone(&claimed));
                 spawn(async move {
-                    let Claim::Lead(mut leadership) = table.claim("k", || None) else {
+                    let Claim::Lead(mut leadership) = table.claim("k", TypeId::of::<()>(), || None)
+                    else {
                         panic!("first claim leads");
                     };
                     claimed.store(true, SeqCst);

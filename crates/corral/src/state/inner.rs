@@ -39,7 +39,10 @@ pub(crate) struct Inner<V> {
     namespace: Arc<str>,
     schema: u32,
     policy: Policy,
-    codec: Arc<dyn Codec<V>>,
+    /// Encodes values for the shared store and weighs them for a capacity
+    /// in bytes; `None` only without a store and with a capacity in
+    /// entries (the builder checks it).
+    codec: Option<Arc<dyn Codec<V>>>,
     /// Seals what goes to the shared store and opens what comes back
     /// (feature `encryption`; `None`: envelopes are stored as they are).
     cipher: Option<Cipher>,
@@ -65,7 +68,7 @@ pub(crate) struct InnerParts<V> {
     pub(crate) namespace: Arc<str>,
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
-    pub(crate) codec: Arc<dyn Codec<V>>,
+    pub(crate) codec: Option<Arc<dyn Codec<V>>>,
     pub(crate) cipher: Option<Cipher>,
     pub(crate) tiers: Tiers<V>,
     pub(crate) origin: Origin,
@@ -187,8 +190,9 @@ impl<V: 'static> Inner<V> {
         flags: u16,
         stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
+        let codec = self.codec.as_deref().ok_or(NO_CODEC)?;
         let envelope = entry::encode(
-            &*self.codec,
+            codec,
             self.schema,
             ttls,
             flags,
@@ -227,12 +231,13 @@ impl<V: 'static> Inner<V> {
                 }
             },
         };
-        match entry::decode(
-            &*self.codec,
-            self.schema,
-            envelope,
-            self.policy.max_value_bytes,
-        ) {
+        let decoded = match &self.codec {
+            Some(codec) => {
+                entry::decode(&**codec, self.schema, envelope, self.policy.max_value_bytes)
+            }
+            None => Err(entry::DecodeError::Codec(NO_CODEC.to_owned())),
+        };
+        match decoded {
             Ok(decoded) => Some(decoded),
             Err(error) => {
                 if count {
@@ -434,14 +439,20 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     }
 }
 
+/// A flight's outcome as its caller's result. The caller's `E` is the error
+/// type the flight is keyed by (see [`FlightTable::claim`]), so the fill's
+/// error always downcasts to it; were it ever not to, the caller would get
+/// [`Error::Aborted`] (no outcome it can receive), never a panic.
+///
+/// [`FlightTable::claim`]: crate::state::flight::FlightTable::claim
 pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
     outcome: Outcome<Fetched<V>>,
 ) -> Result<Fetched<V>, Error<E>> {
     match outcome {
         Outcome::Value(fetched) => Ok(fetched),
-        Outcome::Failed(Failure::Fill { error, type_name }) => match error.downcast::<E>() {
+        Outcome::Failed(Failure::Fill(error)) => match error.downcast::<E>() {
             Ok(error) => Err(Error::Fill(error)),
-            Err(_) => Err(Error::FillErrorOfOtherType { type_name }),
+            Err(_) => Err(Error::Aborted),
         },
         Outcome::Failed(Failure::Panicked(message)) => Err(Error::FillPanicked { message }),
         Outcome::Failed(Failure::TimedOut(after)) => Err(Error::Timeout { after }),
@@ -449,8 +460,13 @@ pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
     }
 }
 
+/// Why a cache without a codec encodes nothing: it has no store, and its
+/// builder refused a capacity in bytes.
+const NO_CODEC: &str = "the cache has no codec";
+
 /// The weight of a value in the in-process tier: 1 when it is bounded by
-/// entries, the key and encoded value size when it is bounded by bytes.
+/// entries, the key and encoded value size when it is bounded by bytes (a
+/// cache bounded by bytes always has a codec).
 pub(crate) fn weight<V: 'static>(
     inner: &Inner<V>,
     key: &str,
@@ -460,8 +476,8 @@ pub(crate) fn weight<V: 'static>(
         return Ok(1);
     }
     let mut bytes = Vec::new();
-    if let Some(value) = value {
-        inner.codec.encode(value, &mut bytes).map_err(|e| {
+    if let (Some(value), Some(codec)) = (value, &inner.codec) {
+        codec.encode(value, &mut bytes).map_err(|e| {
             Counters::bump(&inner.counters.encode_failures);
             Error::Encode {
                 message: e.to_string().into(),

@@ -2,6 +2,13 @@
 //! process or in many — read and fill through, with fill leases, fences and
 //! notifications.
 //!
+//! A cache's user needs nothing here but a store to hand to
+//! [`CacheBuilder::store`](crate::CacheBuilder::store): [`MemoryStore`]
+//! (embedded), or `RedisStore` / `MemcachedStore` at the crate root. The
+//! rest — the [`Store`] trait and the types of its calls, the backplane
+//! ([`ChangeSink`], [`Change`]), wake-ups ([`Notifier`], [`Listener`]) —
+//! is for implementers of a store.
+//!
 //! A store holds, per logical key, three things:
 //! - the **value**: opaque bytes (corral's versioned envelope; a store never
 //!   looks inside) with a time to live;
@@ -59,6 +66,44 @@ pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
 
 use crate::data::error::StoreError;
+
+/// What [`CacheBuilder::store`](crate::CacheBuilder::store) takes: a
+/// [`Store`] by value, or one already shared as an `Arc` (of its own type
+/// or an `Arc<dyn Store>`). Sealed: implement [`Store`] instead.
+pub trait IntoStore: sealed::Sealed {
+    /// The store, shared.
+    fn into_store(self) -> Arc<dyn Store>;
+}
+
+impl<S: Store> IntoStore for S {
+    fn into_store(self) -> Arc<dyn Store> {
+        Arc::new(self)
+    }
+}
+
+impl<S: Store> IntoStore for Arc<S> {
+    fn into_store(self) -> Arc<dyn Store> {
+        self
+    }
+}
+
+impl IntoStore for Arc<dyn Store> {
+    fn into_store(self) -> Arc<dyn Store> {
+        self
+    }
+}
+
+mod sealed {
+    use std::sync::Arc;
+
+    /// Keeps [`IntoStore`](super::IntoStore)'s implementations to this
+    /// module.
+    pub trait Sealed {}
+
+    impl<S: super::Store> Sealed for S {}
+    impl<S: super::Store> Sealed for Arc<S> {}
+    impl Sealed for Arc<dyn super::Store> {}
+}
 
 /// A boxed, sendable future: what store methods return, so stores can be
 /// used as `Arc<dyn Store>`.

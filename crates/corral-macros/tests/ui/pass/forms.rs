@@ -85,7 +85,7 @@ async fn main() {
 
     let mixed: Result<u32, Error> = api::mixed("ab", 1, Cow::Borrowed("xyz")).await;
     assert_eq!(mixed.expect("mixed"), 7);
-    assert_eq!(NUMBERS.get("mixed:ab:1:xyz").await.expect("get"), Some(7));
+    assert_eq!(NUMBERS.peek("mixed:ab:1:xyz").await.expect("get"), Some(7));
 
     assert_eq!(api::half(4).await.expect("half"), Some(2));
     assert_eq!(api::half(3).await.expect("half"), None);
@@ -93,5 +93,5 @@ async fn main() {
     let state = Arc::new(State { numbers: NUMBERS.clone() });
     assert_eq!(State::doubled(Arc::clone(&state), 21).await.expect("doubled"), 42);
     assert_eq!(tripled(NUMBERS.clone(), 5).await.expect("tripled"), 15);
-    assert_eq!(NUMBERS.get("tripled:5").await.expect("get"), Some(15));
+    assert_eq!(NUMBERS.peek("tripled:5").await.expect("get"), Some(15));
 }
