@@ -2,7 +2,7 @@
 //! and one way to finish a flight with it, used by every path that reads
 //! the store — a caller's first read, a store-only cache's read-ahead, the
 //! spawned leader (single keys and refreshes), the batch leader and
-//! [`Cache::lookup`](crate::Cache::lookup).
+//! [`Cache::peek_entry`](crate::Cache::peek_entry).
 //!
 //! 1. [`read_current`]: the store's `GET`, then [`judge_current`].
 //! 2. [`judge_current`]: decode and judge the bytes on this cache's clock,
