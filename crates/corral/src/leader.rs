@@ -26,7 +26,9 @@ use crate::inner::{weight, Inner};
 use crate::key::KeyLabel;
 use crate::shared::SharedTier;
 use crate::stats::Counters;
-use crate::store::{Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
+use crate::store::{
+    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored,
+};
 use crate::tags::Stamps;
 
 /// A value that may be served if the fill is slow or fails: the entry's
@@ -67,10 +69,51 @@ pub(crate) struct Job<F, V> {
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     /// The tags the filled entry will carry.
     pub(crate) tags: Arc<[Arc<str>]>,
-    /// The leading caller's first read found the store unreachable: fill
-    /// without a lease at once instead of paying its timeout again.
+    /// The caller's read ahead (a cache without an L1) found the store
+    /// unreachable: fill without a lease at once instead of paying its
+    /// timeout again.
     pub(crate) store_failed: bool,
+    /// The flight's first lease request, made by its leading caller.
+    pub(crate) first: Option<FirstLookup>,
     pub(crate) fill: F,
+}
+
+/// A flight's first lease request ([`Grant::IfNoValue`], as
+/// [`lease_request`] makes it), made by its leading caller before the
+/// leader runs: the listener registered before it was sent, and its answer.
+pub(crate) struct FirstLookup {
+    pub(crate) listener: Listener,
+    pub(crate) answer: FirstAnswer,
+}
+
+/// The answer of a [`FirstLookup`].
+pub(crate) enum FirstAnswer {
+    Ready(Result<Lookup, StoreError>),
+    /// Still out: its caller was cancelled. The leader awaits it, so a
+    /// lease it grants is held by the flight, never left to lapse.
+    Pending(BoxFuture<'static, Result<Lookup, StoreError>>),
+}
+
+impl FirstLookup {
+    /// The listener and the answer, once the store gave it.
+    async fn answered(self) -> (Listener, Result<Lookup, StoreError>) {
+        let answer = match self.answer {
+            FirstAnswer::Ready(answer) => answer,
+            FirstAnswer::Pending(asking) => asking.await,
+        };
+        (self.listener, answer)
+    }
+}
+
+/// What a flight's leader asks the store for first: the value, or else the
+/// lease (granted only where no value is), for a fill bounded by
+/// `fill_timeout`.
+pub(crate) fn lease_request<V>(cache: &Inner<V>, fill_timeout: Duration) -> LeaseRequest {
+    LeaseRequest {
+        lease_ttl: cache.policy().lease_ttl,
+        fence_ttl: cache.policy().fence_ttl(fill_timeout),
+        grant: Grant::IfNoValue,
+    }
 }
 
 pub(crate) type Flight<V> = Leadership<Fetched<V>>;
@@ -125,13 +168,14 @@ where
         mut permit,
         tags,
         store_failed,
+        first,
         fill,
     } = job;
     let clock = Deadlines::from(Instant::now(), fill_timeout, soft_timeout);
     let found = find_lease(
         &inner,
         &key,
-        store_failed,
+        (store_failed, first),
         &clock,
         &mut flight,
         &mut fallback,
@@ -209,11 +253,13 @@ impl Deadlines {
 }
 
 /// Looks the key up in the shared store, if the cache has one, until it
-/// holds the lease, served the callers or must fill without a lease.
+/// holds the lease, served the callers or must fill without a lease;
+/// `start`: whether the leading caller found the store unreachable, and
+/// the first lease request if the caller made it.
 async fn find_lease<V>(
     inner: &Weak<Inner<V>>,
     key: &str,
-    store_failed: bool,
+    start: (bool, Option<FirstLookup>),
     clock: &Deadlines,
     flight: &mut Flight<V>,
     fallback: &mut Option<Fallback<V>>,
@@ -228,17 +274,14 @@ where
     let Some(store) = cache.tiers().l2.clone() else {
         return Found::FailOpen;
     };
+    let (store_failed, first) = start;
     if store_failed {
         Counters::bump(&cache.counters().fail_open_fills);
         Counters::bump(&cache.counters().misses);
         return Found::FailOpen;
     }
     let skey = cache.store_key(key);
-    let request = LeaseRequest {
-        lease_ttl: cache.policy().lease_ttl,
-        fence_ttl: cache.policy().fence_ttl(clock.fill_timeout),
-        grant: Grant::IfNoValue,
-    };
+    let request = lease_request(&cache, clock.fill_timeout);
     drop(cache);
     let finder = Finder {
         inner,
@@ -247,7 +290,8 @@ where
         request,
         soft_deadline: clock.soft_timeout.map(|soft| clock.started + soft),
     };
-    tokio::time::timeout_at(clock.deadline, finder.find(flight, fallback, permit))
+    let finding = finder.find(first, flight, fallback, permit);
+    tokio::time::timeout_at(clock.deadline, finding)
         .await
         .unwrap_or(Found::TimedOut)
 }
@@ -519,8 +563,11 @@ impl<V> Finder<'_, V>
 where
     V: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
 {
+    /// Looks until it can serve a value, holds the lease, or must fill
+    /// without one; its first look is `first`'s answer, if given.
     async fn find(
         mut self,
+        mut first: Option<FirstLookup>,
         flight: &mut Flight<V>,
         fallback: &mut Option<Fallback<V>>,
         permit: &mut Option<OwnedSemaphorePermit>,
@@ -534,11 +581,16 @@ where
         // many polls and wake-ups it takes.
         let mut waiting = false;
         loop {
-            let mut listener = self.store.listen(self.key);
-            let lookup = self
-                .store
-                .call(self.store.get_or_lease(self.key, &self.request))
-                .await;
+            // Listening before asking: a change right after the answer
+            // still wakes the wait below.
+            let (mut listener, lookup) = match first.take() {
+                Some(first) => first.answered().await,
+                None => {
+                    let listener = self.store.listen(self.key);
+                    let asking = self.store.get_or_lease(self.key, &self.request);
+                    (listener, self.store.call(asking).await)
+                }
+            };
             let Some(cache) = self.inner.upgrade() else {
                 return Found::Done;
             };

@@ -232,8 +232,8 @@ impl RedisConfig {
 
 /// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
 /// commits and pub/sub wake-ups, one round trip per operation — a read is a
-/// pipelined `PTTL` + `GET`, no script — except a lease asked for on a miss,
-/// which takes two (Redis 7; Valkey works the same).
+/// pipelined `PTTL` + `GET`, no script; the lease request returns a
+/// present value instead of a lease (Redis 7; Valkey works the same).
 ///
 /// Cheap to clone (the clones share the connections). The background
 /// subscriber task ends when the last clone is dropped. Works on a
@@ -352,10 +352,13 @@ impl RedisConfig {
 /// changes, so reading the same write again is a plain `GET`: its frame
 /// names its generation, and a remembered one needs no `PTTL`. A new write
 /// (another generation) is read with its `PTTL` again.
-/// A cache's leading caller reads this way first, so an L2 hit costs that
-/// one round trip; a miss goes on to [`Store::get_or_lease`], the lease
-/// script, which decides atomically (and returns a value that landed
-/// meanwhile). Every operation but the read is one Lua script run with
+/// A cache without an L1 reads this way first, in every caller, so an L2
+/// hit costs that one round trip; a miss goes on to
+/// [`Store::get_or_lease`], the lease script, which decides atomically (and
+/// returns a value that landed meanwhile). A cache with an L1 asks the
+/// lease script first, once per flight: it returns the value if present
+/// (`GET` + `PTTL` in the script), so an L2 hit costs one round trip there
+/// too, and a miss is granted the lease in the same one. Every operation but the read is one Lua script run with
 /// `EVALSHA` (the scripts are loaded with `SCRIPT LOAD` at
 /// connect, on every master of a cluster). A server that lost its script
 /// cache (restart, failover) answers `NOSCRIPT` once per script, and the

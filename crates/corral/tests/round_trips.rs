@@ -1,0 +1,131 @@
+//! The Redis commands a cache sends, recorded one by one with `MONITOR`
+//! against a real `redis-server` and named in each test.
+
+use std::time::{Duration, Instant};
+
+use corral::{Cache, RedisConfig, RedisStore};
+use corral_testkit::{until, Executed, Gate, RedisServer};
+
+const CALLERS: usize = 100_000;
+
+/// A new cache with an L1 on a Redis store, once its store subscribed to
+/// its namespace's channel (the subscriber's traffic is not recorded
+/// anyway; waiting makes the start of the test the same every run).
+async fn new_cache(server: &RedisServer, name: &str) -> Cache<String> {
+    let store = RedisStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .expect("connect");
+    let cache = Cache::<String>::builder(name)
+        .store(store)
+        .l1(true)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("config");
+    let channel = format!("corral:{}:filled", cache.namespace());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("1") {
+        assert!(Instant::now() < deadline, "the store never subscribed");
+        tokio::task::yield_now().await;
+    }
+    cache
+}
+
+/// A client command by what it is: a script by the work its own commands
+/// did (corral's scripts are private), anything else by its name.
+fn named(command: &Executed) -> String {
+    if !matches!(command.name().as_str(), "EVALSHA" | "EVAL") {
+        return command.name();
+    }
+    // EVALSHA sha numkeys key... arg...
+    let first_key = command.args.get(3).map(String::as_str).unwrap_or("");
+    let first_call = command.lua.first().map(Vec::as_slice).unwrap_or(&[]);
+    let reads_first_key =
+        first_call.len() == 2 && first_call[0] == "GET" && first_call[1] == first_key;
+    let script = if first_key.contains(":t:") {
+        // Reads (or creates) tag versions: keys `corral:<ns>:{<ns>}:t:<tag>`.
+        "TAG_VERSIONS"
+    } else if reads_first_key && first_key.contains(":v:") {
+        // Reads the value key first: the lease request (mode 0).
+        "GET_OR_LEASE"
+    } else if command.lua.iter().any(|call| {
+        call.first().is_some_and(|name| name == "PUBLISH")
+            && call.get(2).is_some_and(|message| message.starts_with('c'))
+    }) {
+        // Announces a committed fill (`c|...`).
+        "COMMIT"
+    } else {
+        "another script"
+    };
+    script.to_owned()
+}
+
+fn names(commands: &[Executed]) -> Vec<String> {
+    commands.iter().map(named).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_callers_on_a_cold_key_cost_one_fill_and_three_commands() {
+    let server = RedisServer::start();
+    let cache = new_cache(&server, "herd").await;
+    let mut monitor = server.monitor();
+
+    let gate = Gate::new();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (cache, gate) = (cache.clone(), gate.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_fill("cold", move || async move {
+                        gate.wait().await;
+                        Ok::<_, String>("v".to_owned())
+                    })
+                    .await
+            })
+        })
+        .collect();
+    until("every caller joined the flight", || {
+        cache.stats().coalesced == CALLERS as u64 - 1
+    })
+    .await;
+    gate.open();
+    for caller in callers {
+        assert_eq!(caller.await.expect("task").expect("value"), "v");
+    }
+    assert_eq!(cache.stats().fills, 1, "one fill");
+
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // The flight's first step is the lease request: the key is
+            // absent, so the script grants the lease (`SET <lease> NX`).
+            "GET_OR_LEASE",
+            // The new cache does not know its namespace's clear version
+            // yet: the fill's entry is stamped with it, read before the
+            // fill runs.
+            "TAG_VERSIONS",
+            // The fenced write of the fill's value, the unlock and the
+            // notification, in one script.
+            "COMMIT",
+        ],
+        "{commands:#?}"
+    );
+    let lease = &commands[0];
+    assert!(
+        lease.lua.iter().any(|call| call.contains(&"NX".to_owned())),
+        "the lease was granted: {lease:?}"
+    );
+    let commit = &commands[2];
+    assert!(
+        commit.ran("SET", &commit.args[3]),
+        "the value key was written: {commit:?}"
+    );
+
+    // Every caller was answered from the flight: the value is in the L1,
+    // and the next read sends nothing.
+    let again = cache
+        .get_or_fill("cold", || async { Ok::<_, String>("again".to_owned()) })
+        .await;
+    assert_eq!(again.expect("value"), "v");
+    assert_eq!(names(&monitor.commands()), Vec::<String>::new());
+}
