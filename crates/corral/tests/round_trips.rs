@@ -6,12 +6,32 @@ use std::time::{Duration, Instant};
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, Executed, Gate, RedisServer};
 
+/// What a lease request's script did: its own commands tell.
+fn lease_answer(command: &Executed) -> &'static str {
+    let calls: Vec<&str> = command
+        .lua
+        .iter()
+        .filter_map(|call| call.first().map(String::as_str))
+        .collect();
+    match calls.as_slice() {
+        // `GET value`, `PTTL value`.
+        ["GET", "PTTL"] => "hit",
+        // `GET value`, `SET lease NX` (refused), `PTTL lease`, `GET lease`.
+        ["GET", "SET", "PTTL", "GET"] => "held",
+        // `GET value`, `SET lease NX`, `SET fence`.
+        ["GET", "SET", "SET"] => "granted",
+        _ => "something else",
+    }
+}
+
 const CALLERS: usize = 100_000;
 
-/// A new cache with an L1 on a Redis store, once its store subscribed to
-/// its namespace's channel (the subscriber's traffic is not recorded
-/// anyway; waiting makes the start of the test the same every run).
-async fn new_cache(server: &RedisServer, name: &str) -> Cache<String> {
+/// A new cache with an L1 on a new Redis store (as another process would
+/// have), once `subscribers` stores subscribed to its namespace's channel
+/// (the subscribers' traffic is not recorded anyway; waiting makes the
+/// start of the test the same every run). Its leases live 30 s and a
+/// waiter re-checks every 30 s: no renewal or poll runs during a test.
+async fn new_cache(server: &RedisServer, name: &str, subscribers: usize) -> Cache<String> {
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect");
@@ -19,11 +39,15 @@ async fn new_cache(server: &RedisServer, name: &str) -> Cache<String> {
         .store(store)
         .l1(true)
         .ttl(Duration::from_secs(60))
+        .lease_ttl(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30))
+        .fill_timeout(Duration::from_secs(60))
         .build()
         .expect("config");
     let channel = format!("corral:{}:filled", cache.namespace());
+    let want = subscribers.to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("1") {
+    while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some(want.as_str()) {
         assert!(Instant::now() < deadline, "the store never subscribed");
         tokio::task::yield_now().await;
     }
@@ -66,7 +90,7 @@ fn names(commands: &[Executed]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_callers_on_a_cold_key_cost_one_fill_and_three_commands() {
     let server = RedisServer::start();
-    let cache = new_cache(&server, "herd").await;
+    let cache = new_cache(&server, "herd", 1).await;
     let mut monitor = server.monitor();
 
     let gate = Gate::new();
@@ -110,11 +134,7 @@ async fn a_hundred_thousand_callers_on_a_cold_key_cost_one_fill_and_three_comman
         ],
         "{commands:#?}"
     );
-    let lease = &commands[0];
-    assert!(
-        lease.lua.iter().any(|call| call.contains(&"NX".to_owned())),
-        "the lease was granted: {lease:?}"
-    );
+    assert_eq!(lease_answer(&commands[0]), "granted", "{commands:#?}");
     let commit = &commands[2];
     assert!(
         commit.ran("SET", &commit.args[3]),
@@ -128,4 +148,86 @@ async fn a_hundred_thousand_callers_on_a_cold_key_cost_one_fill_and_three_comman
         .await;
     assert_eq!(again.expect("value"), "v");
     assert_eq!(names(&monitor.commands()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_process_behind_an_l1_costs_two_lease_requests() {
+    let server = RedisServer::start();
+    let leader = new_cache(&server, "shared", 1).await;
+    // Another store: another connection, as another process has.
+    let waiter = new_cache(&server, "shared", 2).await;
+    let mut monitor = server.monitor();
+
+    let (started, gate) = (Gate::new(), Gate::new());
+    let filling = {
+        let (leader, started, gate) = (leader.clone(), started.clone(), gate.clone());
+        tokio::spawn(async move {
+            leader
+                .get_or_fill("k", move || async move {
+                    started.open();
+                    gate.wait().await;
+                    Ok::<_, String>("from the leader".to_owned())
+                })
+                .await
+        })
+    };
+    // The fill runs once its entry's stamps were read.
+    started.wait().await;
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // Granted: the key is absent.
+            "GET_OR_LEASE",
+            // The leader's cache is new: its clear version, read once.
+            "TAG_VERSIONS",
+        ],
+        "{commands:#?}"
+    );
+    assert_eq!(lease_answer(&commands[0]), "granted", "{commands:#?}");
+
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .get_or_fill("k", || async { Ok::<_, String>("never".to_owned()) })
+                .await
+        })
+    };
+    until("the waiter found the lease held", || {
+        waiter.stats().lease_waits == 1
+    })
+    .await;
+    let commands = monitor.commands();
+    // The waiter's flight's first request finds the lease held; it waits
+    // for the leader's notification (no poll within 30 s).
+    assert_eq!(names(&commands), ["GET_OR_LEASE"], "{commands:#?}");
+    assert_eq!(lease_answer(&commands[0]), "held", "{commands:#?}");
+    let waiter_client = commands[0].client.clone();
+
+    gate.open();
+    let value = filling.await.expect("task").expect("value");
+    assert_eq!(value, "from the leader");
+    let value = waiting.await.expect("task").expect("value");
+    assert_eq!(value, "from the leader");
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // The leader's fenced write, unlock and notification.
+            "COMMIT",
+            // Woken by it, the waiter asks again and finds the value.
+            "GET_OR_LEASE",
+            // The waiter's cache is new too: the clear version the entry
+            // is stamped with is checked against the current one, read
+            // once.
+            "TAG_VERSIONS",
+        ],
+        "{commands:#?}"
+    );
+    assert_ne!(commands[0].client, waiter_client, "the leader commits");
+    assert_eq!(commands[1].client, waiter_client, "{commands:#?}");
+    assert_eq!(commands[2].client, waiter_client, "{commands:#?}");
+    assert_eq!(lease_answer(&commands[1]), "hit", "{commands:#?}");
+    assert_eq!(leader.stats().fills + waiter.stats().fills, 1, "one fill");
 }

@@ -93,8 +93,9 @@ async fn a_set_through_another_store_evicts_this_l1() {
 async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned_leader() {
     let server = RedisServer::start();
     let store = store(&server).await;
-    // A cache with an L1 reads the store under its flight (one without
-    // reads before claiming one, and a cancelled read leaves no flight).
+    // A cache with an L1 asks the store for the value or the lease under
+    // its flight (one without reads before claiming one, and a cancelled
+    // read leaves no flight).
     let cache = Cache::<String>::builder("first-read")
         .store(store.clone())
         .l1(true)
@@ -119,7 +120,7 @@ async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned
                 .await
         })
     };
-    corral_testkit::until("the leader's first read is in flight", || {
+    corral_testkit::until("the leader's first request is in flight", || {
         cache.flights_in_progress() == 1
     })
     .await;
