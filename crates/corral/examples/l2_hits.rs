@@ -610,9 +610,9 @@ async fn run(rounds: u64, ms: u64) {
         );
     }
     let stats = ctx.l1_cache.stats();
-    if stats.hits + stats.l2_hits > 0 {
+    if stats.hits > 0 {
         println!(
-            "L1-miss variant: {} L1 hits, {} L2 hits, {} fills",
+            "L1-miss variant: {} hits, {} of them L2 hits, {} fills",
             stats.hits, stats.l2_hits, stats.fills
         );
     }
