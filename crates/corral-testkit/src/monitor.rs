@@ -179,11 +179,12 @@ impl<'a> Monitor<'a> {
             });
         }
         let mut left_out = subscribers;
-        left_out.extend(executed.iter().filter_map(|command| {
-            PUBSUB_COMMANDS
-                .contains(&command.name().as_str())
-                .then(|| command.client.clone())
-        }));
+        left_out.extend(
+            executed
+                .iter()
+                .filter(|command| PUBSUB_COMMANDS.contains(&command.name().as_str()))
+                .map(|command| command.client.clone()),
+        );
         executed.retain(|command| !left_out.contains(&command.client));
         executed
     }
