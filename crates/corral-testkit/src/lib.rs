@@ -5,7 +5,8 @@
 //! waits until it answers `PING`, and kills it on drop — also when the test
 //! panics. It can freeze (`SIGSTOP`), thaw, kill and restart the server on the
 //! same port for fault tests, and reads `INFO commandstats` so tests can count
-//! the commands an operation sent. [`RedisCluster`] starts a three-master
+//! the commands an operation sent, or records them one by one with
+//! `MONITOR` ([`RedisServer::monitor`]). [`RedisCluster`] starts a three-master
 //! cluster with `redis-cli --cluster create`, optionally with one replica
 //! per master, and can kill a master and wait until its replica took over.
 //!
@@ -39,6 +40,7 @@
 mod cluster;
 mod gate;
 mod memcached;
+mod monitor;
 mod process;
 mod resp;
 mod server;
@@ -49,6 +51,7 @@ mod worker;
 pub use cluster::RedisCluster;
 pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
+pub use monitor::{Executed, Monitor};
 pub use server::{RedisServer, TlsFiles};
 pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};
 pub use traces::{capture, Captured};

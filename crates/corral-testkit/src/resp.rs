@@ -1,5 +1,5 @@
 //! A minimal RESP2 client, enough for the fixture's own readiness checks and
-//! `INFO`/`CLUSTER` queries. It only ever connects to 127.0.0.1.
+//! `INFO`/`CLUSTER` queries and the `MONITOR` recorder's markers. It only ever connects to 127.0.0.1.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -15,6 +15,22 @@ pub(crate) type Reply = Option<String>;
 /// `Err` carries a human-readable reason (I/O error, timeout, or the server's
 /// error reply).
 pub(crate) fn command(port: u16, args: &[&str], timeout: Duration) -> Result<Reply, String> {
+    let (_, mut replies) = commands(port, &[args], timeout)?;
+    replies.pop().ok_or_else(|| "no reply".to_owned())
+}
+
+/// Sends `requests` pipelined to `127.0.0.1:port` on a fresh connection and
+/// reads one reply each, with `timeout` applied to the connect, every
+/// write and every read: the connection's own address (`127.0.0.1:PORT`,
+/// as the server names it) and the replies, in order.
+///
+/// `Err` carries a human-readable reason (I/O error, timeout, or the
+/// server's error reply to any of them).
+pub(crate) fn commands(
+    port: u16,
+    requests: &[&[&str]],
+    timeout: Duration,
+) -> Result<(String, Vec<Reply>), String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let stream = TcpStream::connect_timeout(&addr, timeout)
         .map_err(|e| format!("connect to {addr}: {e}"))?;
@@ -23,19 +39,30 @@ pub(crate) fn command(port: u16, args: &[&str], timeout: Duration) -> Result<Rep
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .and_then(|()| stream.set_nodelay(true))
         .map_err(|e| format!("configure socket to {addr}: {e}"))?;
+    let own = stream
+        .local_addr()
+        .map_err(|e| format!("local address of a socket to {addr}: {e}"))?
+        .to_string();
 
-    let mut request = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        request.extend_from_slice(arg.as_bytes());
-        request.extend_from_slice(b"\r\n");
+    let mut request = Vec::new();
+    for args in requests {
+        request.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for arg in *args {
+            request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+            request.extend_from_slice(arg.as_bytes());
+            request.extend_from_slice(b"\r\n");
+        }
     }
     (&stream)
         .write_all(&request)
         .map_err(|e| format!("write to {addr}: {e}"))?;
 
     let mut reader = BufReader::new(&stream);
-    read_reply(&mut reader).map_err(|e| format!("reply from {addr}: {e}"))
+    let replies = requests
+        .iter()
+        .map(|_| read_reply(&mut reader).map_err(|e| format!("reply from {addr}: {e}")))
+        .collect::<Result<_, _>>()?;
+    Ok((own, replies))
 }
 
 fn read_reply(reader: &mut impl BufRead) -> Result<Reply, String> {

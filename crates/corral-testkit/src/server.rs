@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::monitor::Monitor;
 use crate::{log_tail, process, resp};
 
 /// How long [`RedisServer::start`] and [`RedisServer::restart`] wait for the
@@ -325,6 +326,18 @@ impl RedisServer {
         Ok(Some(reply))
     }
 
+    /// Starts recording the commands the server executes for its clients
+    /// (`MONITOR` on a connection of the recorder's own): see [`Monitor`].
+    /// Commands executed after this returns are recorded.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer within 10 s, or is a
+    /// [TLS server](Self::start_tls).
+    pub fn monitor(&self) -> Monitor<'_> {
+        Monitor::start(self)
+    }
+
     /// Parses `INFO commandstats` into command name (lower case, e.g.
     /// `"get"`, `"evalsha"`, `"publish"`; subcommands as `"config|resetstat"`)
     /// to number of calls. Commands never called since the last
@@ -358,8 +371,13 @@ impl RedisServer {
         }
     }
 
+    /// Whether the server only speaks TLS ([`start_tls`](Self::start_tls)).
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
     /// Panics with `why`, the port and the log tail.
-    fn fail(&self, why: &str) -> ! {
+    pub(crate) fn fail(&self, why: &str) -> ! {
         panic!(
             "corral-testkit: redis-server on 127.0.0.1:{}: {why}\n--- server log tail ({}) ---\n{}",
             self.port,

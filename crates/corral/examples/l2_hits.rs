@@ -38,21 +38,29 @@
 //!   present value, what a cache's leader asks;
 //! - `cache.get`: `Cache::get` (reads through `Store::get`, decodes; no
 //!   flight);
-//! - `cache.get_or_fill`: `Cache::get_or_fill` on warm keys (claims a
-//!   flight and runs a leader task per read, which asks
-//!   `Store::get_or_lease`).
+//! - `cache.get_or_fill`: `Cache::get_or_fill` on warm keys (no L1: each
+//!   caller reads through `Store::get` before it claims a flight);
+//! - `cache+l1.get_or_fill, L1 miss`: `Cache::get_or_fill` of a cache with
+//!   an L1 of 16 entries, each task rotating over 64 warm keys of its own,
+//!   so that (almost) every read misses the L1 and hits the L2 (the flight's
+//!   first request: `Store::get_or_lease`); the share of L1 hits is
+//!   printed.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral::store::{Grant, LeaseRequest, Lookup, Store, StoreKey};
-use corral::{Cache, RedisConfig, RedisStore};
+use corral::{Cache, Capacity, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::Value;
 
 const TASKS: usize = 50;
+/// Keys per task of the L1-miss variant, and its L1's entries.
+const ROTATION: usize = 64;
+const L1_ENTRIES: u64 = 16;
 const NAMESPACE_NAME: &str = "l2hits";
 
 /// The store's read script before values carried their generation.
@@ -103,9 +111,10 @@ enum Variant {
     StoreGetOrLease,
     CacheGet,
     CacheGetOrFill,
+    CacheL1Miss,
 }
 
-const VARIANTS: [Variant; 14] = [
+const VARIANTS: [Variant; 15] = [
     Variant::GetMux,
     Variant::GetMgr,
     Variant::GetMuxTimeout,
@@ -120,6 +129,7 @@ const VARIANTS: [Variant; 14] = [
     Variant::StoreGetOrLease,
     Variant::CacheGet,
     Variant::CacheGetOrFill,
+    Variant::CacheL1Miss,
 ];
 
 impl Variant {
@@ -139,6 +149,7 @@ impl Variant {
             Self::StoreGetOrLease => "store.get_or_lease",
             Self::CacheGet => "cache.get",
             Self::CacheGetOrFill => "cache.get_or_fill",
+            Self::CacheL1Miss => "cache+l1.get_or_fill, L1 miss",
         }
     }
 }
@@ -158,6 +169,10 @@ struct Ctx {
     store: RedisStore,
     cache: Cache<String>,
     keys: Vec<Names>,
+    /// The L1-miss variant: its cache, each task's keys and next key.
+    l1_cache: Cache<String>,
+    l1_keys: Vec<Vec<String>>,
+    l1_next: Vec<AtomicUsize>,
     get3: String,
     get2: String,
     request: LeaseRequest,
@@ -325,6 +340,18 @@ impl Ctx {
                     .expect("get_or_fill");
                 assert!(!value.is_empty());
             }
+            Variant::CacheL1Miss => {
+                let next = self.l1_next[i].fetch_add(1, Ordering::Relaxed);
+                let key = &self.l1_keys[i][next % ROTATION];
+                let value = self
+                    .l1_cache
+                    .get_or_fill(key, || async {
+                        Err::<String, _>(std::io::Error::other("warm keys never fill"))
+                    })
+                    .await
+                    .expect("get_or_fill");
+                assert!(!value.is_empty());
+            }
         }
     }
 }
@@ -419,6 +446,26 @@ async fn setup(server: &RedisServer) -> Ctx {
             .expect("seed");
         keys.push(names(cache.namespace(), user));
     }
+    let l1_cache = Cache::<String>::builder(NAMESPACE_NAME)
+        .ttl(Duration::from_secs(3600))
+        .store(store.clone())
+        .l1(true)
+        .capacity(Capacity::Entries(L1_ENTRIES))
+        .build()
+        .expect("cache");
+    let mut l1_keys = Vec::new();
+    for i in 0..TASKS {
+        let mut own = Vec::new();
+        for j in 0..ROTATION {
+            let user = format!("l1miss:{i:04}:{j:03}");
+            cache
+                .set(&user, format!("value of {user}, 32 bytes"))
+                .await
+                .expect("seed");
+            own.push(user);
+        }
+        l1_keys.push(own);
+    }
     let load = |source: &str| {
         let mut cmd = redis::cmd("SCRIPT");
         cmd.arg("LOAD").arg(source);
@@ -439,6 +486,9 @@ async fn setup(server: &RedisServer) -> Ctx {
         store,
         cache,
         keys,
+        l1_cache,
+        l1_keys,
+        l1_next: (0..TASKS).map(|_| AtomicUsize::new(0)).collect(),
         get3,
         get2,
         request: LeaseRequest {
@@ -557,6 +607,13 @@ async fn run(rounds: u64, ms: u64) {
             hi,
             median(&mut client_us[at]),
             median(&mut server_us[at]),
+        );
+    }
+    let stats = ctx.l1_cache.stats();
+    if stats.hits > 0 {
+        println!(
+            "L1-miss variant: {} hits, {} of them L2 hits, {} fills",
+            stats.hits, stats.l2_hits, stats.fills
         );
     }
 }

@@ -1,6 +1,8 @@
 //! Two tiers on a real Redis: the backplane reaches another store's caches
 //! (as it reaches another process's) over Redis pub/sub.
 
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::Duration;
 
 use corral::{Cache, RedisConfig, RedisStore};
@@ -91,8 +93,9 @@ async fn a_set_through_another_store_evicts_this_l1() {
 async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned_leader() {
     let server = RedisServer::start();
     let store = store(&server).await;
-    // A cache with an L1 reads the store under its flight (one without
-    // reads before claiming one, and a cancelled read leaves no flight).
+    // A cache with an L1 asks the store for the value or the lease under
+    // its flight (one without reads before claiming one, and a cancelled
+    // read leaves no flight).
     let cache = Cache::<String>::builder("first-read")
         .store(store.clone())
         .l1(true)
@@ -117,7 +120,7 @@ async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned
                 .await
         })
     };
-    corral_testkit::until("the leader's first read is in flight", || {
+    corral_testkit::until("the leader's first request is in flight", || {
         cache.flights_in_progress() == 1
     })
     .await;
@@ -163,4 +166,81 @@ async fn a_subscriber_reconnect_drops_the_l1() {
     corral_testkit::until("resubscribed", || cache.stats().backplane_resets > resets).await;
     assert_eq!(cache.local_len(), 0, "the L1 was dropped");
     assert_eq!(cache.peek("b").await.expect("read").as_deref(), Some("b"));
+}
+
+/// A caller cancelled while its flight's first request (value or lease)
+/// is out — received by Redis, held by `CLIENT PAUSE WRITE` — leaves that
+/// request to the flight's leader: the lease Redis grants it is the
+/// flight's, so the caller that joined gets the one fill's value without
+/// waiting for that lease to lapse (30 s here) as if another process held
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cancelled_while_its_lease_request_is_out_leaves_the_lease_to_its_flight() {
+    let server = RedisServer::start();
+    let slow = Duration::from_secs(10);
+    let store = RedisStore::connect(
+        &server.url(),
+        RedisConfig::default()
+            .op_timeout(slow)
+            .connect_timeout(slow),
+    )
+    .await
+    .expect("connect");
+    let cache = Cache::<String>::builder("cancelled")
+        .store(store)
+        .l1(true)
+        .store_timeout(slow)
+        .lease_ttl(Duration::from_secs(30))
+        .fill_timeout(Duration::from_secs(60))
+        .build()
+        .expect("config");
+    let channel = format!("corral:{}:filled", cache.namespace());
+    until(
+        || server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) == Some("1"),
+        "the store subscribed",
+    )
+    .await;
+
+    server.cli(&["CLIENT", "PAUSE", "20000", "WRITE"]);
+    let fills = Arc::new(AtomicUsize::new(0));
+    let call = |cache: &Cache<String>| {
+        let (cache, fills) = (cache.clone(), Arc::clone(&fills));
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("k", move || async move {
+                    fills.fetch_add(1, SeqCst);
+                    Ok::<_, String>("v".to_owned())
+                })
+                .await
+        })
+    };
+    let leader = call(&cache);
+    let joined = call(&cache);
+    until(|| cache.stats().coalesced == 1, "the second caller joined").await;
+    // The lease script reached the server and waits there.
+    until(
+        || {
+            server
+                .cli(&["INFO", "clients"])
+                .contains("blocked_clients:1")
+        },
+        "the lease request is held by the pause",
+    )
+    .await;
+    leader.abort();
+    let cancelled = leader.await.expect_err("cancelled");
+    assert!(cancelled.is_cancelled());
+    server.cli(&["CLIENT", "UNPAUSE"]);
+
+    let value = tokio::time::timeout(Duration::from_secs(10), joined)
+        .await
+        .expect("answered before the lease could lapse")
+        .expect("task")
+        .expect("value");
+    assert_eq!(value, "v");
+    assert_eq!(fills.load(SeqCst), 1, "one fill");
+    let stats = cache.stats();
+    assert_eq!(stats.leases_acquired, 1, "{stats:?}");
+    assert_eq!(stats.lease_waits, 0, "the flight's own lease: {stats:?}");
+    assert_eq!(stats.commits, 1, "{stats:?}");
 }

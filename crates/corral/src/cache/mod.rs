@@ -50,7 +50,10 @@ use crate::tier::local::LocalTier;
 ///
 /// Reads are coalesced where they are cheap to coalesce. With an L1, a
 /// caller that misses it joins the key's one flight, and only that flight
-/// reads the store. Without an L1 (`.store(..)` alone) every caller first
+/// asks the store, with one request for the value or else the fill lease
+/// (on Redis one script): a cold key then costs that request and the
+/// commit of the fill (and, for a new cache, one read of its tag and clear
+/// versions), however many callers wait for it. Without an L1 (`.store(..)` alone) every caller first
 /// reads the store itself — an L2 hit then costs about one `GET`, touching
 /// no flight table — and joins the flight only if it found no fresh value
 /// or a flight of the key is already running: fills are coalesced, reads
@@ -332,9 +335,12 @@ where
                 let flight = Arc::clone(leadership.flight());
                 match (&inner.tiers().l1, &inner.tiers().l2) {
                     (Some(_), Some(store)) => {
+                        let fill_timeout =
+                            options.fill_timeout.unwrap_or(inner.policy().fill_timeout);
+                        let request = leader::lease_request(inner, fill_timeout);
                         let job = move || self.job(key, options, fill, fallback, None);
                         let first = FirstRead::new(inner, runtime, leadership, job);
-                        if let Some(fetched) = first.run(store).await {
+                        if let Some(fetched) = first.run(store, request).await {
                             return Ok(fetched);
                         }
                     }
@@ -373,6 +379,7 @@ where
             permit,
             tags: options.tags.unwrap_or_else(|| Arc::new([])),
             store_failed: false,
+            first: None,
             fill,
         }
     }

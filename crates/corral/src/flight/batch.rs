@@ -239,6 +239,7 @@ where
             permit: None,
             tags: Arc::new([]),
             store_failed: false,
+            first: None,
             fill,
         };
         self.runtime

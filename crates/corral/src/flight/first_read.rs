@@ -1,38 +1,56 @@
-//! A flight's first step, a read of the shared store taken in the calling
-//! task. A fresh hit — the common case of a cache with an L2 — is answered
-//! right there, without spawning a leader task; anything else (a miss, a
-//! stale or undecodable value, a store error) goes to the spawned leader,
-//! which asks for the lease.
+//! A flight's first step, taken in the calling task. A fresh hit — the
+//! common case of a cache with an L2 — is answered right there, without
+//! spawning a leader task; anything else goes to the spawned leader.
 //!
 //! - A cache without an L1 reads **before** claiming a flight
 //!   ([`read_ahead`]): a hit touches no flight table, so reads of the store
-//!   are not coalesced (each caller's hit is one `GET`); fills still are.
-//!   A read taken before the claim is as good as one taken after: the
+//!   are not coalesced (each caller's hit is one plain read); fills still
+//!   are. A read taken before the claim is as good as one taken after: the
 //!   leader's lease request is what decides, atomically, in the store.
-//! - A cache with an L1 reads after claiming ([`FirstRead`]), so that the
-//!   copy it keeps is written under its flight, and no newer write is
-//!   overwritten.
+//! - A cache with an L1 asks after claiming ([`FirstRead`]), so that the
+//!   copy it keeps is written under its flight and no newer write is
+//!   overwritten. Its request depends on what the store
+//!   [`recalls`](crate::store::Store::recalls) of the key:
+//!   - a key the store read before and expects to hold a value gets a plain
+//!     read (on Redis a `GET`, a store's cheapest request);
+//!   - any other key — never seen, or its value expected gone — gets the
+//!     leader's own first request, the value or else the lease in one
+//!     (`GET_OR_LEASE` on Redis), so a cold key costs no separate read.
+//!
+//!   A miss, a stale or undecodable value, stale tag stamps, a lease held
+//!   elsewhere or a store error go to the spawned leader, with the answer
+//!   to the lease request, which it acts on as on its own.
 //!
 //! The caller may be cancelled during a [`FirstRead`]. The flight must not
-//! be abandoned then (its other callers would get `Aborted`): [`FirstRead`]
-//! owns the leadership and the job, and its `Drop` spawns the leader with
-//! them if the read did not finish the flight.
+//! be abandoned then (its other callers would get `Aborted`), nor a lease
+//! the store grants left to lapse: [`FirstRead`] owns the leadership, the
+//! job and the request still out, and its `Drop` spawns the leader with
+//! them if it did not finish the flight.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use tokio::runtime::Handle;
 
-use crate::data::freshness::{Answer, Fetched};
-use crate::flight::leader::{self, Job};
-use crate::read::{count_l2_hit, finish_hit, read_fresh};
+use crate::data::error::StoreError;
+use crate::data::freshness::{Answer, Fetched, Standing};
+use crate::flight::leader::{self, FirstAnswer, FirstLookup, Job};
+use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, read_fresh, Look};
 use crate::state::flight::Leadership;
 use crate::state::inner::Inner;
+use crate::store::{BoxFuture, LeaseRequest, Listener, Lookup, Stored};
 use crate::tier::shared::SharedTier;
 
-/// Starts the spawned leader of a flight; `true`: the first read found
-/// the store unreachable. Built lazily: a hit never makes the leader's job.
-type HandOver<'a, V> = Box<dyn FnOnce(&Arc<Inner<V>>, Leadership<Fetched<V>>, bool) + Send + 'a>;
+/// Starts the spawned leader of a flight with the first lease request, if
+/// it was made. Built lazily: a hit never makes the leader's job.
+type HandOver<'a, V> =
+    Box<dyn FnOnce(&Arc<Inner<V>>, Leadership<Fetched<V>>, Option<FirstLookup>) + Send + 'a>;
+
+/// A lease request on its way: the listener registered before it was sent.
+struct Asking {
+    listener: Listener,
+    answer: BoxFuture<'static, Result<Lookup, StoreError>>,
+}
 
 /// A flight led from the caller's task until it is finished or handed to
 /// a spawned leader.
@@ -40,6 +58,8 @@ pub(crate) struct FirstRead<'a, V: Clone> {
     inner: &'a Arc<Inner<V>>,
     /// `None` once finished or handed over.
     lead: Option<(Leadership<Fetched<V>>, HandOver<'a, V>)>,
+    /// The lease request while it is out.
+    asking: Option<Asking>,
 }
 
 impl<'a, V> FirstRead<'a, V>
@@ -47,7 +67,7 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// Leads `leadership`'s flight; `job` makes what the spawned leader
-    /// runs if this first read does not finish it.
+    /// runs if this first step does not finish it.
     pub(crate) fn new<F, Fut, E>(
         inner: &'a Arc<Inner<V>>,
         runtime: Handle,
@@ -59,50 +79,85 @@ where
         Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        let hand_over: HandOver<'a, V> = Box::new(move |inner, leadership, store_failed| {
-            let job = Job {
-                store_failed,
-                ..job()
-            };
+        let hand_over: HandOver<'a, V> = Box::new(move |inner, leadership, first| {
+            let job = Job { first, ..job() };
             runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
         });
         Self {
             inner,
             lead: Some((leadership, hand_over)),
+            asking: None,
         }
     }
 
-    /// Reads the key from `store`; a fresh, current value finishes the
-    /// flight (copied into the L1, handed to its callers) and is returned.
-    /// Otherwise the spawned leader takes over, and the caller waits for
-    /// the flight like any other.
-    pub(crate) async fn run(mut self, store: &SharedTier) -> Option<Fetched<V>> {
+    /// Asks `store` for the key's value, or its lease (`request`, the
+    /// leader's first request). A fresh, current value finishes the flight
+    /// (copied into the L1, handed to its callers) and is returned.
+    /// Otherwise the spawned leader takes over with the answer, and the
+    /// caller waits for the flight like any other.
+    pub(crate) async fn run(
+        mut self,
+        store: &SharedTier,
+        request: LeaseRequest,
+    ) -> Option<Fetched<V>> {
+        let key = self.inner.store_key(self.lead.as_ref()?.0.key());
+        if store.recalls(&key) {
+            return self.read_recalled(store).await;
+        }
+        let listener = store.listen(&key);
+        let owned = store.clone();
+        let answer = Box::pin(async move { owned.call(owned.get_or_lease(&key, &request)).await });
+        let asking = self.asking.insert(Asking { listener, answer });
+        let answer = (&mut asking.answer).await;
+        let listener = self.asking.take()?.listener;
+        let answer = match answer {
+            Ok(Lookup::Hit(stored)) => match self.try_fresh_hit(&stored).await {
+                Some(fetched) => return Some(fetched),
+                None => Ok(Lookup::Hit(stored)),
+            },
+            other => other,
+        };
+        self.hand_over(Some(FirstLookup {
+            listener,
+            answer: FirstAnswer::Ready(answer),
+        }));
+        None
+    }
+
+    /// Reads a key the store recalls with a plain read: a fresh, current
+    /// value finishes the flight; anything else goes to the leader, which
+    /// asks for the lease itself (or fills without one if the store failed).
+    async fn read_recalled(mut self, store: &SharedTier) -> Option<Fetched<V>> {
         let inner = self.inner;
-        match self.try_fresh_hit(inner, store).await {
-            Ok(Some(fetched)) => return Some(fetched),
-            Ok(None) => self.hand_over(false),
-            Err(()) => self.hand_over(true),
+        let read = read_current(inner, store, self.lead.as_ref()?.0.key(), Look::Peek).await;
+        match read {
+            Ok(Some(judged)) if judged.standing == Standing::Fresh => {
+                let (mut leadership, _) = self.lead.take()?;
+                return Some(finish_hit(inner, &mut leadership, judged));
+            }
+            Ok(_) => self.hand_over(None),
+            // The leader counts and logs the failure, as for its own request.
+            Err(error) => {
+                let key = inner.store_key(self.lead.as_ref()?.0.key());
+                self.hand_over(Some(FirstLookup {
+                    listener: store.listen(&key),
+                    answer: FirstAnswer::Ready(Err(error)),
+                }));
+            }
         }
         None
     }
 
-    /// The fresh hit that finished the flight, if any; `Err` if the store
-    /// failed (counted).
-    async fn try_fresh_hit(
-        &mut self,
-        inner: &Inner<V>,
-        store: &SharedTier,
-    ) -> Result<Option<Fetched<V>>, ()> {
-        let Some((leadership, _)) = &self.lead else {
-            return Ok(None);
-        };
-        let Some(judged) = read_fresh(inner, store, leadership.key()).await? else {
-            return Ok(None);
-        };
-        let Some((mut leadership, _)) = self.lead.take() else {
-            return Ok(None);
-        };
-        Ok(Some(finish_hit(inner, &mut leadership, judged)))
+    /// Finishes the flight with `stored` if it is fresh and its stamps are
+    /// current (counted as a served L2 hit), returning it.
+    async fn try_fresh_hit(&mut self, stored: &Stored) -> Option<Fetched<V>> {
+        let inner = self.inner;
+        let judged = judge_current(inner, self.lead.as_ref()?.0.key(), stored, Look::Peek).await?;
+        if judged.standing != Standing::Fresh {
+            return None;
+        }
+        let (mut leadership, _) = self.lead.take()?;
+        Some(finish_hit(inner, &mut leadership, judged))
     }
 }
 
@@ -133,18 +188,23 @@ where
 }
 
 impl<V: Clone> FirstRead<'_, V> {
-    /// Spawns the leader with the flight, unless it is finished.
-    fn hand_over(&mut self, store_failed: bool) {
+    /// Spawns the leader with the flight and `first`, unless the flight is
+    /// finished.
+    fn hand_over(&mut self, first: Option<FirstLookup>) {
         if let Some((leadership, hand_over)) = self.lead.take() {
-            hand_over(self.inner, leadership, store_failed);
+            hand_over(self.inner, leadership, first);
         }
     }
 }
 
 impl<V: Clone> Drop for FirstRead<'_, V> {
-    /// The caller was cancelled mid-read: the spawned leader still runs the
-    /// flight.
+    /// The caller was cancelled mid-step: the spawned leader still runs the
+    /// flight, with the lease request if it is still out.
     fn drop(&mut self) {
-        self.hand_over(false);
+        let first = self.asking.take().map(|asking| FirstLookup {
+            listener: asking.listener,
+            answer: FirstAnswer::Pending(asking.answer),
+        });
+        self.hand_over(first);
     }
 }

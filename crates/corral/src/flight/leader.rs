@@ -22,7 +22,9 @@ use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Leadership, Outcome};
 use crate::state::inner::{weight, Inner};
 use crate::stats::Counters;
-use crate::store::{Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
+use crate::store::{
+    BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored,
+};
 use crate::tier::shared::SharedTier;
 
 /// A value that may be served if the fill is slow or fails: the entry's
@@ -63,10 +65,51 @@ pub(crate) struct Job<F, V> {
     pub(crate) permit: Option<OwnedSemaphorePermit>,
     /// The tags the filled entry will carry.
     pub(crate) tags: Arc<[Arc<str>]>,
-    /// The leading caller's first read found the store unreachable: fill
-    /// without a lease at once instead of paying its timeout again.
+    /// The caller's read ahead (a cache without an L1) found the store
+    /// unreachable: fill without a lease at once instead of paying its
+    /// timeout again.
     pub(crate) store_failed: bool,
+    /// The flight's first lease request, made by its leading caller.
+    pub(crate) first: Option<FirstLookup>,
     pub(crate) fill: F,
+}
+
+/// A flight's first lease request ([`Grant::IfNoValue`], as
+/// [`lease_request`] makes it), made by its leading caller before the
+/// leader runs: the listener registered before it was sent, and its answer.
+pub(crate) struct FirstLookup {
+    pub(crate) listener: Listener,
+    pub(crate) answer: FirstAnswer,
+}
+
+/// The answer of a [`FirstLookup`].
+pub(crate) enum FirstAnswer {
+    Ready(Result<Lookup, StoreError>),
+    /// Still out: its caller was cancelled. The leader awaits it, so a
+    /// lease it grants is held by the flight, never left to lapse.
+    Pending(BoxFuture<'static, Result<Lookup, StoreError>>),
+}
+
+impl FirstLookup {
+    /// The listener and the answer, once the store gave it.
+    async fn answered(self) -> (Listener, Result<Lookup, StoreError>) {
+        let answer = match self.answer {
+            FirstAnswer::Ready(answer) => answer,
+            FirstAnswer::Pending(asking) => asking.await,
+        };
+        (self.listener, answer)
+    }
+}
+
+/// What a flight's leader asks the store for first: the value, or else the
+/// lease (granted only where no value is), for a fill bounded by
+/// `fill_timeout`.
+pub(crate) fn lease_request<V>(cache: &Inner<V>, fill_timeout: Duration) -> LeaseRequest {
+    LeaseRequest {
+        lease_ttl: cache.policy().lease_ttl,
+        fence_ttl: cache.policy().fence_ttl(fill_timeout),
+        grant: Grant::IfNoValue,
+    }
 }
 
 pub(crate) type Flight<V> = Leadership<Fetched<V>>;
@@ -109,6 +152,7 @@ where
         permit,
         tags,
         store_failed,
+        first,
         fill,
     } = job;
     let leader = Leader {
@@ -119,7 +163,9 @@ where
         permit,
         clock: Deadlines::from(Instant::now(), fill_timeout, soft_timeout),
     };
-    leader.lead(ttl, tags, store_failed, fill).instrument(span)
+    leader
+        .lead(ttl, tags, (store_failed, first), fill)
+        .instrument(span)
 }
 
 /// One flight's leader: it owns the flight, the value it may fall back on,
@@ -150,14 +196,14 @@ where
         mut self,
         ttl: Duration,
         tags: Arc<[Arc<str>]>,
-        store_failed: bool,
+        start: (bool, Option<FirstLookup>),
         fill: F,
     ) where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        let (lease, reachable) = match self.find_lease(store_failed).await {
+        let (lease, reachable) = match self.find_lease(start).await {
             Found::Lease(guard) => (Some(guard), true),
             Found::FailOpen => (None, false),
             Found::Done => {
@@ -201,8 +247,11 @@ where
         }
     }
     /// Looks the key up in the shared store, if the cache has one, until it
-    /// holds the lease, served the callers or must fill without a lease.
-    async fn find_lease(&mut self, store_failed: bool) -> Found {
+    /// holds the lease, served the callers or must fill without a lease;
+    /// `start`: whether the leading caller found the store unreachable, and
+    /// the first lease request if the caller made it.
+    async fn find_lease(&mut self, start: (bool, Option<FirstLookup>)) -> Found {
+        let (store_failed, first) = start;
         let Some(cache) = self.inner.upgrade() else {
             return Found::Done;
         };
@@ -215,11 +264,7 @@ where
             return Found::FailOpen;
         }
         let skey = cache.store_key(&self.key);
-        let request = LeaseRequest {
-            lease_ttl: cache.policy().lease_ttl,
-            fence_ttl: cache.policy().fence_ttl(self.clock.fill_timeout),
-            grant: Grant::IfNoValue,
-        };
+        let request = lease_request(&cache, self.clock.fill_timeout);
         drop(cache);
         let (deadline, soft_deadline) = (self.clock.deadline, self.clock.soft_deadline());
         let finder = Finder {
@@ -229,7 +274,7 @@ where
             request,
             soft_deadline,
         };
-        tokio::time::timeout_at(deadline, finder.find())
+        tokio::time::timeout_at(deadline, finder.find(first))
             .await
             .unwrap_or(Found::TimedOut)
     }
@@ -509,7 +554,9 @@ impl<V> Finder<'_, V>
 where
     V: Clone + Send + Sync + 'static,
 {
-    async fn find(mut self) -> Found {
+    /// Looks until it can serve a value, holds the lease, or must fill
+    /// without one; its first look is `first`'s answer, if given.
+    async fn find(mut self, mut first: Option<FirstLookup>) -> Found {
         let Some(cache) = self.leader.inner.upgrade() else {
             return Found::Done;
         };
@@ -519,11 +566,16 @@ where
         // many polls and wake-ups it takes.
         let mut waiting = false;
         loop {
-            let mut listener = self.store.listen(self.key);
-            let lookup = self
-                .store
-                .call(self.store.get_or_lease(self.key, &self.request))
-                .await;
+            // Listening before asking: a change right after the answer
+            // still wakes the wait below.
+            let (mut listener, lookup) = match first.take() {
+                Some(first) => first.answered().await,
+                None => {
+                    let listener = self.store.listen(self.key);
+                    let asking = self.store.get_or_lease(self.key, &self.request);
+                    (listener, self.store.call(asking).await)
+                }
+            };
             let Some(cache) = self.leader.inner.upgrade() else {
                 return Found::Done;
             };

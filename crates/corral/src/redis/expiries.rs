@@ -28,6 +28,11 @@ pub(super) struct Expiry {
 }
 
 impl Expiry {
+    /// Whether the value's time to live is not over yet.
+    pub(super) fn is_live(self) -> bool {
+        self.deadline > Instant::now()
+    }
+
     /// What is left of the value's life if `generation` is this one's.
     pub(super) fn remaining_of(self, generation: &str) -> Option<Duration> {
         (parse(generation) == Some(self.generation))

@@ -232,8 +232,8 @@ impl RedisConfig {
 
 /// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
 /// commits and pub/sub wake-ups, one round trip per operation — a read is a
-/// pipelined `PTTL` + `GET`, no script — except a lease asked for on a miss,
-/// which takes two (Redis 7; Valkey works the same).
+/// pipelined `PTTL` + `GET`, no script; the lease request returns a
+/// present value instead of a lease (Redis 7; Valkey works the same).
 ///
 /// Cheap to clone (the clones share the connections). The background
 /// subscriber task ends when the last clone is dropped. Works on a
@@ -352,10 +352,13 @@ impl RedisConfig {
 /// changes, so reading the same write again is a plain `GET`: its frame
 /// names its generation, and a remembered one needs no `PTTL`. A new write
 /// (another generation) is read with its `PTTL` again.
-/// A cache's leading caller reads this way first, so an L2 hit costs that
-/// one round trip; a miss goes on to [`Store::get_or_lease`], the lease
-/// script, which decides atomically (and returns a value that landed
-/// meanwhile). Every operation but the read is one Lua script run with
+/// A cache without an L1 reads this way first, in every caller, so an L2
+/// hit costs that one round trip; a miss goes on to
+/// [`Store::get_or_lease`], the lease script, which decides atomically (and
+/// returns a value that landed meanwhile). A cache with an L1 asks the
+/// lease script first, once per flight: it returns the value if present
+/// (`GET` + `PTTL` in the script), so an L2 hit costs one round trip there
+/// too, and a miss is granted the lease in the same one. Every operation but the read is one Lua script run with
 /// `EVALSHA` (the scripts are loaded with `SCRIPT LOAD` at
 /// connect, on every master of a cluster). A server that lost its script
 /// cache (restart, failover) answers `NOSCRIPT` once per script, and the
@@ -891,6 +894,7 @@ impl Store for RedisStore {
             let token = self.token();
             let lease_ms = millis(request.lease_ttl);
             let fence_ms = millis(request.fence_ttl);
+            let asked = std::time::Instant::now();
             let reply = self
                 .run(
                     &scripts::GET_OR_LEASE,
@@ -907,7 +911,16 @@ impl Store for RedisStore {
             match reply {
                 Value::Array(mut items) => match items.as_mut_slice() {
                     [Value::Int(1), Value::BulkString(bytes), pttl] => {
-                        let hit = Ok(Lookup::Hit(stored(std::mem::take(bytes), pttl)));
+                        let found = stored(std::mem::take(bytes), pttl);
+                        // Remembered as a plain read's is: the next read of
+                        // this value may be a plain GET.
+                        if let (Some(generation), Some(remaining)) =
+                            (&found.generation, found.remaining)
+                        {
+                            let id = keys::ValueName::new(key).id();
+                            self.inner.expiries.learn(id, generation, remaining, asked);
+                        }
+                        let hit = Ok(Lookup::Hit(found));
                         self.went_ahead(ahead, &hit);
                         hit
                     }
@@ -921,6 +934,16 @@ impl Store for RedisStore {
                 other => Err(unexpected("get_or_lease", &other)),
             }
         })
+    }
+
+    /// A key whose value this store read and whose time to live, as
+    /// remembered from that read, is not over.
+    fn recalls(&self, key: &StoreKey) -> bool {
+        let id = keys::ValueName::new(key).id();
+        self.inner
+            .expiries
+            .get(id)
+            .is_some_and(|known| known.is_live())
     }
 
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {

@@ -310,8 +310,9 @@ pub enum Commit {
 /// a backplane.
 ///
 /// Every method is one round trip to the store; [`get`](Store::get) should
-/// be the cheapest (a cache's leading caller reads with it first, and asks
-/// for the lease only when it misses). Implementations bound each
+/// be the cheapest (a cache without an L1 reads with it first, and asks for
+/// the lease only when it misses; a cache with one reads with it the keys
+/// the store [`recalls`](Store::recalls)). Implementations bound each
 /// call by their own operation timeout and report failures as
 /// [`StoreError`]; they never panic.
 pub trait Store: Send + Sync + Debug + 'static {
@@ -333,6 +334,17 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Reads the value. Data of a foreign kind where the value belongs
     /// reads as bytes that do not decode (a miss), not as an error.
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;
+
+    /// Whether this store remembers `key` holding a value it expects to be
+    /// alive (read before, its time to live not yet over): a hint, never a
+    /// promise. A cache with an L1 asks such a key with a plain
+    /// [`get`](Store::get), a store's cheapest request, and any other key
+    /// with [`get_or_lease`](Store::get_or_lease), which answers a value or
+    /// grants the lease in one request. The default remembers nothing.
+    fn recalls(&self, key: &StoreKey) -> bool {
+        let _ = key;
+        false
+    }
 
     /// Reads the values of `keys`, in order: as [`get`](Store::get) each,
     /// in one round trip where the store allows (Redis: one pipeline per

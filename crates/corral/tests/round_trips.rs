@@ -1,0 +1,295 @@
+//! The Redis commands a cache sends, recorded one by one with `MONITOR`
+//! against a real `redis-server` and named in each test.
+
+use std::time::{Duration, Instant};
+
+use corral::{Cache, RedisConfig, RedisStore};
+use corral_testkit::{until, Executed, Gate, RedisServer};
+
+/// What a lease request's script did: its own commands tell.
+fn lease_answer(command: &Executed) -> &'static str {
+    let calls: Vec<&str> = command
+        .lua
+        .iter()
+        .filter_map(|call| call.first().map(String::as_str))
+        .collect();
+    match calls.as_slice() {
+        // `GET value`, `PTTL value`.
+        ["GET", "PTTL"] => "hit",
+        // `GET value`, `SET lease NX` (refused), `PTTL lease`, `GET lease`.
+        ["GET", "SET", "PTTL", "GET"] => "held",
+        // `GET value`, `SET lease NX`, `SET fence`.
+        ["GET", "SET", "SET"] => "granted",
+        _ => "something else",
+    }
+}
+
+const CALLERS: usize = 100_000;
+
+/// A new cache with an L1 on a new Redis store (as another process would
+/// have), once `subscribers` stores subscribed to its namespace's channel
+/// (the subscribers' traffic is not recorded anyway; waiting makes the
+/// start of the test the same every run). Its leases live 30 s and a
+/// waiter re-checks every 30 s: no renewal or poll runs during a test.
+async fn new_cache(server: &RedisServer, name: &str, subscribers: usize) -> Cache<String> {
+    let store = RedisStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .expect("connect");
+    let cache = Cache::<String>::builder(name)
+        .store(store)
+        .l1(true)
+        .ttl(Duration::from_secs(60))
+        .lease_ttl(Duration::from_secs(30))
+        .poll_interval(Duration::from_secs(30))
+        .fill_timeout(Duration::from_secs(60))
+        .build()
+        .expect("config");
+    let channel = format!("corral:{}:filled", cache.namespace());
+    let want = subscribers.to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.cli(&["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some(want.as_str()) {
+        assert!(Instant::now() < deadline, "the store never subscribed");
+        tokio::task::yield_now().await;
+    }
+    cache
+}
+
+/// A client command by what it is: a script by the work its own commands
+/// did (corral's scripts are private), anything else by its name.
+fn named(command: &Executed) -> String {
+    if !matches!(command.name().as_str(), "EVALSHA" | "EVAL") {
+        return command.name();
+    }
+    // EVALSHA sha numkeys key... arg...
+    let first_key = command.args.get(3).map(String::as_str).unwrap_or("");
+    let first_call = command.lua.first().map(Vec::as_slice).unwrap_or(&[]);
+    let reads_first_key =
+        first_call.len() == 2 && first_call[0] == "GET" && first_call[1] == first_key;
+    let script = if first_key.contains(":t:") {
+        // Reads (or creates) tag versions: keys `corral:<ns>:{<ns>}:t:<tag>`.
+        "TAG_VERSIONS"
+    } else if reads_first_key && first_key.contains(":v:") {
+        // Reads the value key first: the lease request (mode 0).
+        "GET_OR_LEASE"
+    } else if command.lua.iter().any(|call| {
+        call.first().is_some_and(|name| name == "PUBLISH")
+            && call.get(2).is_some_and(|message| message.starts_with('c'))
+    }) {
+        // Announces a committed fill (`c|...`).
+        "COMMIT"
+    } else {
+        "another script"
+    };
+    script.to_owned()
+}
+
+fn names(commands: &[Executed]) -> Vec<String> {
+    commands.iter().map(named).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_callers_on_a_cold_key_cost_one_fill_and_three_commands() {
+    let server = RedisServer::start();
+    let cache = new_cache(&server, "herd", 1).await;
+    let mut monitor = server.monitor();
+
+    let gate = Gate::new();
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|_| {
+            let (cache, gate) = (cache.clone(), gate.clone());
+            tokio::spawn(async move {
+                cache
+                    .get_or_fill("cold", move || async move {
+                        gate.wait().await;
+                        Ok::<_, String>("v".to_owned())
+                    })
+                    .await
+            })
+        })
+        .collect();
+    until("every caller joined the flight", || {
+        cache.stats().coalesced == CALLERS as u64 - 1
+    })
+    .await;
+    gate.open();
+    for caller in callers {
+        assert_eq!(caller.await.expect("task").expect("value"), "v");
+    }
+    assert_eq!(cache.stats().fills, 1, "one fill");
+
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // The flight's first step is the lease request: the key is
+            // absent, so the script grants the lease (`SET <lease> NX`).
+            "GET_OR_LEASE",
+            // The new cache does not know its namespace's clear version
+            // yet: the fill's entry is stamped with it, read before the
+            // fill runs.
+            "TAG_VERSIONS",
+            // The fenced write of the fill's value, the unlock and the
+            // notification, in one script.
+            "COMMIT",
+        ],
+        "{commands:#?}"
+    );
+    assert_eq!(lease_answer(&commands[0]), "granted", "{commands:#?}");
+    let commit = &commands[2];
+    assert!(
+        commit.ran("SET", &commit.args[3]),
+        "the value key was written: {commit:?}"
+    );
+
+    // Every caller was answered from the flight: the value is in the L1,
+    // and the next read sends nothing.
+    let again = cache
+        .get_or_fill("cold", || async { Ok::<_, String>("again".to_owned()) })
+        .await;
+    assert_eq!(again.expect("value"), "v");
+    assert_eq!(names(&monitor.commands()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_in_another_process_behind_an_l1_costs_two_lease_requests() {
+    let server = RedisServer::start();
+    let leader = new_cache(&server, "shared", 1).await;
+    // Another store: another connection, as another process has.
+    let waiter = new_cache(&server, "shared", 2).await;
+    let mut monitor = server.monitor();
+
+    let (started, gate) = (Gate::new(), Gate::new());
+    let filling = {
+        let (leader, started, gate) = (leader.clone(), started.clone(), gate.clone());
+        tokio::spawn(async move {
+            leader
+                .get_or_fill("k", move || async move {
+                    started.open();
+                    gate.wait().await;
+                    Ok::<_, String>("from the leader".to_owned())
+                })
+                .await
+        })
+    };
+    // The fill runs once its entry's stamps were read.
+    started.wait().await;
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // Granted: the key is absent.
+            "GET_OR_LEASE",
+            // The leader's cache is new: its clear version, read once.
+            "TAG_VERSIONS",
+        ],
+        "{commands:#?}"
+    );
+    assert_eq!(lease_answer(&commands[0]), "granted", "{commands:#?}");
+
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            waiter
+                .get_or_fill("k", || async { Ok::<_, String>("never".to_owned()) })
+                .await
+        })
+    };
+    until("the waiter found the lease held", || {
+        waiter.stats().lease_waits == 1
+    })
+    .await;
+    let commands = monitor.commands();
+    // The waiter's flight's first request finds the lease held; it waits
+    // for the leader's notification (no poll within 30 s).
+    assert_eq!(names(&commands), ["GET_OR_LEASE"], "{commands:#?}");
+    assert_eq!(lease_answer(&commands[0]), "held", "{commands:#?}");
+    let waiter_client = commands[0].client.clone();
+
+    gate.open();
+    let value = filling.await.expect("task").expect("value");
+    assert_eq!(value, "from the leader");
+    let value = waiting.await.expect("task").expect("value");
+    assert_eq!(value, "from the leader");
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // The leader's fenced write, unlock and notification.
+            "COMMIT",
+            // Woken by it, the waiter asks again and finds the value.
+            "GET_OR_LEASE",
+            // The waiter's cache is new too: the clear version the entry
+            // is stamped with is checked against the current one, read
+            // once.
+            "TAG_VERSIONS",
+        ],
+        "{commands:#?}"
+    );
+    assert_ne!(commands[0].client, waiter_client, "the leader commits");
+    assert_eq!(commands[1].client, waiter_client, "{commands:#?}");
+    assert_eq!(commands[2].client, waiter_client, "{commands:#?}");
+    assert_eq!(lease_answer(&commands[1]), "hit", "{commands:#?}");
+    assert_eq!(leader.stats().fills + waiter.stats().fills, 1, "one fill");
+}
+
+/// A cache with an L1 on `store`, as [`new_cache`] builds one.
+fn cache_on(store: &RedisStore, name: &str) -> Cache<String> {
+    Cache::<String>::builder(name)
+        .store(store.clone())
+        .l1(true)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), RedisConfig::default())
+        .await
+        .expect("connect");
+    let filler = cache_on(&store, "recall");
+    let fill = || async { Ok::<_, String>("v".to_owned()) };
+    assert_eq!(filler.get_or_fill("k", fill).await.expect("fill"), "v");
+    let mut monitor = server.monitor();
+
+    // Two more caches of the store (each with its own L1, as after a
+    // restart or an eviction): the first misses its L1 on a key the store
+    // has not read (its commit is not a read), the second on one it has.
+    let first = cache_on(&store, "recall");
+    let never = || async { Ok::<_, String>("never".to_owned()) };
+    assert_eq!(first.get_or_fill("k", never).await.expect("hit"), "v");
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // Not recalled: the lease request, which finds the value (and
+            // the store remembers its expiry from the answer).
+            "GET_OR_LEASE",
+            // The new cache's clear version, to check the entry's stamp.
+            "TAG_VERSIONS",
+        ],
+        "{commands:#?}"
+    );
+    assert_eq!(lease_answer(&commands[0]), "hit", "{commands:#?}");
+
+    let second = cache_on(&store, "recall");
+    assert_eq!(second.get_or_fill("k", never).await.expect("hit"), "v");
+    let commands = monitor.commands();
+    assert_eq!(
+        names(&commands),
+        [
+            // Recalled: a plain read, without its `PTTL` (the expiry is
+            // remembered), and no script.
+            "GET",
+            // This cache's clear version.
+            "TAG_VERSIONS",
+        ],
+        "{commands:#?}"
+    );
+    assert_eq!(second.stats().l2_hits, 1);
+    assert_eq!(
+        filler.stats().fills + first.stats().fills + second.stats().fills,
+        1
+    );
+}
