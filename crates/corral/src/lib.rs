@@ -185,7 +185,7 @@
 //! | layer (folder) | holds |
 //! |---|---|
 //! | `cache/` | the facade: [`Cache`]'s calls, [`CacheBuilder`], the future of [`Cache::get_or_fill`], [`Cache::get_many_or_fill`] |
-//! | `flight/` | leading a flight: its first step in the caller's task, the spawned `Leader` (lease, fill, commit, fallback), the batch leader |
+//! | `flight/` | flights: the caller's side (from an L1 miss to the answer; the flight joined or led, its first request), the spawned `Leader`'s side (lease, fill, commit, fallback), the batch leader |
 //! | `read/` | the one read pipeline: read a key's entry from the store, judge it, check its tag stamps, end a flight with a fresh hit |
 //! | `state/` | `Inner`, one cache's state in one home (its fields private to it): the tiers, the settings, the flight table, the known tag versions, the counters; the backplane's changes |
 //! | `tier/`, `store/`, `redis/`, `memcached/` | the L1 and its clock; the shared store behind its circuit breaker and timeout (wrapped once, held by every caller of the store); the stores |
@@ -194,18 +194,24 @@
 //!
 //! An L1 hit reads in three files: [`Cache::get_or_fill`] (`cache/mod.rs`)
 //! returns a future (`cache/get_or_fill.rs`) whose first poll asks the L1
-//! (`tier/local.rs`, a bounded map) and returns.
+//! (`tier/local.rs`, over a bounded map) and returns the value.
 //!
-//! A cold miss across processes reads in seven: `cache/get_or_fill.rs`
-//! (the L1 misses; the slow path starts) → `cache/mod.rs` (claims the
-//! key's flight in `state/flight.rs`'s table: one caller leads, the others
-//! join and wait) → `flight/first_read.rs` (the leader's first request, in
-//! its task: the value or the fill lease, one script on Redis) →
-//! `flight/leader.rs` (the spawned `Leader`: waits for
-//! another process's lease, woken when its value lands, or fills under its
-//! own and commits, fenced) → `read/mod.rs` (judges what the store
-//! answered and ends the flight) → `redis/mod.rs` (the store's calls,
-//! through `tier/shared.rs`'s guard; its Lua in `redis/scripts.rs`).
+//! A cold miss across processes (a cache with an L1 on Redis) reads in
+//! seven:
+//!
+//! 1. `cache/get_or_fill.rs`: the L1 misses; the slow path starts;
+//! 2. `cache/mod.rs`: the key and tags are checked;
+//! 3. `flight/caller.rs`: the caller claims the key's flight
+//!    (4. `state/flight.rs`'s table: one caller leads, the others join and
+//!    wait) and, leading, sends its first request: the value, or else the
+//!    fill lease, in one script;
+//! 5. `flight/leader.rs`: the spawned leader waits for another process's
+//!    lease (woken when its value lands), or fills under its own and
+//!    commits, fenced;
+//! 6. `read/mod.rs`: what the store answered is judged, and a fresh value
+//!    ends the flight;
+//! 7. `redis/mod.rs`: the store's calls (each through `tier/shared.rs`'s
+//!    breaker and timeout; the scripts in `redis/scripts.rs`).
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]

@@ -4,26 +4,21 @@ pub(crate) mod batch;
 pub(crate) mod builder;
 pub(crate) mod get_or_fill;
 
-use std::any::TypeId;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
-
 use crate::cache::get_or_fill::{FillOutput, GetOrFill, SlowFill};
 use crate::data::entry::{self};
 use crate::data::error::Error;
-use crate::data::freshness::{Answer, Cached, Fetched, Judged, Standing};
+use crate::data::freshness::{Cached, Judged};
 use crate::data::key::validate_key;
 use crate::data::key::InvalidKey;
 use crate::data::policy::FillOptions;
 use crate::data::tags::{Stamps, CLEAR};
-use crate::flight::first_read::{read_ahead, FirstRead, ReadAhead};
-use crate::flight::leader::{self, Fallback, Job};
+use crate::flight::caller;
 use crate::read::{read_current, Look};
-use crate::state::flight::Claim;
-use crate::state::inner::{outcome_to_result, weight, Inner};
+use crate::state::inner::{weight, Inner};
 use crate::stats::{Counters, Stats};
 use crate::tier::local::LocalTier;
 
@@ -221,8 +216,12 @@ where
         T: FillOutput<V>,
         E: Send + Sync + 'static,
     {
+        validate_key(key)?;
+        if let Some(tags) = &options.tags {
+            validate_tags(tags)?;
+        }
         let answer = move || async move { fill().await.map(T::into_answer) };
-        let fetched = self.fetch_slow(key, options, answer).await?;
+        let fetched = caller::fetch(&self.inner, key, options, answer).await?;
         T::output(fetched)
     }
 
@@ -238,186 +237,6 @@ where
             local.hit_milestone();
         }
         Some(value)
-    }
-
-    /// The key's in-process entry, judged; `None` without an L1.
-    fn local_judged(&self, key: &str) -> Option<Judged<V>> {
-        self.inner.tiers().l1.as_ref()?.judge(key)
-    }
-
-    async fn fetch_slow<F, Fut, E>(
-        &self,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-    ) -> Result<Fetched<V>, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        validate_key(key)?;
-        if let Some(tags) = &options.tags {
-            validate_tags(tags)?;
-        }
-        let inner = &self.inner;
-        let mut store_failed = false;
-        // Without an L1, a caller reads the store before it claims a flight
-        // (see `first_read`), unless a flight of the key runs: then it joins.
-        let l2_only = inner
-            .tiers()
-            .l2
-            .as_ref()
-            .filter(|_| inner.tiers().l1.is_none());
-        if let Some(store) = l2_only.filter(|_| !inner.flights().is_running(key)) {
-            match read_ahead(inner, store, key).await {
-                ReadAhead::Fresh(fetched) => return Ok(fetched),
-                ReadAhead::Unsettled => {}
-                ReadAhead::Unreachable => store_failed = true,
-            }
-        }
-        // Boxed apart: a hit of the read above allocates only this
-        // function's small future, not the flight's large one (an
-        // allocation of a kilobyte or more costs glibc a consolidation).
-        Box::pin(self.fetch_in_flight(key, options, fill, store_failed)).await
-    }
-
-    /// The rest of [`fetch_slow`](Self::fetch_slow): the in-process tier,
-    /// then the key's flight.
-    async fn fetch_in_flight<F, Fut, E>(
-        &self,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-        store_failed: bool,
-    ) -> Result<Fetched<V>, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        let inner = &self.inner;
-        let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
-        // Without an L2 a miss is known here; with one, the leader tells.
-        let local = inner.tiers().l2.is_none();
-        let fallback = match self.local_judged(key) {
-            Some(judged) if judged.standing == Standing::FailSafeOnly => {
-                Some(Fallback::new(judged.value, judged.remaining))
-            }
-            Some(judged) => {
-                inner.counters().served(judged.freshness);
-                if judged.standing != Standing::Fresh {
-                    let fallback = Fallback::new(judged.value.clone(), judged.remaining);
-                    self.refresh_in_background(&runtime, key, options, fill, fallback);
-                }
-                return Ok(judged.into_fetched());
-            }
-            None => None,
-        };
-        let recheck = || {
-            self.local_judged(key)
-                .filter(|judged| matches!(judged.standing, Standing::Fresh | Standing::RefreshDue))
-                .map(Judged::into_fetched)
-        };
-        let flight = match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
-            Claim::Ready(fetched) => {
-                inner.counters().served(fetched.freshness);
-                return Ok(fetched);
-            }
-            Claim::Join(flight) => {
-                Counters::bump(&inner.counters().coalesced);
-                if local {
-                    Counters::bump(&inner.counters().misses);
-                }
-                return outcome_to_result(inner.wait_joined(&flight).await);
-            }
-            Claim::Lead(leadership) => {
-                let flight = Arc::clone(leadership.flight());
-                match (&inner.tiers().l1, &inner.tiers().l2) {
-                    (Some(_), Some(store)) => {
-                        let fill_timeout =
-                            options.fill_timeout.unwrap_or(inner.policy().fill_timeout);
-                        let request = leader::lease_request(inner, fill_timeout);
-                        let job = move || self.job(key, options, fill, fallback, None);
-                        let first = FirstRead::new(inner, runtime, leadership, job);
-                        if let Some(fetched) = first.run(store, request).await {
-                            return Ok(fetched);
-                        }
-                    }
-                    (_, l2) => {
-                        if l2.is_none() {
-                            Counters::bump(&inner.counters().misses);
-                        }
-                        let job = Job {
-                            store_failed,
-                            ..self.job(key, options, fill, fallback, None)
-                        };
-                        runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
-                    }
-                }
-                flight
-            }
-        };
-        outcome_to_result(flight.wait().await)
-    }
-
-    fn job<F>(
-        &self,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-        fallback: Option<Fallback<V>>,
-        permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    ) -> Job<F, V> {
-        let policy = &self.inner.policy();
-        Job {
-            key: key.into(),
-            ttl: options.ttl.unwrap_or(policy.ttl),
-            fill_timeout: options.fill_timeout.unwrap_or(policy.fill_timeout),
-            soft_timeout: options.soft_timeout.or(policy.soft_timeout),
-            fallback,
-            permit,
-            tags: options.tags.unwrap_or_else(|| Arc::new([])),
-            store_failed: false,
-            first: None,
-            fill,
-        }
-    }
-
-    /// Starts one background refresh of `key` unless one is running (then
-    /// it stands down) or the refresh limiter is full (then it is skipped; a
-    /// later read tries again).
-    fn refresh_in_background<F, Fut, E>(
-        &self,
-        runtime: &Handle,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-        fallback: Fallback<V>,
-    ) where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
-        E: Send + Sync + 'static,
-    {
-        let inner = &self.inner;
-        let Ok(permit) = Arc::clone(inner.refresh_limiter()).try_acquire_owned() else {
-            Counters::bump(&inner.counters().refreshes_skipped);
-            return;
-        };
-        match inner.flights().claim(key, TypeId::of::<E>(), || None) {
-            Claim::Lead(leadership) => {
-                // With a store, the leader counts the refresh once it holds
-                // the lease (or counts it stood down).
-                if inner.tiers().l2.is_none() {
-                    Counters::bump(&inner.counters().refreshes);
-                }
-                let job = self.job(key, options, fill, Some(fallback), Some(permit));
-                runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
-            }
-            Claim::Join(_) | Claim::Ready(_) => {
-                Counters::bump(&inner.counters().refreshes_stood_down);
-            }
-        }
     }
 
     /// Looks at the cached value of `key`, if any is servable (fresh, or
@@ -451,7 +270,7 @@ where
     pub async fn peek_entry(&self, key: &str) -> Result<Cached<V>, Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        let in_l1 = self.local_judged(key).filter(Judged::is_servable);
+        let in_l1 = caller::local_judged(&self.inner, key).filter(Judged::is_servable);
         let judged = match (in_l1, &inner.tiers().l2) {
             (Some(judged), _) => Some(judged),
             (None, None) => None,

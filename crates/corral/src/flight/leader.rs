@@ -17,6 +17,7 @@ use crate::data::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::data::error::StoreError;
 use crate::data::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::data::key::KeyLabel;
+use crate::data::policy::FillOptions;
 use crate::data::tags::Stamps;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Leadership, Outcome};
@@ -72,6 +73,33 @@ pub(crate) struct Job<F, V> {
     /// The flight's first lease request, made by its leading caller.
     pub(crate) first: Option<FirstLookup>,
     pub(crate) fill: F,
+}
+
+impl<F, V> Job<F, V> {
+    /// The job of a flight of `key` under `options` (the cache's settings
+    /// where they say nothing), with what the caller found in process.
+    pub(crate) fn new(
+        inner: &Inner<V>,
+        key: &str,
+        options: FillOptions,
+        fill: F,
+        fallback: Option<Fallback<V>>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        let policy = inner.policy();
+        Self {
+            key: key.into(),
+            ttl: options.ttl.unwrap_or(policy.ttl),
+            fill_timeout: options.fill_timeout.unwrap_or(policy.fill_timeout),
+            soft_timeout: options.soft_timeout.or(policy.soft_timeout),
+            fallback,
+            permit,
+            tags: options.tags.unwrap_or_else(|| Arc::new([])),
+            store_failed: false,
+            first: None,
+            fill,
+        }
+    }
 }
 
 /// A flight's first lease request ([`Grant::IfNoValue`], as

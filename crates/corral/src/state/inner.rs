@@ -1,8 +1,8 @@
 //! `Inner<V>`: the state of one cache instance, its one home, and the
 //! steps every read and write path shares (encode and judge entries, call
 //! the store through its guard, keep values in the L1, know tag versions).
-//! It sits below the paths that use it (`first_read`, `leader`, `batch`,
-//! `backplane`) and the facade ([`Cache`](crate::Cache)); nothing here
+//! It sits below the paths that use it (the read pipeline, the flights'
+//! caller and leader sides, the batch leader, the backplane) and the facade ([`Cache`](crate::Cache)); nothing here
 //! imports them.
 
 use std::sync::Arc;
