@@ -68,6 +68,20 @@ impl Executed {
     }
 }
 
+impl RedisServer {
+    /// Starts recording the commands the server executes for its clients
+    /// (`MONITOR` on a connection of the recorder's own): see [`Monitor`].
+    /// Commands executed after this returns are recorded.
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer within 10 s, or is a
+    /// [TLS server](Self::start_tls).
+    pub fn monitor(&self) -> Monitor<'_> {
+        Monitor::start(self)
+    }
+}
+
 /// A `MONITOR` connection to a [`RedisServer`], made by
 /// [`RedisServer::monitor`]; closed on drop.
 ///
@@ -93,7 +107,7 @@ pub struct Monitor<'a> {
 impl<'a> Monitor<'a> {
     /// Opens a connection to `server`, sends `MONITOR` and waits for its
     /// `OK`: every command executed after this returns is recorded.
-    pub(crate) fn start(server: &'a RedisServer) -> Self {
+    fn start(server: &'a RedisServer) -> Self {
         if server.is_tls() {
             fail(
                 server,

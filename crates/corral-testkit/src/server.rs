@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::monitor::Monitor;
 use crate::{log_tail, process, resp};
 
 /// How long [`RedisServer::start`] and [`RedisServer::restart`] wait for the
@@ -324,18 +323,6 @@ impl RedisServer {
             return Err(error.to_owned());
         }
         Ok(Some(reply))
-    }
-
-    /// Starts recording the commands the server executes for its clients
-    /// (`MONITOR` on a connection of the recorder's own): see [`Monitor`].
-    /// Commands executed after this returns are recorded.
-    ///
-    /// # Panics
-    ///
-    /// If the server does not answer within 10 s, or is a
-    /// [TLS server](Self::start_tls).
-    pub fn monitor(&self) -> Monitor<'_> {
-        Monitor::start(self)
     }
 
     /// Parses `INFO commandstats` into command name (lower case, e.g.
