@@ -67,7 +67,7 @@ use crate::tier::local::LocalTier;
 /// `eager_refresh` that refresh starts before the TTL ends. With fail-safe
 /// ([`CacheBuilder::fail_safe`](crate::CacheBuilder::fail_safe)), an expired entry is kept that much longer and served
 /// if the fill fails, and — with a `soft_timeout` — if the fill is slow.
-/// A fill answering an [`Answer`] tells its caller which of these it got
+/// A fill answering an [`Answer`](crate::Answer) tells its caller which of these it got
 /// (see [`get_or_fill`](Cache::get_or_fill)).
 pub struct Cache<V> {
     pub(crate) inner: Arc<Inner<V>>,
@@ -101,7 +101,7 @@ where
     /// its caller gets ([`FillOutput`]): a fill answering `V` gets `V`; one
     /// answering `Option<V>` gets `Option<V>`, and its `None` is cached for
     /// the [`negative_ttl`](crate::CacheBuilder::negative_ttl) as a "not
-    /// found"; one answering an [`Answer`] (a value or "not found", with
+    /// found"; one answering an [`Answer`](crate::Answer) (a value or "not found", with
     /// its own TTL, or not to be cached) gets a [`Fetched`](crate::Fetched)
     /// value with its [`Freshness`](crate::Freshness) (fresh, stale or
     /// fail-safe). Per-call settings (TTL, timeouts, tags) are set on the
@@ -156,7 +156,7 @@ where
     ///   fill was dropped; nothing it produced is stored);
     /// - [`Error::NotFound`], for a fill answering `V` only, if the key
     ///   holds a cached "not found" (written by a fill answering
-    ///   `Option<V>` or an [`Answer`]);
+    ///   `Option<V>` or an [`Answer`](crate::Answer));
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     ///
     /// With fail-safe on and an expired value kept, a failed fill returns that
