@@ -11,7 +11,7 @@
 //!    the background; a value kept only for fail-safe is the flight's
 //!    fallback.
 //! 3. The key's flight: joined, or led. With an L1 and a store, the leading
-//!    caller takes the flight's first step itself ([`FirstRead`]), after
+//!    caller takes the flight's first step itself ([`FirstStep`]), after
 //!    claiming, so that the copy it keeps is written under its flight and
 //!    no newer write is overwritten. Its request depends on what the store
 //!    [`recalls`](crate::store::Store::recalls) of the key:
@@ -26,9 +26,9 @@
 //!    elsewhere or a store error go to the spawned leader, with the answer
 //!    to the lease request, which it acts on as on its own.
 //!
-//! The caller may be cancelled during a [`FirstRead`]. The flight must not
+//! The caller may be cancelled during a [`FirstStep`]. The flight must not
 //! be abandoned then (its other callers would get `Aborted`), nor a lease
-//! the store grants left to lapse: [`FirstRead`] owns the leadership, the
+//! the store grants left to lapse: [`FirstStep`] owns the leadership, the
 //! job and the request still out, and its `Drop` spawns the leader with
 //! them if it did not finish the flight.
 
@@ -139,7 +139,7 @@ where
                     let fill_timeout = options.fill_timeout.unwrap_or(inner.policy().fill_timeout);
                     let request = leader::lease_request(inner, fill_timeout);
                     let job = move || Job::new(inner, key, options, fill, fallback, None);
-                    let first = FirstRead::new(inner, runtime, leadership, job);
+                    let first = FirstStep::new(inner, runtime, leadership, job);
                     if let Some(fetched) = first.run(store, request).await {
                         return Ok(fetched);
                     }
@@ -215,7 +215,7 @@ struct Asking {
 
 /// A flight led from the caller's task until it is finished or handed to
 /// a spawned leader.
-pub(crate) struct FirstRead<'a, V: Clone> {
+pub(crate) struct FirstStep<'a, V: Clone> {
     inner: &'a Arc<Inner<V>>,
     /// `None` once finished or handed over.
     lead: Option<(Leadership<Fetched<V>>, HandOver<'a, V>)>,
@@ -223,7 +223,7 @@ pub(crate) struct FirstRead<'a, V: Clone> {
     asking: Option<Asking>,
 }
 
-impl<'a, V> FirstRead<'a, V>
+impl<'a, V> FirstStep<'a, V>
 where
     V: Clone + Send + Sync + 'static,
 {
@@ -251,11 +251,12 @@ where
         }
     }
 
-    /// Asks `store` for the key's value, or its lease (`request`, the
-    /// leader's first request). A fresh, current value finishes the flight
-    /// (copied into the L1, handed to its callers) and is returned.
-    /// Otherwise the spawned leader takes over with the answer, and the
-    /// caller waits for the flight like any other.
+    /// Asks `store` for the key's value: with a plain read if the store
+    /// recalls the key, else with `request`, the leader's first request
+    /// (the value, or else the lease). A fresh, current value finishes the
+    /// flight (copied into the L1, handed to its callers) and is returned.
+    /// Otherwise the spawned leader takes over, with the lease request's
+    /// answer, and the caller waits for the flight like any other.
     pub(crate) async fn run(
         mut self,
         store: &SharedTier,
@@ -348,7 +349,7 @@ where
     }
 }
 
-impl<V: Clone> FirstRead<'_, V> {
+impl<V: Clone> FirstStep<'_, V> {
     /// Spawns the leader with the flight and `first`, unless the flight is
     /// finished.
     fn hand_over(&mut self, first: Option<FirstLookup>) {
@@ -358,7 +359,7 @@ impl<V: Clone> FirstRead<'_, V> {
     }
 }
 
-impl<V: Clone> Drop for FirstRead<'_, V> {
+impl<V: Clone> Drop for FirstStep<'_, V> {
     /// The caller was cancelled mid-step: the spawned leader still runs the
     /// flight, with the lease request if it is still out.
     fn drop(&mut self) {
