@@ -45,10 +45,11 @@ use crate::tier::local::LocalTier;
 ///
 /// Reads are coalesced where they are cheap to coalesce. With an L1, a
 /// caller that misses it joins the key's one flight, and only that flight
-/// asks the store, with one request for the value or else the fill lease
-/// (on Redis one script): a cold key then costs that request and the
-/// commit of the fill (and, for a new cache, one read of its tag and clear
-/// versions), however many callers wait for it. Without an L1 (`.store(..)` alone) every caller first
+/// asks the store: a plain read for a value the store remembers reading,
+/// else one request for the value or else the fill lease (on Redis one
+/// script). A cold key then costs that request and the commit of the fill
+/// (and, for a new cache, one read of its tag and clear versions), however
+/// many callers wait for it. Without an L1 (`.store(..)` alone) every caller first
 /// reads the store itself — an L2 hit then costs about one `GET`, touching
 /// no flight table — and joins the flight only if it found no fresh value
 /// or a flight of the key is already running: fills are coalesced, reads

@@ -355,10 +355,13 @@ impl RedisConfig {
 /// A cache without an L1 reads this way first, in every caller, so an L2
 /// hit costs that one round trip; a miss goes on to
 /// [`Store::get_or_lease`], the lease script, which decides atomically (and
-/// returns a value that landed meanwhile). A cache with an L1 asks the
-/// lease script first, once per flight: it returns the value if present
-/// (`GET` + `PTTL` in the script), so an L2 hit costs one round trip there
-/// too, and a miss is granted the lease in the same one. Every operation but the read is one Lua script run with
+/// returns a value that landed meanwhile). A cache with an L1 reads a key
+/// whose value this store remembers ([`Store::recalls`]) this way too, once
+/// per flight, and asks any other key with the lease script first: it
+/// returns the value if present (`GET` + `PTTL` in the script, and the
+/// store remembers the expiry), so an L2 hit costs one round trip there
+/// too, and a miss is granted the lease in the same one. Every operation
+/// but the read is one Lua script run with
 /// `EVALSHA` (the scripts are loaded with `SCRIPT LOAD` at
 /// connect, on every master of a cluster). A server that lost its script
 /// cache (restart, failover) answers `NOSCRIPT` once per script, and the
