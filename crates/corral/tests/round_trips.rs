@@ -232,7 +232,7 @@ async fn a_waiter_in_another_process_behind_an_l1_costs_two_lease_requests() {
     assert_eq!(leader.stats().fills + waiter.stats().fills, 1, "one fill");
 }
 
-/// A cache with an L1 on `store`, as [`new_cache`] builds one.
+/// A cache with an L1 on `store`: the defaults, a 60 s TTL.
 fn cache_on(store: &RedisStore, name: &str) -> Cache<String> {
     Cache::<String>::builder(name)
         .store(store.clone())
