@@ -46,7 +46,7 @@ use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, read_fr
 use crate::state::flight::{Claim, Leadership};
 use crate::state::inner::{outcome_to_result, Inner};
 use crate::stats::Counters;
-use crate::store::{BoxFuture, LeaseRequest, Listener, Lookup, Stored};
+use crate::store::{BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
 /// The answer of `key` (already validated) for a call whose `fill`
@@ -264,7 +264,7 @@ where
     ) -> Option<Fetched<V>> {
         let key = self.inner.store_key(self.lead.as_ref()?.0.key());
         if store.recalls(&key) {
-            return self.read_recalled(store).await;
+            return self.read_recalled(store, &key).await;
         }
         let listener = store.listen(&key);
         let owned = store.clone();
@@ -289,7 +289,7 @@ where
     /// Reads a key the store recalls with a plain read: a fresh, current
     /// value finishes the flight; anything else goes to the leader, which
     /// asks for the lease itself (or fills without one if the store failed).
-    async fn read_recalled(mut self, store: &SharedTier) -> Option<Fetched<V>> {
+    async fn read_recalled(mut self, store: &SharedTier, key: &StoreKey) -> Option<Fetched<V>> {
         let inner = self.inner;
         let read = read_current(inner, store, self.lead.as_ref()?.0.key(), Look::Peek).await;
         match read {
@@ -300,9 +300,8 @@ where
             Ok(_) => self.hand_over(None),
             // The leader counts and logs the failure, as for its own request.
             Err(error) => {
-                let key = inner.store_key(self.lead.as_ref()?.0.key());
                 self.hand_over(Some(FirstLookup {
-                    listener: store.listen(&key),
+                    listener: store.listen(key),
                     answer: FirstAnswer::Ready(Err(error)),
                 }));
             }

@@ -64,12 +64,10 @@ pub(crate) async fn judge_current<V>(
 where
     V: Clone + Send + Sync + 'static,
 {
-    let judged = match look {
-        Look::Counted => inner.judge_stored(key, stored)?,
-        Look::Peek => inner.peek_stored(key, stored)?,
-    };
+    let counted = look == Look::Counted;
+    let judged = inner.judge_stored(key, stored, counted)?;
     if !inner.stamps_current(&judged.stamps).await {
-        if look == Look::Counted {
+        if counted {
             // A tag invalidation or clear made it a miss.
             Counters::bump(&inner.counters().tag_misses);
         }

@@ -249,21 +249,17 @@ impl<V: 'static> Inner<V> {
         }
     }
 
-    /// Judges the bytes of `key` read from the shared store by the store's clock: age is
-    /// the physical TTL in the envelope minus the remaining TTL read with
-    /// them. Undecodable bytes are counted and yield `None`.
-    pub(crate) fn judge_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
-        self.judge_bytes(key, stored, true)
-    }
-
-    /// [`judge_stored`](Self::judge_stored) that leaves undecodable bytes
-    /// uncounted, for a look the leader repeats.
-    pub(crate) fn peek_stored(&self, key: &str, stored: &Stored) -> Option<Judged<V>> {
-        self.judge_bytes(key, stored, false)
-    }
-
-    fn judge_bytes(&self, key: &str, stored: &Stored, count: bool) -> Option<Judged<V>> {
-        let decoded = self.decode(key, &stored.bytes, count)?;
+    /// Judges the bytes of `key` read from the shared store by the store's
+    /// clock: age is the physical TTL in the envelope minus the remaining
+    /// TTL read with them. Undecodable bytes yield `None`, counted if
+    /// `count_undecodable` (a look the leader repeats leaves them to it).
+    pub(crate) fn judge_stored(
+        &self,
+        key: &str,
+        stored: &Stored,
+        count_undecodable: bool,
+    ) -> Option<Judged<V>> {
+        let decoded = self.decode(key, &stored.bytes, count_undecodable)?;
         let remaining = stored.remaining.unwrap_or(decoded.ttls.physical);
         let age = decoded.ttls.physical.saturating_sub(remaining);
         let fail_safe = decoded.flags & entry::FLAG_FAIL_SAFE != 0;
