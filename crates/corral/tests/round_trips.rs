@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, Executed, Gate, RedisServer};
 
+mod support;
+use support::l1_cache;
+
 /// What a lease request's script did: its own commands tell.
 fn lease_answer(command: &Executed) -> &'static str {
     let calls: Vec<&str> = command
@@ -232,23 +235,13 @@ async fn a_waiter_in_another_process_behind_an_l1_costs_two_lease_requests() {
     assert_eq!(leader.stats().fills + waiter.stats().fills, 1, "one fill");
 }
 
-/// A cache with an L1 on `store`: the defaults, a 60 s TTL.
-fn cache_on(store: &RedisStore, name: &str) -> Cache<String> {
-    Cache::<String>::builder(name)
-        .store(store.clone())
-        .l1(true)
-        .ttl(Duration::from_secs(60))
-        .build()
-        .expect("config")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect");
-    let filler = cache_on(&store, "recall");
+    let filler = l1_cache(&store, "recall");
     let fill = || async { Ok::<_, String>("v".to_owned()) };
     assert_eq!(filler.get_or_fill("k", fill).await.expect("fill"), "v");
     let mut monitor = server.monitor();
@@ -256,7 +249,7 @@ async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
     // Two more caches of the store (each with its own L1, as after a
     // restart or an eviction): the first misses its L1 on a key the store
     // has not read (its commit is not a read), the second on one it has.
-    let first = cache_on(&store, "recall");
+    let first = l1_cache(&store, "recall");
     let never = || async { Ok::<_, String>("never".to_owned()) };
     assert_eq!(first.get_or_fill("k", never).await.expect("hit"), "v");
     let commands = monitor.commands();
@@ -273,7 +266,7 @@ async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
     );
     assert_eq!(lease_answer(&commands[0]), "hit", "{commands:#?}");
 
-    let second = cache_on(&store, "recall");
+    let second = l1_cache(&store, "recall");
     assert_eq!(second.get_or_fill("k", never).await.expect("hit"), "v");
     let commands = monitor.commands();
     assert_eq!(

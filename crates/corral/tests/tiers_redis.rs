@@ -9,21 +9,12 @@ use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
 mod support;
-use support::until_heard;
+use support::{l1_cache, until_heard};
 
 async fn store(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect")
-}
-
-fn cache(store: &RedisStore, name: &str) -> Cache<String> {
-    Cache::<String>::builder(name)
-        .store(store.clone())
-        .l1(true)
-        .ttl(Duration::from_secs(60))
-        .build()
-        .expect("config")
 }
 
 /// Reads `key` through `cache` until it answers `want`, within 5 s.
@@ -58,7 +49,7 @@ async fn until(done: impl Fn() -> bool, what: &str) {
 async fn a_set_through_another_store_evicts_this_l1() {
     let server = RedisServer::start();
     let (one, two) = (store(&server).await, store(&server).await);
-    let (a, b) = (cache(&one, "bp"), cache(&two, "bp"));
+    let (a, b) = (l1_cache(&one, "bp"), l1_cache(&two, "bp"));
     // Wait until both subscriptions are live: a message from each side
     // reaches the other.
     b.set("warm", "1".into()).await.expect("set");
@@ -147,10 +138,10 @@ async fn a_leader_cancelled_during_its_first_read_leaves_the_flight_to_a_spawned
 async fn a_subscriber_reconnect_drops_the_l1() {
     let server = RedisServer::start();
     let store = store(&server).await;
-    let cache = cache(&store, "reconnect");
+    let cache = l1_cache(&store, "reconnect");
     // A message from another cache of the namespace: the subscription is
     // up, and its first confirmation was no reset.
-    let other = self::cache(&store, "reconnect");
+    let other = l1_cache(&store, "reconnect");
     until_heard(&other, &cache).await;
     let resets = cache.stats().backplane_resets;
     assert_eq!(resets, 0, "a healthy start");

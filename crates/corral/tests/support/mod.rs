@@ -8,7 +8,7 @@
 
 use std::future::Future;
 
-use corral::Cache;
+use corral::{Cache, RedisStore};
 use corral_testkit::{Stampede, StampedeReport};
 use redis::AsyncCommands as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -96,4 +96,14 @@ where
         })
         .collect();
     StampedeReport::collect(tasks).await
+}
+
+/// A cache of `String`s with an L1 on `store`: the defaults, a 60 s TTL.
+pub(crate) fn l1_cache(store: &RedisStore, name: &str) -> Cache<String> {
+    Cache::<String>::builder(name)
+        .store(store.clone())
+        .l1(true)
+        .ttl(std::time::Duration::from_secs(60))
+        .build()
+        .expect("config")
 }
