@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use quick_cache::UnitWeighter;
 
+use crate::store::Stored;
 use crate::tier::bounded_map::BoundedMap;
 
 type Map = BoundedMap<u64, Expiry, UnitWeighter>;
@@ -83,6 +84,14 @@ impl Expiries {
                 deadline: asked + remaining,
             },
         );
+    }
+
+    /// Remembers the expiry of a value just read (`asked`: when the read
+    /// was sent), if the read brought its generation and time to live.
+    pub(super) fn learn_read(&self, id: u64, stored: &Stored, asked: Instant) {
+        if let (Some(generation), Some(remaining)) = (&stored.generation, stored.remaining) {
+            self.learn(id, generation, remaining, asked);
+        }
     }
 
     /// Forgets `id` (its value is gone).

@@ -730,10 +730,7 @@ impl RedisStore {
         match value {
             Value::BulkString(bytes) => {
                 let stored = stored(bytes, &pttl);
-                if let (Some(generation), Some(remaining)) = (&stored.generation, stored.remaining)
-                {
-                    expiries.learn(id, generation, remaining, asked);
-                }
+                expiries.learn_read(id, &stored, asked);
                 Ok(Some(stored))
             }
             Value::Nil => Ok(None),
@@ -917,12 +914,8 @@ impl Store for RedisStore {
                         let found = stored(std::mem::take(bytes), pttl);
                         // Remembered as a plain read's is: the next read of
                         // this value may be a plain GET.
-                        if let (Some(generation), Some(remaining)) =
-                            (&found.generation, found.remaining)
-                        {
-                            let id = keys::ValueName::new(key).id();
-                            self.inner.expiries.learn(id, generation, remaining, asked);
-                        }
+                        let id = keys::ValueName::new(key).id();
+                        self.inner.expiries.learn_read(id, &found, asked);
                         let hit = Ok(Lookup::Hit(found));
                         self.went_ahead(ahead, &hit);
                         hit
