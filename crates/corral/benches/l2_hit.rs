@@ -31,12 +31,6 @@ const TASKS: usize = 50;
 const READS_PER_TASK: usize = 20;
 const NAMESPACE: &str = "l2bench:v1";
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 struct Target {
     mux: MultiplexedConnection,
     store: RedisStore,
@@ -147,10 +141,7 @@ fn l2_hit(c: &mut Criterion) {
                 )
                 .await
                 .expect("seed");
-            let name = format!(
-                "corral:{NAMESPACE}:{{{:016x}}}:v:{user}",
-                fnv1a64(user.as_bytes())
-            );
+            let name = RedisStore::keys_of(&key).value;
             keys.push((key, name));
         }
         let cache = Cache::<String>::builder("l2cache")

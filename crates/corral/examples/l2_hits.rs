@@ -178,19 +178,14 @@ struct Ctx {
     request: LeaseRequest,
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 fn names(namespace: &str, user: String) -> Names {
-    let head = format!("corral:{namespace}:{{{:016x}}}:", fnv1a64(user.as_bytes()));
+    let store_key = StoreKey::new(namespace, &user);
+    let keys = corral::RedisStore::keys_of(&store_key);
     Names {
-        store_key: StoreKey::new(namespace, &user),
-        value: format!("{head}v:{user}"),
-        lease: format!("{head}l:{user}"),
-        fence: format!("{head}f:{user}"),
+        store_key,
+        value: keys.value,
+        lease: keys.lease,
+        fence: keys.fence,
         user,
     }
 }

@@ -257,7 +257,7 @@ pub use stats::health::{Health, StoreHealth};
 pub use stats::Stats;
 
 #[cfg(feature = "redis")]
-pub use redis::{RedisConfig, RedisStore};
+pub use redis::{RedisConfig, RedisKeys, RedisStore};
 
 #[cfg(feature = "memcached")]
 pub use memcached::{MemcachedConfig, MemcachedStore};

@@ -93,11 +93,7 @@ impl Fixture {
     /// Writes raw bytes as the stored value of `key`.
     async fn plant(&self, cache: &Cache<String>, key: &str, bytes: &[u8]) {
         let store_key = StoreKey::new(cache.namespace(), key);
-        let name = format!(
-            "corral:{}:{{{:016x}}}:v:{key}",
-            cache.namespace(),
-            fnv1a64(key.as_bytes())
-        );
+        let name = corral::RedisStore::keys_of(&store_key).value;
         match self {
             Self::Local => unreachable!("no bytes in the in-process tier"),
             Self::Tiered(inner) => Box::pin(inner.plant(cache, key, bytes)).await,
@@ -134,12 +130,6 @@ impl Fixture {
             _ => String::new(),
         }
     }
-}
-
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[derive(Debug, PartialEq)]

@@ -50,16 +50,11 @@ fn cache(store: &RedisStore, name: &str, ttl: Duration, l1: bool) -> Cache<Strin
         .expect("config")
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// The hash tag of a cache key's value, lease and fence (see `RedisStore`,
-/// "Key layout"): naming it to `CLUSTER KEYSLOT` gives the key's slot.
+/// A name in the slot of a cache key's value, lease and fence (see
+/// `RedisStore`, "Key layout"; the slot depends on the key alone): naming it
+/// to `CLUSTER KEYSLOT` gives the key's slot.
 fn tag(key: &str) -> String {
-    format!("{{{:016x}}}", fnv1a64(key.as_bytes()))
+    corral::RedisStore::keys_of(&corral::store::StoreKey::new("any:v1", key)).value
 }
 
 /// The first `prefix<i>` whose slot node `node` serves.

@@ -619,19 +619,13 @@ fn fresh_worker() {
 
 // ----------------------------------------------------------------- test side
 
-/// 64-bit FNV-1a, as `RedisStore` hashes a key into its hash tag.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The Redis key holding the value of `key` (see `RedisStore`'s key layout).
 fn value_key(key: &str) -> String {
-    format!(
-        "corral:{CACHE}:v0:{{{:016x}}}:v:{key}",
-        fnv1a64(key.as_bytes())
-    )
+    corral::RedisStore::keys_of(&corral::store::StoreKey::new(
+        format!("{CACHE}:v0").as_str(),
+        key,
+    ))
+    .value
 }
 
 fn give_up_at(deadline: Instant, what: &str) {

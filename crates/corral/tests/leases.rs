@@ -51,19 +51,15 @@ impl Counters {
     }
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The Redis key of `user`'s `kind` (`v` value, `l` lease, `f` fence) in
 /// `namespace`.
 fn redis_key(namespace: &str, kind: char, user: &str) -> String {
-    format!(
-        "corral:{namespace}:{{{:016x}}}:{kind}:{user}",
-        fnv1a64(user.as_bytes())
-    )
+    let names = corral::RedisStore::keys_of(&corral::store::StoreKey::new(namespace, user));
+    match kind {
+        'v' => names.value,
+        'l' => names.lease,
+        _ => names.fence,
+    }
 }
 
 /// What a worker reports for a `timed` command.

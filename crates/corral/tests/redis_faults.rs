@@ -388,12 +388,6 @@ async fn redis_frozen_for_five_seconds_bounds_every_call() {
     eprintln!("thawed: writes work again after {:?}", thawed.elapsed());
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lapsed_leaders_late_commit_is_refused() {
     let server = RedisServer::start();
@@ -416,16 +410,13 @@ async fn a_lapsed_leaders_late_commit_is_refused() {
     })
     .await;
     // The first leader's lease lapses (as if it had stalled past its TTL).
-    let tag = format!("corral:{}:{{{:016x}}}", first.namespace(), fnv1a64(b"k"));
+    let names = corral::RedisStore::keys_of(&corral::store::StoreKey::new(first.namespace(), "k"));
     let client = redis::Client::open(server.url()).expect("client");
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
         .expect("conn");
-    let _: () = conn
-        .del(&[format!("{tag}:l:k"), format!("{tag}:f:k")])
-        .await
-        .expect("DEL");
+    let _: () = conn.del(&[names.lease, names.fence]).await.expect("DEL");
     let next = second
         .get_or_fill("k", ok("next"))
         .await

@@ -761,18 +761,9 @@ fn assert_commands(stats: &std::collections::BTreeMap<String, u64>, expected: Co
     }
 }
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The Redis key holding the value of `user` in `namespace`.
 fn value_key(namespace: &str, user: &str) -> String {
-    format!(
-        "corral:{namespace}:{{{:016x}}}:v:{user}",
-        fnv1a64(user.as_bytes())
-    )
+    corral::RedisStore::keys_of(&corral::store::StoreKey::new(namespace, user)).value
 }
 
 /// Bytes in Redis that are not a well-framed value — foreign, truncated,

@@ -7,6 +7,45 @@ use crate::store::StoreKey;
 /// Prefix of every key and channel corral writes.
 const PREFIX: &str = "corral:";
 
+/// How many buckets a namespace's keys fall into: a key's hash tag names
+/// its bucket, so on a cluster the keys of one bucket share a slot, and a
+/// cluster store notifies a key's changes on its bucket's sharded channel
+/// (in that same slot, so the message stays in the key's shard).
+pub(super) const BUCKETS: usize = 256;
+
+/// The hash tag of each bucket: four characters whose slot is
+/// `bucket * 64`, so the buckets spread evenly over the 16,384 slots and
+/// over any split of them into contiguous ranges (checked by a test).
+const BUCKET_TAGS: [&str; BUCKETS] = [
+    "05cc", "09f2", "012m", "0hyd", "0bje", "0no4", "03u3", "07yz", "045j", "08t3", "00dd", "0ike",
+    "06r4", "0v25", "02g2", "0kh3", "0hdk", "01kj", "0dxu", "1696", "07du", "0fbl", "03qs", "0792",
+    "0i2b", "00yk", "0ejt", "04lm", "06vt", "0g4e", "02cr", "0cek", "01on", "0qkg", "05zh", "0d8y",
+    "03l8", "0jc9", "0b7f", "03uw", "009g", "0i6f", "04hi", "08m8", "0g0a", "066x", "0cao", "02gv",
+    "09b6", "05gg", "0h9h", "016i", "03hx", "07d1", "079v", "03q7", "08p7", "041n", "0afy", "08ix",
+    "02zy", "0628", "0kl7", "02c6", "056i", "0938", "01gg", "0hhf", "07q7", "039v", "03d1", "07hx",
+    "0aj0", "08e1", "001n", "0a7w", "06c6", "0ol7", "0228", "06zy", "0h1a", "01zh", "0diw", "05on",
+    "07uw", "0f7f", "0nc9", "07l8", "0anp", "00hi", "0m6f", "049g", "06gv", "0gao", "026x", "0c0a",
+    "09wt", "0h5e", "05kj", "0dms", "0392", "07qs", "0bbl", "03du", "00lm", "0ajt", "04yk", "0882",
+    "0gek", "06cr", "0c4e", "02vt", "09s4", "052m", "0hlb", "01cc", "03yz", "07u3", "0jo4", "0fje",
+    "08a5", "04dd", "0a3s", "005j", "0oh3", "06g2", "0r25", "02r4", "0bku", "03ml", "0n3c", "07xj",
+    "05bs", "0ddj", "01wu", "0hxt", "0cyt", "0g15", "0glr", "06jk", "044z", "0083", "00et", "0acm",
+    "07ee", "0njd", "034k", "0b2r", "05f3", "01jz", "01s5", "0q34", "063l", "0g5u", "02bb", "0kmc",
+    "04t2", "085k", "00a4", "0in5", "0fgx", "07aa", "0b6v", "030o", "09gf", "05b7", "0hx0", "0139",
+    "0g1q", "067h", "0kig", "02ff", "008w", "04p6", "04iy", "00e0", "03ih", "0boq", "078f", "0fzw",
+    "0liv", "05fw", "0h8x", "017y", "0g51", "0c9x", "06no", "0ghv", "0e6g", "04tv", "04m9", "00ap",
+    "0bzw", "038f", "0foq", "07ih", "057y", "0duh", "01fw", "0hiv", "0chv", "02no", "0g9x", "0c51",
+    "04ap", "00m9", "00tv", "0a6g", "070o", "0f6v", "03aa", "0bgx", "0539", "096h", "01b7", "0hm6",
+    "06ff", "0oig", "027h", "0c1q", "04e0", "00iy", "00p6", "048w", "0f2r", "074k", "0jjd", "03ee",
+    "092l", "05s5", "05jz", "01f3", "0omc", "06bb", "0c5u", "023l", "08de", "04a4", "0p43", "00t2",
+    "03xj", "0j3c", "07ml", "0fku", "0d5d", "05wu", "0hmr", "01bs", "02jk", "0clr", "0c15", "0gyt",
+    "0ecm", "04et", "0483", "004z",
+];
+
+/// The hash tag of the bucket of a key whose FNV-1a is `hash`.
+fn bucket_tag(hash: u64) -> &'static str {
+    BUCKET_TAGS[(hash % BUCKETS as u64) as usize]
+}
+
 pub(super) use crate::data::key::fnv1a64;
 use crate::data::key::fnv1a64_from;
 
@@ -18,18 +57,21 @@ use crate::data::key::fnv1a64_from;
 /// allow none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct KeyNames {
-    /// `corral:<namespace>:{<h>}:v:<key>`: the envelope bytes.
+    /// `corral:<namespace>:{<b>}:v:<key>`: the envelope bytes.
     pub(super) value: String,
-    /// `corral:<namespace>:{<h>}:l:<key>`: the token of the fill lease.
+    /// `corral:<namespace>:{<b>}:l:<key>`: the token of the fill lease.
     pub(super) lease: String,
-    /// `corral:<namespace>:{<h>}:f:<key>`: the token of the last grant.
+    /// `corral:<namespace>:{<b>}:f:<key>`: the token of the last grant.
     pub(super) fence: String,
+    /// The hash tag `<b>` of the key's bucket.
+    pub(super) bucket: &'static str,
 }
 
 impl KeyNames {
     /// The names for `key`.
     pub(super) fn new(key: &StoreKey) -> Self {
         let value = value_name(key);
+        let bucket = ValueName::new(key).bucket();
         let marker = value.len() - key.key().len() - 2;
         let name = |letter: &str| {
             let mut name = value.clone();
@@ -40,6 +82,7 @@ impl KeyNames {
             lease: name("l"),
             fence: name("f"),
             value,
+            bucket,
         }
     }
 }
@@ -52,9 +95,16 @@ pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
     format!("{PREFIX}{namespace}:{{{namespace}}}:t:{tag}")
 }
 
-/// The namespace whose changes `channel` carries (see [`channel`]).
+/// The namespace whose changes `channel` carries (see [`channel`] and
+/// [`shard_channels`]).
 pub(super) fn namespace_of(channel: &str) -> Option<&str> {
-    channel.strip_prefix(PREFIX)?.strip_suffix(":filled")
+    let named = channel.strip_prefix(PREFIX)?.strip_suffix(":filled")?;
+    // A namespace holds no `{`: a sharded channel's tag follows it.
+    Some(
+        named
+            .split_once(":{")
+            .map_or(named, |(namespace, _)| namespace),
+    )
 }
 
 /// The id under which listeners of `key` wait: the namespace and the user's
@@ -63,7 +113,7 @@ pub(super) fn listener_id(namespace: &str, key: &str) -> String {
     format!("{namespace}\u{0}{key}")
 }
 
-/// The name of `key`'s value key alone (`corral:<namespace>:{<h>}:v:<key>`).
+/// The name of `key`'s value key alone (`corral:<namespace>:{<b>}:v:<key>`).
 pub(super) fn value_name(key: &StoreKey) -> String {
     let name = ValueName::new(key);
     let mut bytes = Vec::with_capacity(name.len());
@@ -78,7 +128,7 @@ pub(super) fn value_name(key: &StoreKey) -> String {
 #[derive(Clone, Copy)]
 pub(super) struct ValueName<'a> {
     key: &'a StoreKey,
-    /// FNV-1a of the user's key: the hash tag.
+    /// FNV-1a of the user's key: it picks the bucket.
     hash: u64,
 }
 
@@ -90,29 +140,29 @@ impl<'a> ValueName<'a> {
         }
     }
 
-    /// A 64-bit id of the name (not its FNV-1a): the hash tag, folded on
-    /// with the namespace.
+    /// The hash tag of the key's bucket.
+    pub(super) fn bucket(&self) -> &'static str {
+        bucket_tag(self.hash)
+    }
+
+    /// A 64-bit id of the name (not its FNV-1a): the key's FNV-1a, folded
+    /// on with the namespace.
     pub(super) fn id(&self) -> u64 {
         fnv1a64_from(self.hash, self.key.namespace().as_bytes())
     }
 
     /// The name's length in bytes.
     pub(super) fn len(&self) -> usize {
-        PREFIX.len() + self.key.namespace().len() + 22 + self.key.key().len()
+        PREFIX.len() + self.key.namespace().len() + 10 + self.key.key().len()
     }
 
     /// Appends the name to `out`.
     fn write(&self, out: &mut impl std::io::Write) {
-        let mut hex = [0u8; 16];
-        for (at, digit) in hex.iter_mut().enumerate() {
-            let nibble = (self.hash >> ((15 - at) * 4)) & 0xf;
-            *digit = b"0123456789abcdef"[nibble as usize];
-        }
         for part in [
             PREFIX.as_bytes(),
             self.key.namespace().as_bytes(),
             b":{",
-            &hex,
+            self.bucket().as_bytes(),
             b"}:v:",
             self.key.key().as_bytes(),
         ] {
@@ -157,16 +207,41 @@ pub(super) fn slot(name: &str) -> u16 {
     crc % 16384
 }
 
-/// The channel on which changes of keys in `namespace` are published:
-/// `corral:<namespace>:filled`. The messages are backplane messages
-/// ([`Change`](crate::store::Change)s, or `r|<origin>|<key>` for a released
-/// lease); listeners wait under [`listener_id`].
+/// The channel on which a standalone store publishes the changes of keys
+/// in `namespace`: `corral:<namespace>:filled`. The messages are backplane
+/// messages ([`Change`](crate::store::Change)s, or `r|<origin>|<key>` for a
+/// released lease); listeners wait under [`listener_id`]. The subscriber
+/// keeps its books under this name on a cluster too.
 pub(super) fn channel(namespace: &str) -> String {
     let mut channel = String::with_capacity(PREFIX.len() + namespace.len() + 7);
     channel.push_str(PREFIX);
     channel.push_str(namespace);
     channel.push_str(":filled");
     channel
+}
+
+/// The sharded channel on which a cluster store publishes the changes of
+/// the keys of bucket `bucket` in `namespace`:
+/// `corral:<namespace>:{<b>}:filled`, in the slot of those keys.
+pub(super) fn bucket_channel(namespace: &str, bucket: &str) -> String {
+    format!("{PREFIX}{namespace}:{{{bucket}}}:filled")
+}
+
+/// The sharded channel on which a cluster store publishes the tag and
+/// clear changes of `namespace`: `corral:<namespace>:{<namespace>}:filled`,
+/// in the slot of its tag keys ([`tag_key`]).
+pub(super) fn tag_channel(namespace: &str) -> String {
+    format!("{PREFIX}{namespace}:{{{namespace}}}:filled")
+}
+
+/// Every sharded channel of `namespace`: one per bucket, then the tag
+/// channel.
+pub(super) fn shard_channels(namespace: &str) -> Vec<String> {
+    BUCKET_TAGS
+        .iter()
+        .map(|bucket| bucket_channel(namespace, bucket))
+        .chain(std::iter::once(tag_channel(namespace)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -193,7 +268,7 @@ mod tests {
     #[test]
     fn layout_is_documented_shape() {
         let names = KeyNames::new(&StoreKey::new("users:v1", "user:42"));
-        let h = format!("{:016x}", fnv1a64(b"user:42"));
+        let h = BUCKET_TAGS[(fnv1a64(b"user:42") % 256) as usize];
         assert_eq!(names.value, format!("corral:users:v1:{{{h}}}:v:user:42"));
         assert_eq!(names.lease, format!("corral:users:v1:{{{h}}}:l:user:42"));
         assert_eq!(names.fence, format!("corral:users:v1:{{{h}}}:f:user:42"));
@@ -222,9 +297,32 @@ mod tests {
             let want = slot(&names.value);
             assert_eq!(slot(&names.lease), want, "{raw:?}");
             assert_eq!(slot(&names.fence), want, "{raw:?}");
-            let h = format!("{:016x}", fnv1a64(raw.as_bytes()));
-            assert_eq!(want, slot(&format!("{{{h}}}")), "{raw:?}");
+            let bucket = (fnv1a64(raw.as_bytes()) % 256) as usize;
+            assert_eq!(usize::from(want), bucket * 64, "{raw:?}");
+            let channel = bucket_channel("ns:v3", names.bucket);
+            assert_eq!(slot(&channel), want, "{raw:?}");
+            assert_eq!(namespace_of(&channel), Some("ns:v3"));
         }
+    }
+
+    #[test]
+    fn buckets_spread_evenly_over_the_slots() {
+        for (bucket, tag) in BUCKET_TAGS.iter().enumerate() {
+            assert_eq!(tag.len(), 4, "{tag}");
+            assert!(!tag.contains(['{', '}']), "{tag}");
+            assert_eq!(
+                usize::from(slot(&format!("{{{tag}}}"))),
+                bucket * 64,
+                "{tag}"
+            );
+        }
+        let channels = shard_channels("users:v1");
+        assert_eq!(channels.len(), BUCKETS + 1);
+        assert_eq!(
+            slot(channels.last().map_or("", String::as_str)),
+            slot(&tag_key("users:v1", "some-tag"))
+        );
+        assert!(channels.iter().all(|c| namespace_of(c) == Some("users:v1")));
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod expiries;
 mod frame;
 mod keys;
 mod scripts;
+mod sharded;
 mod standalone;
 mod subscriber;
 
@@ -24,6 +25,7 @@ use self::cluster::Cluster;
 use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
+use self::sharded::ShardedClient;
 use self::standalone::{Reconnect, Standalone};
 use self::subscriber::{Settings, Subscriber};
 use crate::data::error::{StoreError, StoreErrorKind};
@@ -49,6 +51,8 @@ struct ClusterSeeds<'a> {
     urls: &'a [String],
     clients: Vec<Client>,
     cluster: ::redis::cluster::ClusterClient,
+    /// The subscriber's own cluster client (sharded pub/sub).
+    sharded: ShardedClient,
     target: String,
 }
 
@@ -69,10 +73,21 @@ impl<'a> ClusterSeeds<'a> {
             .response_timeout(config.op_timeout)
             .build()
             .map_err(|e| scrub_seeds(urls, store_error("connect", &e)))?;
+        let (seed_urls, settings) = (urls.to_vec(), config.clone());
+        let sharded = ShardedClient::new(move |pushes| {
+            client::cluster_builder(&seed_urls, &settings)?
+                .use_protocol(::redis::ProtocolVersion::RESP3)
+                .push_sender(pushes)
+                .connection_timeout(settings.connect_timeout)
+                .response_timeout(settings.op_timeout)
+                .build()
+                .map_err(|e| scrub_seeds(&seed_urls, store_error("connect", &e)))
+        });
         let seeds = Self {
             urls,
             clients,
             cluster,
+            sharded,
             target: format!(
                 "cluster[{}]",
                 urls.iter()
@@ -228,6 +243,20 @@ impl RedisConfig {
         self.reconnect_max_delay = self.reconnect_max_delay.max(RECONNECT_MIN_DELAY);
         self
     }
+}
+
+/// The names of the Redis keys of one cache key
+/// ([`RedisStore::keys_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisKeys {
+    /// The key holding the value: `corral:<namespace>:{<bucket>}:v:<key>`.
+    pub value: String,
+    /// The key holding the fill lease's token:
+    /// `corral:<namespace>:{<bucket>}:l:<key>`.
+    pub lease: String,
+    /// The key holding the fence: `corral:<namespace>:{<bucket>}:f:<key>`.
+    pub fence: String,
 }
 
 /// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
@@ -437,6 +466,8 @@ struct Inner {
     rng: Mutex<fastrand::Rng>,
     subscriber: Subscriber,
     expiries: Expiries,
+    /// Whether changes are announced on sharded channels (a cluster).
+    sharded: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -489,7 +520,7 @@ impl RedisStore {
         Self::finish(
             redact_url(url),
             Connection::Standalone(connection),
-            vec![client],
+            (vec![client], None),
             config,
             &runtime,
         )
@@ -525,7 +556,7 @@ impl RedisStore {
         Self::finish(
             seeds.target,
             Connection::Cluster(connection),
-            seeds.clients,
+            (seeds.clients, Some(seeds.sharded)),
             config,
             &runtime,
         )
@@ -557,7 +588,7 @@ impl RedisStore {
         Ok(Self::assemble(
             seeds.target,
             Connection::Cluster(connection),
-            seeds.clients,
+            (seeds.clients, Some(seeds.sharded)),
             config,
             &runtime,
         ))
@@ -608,7 +639,7 @@ impl RedisStore {
         Ok(Self::assemble(
             redact_url(url),
             Connection::Standalone(connection),
-            vec![client],
+            (vec![client], None),
             config,
             &runtime,
         ))
@@ -617,12 +648,14 @@ impl RedisStore {
     async fn finish(
         target: String,
         connection: Connection,
-        clients: Vec<Client>,
+        subscriber: (Vec<Client>, Option<ShardedClient>),
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
         connection.load_scripts(config.op_timeout).await?;
-        Ok(Self::assemble(target, connection, clients, config, runtime))
+        Ok(Self::assemble(
+            target, connection, subscriber, config, runtime,
+        ))
     }
 
     /// The store around a connection (scripts loaded or not), with its
@@ -630,14 +663,17 @@ impl RedisStore {
     fn assemble(
         target: String,
         connection: Connection,
-        clients: Vec<Client>,
+        subscriber: (Vec<Client>, Option<ShardedClient>),
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
+        let sharded = matches!(connection, Connection::Cluster(_));
+        let (clients, sharded_client) = subscriber;
         let subscriber = Subscriber::spawn(
             runtime,
             Settings {
                 clients,
+                sharded: sharded_client,
                 connect_timeout: config.connect_timeout,
                 op_timeout: config.op_timeout,
                 max_backoff: config.reconnect_max_delay,
@@ -650,6 +686,7 @@ impl RedisStore {
                 rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
                 subscriber,
                 expiries: Expiries::new(config.read_memory),
+                sharded,
                 config,
             }),
         }
@@ -658,6 +695,53 @@ impl RedisStore {
     /// The settings this store runs with.
     pub fn config(&self) -> &RedisConfig {
         &self.inner.config
+    }
+
+    /// The names of the Redis keys that hold `key`'s value, fill lease and
+    /// fence (see "Key layout"), to inspect them with `redis-cli`. They
+    /// share one hash slot.
+    ///
+    /// ```
+    /// use corral::store::StoreKey;
+    /// use corral::RedisStore;
+    ///
+    /// let names = RedisStore::keys_of(&StoreKey::new("users:v1", "user:42"));
+    /// assert!(names.value.starts_with("corral:users:v1:{"));
+    /// assert!(names.value.ends_with("}:v:user:42"));
+    /// assert!(names.lease.ends_with("}:l:user:42"));
+    /// assert!(names.fence.ends_with("}:f:user:42"));
+    /// ```
+    pub fn keys_of(key: &StoreKey) -> RedisKeys {
+        let names = KeyNames::new(key);
+        RedisKeys {
+            value: names.value,
+            lease: names.lease,
+            fence: names.fence,
+        }
+    }
+
+    /// The verb and channel announcing a change of the key named `names`
+    /// in `namespace`: on a cluster, `SPUBLISH` on its bucket's sharded
+    /// channel (in the key's slot, so the message stays in its shard);
+    /// otherwise `PUBLISH` on the namespace's channel.
+    fn key_channel(&self, namespace: &str, names: &KeyNames) -> (&'static [u8], String) {
+        if self.inner.sharded {
+            (b"SPUBLISH", keys::bucket_channel(namespace, names.bucket))
+        } else {
+            (b"PUBLISH", keys::channel(namespace))
+        }
+    }
+
+    /// The verb and channel announcing a tag or clear change in
+    /// `namespace`: on a cluster, `SPUBLISH` on its tag channel (in the
+    /// slot of its tag keys); otherwise `PUBLISH` on the namespace's
+    /// channel.
+    fn tag_channel(&self, namespace: &str) -> (&'static [u8], String) {
+        if self.inner.sharded {
+            (b"SPUBLISH", keys::tag_channel(namespace))
+        } else {
+            (b"PUBLISH", keys::channel(namespace))
+        }
     }
 
     /// A fresh random lease token: 128 bits as 32 hex digits.
@@ -996,7 +1080,7 @@ impl Store for RedisStore {
     ) -> BoxFuture<'a, Result<Commit, StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
-            let channel = keys::channel(key.namespace());
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let framed = frame::frame(lease.token(), bytes);
@@ -1008,6 +1092,7 @@ impl Store for RedisStore {
                         lease.token().as_bytes(),
                         &framed,
                         ttl_ms.as_bytes(),
+                        verb,
                         channel.as_bytes(),
                         message.as_bytes(),
                     ],
@@ -1028,7 +1113,7 @@ impl Store for RedisStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
-            let channel = keys::channel(key.namespace());
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
             let message = message(Origin::new(0), key.key());
             let reply = self
                 .run(
@@ -1036,6 +1121,7 @@ impl Store for RedisStore {
                     &names,
                     &[
                         lease.token().as_bytes(),
+                        verb,
                         channel.as_bytes(),
                         message.as_bytes(),
                     ],
@@ -1057,7 +1143,7 @@ impl Store for RedisStore {
             // subscription, like a read.
             let ahead = self.ahead_of_backplane(key.namespace()).await;
             let names = KeyNames::new(key);
-            let channel = keys::channel(key.namespace());
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let generation = self.token();
@@ -1070,6 +1156,7 @@ impl Store for RedisStore {
                         &framed,
                         ttl_ms.as_bytes(),
                         generation.as_bytes(),
+                        verb,
                         channel.as_bytes(),
                         message.as_bytes(),
                     ],
@@ -1088,13 +1175,13 @@ impl Store for RedisStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let names = KeyNames::new(key);
-            let channel = keys::channel(key.namespace());
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
             let message = message(origin, key.key());
             let reply = self
                 .run(
                     &scripts::INVALIDATE,
                     &names,
-                    &[channel.as_bytes(), message.as_bytes()],
+                    &[verb, channel.as_bytes(), message.as_bytes()],
                 )
                 .await?;
             int("invalidate", &reply).map(drop)
@@ -1127,10 +1214,11 @@ impl Store for RedisStore {
                 tags.iter().map(|_| new_version(&mut rng)).collect()
             };
             let retention_ms = millis(retention);
-            let channel = keys::channel(namespace);
+            let (verb, channel) = self.tag_channel(namespace);
             let origin = origin.to_hex();
             let mut args: Vec<&[u8]> = vec![
                 retention_ms.as_bytes(),
+                verb,
                 channel.as_bytes(),
                 origin.as_bytes(),
             ];
@@ -1169,7 +1257,7 @@ impl Store for RedisStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let key = keys::tag_key(namespace, tag);
-            let channel = keys::channel(namespace);
+            let (verb, channel) = self.tag_channel(namespace);
             let kind = if tag.is_empty() { 'x' } else { 't' };
             let message = format!("{kind}|{}|{tag}", origin.to_hex());
             let version = new_version(
@@ -1189,6 +1277,7 @@ impl Store for RedisStore {
                     &[
                         version.as_bytes(),
                         retention_ms.as_bytes(),
+                        verb,
                         channel.as_bytes(),
                         message.as_bytes(),
                     ],

@@ -4,10 +4,13 @@
 //!
 //! Every per-key script takes the same three keys — `KEYS[1]` value,
 //! `KEYS[2]` lease, `KEYS[3]` fence, all in one hash slot — so cluster
-//! routing sees them, and every script that changes a key publishes a
-//! backplane message on the namespace channel (`ARGV[#ARGV-1]`): a one-letter
-//! kind followed by `ARGV[#ARGV]` (`|<origin>|<key>`), so waiters of the key
-//! wake up and other caches' L1s evict it. Kinds: `c` committed fill, `r`
+//! routing sees them, and every script that changes a key announces it
+//! (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
+//! server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]` the channel (the
+//! namespace's, or on a cluster the sharded channel of the key's bucket,
+//! in the key's slot), and the message is a one-letter kind followed by
+//! `ARGV[#ARGV]` (`|<origin>|<key>`), so waiters of the key wake up and
+//! other caches' L1s evict it. Kinds: `c` committed fill, `r`
 //! released or refused (wakes waiters only), `s` set, `i` invalidated, `t`
 //! tag invalidated, `x` cleared. Times are milliseconds, at least 1.
 
@@ -58,6 +61,18 @@ local function read(key)
     return ''
   end
   return value
+end
+"
+    };
+}
+
+/// `announce(kind)`: publishes `kind .. ARGV[#ARGV]` on the channel
+/// `ARGV[#ARGV-1]` with the verb `ARGV[#ARGV-2]` (`PUBLISH` or `SPUBLISH`).
+macro_rules! lua_announce {
+    () => {
+        r"
+local function announce(kind)
+  redis.call(ARGV[#ARGV - 2], ARGV[#ARGV - 1], kind .. ARGV[#ARGV])
 end
 "
     };
@@ -143,11 +158,12 @@ return 1
 /// owner-checked unlock and notification.
 ///
 /// ARGV: token, bytes (framed with the token as generation), ttl_ms,
-/// channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
+/// verb, channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
 /// expired).
 pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
+        lua_announce!(),
         r"
 local fenced = read(KEYS[3]) == ARGV[1]
 if read(KEYS[2]) == ARGV[1] then
@@ -156,10 +172,10 @@ end
 if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-  redis.call('PUBLISH', ARGV[4], 'c' .. ARGV[5])
+  announce('c')
   return 1
 end
-redis.call('PUBLISH', ARGV[4], 'r' .. ARGV[5])
+announce('r')
 return 0
 ",
     ))
@@ -167,10 +183,11 @@ return 0
 
 /// Owner-checked release of the lease and its fence, and notification.
 ///
-/// ARGV: token, channel, message. Returns 0.
+/// ARGV: token, verb, channel, message. Returns 0.
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
+        lua_announce!(),
         r"
 if read(KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
@@ -178,7 +195,7 @@ end
 if read(KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
-redis.call('PUBLISH', ARGV[2], 'r' .. ARGV[3])
+announce('r')
 return 0
 ",
     ))
@@ -188,45 +205,48 @@ return 0
 /// generation.
 ///
 /// ARGV: bytes (framed with the new token as generation), ttl_ms, new
-/// token, channel, message. Returns 0.
+/// token, verb, channel, message. Returns 0.
 pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_announce!(),
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[4], 's' .. ARGV[5])
+announce('s')
 return 0
 ",
-    )
+    ))
 });
 
 /// Deletes value, lease and fence.
 ///
-/// ARGV: channel, message. Returns 0.
+/// ARGV: verb, channel, message. Returns 0.
 pub(super) static INVALIDATE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_announce!(),
         r"
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('PUBLISH', ARGV[1], 'i' .. ARGV[2])
+announce('i')
 return 0
 ",
-    )
+    ))
 });
 
 /// Moves a tag (or, for the empty tag, the namespace's clear version) to a
 /// new version and announces it. One key: `KEYS[1]` the tag's version key.
 ///
-/// ARGV: new version, retention_ms, channel, message (with its kind
+/// ARGV: new version, retention_ms, verb, channel, message (with its kind
 /// letter). Returns 0.
 pub(super) static INVALIDATE_TAG: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(
+    Lua::new(concat!(
+        lua_announce!(),
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('PUBLISH', ARGV[3], ARGV[4])
+announce('')
 return 0
 ",
-    )
+    ))
 });
 
 /// The versions of tags (or, for the empty tag, the namespace's clear
@@ -237,8 +257,9 @@ return 0
 /// for the retention from now: a tag in use keeps its version. `KEYS`: the
 /// tags' version keys (one hash slot per namespace).
 ///
-/// ARGV: retention_ms, channel, origin (hex), then for each key its tag and
-/// a new random version to create it with. Returns the versions, in order.
+/// ARGV: retention_ms, verb, channel, origin (hex), then for each key its
+/// tag and a new random version to create it with. Returns the versions, in
+/// order.
 pub(super) static TAG_VERSIONS: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
@@ -247,14 +268,14 @@ local versions = {}
 for i, key in ipairs(KEYS) do
   local version = read(key)
   if not version or #version == 0 or #version > 64 or string.find(version, '[^!-~]') then
-    local tag = ARGV[2 + 2 * i]
-    version = ARGV[3 + 2 * i]
+    local tag = ARGV[3 + 2 * i]
+    version = ARGV[4 + 2 * i]
     redis.call('SET', key, version, 'PX', ARGV[1])
     local kind = 't'
     if tag == '' then
       kind = 'x'
     end
-    redis.call('PUBLISH', ARGV[2], kind .. '|' .. ARGV[3] .. '|' .. tag)
+    redis.call(ARGV[2], ARGV[3], kind .. '|' .. ARGV[4] .. '|' .. tag)
   else
     redis.call('PEXPIRE', key, ARGV[1])
   end

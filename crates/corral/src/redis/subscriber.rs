@@ -41,12 +41,13 @@ use tokio::time::MissedTickBehavior;
 
 use super::backoff::Backoff;
 use super::keys;
+use super::sharded::{self, ShardedClient};
 use crate::store::{Change, ChangeSink, Listener, Notifier, Sinks};
 
 /// How often the subscriber pings an idle connection.
 pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// The first reconnect delay; it doubles up to the configured maximum.
-const MIN_BACKOFF: Duration = Duration::from_millis(50);
+pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What the store keeps: the listeners' notifier and the way to ask the
 /// task for a subscription. Dropping it stops the task.
@@ -57,7 +58,7 @@ pub(super) struct Subscriber {
 }
 
 /// What the store and the task share.
-struct Shared {
+pub(super) struct Shared {
     notifier: Notifier,
     /// Every channel asked for so far; subscribed again after a reconnect.
     channels: Mutex<BTreeSet<Arc<str>>>,
@@ -113,11 +114,13 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    fn channels(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
+    /// Every channel asked for so far.
+    pub(super) fn channels(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn denied(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
+    /// The channels the ACL refused.
+    pub(super) fn denied(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
         self.denied.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -130,7 +133,7 @@ impl Shared {
     /// distrust what the backplane kept current only if messages may have
     /// been lost for them (a re-subscription, or a read that went ahead of
     /// the first one).
-    fn subscribed(&self, channels: &[Arc<str>]) {
+    pub(super) fn subscribed(&self, channels: &[Arc<str>]) {
         self.notifier.notify_all();
         for channel in channels {
             let lost = {
@@ -172,14 +175,74 @@ impl Shared {
     fn is_pending(&self, channel: &str) -> bool {
         self.book().standing.get(channel) == Some(&Standing::Pending)
     }
+
+    /// Records whether the last connection attempt failed; reads stop
+    /// waiting for a subscription that cannot come now.
+    pub(super) fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::Release);
+        if failing {
+            self.settled.notify_waiters();
+        }
+    }
+
+    /// The connection in use lost its subscriptions.
+    pub(super) fn interrupted(&self) {
+        self.book().live.clear();
+    }
+
+    /// The ACL refused `channel`: it is logged, remembered (never asked for
+    /// again; its waiters poll), and reads stop waiting for it.
+    pub(super) fn deny(&self, channel: &Arc<str>, refusal: &str) {
+        tracing::warn!(
+            channel = &**channel,
+            "corral: redis refused SUBSCRIBE by ACL ({refusal}); waiters on this channel poll \
+             instead of being notified"
+        );
+        self.denied().insert(Arc::clone(channel));
+        let mut book = self.book();
+        if let Some(state) = book.standing.get_mut(channel) {
+            if *state == Standing::Pending {
+                self.pending.fetch_sub(1, Ordering::Release);
+            }
+            *state = Standing::Denied;
+        }
+        drop(book);
+        self.settled.notify_waiters();
+    }
+
+    /// Wakes the waiters of the key a message of `namespace` names and
+    /// hands backplane messages to the sinks of `channel` (the namespace's
+    /// channel). Messages of another shape are ignored.
+    pub(super) fn deliver(&self, channel: &str, namespace: &str, payload: &[u8]) {
+        let Ok(text) = std::str::from_utf8(payload) else {
+            return;
+        };
+        let Some((kind, rest)) = text.split_once('|') else {
+            return;
+        };
+        let Some((_origin, key)) = rest.split_once('|') else {
+            return;
+        };
+        if matches!(kind, "c" | "r" | "s" | "i") {
+            self.notifier.notify(&keys::listener_id(namespace, key));
+        }
+        if let Some(change) = Change::decode(text) {
+            for sink in self.sinks.live(channel) {
+                sink.changed(&change);
+            }
+        }
+    }
 }
 
 /// Settings of the subscriber task.
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
-    /// Nodes to connect to, tried in turn (on a cluster, a plain `PUBLISH`
-    /// reaches subscribers on every node).
+    /// Nodes to connect to, tried in turn (one server: plain `SUBSCRIBE`).
     pub(super) clients: Vec<Client>,
+    /// On a cluster: the subscriber's own cluster connection, which
+    /// subscribes the sharded channels on the nodes owning their slots
+    /// (then `clients` is not used).
+    pub(super) sharded: Option<ShardedClient>,
     pub(super) connect_timeout: Duration,
     pub(super) op_timeout: Duration,
     pub(super) max_backoff: Duration,
@@ -199,12 +262,17 @@ impl Subscriber {
             settled: Notify::new(),
         });
         let (requests, receiver) = mpsc::unbounded_channel();
-        let task = Task {
-            shared: Arc::clone(&shared),
-            requests: receiver,
-            settings,
-        };
-        drop(runtime.spawn(task.run()));
+        if let Some(client) = settings.sharded.clone() {
+            let task = sharded::run(Arc::clone(&shared), receiver, client, settings);
+            drop(runtime.spawn(task));
+        } else {
+            let task = Task {
+                shared: Arc::clone(&shared),
+                requests: receiver,
+                settings,
+            };
+            drop(runtime.spawn(task.run()));
+        }
         Self { shared, requests }
     }
 
@@ -336,7 +404,7 @@ impl Task {
             let client = client.clone();
             node = node.wrapping_add(1);
             let ended = self.session(&client).await;
-            self.shared.book().live.clear();
+            self.shared.interrupted();
             match ended {
                 Ended::StoreDropped => return,
                 Ended::Lost { established } => {
@@ -364,10 +432,7 @@ impl Task {
             connected = connect => match connected {
                 Ok(Ok(pubsub)) => Some(pubsub),
                 Ok(Err(_)) | Err(_) => {
-                    // Reads stop waiting for a subscription that cannot
-                    // come now.
-                    self.shared.failing.store(true, Ordering::Release);
-                    self.shared.settled.notify_waiters();
+                    self.shared.set_failing(true);
                     None
                 }
             },
@@ -376,7 +441,7 @@ impl Task {
         let Some(pubsub) = pubsub else {
             return Ended::Lost { established: false };
         };
-        self.shared.failing.store(false, Ordering::Release);
+        self.shared.set_failing(false);
         let (mut sink, mut stream) = pubsub.split();
 
         let wanted: Vec<Arc<str>> = {
@@ -444,7 +509,7 @@ impl Task {
         match self.subscribe_all(sink, channels).await? {
             Ok(()) => return Some(channels.to_vec()),
             Err(refusal) if channels.len() == 1 => {
-                self.deny(&channels[0], &refusal);
+                self.shared.deny(&channels[0], &refusal);
                 return Some(Vec::new());
             }
             Err(_) => {}
@@ -456,7 +521,7 @@ impl Task {
                 .await?
             {
                 Ok(()) => subscribed.push(Arc::clone(channel)),
-                Err(refusal) => self.deny(channel, &refusal),
+                Err(refusal) => self.shared.deny(channel, &refusal),
             }
         }
         Some(subscribed)
@@ -477,56 +542,20 @@ impl Task {
         }
     }
 
-    fn deny(&self, channel: &Arc<str>, refusal: &str) {
-        tracing::warn!(
-            channel = &**channel,
-            "corral: redis refused SUBSCRIBE by ACL ({refusal}); waiters on this channel poll \
-             instead of being notified"
-        );
-        self.shared.denied().insert(Arc::clone(channel));
-        let mut book = self.shared.book();
-        if let Some(state) = book.standing.get_mut(channel) {
-            if *state == Standing::Pending {
-                self.shared.pending.fetch_sub(1, Ordering::Release);
-            }
-            *state = Standing::Denied;
-        }
-        drop(book);
-        self.shared.settled.notify_waiters();
-    }
-
     /// Wakes the waiters of the key a message names and hands backplane
     /// messages to the channel's sinks. Messages of another shape are
     /// ignored.
     fn dispatch(&self, message: &Msg) {
         let channel = message.get_channel_name();
-        let Some(namespace) = keys::namespace_of(channel) else {
-            return;
-        };
-        let Ok(text) = std::str::from_utf8(message.get_payload_bytes()) else {
-            return;
-        };
-        let Some((kind, rest)) = text.split_once('|') else {
-            return;
-        };
-        let Some((_origin, key)) = rest.split_once('|') else {
-            return;
-        };
-        if matches!(kind, "c" | "r" | "s" | "i") {
+        if let Some(namespace) = keys::namespace_of(channel) {
             self.shared
-                .notifier
-                .notify(&keys::listener_id(namespace, key));
-        }
-        if let Some(change) = Change::decode(text) {
-            for sink in self.shared.sinks.live(channel) {
-                sink.changed(&change);
-            }
+                .deliver(channel, namespace, message.get_payload_bytes());
         }
     }
 }
 
 /// Consumes requests (their channels are already in the shared set) until
 /// the store is dropped.
-async fn drain_until_closed(requests: &mut mpsc::UnboundedReceiver<Arc<str>>) {
+pub(super) async fn drain_until_closed(requests: &mut mpsc::UnboundedReceiver<Arc<str>>) {
     while requests.recv().await.is_some() {}
 }
