@@ -355,6 +355,39 @@ impl RedisCluster {
         self.fail(&format!("{args:?}: {last}"))
     }
 
+    /// The indices (in [`nodes`](Self::nodes)) of the nodes of `key`'s
+    /// shard: the master that serves its slot first, then its replicas, as
+    /// a running node sees them (`CLUSTER NODES`).
+    ///
+    /// # Panics
+    ///
+    /// If no running node answers, or none of the nodes serves the slot.
+    pub fn shard_of(&self, key: &str) -> Vec<usize> {
+        let slot = self.slot_of(key);
+        let view = parse_nodes(&self.ask_any(&["CLUSTER", "NODES"]));
+        let Some(master) = view.iter().find(|n| n.is_master() && n.serves(slot)) else {
+            self.fail(&format!("no node serves slot {slot}"))
+        };
+        std::iter::once(master)
+            .chain(view.iter().filter(|n| n.master == master.id))
+            .filter_map(|n| self.index_of(n.port))
+            .collect()
+    }
+
+    /// A numeric field of node `index`'s `CLUSTER INFO` (0 when absent),
+    /// e.g. `cluster_stats_messages_publish_received`.
+    ///
+    /// # Panics
+    ///
+    /// If the node does not answer.
+    pub fn cluster_info(&self, index: usize, field: &str) -> u64 {
+        let port = self.nodes[index].port();
+        let info = ask(port, &["CLUSTER", "INFO"]).unwrap_or_else(|e| self.fail(&e));
+        info_field(&info, field)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0)
+    }
+
     fn index_of(&self, port: u16) -> Option<usize> {
         self.nodes.iter().position(|n| n.port() == port)
     }
@@ -369,6 +402,9 @@ fn ask(port: u16, args: &[&str]) -> Result<String, String> {
 
 /// One line of `CLUSTER NODES`.
 struct NodeLine {
+    id: String,
+    /// The id of its master (`-` for a master).
+    master: String,
     port: u16,
     myself: bool,
     flags: Vec<String>,
@@ -419,6 +455,8 @@ fn parse_nodes(nodes: &str) -> Vec<NodeLine> {
                 })
                 .collect();
             Some(NodeLine {
+                id: (*fields.first()?).to_owned(),
+                master: (*fields.get(3)?).to_owned(),
                 port,
                 myself: flags.iter().any(|f| f == "myself"),
                 flags,

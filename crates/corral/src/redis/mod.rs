@@ -271,19 +271,25 @@ pub struct RedisKeys {
 /// # Key layout
 ///
 /// A [`StoreKey`] is a cache's namespace (`name:v<version>`, the name from
-/// `A-Z a-z 0-9 _ - .`) and the user's key. With `h` the 64-bit FNV-1a hash
-/// of the key's UTF-8 bytes as 16 lowercase hex digits, it lives in:
+/// `A-Z a-z 0-9 _ - .`) and the user's key. The 64-bit FNV-1a hash of the
+/// key's UTF-8 bytes, modulo 256, picks the key's *bucket*; `b` is the
+/// bucket's four-character hash tag, whose cluster slot is `bucket × 64`.
+/// The key lives in ([`RedisStore::keys_of`] names them):
 ///
 /// | key | holds | time to live |
 /// |---|---|---|
-/// | `corral:<namespace>:{<h>}:v:<key>` | the value: its generation and envelope bytes, framed (below) | the value's TTL |
-/// | `corral:<namespace>:{<h>}:l:<key>` | the fill lease's token | the lease TTL, renewed while the fill runs |
-/// | `corral:<namespace>:{<h>}:f:<key>` | the fence: the token of the last grant or write | the fence TTL (the longest a leader may take to commit); after a commit or `set`, the value's TTL |
+/// | `corral:<namespace>:{<b>}:v:<key>` | the value: its generation and envelope bytes, framed (below) | the value's TTL |
+/// | `corral:<namespace>:{<b>}:l:<key>` | the fill lease's token | the lease TTL, renewed while the fill runs |
+/// | `corral:<namespace>:{<b>}:f:<key>` | the fence: the token of the last grant or write | the fence TTL (the longest a leader may take to commit); after a commit or `set`, the value's TTL |
 ///
 /// - **One slot per key.** The namespace holds no brace, so the first `{`
-///   opens the hash tag `{<h>}`: the three keys of one logical key always
+///   opens the hash tag `{<b>}`: the three keys of one logical key always
 ///   share a cluster slot, whatever the key holds — `{`, `}`, or a leading
 ///   `}` cannot move the tag.
+/// - **256 slots per namespace.** A namespace's keys spread over 256 slots,
+///   evenly spaced (every 64th), so each shard of a cluster whose slots are
+///   split into contiguous ranges holds its share of them; the keys of one
+///   bucket share a slot and so a sharded channel (see "Notifications").
 /// - **No collisions.** The tag has a fixed length and is followed by a
 ///   one-letter marker (`v`, `l`, `f`), so a user's key can never name
 ///   another key's value, lease or fence; the full key follows, so two keys
@@ -314,8 +320,24 @@ pub struct RedisKeys {
 ///
 /// # Notifications
 ///
-/// Every commit, release, `set` and `invalidate` publishes the value key's
-/// name on the namespace's channel `corral:<namespace>:filled`. Each
+/// Every commit, release, `set` and `invalidate` announces the key's change
+/// on a channel, from within its script. On one server it is a `PUBLISH` on
+/// the namespace's channel `corral:<namespace>:filled`. On a cluster it is
+/// an `SPUBLISH` (sharded pub/sub, Redis 7) on the sharded channel of the
+/// key's bucket, `corral:<namespace>:{<b>}:filled`, which is in the key's
+/// own slot: the message is handled by the nodes of the key's shard only
+/// (its master and replicas), where a plain `PUBLISH` is broadcast over the
+/// cluster bus to every node, so the backplane's cost grows with the shard,
+/// not with the cluster. Tag invalidations and clears go to
+/// `corral:<namespace>:{<namespace>}:filled`, in the slot of the
+/// namespace's tag keys. A cluster store's subscriber keeps its own cluster
+/// connection (RESP3) and subscribes (`SSUBSCRIBE`) all 257 sharded
+/// channels of each namespace it listens on, each at the node that owns
+/// its slot; when a node's connection is lost, or a slot moves and the
+/// server drops its subscriptions (`SUNSUBSCRIBE`), it subscribes them
+/// again where they are now (reading the slot map anew if its retries keep
+/// failing), and the namespace counts as re-subscribed — messages may have
+/// been lost — once all of its channels are confirmed again. Each
 /// `RedisStore` keeps **one** subscriber connection. A cache built on the
 /// store subscribes its namespace's channel when it is built
 /// ([`Store::attach`]), before any waiter needs it, unless it listens to
@@ -411,12 +433,10 @@ pub struct RedisKeys {
 ///
 /// # What it needs from Redis
 ///
-/// Tested against Redis 7.0. Nothing is specific to Redis 7: Lua scripting
-/// with effect replication (the default since 5.0, the only mode since 7.0),
-/// `SET ... NX PX`, `PTTL`, and plain `PUBLISH`, which on a cluster is
-/// broadcast to every node, so the subscriber may listen on any one node.
-/// (Sharded pub/sub, `SPUBLISH`, is not used: it would need a channel per
-/// slot instead of one per namespace.)
+/// Tested against Redis 7.0. One server needs nothing specific to Redis 7:
+/// Lua scripting with effect replication (the default since 5.0, the only
+/// mode since 7.0), `SET ... NX PX`, `PTTL`, and `PUBLISH`. A cluster needs
+/// Redis 7 for sharded pub/sub (`SPUBLISH`, `SSUBSCRIBE`).
 ///
 /// # ACL users
 ///
@@ -429,7 +449,9 @@ pub struct RedisKeys {
 ///     +subscribe +unsubscribe +ping
 /// ```
 ///
-/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.)
+/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.) On a
+/// cluster, add `+spublish +ssubscribe +sunsubscribe` (the sharded channels
+/// match `&corral:orders:*` too).
 /// A call the ACL refuses — a cache of another namespace on the same
 /// store, a missing command — fails with [`StoreErrorKind::Denied`] and a
 /// message that says it was refused by the ACL: `set` and `invalidate`
