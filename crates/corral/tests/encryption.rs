@@ -245,10 +245,7 @@ async fn master_keys_of_the_wrong_length_are_refused() {
 
 /// The value key of `key` in Redis (see `src/redis/keys.rs`).
 fn value_key(namespace: &str, key: &str) -> String {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("corral:{namespace}:{{{hash:016x}}}:v:{key}")
+    corral::RedisStore::keys_of(&corral::store::StoreKey::new(namespace, key)).value
 }
 
 /// The sealed bytes inside a Redis value's frame (tag, token length,

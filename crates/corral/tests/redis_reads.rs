@@ -89,14 +89,7 @@ async fn bytes_written_by_something_else_are_always_read_with_their_pttl() {
     let server = RedisServer::start();
     let store = store(&server, RedisConfig::default()).await;
     let key = StoreKey::new("reads:v1", "foreign");
-    let name = format!(
-        "corral:reads:v1:{{{:016x}}}:v:foreign",
-        b"foreign"
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |hash, &byte| {
-                (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-            })
-    );
+    let name = RedisStore::keys_of(&key).value;
     server.cli(&["SET", &name, "not a frame", "PX", "60000"]);
     server.reset_stats();
     for _ in 0..3 {

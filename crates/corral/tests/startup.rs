@@ -164,10 +164,5 @@ async fn a_service_starts_while_its_cluster_is_down_and_uses_it_once_it_is_up() 
 /// The Redis key of cache `startup`'s value of `key` (see `RedisStore`'s
 /// key layout).
 fn value_key(key: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("corral:startup:v0:{{{hash:016x}}}:v:{key}")
+    corral::RedisStore::keys_of(&corral::store::StoreKey::new("startup:v0", key)).value
 }
