@@ -374,6 +374,62 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Moves `slot`, with its keys, to the master at `to` (an index in
+    /// [`nodes`](Self::nodes)), as a resharding does: `CLUSTER SETSLOT ...
+    /// IMPORTING`/`MIGRATING`, `MIGRATE` of every key in it, then `CLUSTER
+    /// SETSLOT ... NODE` on every master; waits until all nodes agree on
+    /// the slot map. The old owner drops its sharded subscriptions of the
+    /// slot (`SUNSUBSCRIBE` pushed to their clients).
+    ///
+    /// # Panics
+    ///
+    /// If a step fails or the nodes do not agree within 20 s; the message
+    /// holds every node's log tail.
+    pub fn move_slot(&self, slot: u16, to: usize) {
+        let view = parse_nodes(&self.ask_any(&["CLUSTER", "NODES"]));
+        let Some(from) = view.iter().find(|n| n.is_master() && n.serves(slot)) else {
+            self.fail(&format!("no node serves slot {slot}"))
+        };
+        let port = self.nodes[to].port();
+        let Some(target) = view.iter().find(|n| n.port == port && n.is_master()) else {
+            self.fail(&format!("node {to} is not a master"))
+        };
+        if from.port == target.port {
+            return;
+        }
+        let Some(source) = self.index_of(from.port).map(|i| &self.nodes[i]) else {
+            self.fail(&format!(
+                "node on port {} is not in this cluster",
+                from.port
+            ))
+        };
+        let slot_text = slot.to_string();
+        let destination = &self.nodes[to];
+        destination.cli(&["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from.id]);
+        source.cli(&["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target.id]);
+        loop {
+            let keys = source.cli(&["CLUSTER", "GETKEYSINSLOT", &slot_text, "100"]);
+            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            if keys.is_empty() {
+                break;
+            }
+            let port_text = port.to_string();
+            let mut migrate = vec!["MIGRATE", "127.0.0.1", &port_text, "", "0", "5000", "KEYS"];
+            migrate.extend(keys);
+            source.cli(&migrate);
+        }
+        // The new owner first, then the old one, then the rest (replicas
+        // refuse SETSLOT and learn it from their masters).
+        let others = self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != port && n.port() != from.port);
+        for node in [destination, source].into_iter().chain(others) {
+            let _ = node.try_cli(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &target.id]);
+        }
+        self.wait_until_agreed();
+    }
+
     /// A numeric field of node `index`'s `CLUSTER INFO` (0 when absent),
     /// e.g. `cluster_stats_messages_publish_received`.
     ///

@@ -81,13 +81,8 @@ async fn a_change_is_handled_by_the_nodes_of_its_keys_shard_only() {
     let key = "user:42";
     writer.set(key, "v1".into()).await.expect("set");
     assert_eq!(reader.peek(key).await.expect("read").as_deref(), Some("v1"));
-    let heard = reader.stats().backplane_messages;
     writer.set(key, "v2".into()).await.expect("set");
-    until("the reader heard the change", || {
-        reader.stats().backplane_messages > heard
-    })
-    .await;
-    assert_eq!(reader.peek(key).await.expect("read").as_deref(), Some("v2"));
+    until_read(&reader, key, "v2").await;
 
     let shard = tokio::task::block_in_place(|| cluster.shard_of(&slot_name(key)));
     assert_eq!(shard.len(), 2, "a master and its replica: {shard:?}");
@@ -150,13 +145,8 @@ async fn l1_evictions_tags_and_clear_work_over_sharded_channels() {
         let key = format!("k{i}");
         a.set(&key, "old".into()).await.expect("set");
         assert_eq!(b.peek(&key).await.expect("read").as_deref(), Some("old"));
-        let heard = b.stats().backplane_messages;
         a.set(&key, "new".into()).await.expect("set");
-        until("the change arrived", || {
-            b.stats().backplane_messages > heard
-        })
-        .await;
-        assert_eq!(b.peek(&key).await.expect("read").as_deref(), Some("new"));
+        until_read(&b, &key, "new").await;
     }
 
     // A tag invalidation and a clear reach the other cache's L1.
@@ -180,6 +170,60 @@ async fn l1_evictions_tags_and_clear_work_over_sharded_channels() {
     assert_eq!(b.peek("kept").await.expect("read").as_deref(), Some("x"));
     a.clear().await.expect("clear");
     until_gone(&b, "kept").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_slot_takes_its_subscriptions_along() {
+    let cluster = tokio::task::block_in_place(RedisCluster::start);
+    let (one, two) = (store(&cluster).await, store(&cluster).await);
+    let (a, b) = (tier(&one), tier(&two));
+    let key = "user:7";
+    a.set(key, "v1".into()).await.expect("set");
+    assert_eq!(b.peek(key).await.expect("read").as_deref(), Some("v1"));
+
+    // The key's slot moves to another master; its old owner drops the
+    // subscriptions of the slot's channel. The subscriber subscribes it
+    // again at the new owner, which counts as possible message loss.
+    let name = slot_name(key);
+    let (slot, from) =
+        tokio::task::block_in_place(|| (cluster.slot_of(&name), cluster.master_of(&name)));
+    let resets = b.stats().backplane_resets;
+    tokio::task::block_in_place(|| cluster.move_slot(slot, (from + 1) % 3));
+    until("the subscription followed the slot", || {
+        b.stats().backplane_resets > resets
+    })
+    .await;
+
+    // A change announced at the new owner reaches the other L1.
+    assert_eq!(b.peek(key).await.expect("read").as_deref(), Some("v1"));
+    let written = std::sync::atomic::AtomicBool::new(false);
+    corral_testkit::until_repeating(
+        "a write reaches the slot's new owner",
+        || async {
+            if a.set(key, "v2".into()).await.is_ok() {
+                written.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        },
+        || written.load(std::sync::atomic::Ordering::SeqCst),
+    )
+    .await;
+    until_read(&b, key, "v2").await;
+}
+
+/// Reads `key` through `cache` until it reads `want`: an L1 copy can only
+/// change through a backplane message (it has a minute to live).
+async fn until_read(cache: &Cache<String>, key: &str, want: &str) {
+    let seen = std::sync::atomic::AtomicBool::new(false);
+    corral_testkit::until_repeating(
+        "the change reached the other L1",
+        || async {
+            if cache.peek(key).await.expect("read").as_deref() == Some(want) {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        },
+        || seen.load(std::sync::atomic::Ordering::SeqCst),
+    )
+    .await;
 }
 
 /// Reads `key` through `cache` until it is gone: its L1 copy can only go
