@@ -1,10 +1,12 @@
 //! The load a fleet of caches puts on one Redis, measured, to check the
 //! capacity model in `BENCHMARKS.md`:
-//! `cargo run --release -p corral --example capacity -- N K R SECONDS TTL_MS`.
+//! `cargo run --release -p corral --example capacity -- N K R SECONDS TTL_MS [L1]`
+//! (`L1` 1 or 0, default 1).
 //!
 //! Starts its own `redis-server` (the test fixture), then N cache
 //! instances, each with its own `RedisStore` (its own command connection
-//! and subscriber) and an L1, standing for N service replicas. Each reads K
+//! and subscriber) and an L1 (unless `L1` is 0), standing for N service
+//! replicas: Redis sees from them what it would see from N processes. Each reads K
 //! hot keys round-robin at R reads per second for SECONDS, values living
 //! TTL_MS. Prints, per second: the commands Redis executed (from `INFO
 //! commandstats`, this program's own `INFO` left out), how many of them
@@ -35,6 +37,7 @@ async fn main() {
     let rate = arg(3, 1000);
     let seconds = arg(4, 5);
     let ttl = Duration::from_millis(arg(5, 1000));
+    let l1 = arg(6, 1) != 0;
     let server = tokio::task::block_in_place(RedisServer::start);
 
     let mut caches = Vec::new();
@@ -44,7 +47,7 @@ async fn main() {
             .expect("connect");
         let cache = Cache::<String>::builder("capacity")
             .store(store)
-            .l1(true)
+            .l1(l1)
             .ttl(ttl)
             .build()
             .expect("cache");
@@ -108,7 +111,7 @@ async fn main() {
     let publishes =
         after.get("publish").copied().unwrap_or(0) - before.get("publish").copied().unwrap_or(0);
     println!(
-        "instances={instances} keys={keys} reads/s/instance={rate} ttl={ttl:?}: \
+        "instances={instances} keys={keys} reads/s/instance={rate} ttl={ttl:?} l1={l1}: \
          commands/s={:.0} publishes/s={:.0} deliveries/s={:.0} fills/s={:.0} reads/s={:.0} [{}]",
         total as f64 / elapsed,
         publishes as f64 / elapsed,
