@@ -11,6 +11,7 @@ mod expiries;
 mod frame;
 mod keys;
 mod scripts;
+mod sentinel;
 mod standalone;
 mod subscriber;
 
@@ -18,12 +19,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use ::redis::{Client, Value};
+use ::redis::Value;
 
 use self::cluster::Cluster;
 use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
+use self::sentinel::{MasterAuth, Sentinels, Source};
 use self::standalone::{Reconnect, Standalone};
 use self::subscriber::{Settings, Subscriber};
 use crate::data::error::{StoreError, StoreErrorKind};
@@ -47,7 +49,7 @@ const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 /// subscriber), the cluster client, and the seeds as shown in its `Debug`.
 struct ClusterSeeds<'a> {
     urls: &'a [String],
-    clients: Vec<Client>,
+    clients: Vec<Source>,
     cluster: ::redis::cluster::ClusterClient,
     target: String,
 }
@@ -62,7 +64,7 @@ impl<'a> ClusterSeeds<'a> {
         }
         let clients = urls
             .iter()
-            .map(|url| client::client(url, config))
+            .map(|url| client::client(url, config).map(Source::Fixed))
             .collect::<Result<Vec<_>, _>>()?;
         let cluster = client::cluster_builder(urls, config)?
             .connection_timeout(config.connect_timeout)
@@ -145,6 +147,9 @@ pub struct RedisConfig {
     /// sizes, never bytes.
     #[cfg(feature = "tls")]
     tls: client::TlsMaterial,
+    /// How the masters of a Sentinel group are reached (see
+    /// [`master_auth`](Self::master_auth)); its `Debug` hides the password.
+    master: MasterAuth,
 }
 
 impl Default for RedisConfig {
@@ -156,6 +161,7 @@ impl Default for RedisConfig {
             read_memory: 1 << 16,
             #[cfg(feature = "tls")]
             tls: client::TlsMaterial::default(),
+            master: MasterAuth::default(),
         }
     }
 }
@@ -218,6 +224,26 @@ impl RedisConfig {
         key_pem: impl Into<Vec<u8>>,
     ) -> Self {
         self.tls.client = Some((certificate_pem.into().into(), key_pem.into().into()));
+        self
+    }
+
+    /// The user (`None`: the default user) and password that authenticate
+    /// the connections to the master found through Sentinel
+    /// ([`RedisStore::connect_sentinel`]); the sentinels' own credentials
+    /// are in their URLs. The password appears in no `Debug` output or
+    /// error. Default: none.
+    #[must_use]
+    pub fn master_auth(mut self, user: Option<&str>, password: &str) -> Self {
+        self.master.username = user.map(str::to_owned);
+        self.master.password = Some(password.to_owned());
+        self
+    }
+
+    /// The database selected on the master found through Sentinel
+    /// ([`RedisStore::connect_sentinel`]). Default: **0**.
+    #[must_use]
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master.db = db;
         self
     }
 
@@ -479,17 +505,18 @@ impl RedisStore {
         let config = config.normalized();
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config);
+        let source = Source::Fixed(client);
         let connection = bounded(
             config.connect_timeout,
             "connect",
-            Standalone::connect(client.clone(), reconnect, runtime.clone()),
+            Standalone::connect(source.clone(), reconnect, runtime.clone()),
         )
         .await
         .map_err(|e| client::scrubbed(url, e))?;
         Self::finish(
             redact_url(url),
             Connection::Standalone(connection),
-            vec![client],
+            vec![source],
             config,
             &runtime,
         )
@@ -604,11 +631,102 @@ impl RedisStore {
         let config = config.normalized();
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config);
-        let connection = Standalone::lazy(client.clone(), reconnect, runtime.clone());
+        let source = Source::Fixed(client);
+        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         Ok(Self::assemble(
             redact_url(url),
             Connection::Standalone(connection),
-            vec![client],
+            vec![source],
+            config,
+            &runtime,
+        ))
+    }
+
+    /// Connects to the current master of the Sentinel group `master_name`,
+    /// asking the sentinels at `sentinels` (`redis://[user:password@]host:port`,
+    /// `rediss://` with the feature `tls`) in turn, loads the scripts and
+    /// starts the subscriber. Must be called within a tokio runtime.
+    ///
+    /// The store follows failovers: every reconnect of the command
+    /// connection or the subscriber asks the sentinels for the master
+    /// again, and checks with `ROLE` that the node named is a master. A
+    /// connection that breaks (the master died) or whose server answers
+    /// `READONLY` (it was demoted to a replica) is made anew that way. The
+    /// fences and the breaker work as on one server: a commit prepared
+    /// before a failover is refused by the new master unless its fence
+    /// holds the commit's token (a fence lost with unreplicated writes is
+    /// absent, and an absent fence refuses), and calls fail with
+    /// [`StoreErrorKind::Unavailable`] while no master answers. See
+    /// "Sentinel" in the [`RedisStore`] docs.
+    ///
+    /// The master is reached with [`RedisConfig::master_auth`] and
+    /// [`RedisConfig::master_db`], over TLS when the sentinels' URLs are
+    /// `rediss://` (with the same TLS material).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); also [`StoreErrorKind::Protocol`] when
+    /// `master_name` is empty, `sentinels` is empty, or no sentinel that
+    /// answered knows `master_name`; [`StoreErrorKind::Unavailable`] when
+    /// no sentinel answers. The message names the master and the sentinels
+    /// asked (without passwords).
+    pub async fn connect_sentinel(
+        master_name: &str,
+        sentinels: &[String],
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let group = Sentinels::new(master_name, sentinels, &config).map_err(|e| scrub_seeds(sentinels, e))?;
+        let target = group.target();
+        let group = Arc::new(group);
+        let source = Source::Sentinel(Arc::clone(&group));
+        // Each sentinel may take the connect timeout, then the master's
+        // connect and its `ROLE`.
+        let steps = u32::try_from(sentinels.len()).unwrap_or(u32::MAX).saturating_add(2);
+        let connection = bounded(
+            config.connect_timeout.saturating_mul(steps),
+            "connect",
+            Standalone::connect(source.clone(), reconnect(&config), runtime.clone()),
+        )
+        .await
+        .map_err(|e| group.scrub(scrub_seeds(sentinels, e)))?;
+        Self::finish(
+            target,
+            Connection::Standalone(connection),
+            vec![source],
+            config,
+            &runtime,
+        )
+        .await
+    }
+
+    /// A store on a Sentinel group that does not wait for it, as
+    /// [`connect_lazy`](Self::connect_lazy) is for one server: returns at
+    /// once and finds the master in the background, retrying with backoff
+    /// until one answers. Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_lazy`](Self::connect_lazy); also
+    /// [`StoreErrorKind::Protocol`] when `master_name` or `sentinels` is
+    /// empty. An unknown master name shows later, as errors of the store's
+    /// calls.
+    pub fn connect_sentinel_lazy(
+        master_name: &str,
+        sentinels: &[String],
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let group = Sentinels::new(master_name, sentinels, &config).map_err(|e| scrub_seeds(sentinels, e))?;
+        let target = group.target();
+        let source = Source::Sentinel(Arc::new(group));
+        let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());
+        Ok(Self::assemble(
+            target,
+            Connection::Standalone(connection),
+            vec![source],
             config,
             &runtime,
         ))
@@ -617,7 +735,7 @@ impl RedisStore {
     async fn finish(
         target: String,
         connection: Connection,
-        clients: Vec<Client>,
+        clients: Vec<Source>,
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
@@ -630,7 +748,7 @@ impl RedisStore {
     fn assemble(
         target: String,
         connection: Connection,
-        clients: Vec<Client>,
+        clients: Vec<Source>,
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Self {

@@ -34,13 +34,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::aio::PubSubSink;
-use ::redis::{Client, Msg, Value};
+use ::redis::{Msg, Value};
 use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::MissedTickBehavior;
 
 use super::backoff::Backoff;
 use super::keys;
+use super::sentinel::Source;
 use crate::store::{Change, ChangeSink, Listener, Notifier, Sinks};
 
 /// How often the subscriber pings an idle connection.
@@ -178,8 +179,9 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
     /// Nodes to connect to, tried in turn (on a cluster, a plain `PUBLISH`
-    /// reaches subscribers on every node).
-    pub(super) clients: Vec<Client>,
+    /// reaches subscribers on every node); a Sentinel source names the
+    /// current master at each connect.
+    pub(super) clients: Vec<Source>,
     pub(super) connect_timeout: Duration,
     pub(super) op_timeout: Duration,
     pub(super) max_backoff: Duration,
@@ -357,13 +359,12 @@ impl Task {
     /// Connects, subscribes every channel asked for so far, wakes every
     /// listener, then dispatches messages and new subscriptions until the
     /// connection fails or the store is dropped.
-    async fn session(&mut self, client: &Client) -> Ended {
-        let connect =
-            tokio::time::timeout(self.settings.connect_timeout, client.get_async_pubsub());
+    async fn session(&mut self, client: &Source) -> Ended {
+        let connect = client.pubsub(self.settings.connect_timeout);
         let pubsub = tokio::select! {
             connected = connect => match connected {
-                Ok(Ok(pubsub)) => Some(pubsub),
-                Ok(Err(_)) | Err(_) => {
+                Ok(pubsub) => Some(pubsub),
+                Err(_) => {
                     // Reads stop waiting for a subscription that cannot
                     // come now.
                     self.shared.failing.store(true, Ordering::Release);
