@@ -169,6 +169,74 @@ impl RedisSentinel {
         self.wait_failover()
     }
 
+    /// Swaps the roles by hand, as an operator would, without the
+    /// sentinels' own failover (which ends with `CLIENT KILL TYPE normal`
+    /// on the demoted master): `REPLICAOF NO ONE` on the replica,
+    /// `REPLICAOF` the new master on the old one — whose clients stay
+    /// connected and get `READONLY` for writes — then every sentinel is
+    /// pointed at the new master (`SENTINEL REMOVE` + `SENTINEL MONITOR`).
+    /// Waits (at most 30 s) until every sentinel names it, and returns its
+    /// URL.
+    ///
+    /// # Panics
+    ///
+    /// If a command fails or the sentinels do not name the new master in
+    /// time.
+    pub fn swap_roles_by_hand(&mut self) -> String {
+        let new = 1 - self.master;
+        let (old_port, new_port) = (self.nodes[self.master].port(), self.nodes[new].port());
+        let new_port_text = new_port.to_string();
+        let mut steps: Vec<(u16, Vec<String>)> = vec![
+            (new_port, vec!["REPLICAOF".into(), "NO".into(), "ONE".into()]),
+            (
+                old_port,
+                vec!["REPLICAOF".into(), "127.0.0.1".into(), new_port_text.clone()],
+            ),
+        ];
+        for sentinel in &self.sentinels {
+            let name = SENTINEL_MASTER_NAME.to_owned();
+            steps.push((sentinel.port, vec!["SENTINEL".into(), "REMOVE".into(), name.clone()]));
+            steps.push((
+                sentinel.port,
+                vec![
+                    "SENTINEL".into(),
+                    "MONITOR".into(),
+                    name.clone(),
+                    "127.0.0.1".into(),
+                    new_port_text.clone(),
+                    QUORUM.to_string(),
+                ],
+            ));
+            steps.push((
+                sentinel.port,
+                vec![
+                    "SENTINEL".into(),
+                    "SET".into(),
+                    name,
+                    "down-after-milliseconds".into(),
+                    DOWN_AFTER_MS.to_string(),
+                ],
+            ));
+        }
+        for (port, args) in &steps {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            if let Err(why) = ask(*port, &args) {
+                self.fail(&format!("{args:?} on {port}: {why}"));
+            }
+        }
+        self.wait_until(FAILOVER_TIMEOUT, "the sentinels to name the new master", |g| {
+            for sentinel in &g.sentinels {
+                let view = sentinel.master_line()?;
+                if !view.contains(&format!("address=127.0.0.1:{new_port},")) {
+                    return Err(format!("sentinel {}: {view}", sentinel.port));
+                }
+            }
+            Ok(())
+        });
+        self.master = new;
+        self.nodes[new].url()
+    }
+
     /// Every log: the two servers' and the sentinels'.
     pub fn logs(&self) -> String {
         let mut out = String::new();
