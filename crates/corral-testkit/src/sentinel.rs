@@ -81,9 +81,7 @@ impl RedisSentinel {
             group.sentinels.push(sentinel);
         }
         group.wait_until(READY_TIMEOUT, "the sentinels to agree", |g| {
-            let want = format!(
-                "status=ok,address=127.0.0.1:{port},slaves=1,sentinels={SENTINELS}"
-            );
+            let want = format!("status=ok,address=127.0.0.1:{port},slaves=1,sentinels={SENTINELS}");
             for sentinel in &g.sentinels {
                 let view = sentinel.master_line()?;
                 if !view.contains(&want) {
@@ -187,15 +185,25 @@ impl RedisSentinel {
         let (old_port, new_port) = (self.nodes[self.master].port(), self.nodes[new].port());
         let new_port_text = new_port.to_string();
         let mut steps: Vec<(u16, Vec<String>)> = vec![
-            (new_port, vec!["REPLICAOF".into(), "NO".into(), "ONE".into()]),
+            (
+                new_port,
+                vec!["REPLICAOF".into(), "NO".into(), "ONE".into()],
+            ),
             (
                 old_port,
-                vec!["REPLICAOF".into(), "127.0.0.1".into(), new_port_text.clone()],
+                vec![
+                    "REPLICAOF".into(),
+                    "127.0.0.1".into(),
+                    new_port_text.clone(),
+                ],
             ),
         ];
         for sentinel in &self.sentinels {
             let name = SENTINEL_MASTER_NAME.to_owned();
-            steps.push((sentinel.port, vec!["SENTINEL".into(), "REMOVE".into(), name.clone()]));
+            steps.push((
+                sentinel.port,
+                vec!["SENTINEL".into(), "REMOVE".into(), name.clone()],
+            ));
             steps.push((
                 sentinel.port,
                 vec![
@@ -224,15 +232,19 @@ impl RedisSentinel {
                 self.fail(&format!("{args:?} on {port}: {why}"));
             }
         }
-        self.wait_until(FAILOVER_TIMEOUT, "the sentinels to name the new master", |g| {
-            for sentinel in &g.sentinels {
-                let view = sentinel.master_line()?;
-                if !view.contains(&format!("address=127.0.0.1:{new_port},")) {
-                    return Err(format!("sentinel {}: {view}", sentinel.port));
+        self.wait_until(
+            FAILOVER_TIMEOUT,
+            "the sentinels to name the new master",
+            |g| {
+                for sentinel in &g.sentinels {
+                    let view = sentinel.master_line()?;
+                    if !view.contains(&format!("address=127.0.0.1:{new_port},")) {
+                        return Err(format!("sentinel {}: {view}", sentinel.port));
+                    }
                 }
-            }
-            Ok(())
-        });
+                Ok(())
+            },
+        );
         self.master = new;
         self.nodes[new].url()
     }
@@ -275,7 +287,9 @@ impl RedisSentinel {
                 Err(why) => why,
             };
             if Instant::now() >= deadline {
-                self.fail(&format!("waited {timeout:?} for {what}; last check: {last}"));
+                self.fail(&format!(
+                    "waited {timeout:?} for {what}; last check: {last}"
+                ));
             }
             thread::sleep(Duration::from_millis(20));
         }

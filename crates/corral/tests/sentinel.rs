@@ -106,10 +106,9 @@ fn sentinel_worker() {
             .split(',')
             .map(str::to_owned)
             .collect();
-        let store =
-            RedisStore::connect_sentinel(&env("CORRAL_SENTINEL_MASTER"), &urls, config())
-                .await
-                .expect("connect_sentinel");
+        let store = RedisStore::connect_sentinel(&env("CORRAL_SENTINEL_MASTER"), &urls, config())
+            .await
+            .expect("connect_sentinel");
         let state = Arc::new(WorkerState {
             held: cache(&store, "held", false),
             tier: cache(&store, "tier", true),
@@ -169,7 +168,10 @@ impl WorkerState {
                     }
                     answers.slowest_ms = answers.slowest_ms.max(took.as_millis());
                 }
-                println!("@answers {}", serde_json::to_string(&answers).expect("json"));
+                println!(
+                    "@answers {}",
+                    serde_json::to_string(&answers).expect("json")
+                );
             }
             Some("release") => {
                 self.released.add_permits(Semaphore::MAX_PERMITS / 2);
@@ -178,7 +180,11 @@ impl WorkerState {
             // set <held|tier> <key> <value>: retried until it works; answers
             // the milliseconds that took.
             Some("set") => {
-                let cache = if arg(1) == "tier" { &self.tier } else { &self.held };
+                let cache = if arg(1) == "tier" {
+                    &self.tier
+                } else {
+                    &self.held
+                };
                 let took = set_until_ok(cache, &arg(2), &arg(3)).await;
                 println!("@set {}", took.as_millis());
             }
@@ -193,7 +199,11 @@ impl WorkerState {
             }
             // peek <held|tier> <key>
             Some("peek") => {
-                let cache = if arg(1) == "tier" { &self.tier } else { &self.held };
+                let cache = if arg(1) == "tier" {
+                    &self.tier
+                } else {
+                    &self.held
+                };
                 let value = cache.peek(&arg(2)).await.expect("peek");
                 println!("@peeked {}", value.unwrap_or_else(|| "-".to_owned()));
             }
@@ -249,7 +259,10 @@ async fn until_stats(
         if done(&now) {
             return now;
         }
-        assert!(Instant::now() < deadline, "waited {RECOVERY:?} for {what}: {now:?}");
+        assert!(
+            Instant::now() < deadline,
+            "waited {RECOVERY:?} for {what}: {now:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -265,7 +278,10 @@ async fn until_heard(workers: &mut [Worker; 2], from: usize) {
         if stats(&mut workers[to]).await.backplane_messages > heard {
             return;
         }
-        assert!(Instant::now() < deadline, "worker {to} never heard worker {from}");
+        assert!(
+            Instant::now() < deadline,
+            "worker {to} never heard worker {from}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -307,7 +323,10 @@ async fn an_unknown_master_name_is_a_clear_error() {
     assert_eq!(error.kind(), StoreErrorKind::Protocol, "{text}");
     assert!(text.contains("no-such-master"), "{text}");
     for url in &urls {
-        assert!(text.contains(url.trim_end_matches('/')), "names {url}: {text}");
+        assert!(
+            text.contains(url.trim_end_matches('/')),
+            "names {url}: {text}"
+        );
     }
 }
 
@@ -331,7 +350,10 @@ async fn no_sentinel_answering_is_unavailable_and_shows_no_password() {
     let text = error.to_string();
     assert_eq!(error.kind(), StoreErrorKind::Unavailable, "{text}");
     assert!(text.contains("corral-master"), "{text}");
-    assert!(text.contains(&ports[0].to_string()) && text.contains(&ports[1].to_string()), "{text}");
+    assert!(
+        text.contains(&ports[0].to_string()) && text.contains(&ports[1].to_string()),
+        "{text}"
+    );
     assert!(!text.contains("secret"), "{text}");
     assert!(!format!("{config:?}").contains("secret"), "{config:?}");
     // The lazy store builds, and its calls fail the same way.
@@ -370,7 +392,10 @@ async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
     );
     let held = group.master().cli(&["KEYS", "corral:demoted*:v:k"]);
     assert!(held.contains(":v:k"), "value on the new master: {held:?}");
-    assert_eq!(cache.peek("k").await.expect("peek"), Some("after".to_owned()));
+    assert_eq!(
+        cache.peek("k").await.expect("peek"),
+        Some("after".to_owned())
+    );
     eprintln!("demoted master: the write was on the new master after {took:?}");
 }
 
@@ -417,8 +442,16 @@ async fn master_killed_mid_fill_with_two_processes() {
     for worker in &mut workers {
         let answers: Answers =
             serde_json::from_str(&worker.expect("@answers").await).expect("answers json");
-        assert!(answers.errors.is_empty(), "callers got errors: {:?}", answers.errors);
-        assert_eq!(answers.values.values().sum::<usize>(), CALLERS, "{answers:?}");
+        assert!(
+            answers.errors.is_empty(),
+            "callers got errors: {:?}",
+            answers.errors
+        );
+        assert_eq!(
+            answers.values.values().sum::<usize>(),
+            CALLERS,
+            "{answers:?}"
+        );
         for (value, n) in answers.values {
             *values.entry(value).or_default() += n;
         }
@@ -477,4 +510,27 @@ async fn master_killed_mid_fill_with_two_processes() {
         after[other].fail_open_fills,
         after[other].store_errors,
     );
+}
+
+/// `CacheConfig` with the Sentinel settings builds a cache on the group's
+/// master (lazily: the build does not wait for it).
+#[cfg(feature = "config")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_config_with_sentinel_settings_uses_the_master() {
+    let group = RedisSentinel::start();
+    let urls = group.sentinel_urls().join(",");
+    let config = corral::CacheConfig::from_vars(
+        "CORRAL_",
+        [
+            ("CORRAL_REDIS_SENTINEL_MASTER", group.master_name()),
+            ("CORRAL_REDIS_SENTINEL_URLS", urls.as_str()),
+            ("CORRAL_STORE_TIMEOUT", "300ms"),
+            ("CORRAL_BREAKER_COOL_DOWN", "100ms"),
+        ],
+    )
+    .expect("valid settings");
+    let cache = config.build::<String>("configured").await.expect("build");
+    set_until_ok(&cache, "k", "v").await;
+    let keys = group.master().cli(&["KEYS", "corral:configured*:v:k"]);
+    assert!(keys.contains(":v:k"), "value key on the master: {keys:?}");
 }

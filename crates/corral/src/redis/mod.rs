@@ -677,13 +677,16 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
-        let group = Sentinels::new(master_name, sentinels, &config).map_err(|e| scrub_seeds(sentinels, e))?;
+        let group = Sentinels::new(master_name, sentinels, &config)
+            .map_err(|e| scrub_seeds(sentinels, e))?;
         let target = group.target();
         let group = Arc::new(group);
         let source = Source::Sentinel(Arc::clone(&group));
         // Each sentinel may take the connect timeout, then the master's
         // connect and its `ROLE`.
-        let steps = u32::try_from(sentinels.len()).unwrap_or(u32::MAX).saturating_add(2);
+        let steps = u32::try_from(sentinels.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(2);
         let connection = bounded(
             config.connect_timeout.saturating_mul(steps),
             "connect",
@@ -719,7 +722,8 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
-        let group = Sentinels::new(master_name, sentinels, &config).map_err(|e| scrub_seeds(sentinels, e))?;
+        let group = Sentinels::new(master_name, sentinels, &config)
+            .map_err(|e| scrub_seeds(sentinels, e))?;
         let target = group.target();
         let source = Source::Sentinel(Arc::new(group));
         let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());

@@ -90,8 +90,8 @@ impl Source {
                     client.get_multiplexed_async_connection_with_config(config),
                 )
                 .await?;
-                let role: Value = within(timeout, ::redis::cmd("ROLE").query_async(&mut conn))
-                    .await?;
+                let role: Value =
+                    within(timeout, ::redis::cmd("ROLE").query_async(&mut conn)).await?;
                 match role {
                     Value::Array(items) if is_master(items.first()) => Ok(conn),
                     _ => Err(unavailable(format!(
@@ -208,7 +208,11 @@ impl Sentinels {
 
     /// The master's address by `sentinel`, or `None` if it does not know
     /// the group.
-    async fn ask(&self, sentinel: &Client, timeout: Duration) -> RedisResult<Option<(String, u16)>> {
+    async fn ask(
+        &self,
+        sentinel: &Client,
+        timeout: Duration,
+    ) -> RedisResult<Option<(String, u16)>> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -264,12 +268,14 @@ async fn within<T>(
     timeout: Duration,
     call: impl std::future::Future<Output = RedisResult<T>>,
 ) -> RedisResult<T> {
-    tokio::time::timeout(timeout, call).await.unwrap_or_else(|_| {
-        Err(RedisError::from(io::Error::new(
-            io::ErrorKind::TimedOut,
-            format!("no connection within {timeout:?}"),
-        )))
-    })
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no connection within {timeout:?}"),
+            )))
+        })
 }
 
 /// An error classified as the server being unavailable.
