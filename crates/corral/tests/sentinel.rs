@@ -320,6 +320,7 @@ async fn an_unknown_master_name_is_a_clear_error() {
         .await
         .expect_err("unknown master");
     let text = error.to_string();
+    eprintln!("unknown master: {text}");
     assert_eq!(error.kind(), StoreErrorKind::Protocol, "{text}");
     assert!(text.contains("no-such-master"), "{text}");
     for url in &urls {
@@ -348,6 +349,7 @@ async fn no_sentinel_answering_is_unavailable_and_shows_no_password() {
         .await
         .expect_err("no sentinel");
     let text = error.to_string();
+    eprintln!("no sentinel: {text}");
     assert_eq!(error.kind(), StoreErrorKind::Unavailable, "{text}");
     assert!(text.contains("corral-master"), "{text}");
     assert!(

@@ -1,5 +1,5 @@
-//! The Redis store, [`RedisStore`]: standalone Redis or Redis Cluster
-//! through redis-rs and tokio. Key layout, notifications, fences and what it
+//! The Redis store, [`RedisStore`]: standalone Redis, Redis Cluster or a
+//! master under Redis Sentinel, through redis-rs and tokio. Key layout, notifications, fences and what it
 //! needs from Redis are documented on [`RedisStore`] (this module is
 //! private).
 
@@ -64,7 +64,7 @@ impl<'a> ClusterSeeds<'a> {
         }
         let clients = urls
             .iter()
-            .map(|url| client::client(url, config).map(Source::Fixed))
+            .map(|url| client::client(url, config).map(|c| Source::Fixed(Box::new(c))))
             .collect::<Result<Vec<_>, _>>()?;
         let cluster = client::cluster_builder(urls, config)?
             .connection_timeout(config.connect_timeout)
@@ -256,7 +256,7 @@ impl RedisConfig {
     }
 }
 
-/// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
+/// A [`Store`] on Redis, Redis Cluster or Redis under Sentinel: values, fill leases, fenced
 /// commits and pub/sub wake-ups, one round trip per operation — a read is a
 /// pipelined `PTTL` + `GET`, no script; the lease request returns a
 /// present value instead of a lease (Redis 7; Valkey works the same).
@@ -406,6 +406,39 @@ impl RedisConfig {
 /// cluster client can otherwise keep sending its slots toward the dead
 /// node.
 ///
+/// # Sentinel
+///
+/// [`connect_sentinel`](Self::connect_sentinel) takes the name of a
+/// Sentinel group's master and the URLs of its sentinels. The store holds
+/// no fixed address: every connection it makes — the command connection
+/// and the subscriber's, at the start and at each reconnect — asks the
+/// sentinels in turn for the master (`SENTINEL get-master-addr-by-name`,
+/// each bounded by [`RedisConfig::connect_timeout`]), and the command
+/// connection checks with `ROLE` that the node is a master before using
+/// it. So a failover is followed the way an outage is survived:
+///
+/// - the master dies: calls fail as [`StoreErrorKind::Unavailable`]
+///   (a cache fails open, and its breaker opens as for any outage), the
+///   connection is remade with backoff, and once the sentinels name the
+///   promoted replica it is used;
+/// - the master is demoted but stays up (a failover the sentinels did not
+///   end with killing its clients, or roles swapped by hand): its answer
+///   to a write, `READONLY`, also makes the connection be remade through
+///   the sentinels (a plain read may still be served by the demoted node
+///   until the next write);
+/// - the subscriber loses its connection with the old master and
+///   re-subscribes on the new one; as after any reconnect, caches drop
+///   their L1 and waiters re-check, since messages may have been lost.
+///
+/// Nothing changes in the fences: a commit prepared before the failover
+/// carries its lease's token, and the new master refuses it unless its
+/// fence (replicated from the old master, or not) holds that token — a
+/// `set` or `invalidate` made since, or a fence lost with the writes that
+/// were not replicated, refuses it. Writes acknowledged by the old master
+/// but not yet replicated are lost with it, as Redis replication is
+/// asynchronous: a lost value is a miss, a lost lease lets a second fill
+/// start (never an overwrite of newer data).
+///
 /// # What it needs from Redis
 ///
 /// Tested against Redis 7.0. Nothing is specific to Redis 7: Lua scripting
@@ -427,6 +460,9 @@ impl RedisConfig {
 /// ```
 ///
 /// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.)
+/// Under Sentinel, the user also needs `+role` on the data nodes (the
+/// master is checked before use), and the sentinels' user (in their
+/// URLs) `+sentinel|get-master-addr-by-name`.
 /// A call the ACL refuses — a cache of another namespace on the same
 /// store, a missing command — fails with [`StoreErrorKind::Denied`] and a
 /// message that says it was refused by the ACL: `set` and `invalidate`
@@ -443,6 +479,7 @@ impl RedisConfig {
 ///
 /// let store = RedisStore::connect("redis://127.0.0.1/", RedisConfig::default()).await?;
 /// // Or: RedisStore::connect_cluster(&node_urls, RedisConfig::default()).await?
+/// // Or: RedisStore::connect_sentinel("mymaster", &sentinel_urls, RedisConfig::default()).await?
 /// let users = Cache::<String>::builder("users").store(store.clone()).build()?;
 /// let name = users
 ///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_string()) })
@@ -505,7 +542,7 @@ impl RedisStore {
         let config = config.normalized();
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config);
-        let source = Source::Fixed(client);
+        let source = Source::Fixed(Box::new(client));
         let connection = bounded(
             config.connect_timeout,
             "connect",
@@ -631,7 +668,7 @@ impl RedisStore {
         let config = config.normalized();
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config);
-        let source = Source::Fixed(client);
+        let source = Source::Fixed(Box::new(client));
         let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         Ok(Self::assemble(
             redact_url(url),

@@ -44,8 +44,8 @@ impl fmt::Debug for MasterAuth {
 /// Where a connection goes.
 #[derive(Clone)]
 pub(super) enum Source {
-    /// One server, always the same.
-    Fixed(Client),
+    /// One server, always the same (boxed: a `Client` is large).
+    Fixed(Box<Client>),
     /// The current master of a Sentinel group.
     Sentinel(Arc<Sentinels>),
 }
@@ -95,7 +95,7 @@ impl Source {
                 match role {
                     Value::Array(items) if is_master(items.first()) => Ok(conn),
                     _ => Err(unavailable(format!(
-                        "redis sentinel: {node}, named master of '{}', is not a master (a failover is under way)",
+                        "{node}, named master of '{}' by the sentinels, is not a master (a failover is under way)",
                         sentinels.master_name
                     ))),
                 }
@@ -107,7 +107,7 @@ impl Source {
     /// per step.
     pub(super) async fn pubsub(&self, timeout: Duration) -> RedisResult<PubSub> {
         let client = match self {
-            Self::Fixed(client) => client.clone(),
+            Self::Fixed(client) => Client::clone(client),
             Self::Sentinel(sentinels) => sentinels.master(timeout).await?.0,
         };
         within(timeout, client.get_async_pubsub()).await
@@ -186,9 +186,9 @@ impl Sentinels {
                 Err(e) => failures.push(format!("{shown}: {e}")),
             }
         }
-        let asked: Vec<&str> = self.sentinels.iter().map(|(_, url)| url.as_str()).collect();
-        let asked = asked.join(", ");
         if unknown {
+            let asked: Vec<&str> = self.sentinels.iter().map(|(_, url)| url.as_str()).collect();
+            let asked = asked.join(", ");
             Err(RedisError::from((
                 ErrorKind::MasterNameNotFoundBySentinel,
                 "unknown master name",
@@ -199,7 +199,7 @@ impl Sentinels {
             )))
         } else {
             Err(unavailable(format!(
-                "redis sentinel: no sentinel answered for master '{}' (asked {asked}: {})",
+                "no sentinel answered for master '{}' (asked {})",
                 self.master_name,
                 failures.join("; ")
             )))
