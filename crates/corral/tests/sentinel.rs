@@ -370,6 +370,48 @@ async fn no_sentinel_answering_is_unavailable_and_shows_no_password() {
     assert!(!error.to_string().contains("secret"), "{error}");
 }
 
+/// The master is reached with the configured user, password and
+/// database; a refused password is a `Denied` error that does not show it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_master_is_reached_with_the_configured_user_password_and_db() {
+    let group = RedisSentinel::start();
+    for node in group.nodes() {
+        node.cli(&[
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">right-pw",
+            "~*",
+            "&*",
+            "+@all",
+        ]);
+    }
+    let (name, urls) = (group.master_name(), group.sentinel_urls());
+    let wrong = config().master_auth(Some("app"), "wrong-pw");
+    let error = RedisStore::connect_sentinel(name, &urls, wrong)
+        .await
+        .expect_err("wrong password");
+    let text = error.to_string();
+    assert_eq!(error.kind(), StoreErrorKind::Denied, "{text}");
+    assert!(!text.contains("wrong-pw"), "{text}");
+
+    let right = config().master_auth(Some("app"), "right-pw").master_db(3);
+    let store = RedisStore::connect_sentinel(name, &urls, right)
+        .await
+        .unwrap_or_else(|e| panic!("connect_sentinel: {e}\n{}", group.logs()));
+    let cache = cache(&store, "authed", false);
+    cache.set("k", "v".to_owned()).await.expect("set");
+    let in_db3 = group
+        .master()
+        .cli(&["-n", "3", "KEYS", "corral:authed*:v:k"]);
+    assert!(in_db3.contains(":v:k"), "value key in db 3: {in_db3:?}");
+    let in_db0 = group.master().cli(&["KEYS", "corral:authed*"]);
+    assert!(in_db0.is_empty(), "nothing in db 0: {in_db0:?}");
+    let clients = group.master().cli(&["CLIENT", "LIST"]);
+    assert!(clients.contains("user=app"), "{clients}");
+}
+
 /// A master demoted to a replica while the store's connection to it stays
 /// up answers writes with `READONLY`: the store must ask the sentinels
 /// again and move to the new master.

@@ -11,8 +11,10 @@
 //!
 //! States:
 //! - **up**: calls use the connection; a call that fails as a broken
-//!   connection (redis-rs's "unrecoverable" errors: I/O, dropped) marks it
-//!   down and starts one reconnecting task;
+//!   connection (redis-rs's "unrecoverable" errors: I/O, dropped), or —
+//!   when the [`Source`] follows failovers (Sentinel) — is answered
+//!   `READONLY`, marks it down and starts one reconnecting task, which
+//!   asks the source where to connect;
 //! - **reconnecting**: calls wait for the task's first attempt (bounded by
 //!   the caller's own timeout); once an attempt has failed, calls fail at
 //!   once with its error, until an attempt succeeds. The task tries again
