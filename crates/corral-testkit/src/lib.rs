@@ -9,6 +9,8 @@
 //! `MONITOR` ([`RedisServer::monitor`]). [`RedisCluster`] starts a three-master
 //! cluster with `redis-cli --cluster create`, optionally with one replica
 //! per master, and can kill a master and wait until its replica took over.
+//! [`RedisSentinel`] starts a master, a replica and three `redis-sentinel`
+//! processes, and can kill the master and wait for the sentinels' failover.
 //!
 //! [`MemcachedServer`] does the same for a `memcached` process (TCP on a
 //! free loopback port, `-U 0`): freeze, thaw, kill, raw requests.
@@ -24,7 +26,8 @@
 //! return errors for programs).
 //!
 //! The binaries are found on `PATH` as `redis-server` and `redis-cli`; set
-//! `CORRAL_REDIS_SERVER` / `CORRAL_REDIS_CLI` to use others. Everything binds
+//! `CORRAL_REDIS_SERVER` / `CORRAL_REDIS_CLI` to use others (and
+//! `CORRAL_REDIS_SENTINEL` for `redis-sentinel`). Everything binds
 //! and connects to `127.0.0.1` only.
 //!
 //! ```no_run
@@ -43,6 +46,7 @@ mod memcached;
 mod monitor;
 mod process;
 mod resp;
+mod sentinel;
 mod server;
 mod stampede;
 mod traces;
@@ -52,6 +56,7 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use monitor::{Executed, Monitor};
+pub use sentinel::{RedisSentinel, SENTINEL_MASTER_NAME};
 pub use server::{RedisServer, TlsFiles};
 pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};
 pub use traces::{capture, Captured};

@@ -514,7 +514,7 @@ impl Drop for RedisServer {
 
 /// A port on 127.0.0.1 that was free a moment ago (and whose cluster bus
 /// port was too, if asked).
-fn free_port(needs: PortNeeds) -> u16 {
+pub(crate) fn free_port(needs: PortNeeds) -> u16 {
     for _ in 0..1000 {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .unwrap_or_else(|e| panic!("corral-testkit: cannot bind 127.0.0.1:0: {e}"));

@@ -60,6 +60,20 @@ pub struct CacheConfig {
     pub redis_url: Option<String>,
     /// Redis Cluster node URLs (instead of `redis_url`).
     pub redis_cluster_urls: Option<Vec<String>>,
+    /// The name of a Redis Sentinel group's master (instead of `redis_url`;
+    /// with `redis_sentinel_urls`): values are shared through whichever
+    /// server is its master, followed across failovers.
+    pub redis_sentinel_master: Option<String>,
+    /// The URLs of the sentinels watching `redis_sentinel_master`
+    /// (`redis://[user:password@]host:port`; with `redis_sentinel_master`).
+    pub redis_sentinel_urls: Option<Vec<String>>,
+    /// The user that authenticates to the Sentinel group's master (with
+    /// `redis_master_password`; unset: the default user).
+    pub redis_master_user: Option<String>,
+    /// The password that authenticates to the Sentinel group's master
+    /// (the sentinels' own passwords are in their URLs). Never shown by
+    /// `Debug` or in errors.
+    pub redis_master_password: Option<String>,
     /// With a store, also keep decoded values in process (the L1).
     pub l1: Option<bool>,
     /// Listen to the store's backplane (default on).
@@ -126,6 +140,10 @@ enum Kind {
 const FIELDS: &[(&str, Kind)] = &[
     ("redis_url", Kind::Text),
     ("redis_cluster_urls", Kind::List),
+    ("redis_sentinel_master", Kind::Text),
+    ("redis_sentinel_urls", Kind::List),
+    ("redis_master_user", Kind::Text),
+    ("redis_master_password", Kind::Text),
     ("l1", Kind::Bool),
     ("backplane", Kind::Bool),
     ("l1_lifetime", Kind::Duration),
@@ -310,6 +328,10 @@ impl CacheConfig {
         Self {
             redis_url: over.redis_url.or(self.redis_url),
             redis_cluster_urls: over.redis_cluster_urls.or(self.redis_cluster_urls),
+            redis_sentinel_master: over.redis_sentinel_master.or(self.redis_sentinel_master),
+            redis_sentinel_urls: over.redis_sentinel_urls.or(self.redis_sentinel_urls),
+            redis_master_user: over.redis_master_user.or(self.redis_master_user),
+            redis_master_password: over.redis_master_password.or(self.redis_master_password),
             l1: over.l1.or(self.l1),
             backplane: over.backplane.or(self.backplane),
             l1_lifetime: over.l1_lifetime.or(self.l1_lifetime),
@@ -374,9 +396,11 @@ impl CacheConfig {
     /// if set, and applies every setting.
     ///
     /// Redis is connected to in the background
-    /// ([`RedisStore::connect_lazy`](crate::redis::RedisStore::connect_lazy), or
+    /// ([`RedisStore::connect_lazy`](crate::redis::RedisStore::connect_lazy),
     /// [`RedisStore::connect_cluster_lazy`](crate::redis::RedisStore::connect_cluster_lazy)
-    /// for `redis_cluster_urls`): the cache is built even while Redis is
+    /// for `redis_cluster_urls`, or
+    /// [`RedisStore::connect_sentinel_lazy`](crate::redis::RedisStore::connect_sentinel_lazy)
+    /// for `redis_sentinel_master` and `redis_sentinel_urls`): the cache is built even while Redis is
     /// down, serves fail-open meanwhile (`get_or_fill` fills without a
     /// lease; `set` and `invalidate` report
     /// [`Error::Store`](crate::Error::Store)) and uses Redis as soon as it
@@ -385,8 +409,11 @@ impl CacheConfig {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] for invalid settings: both `redis_url` and
-    /// `redis_cluster_urls` set, a malformed Redis URL or a `rediss://` URL
+    /// [`ConfigError`] for invalid settings: more than one of `redis_url`,
+    /// `redis_cluster_urls` and the Sentinel settings set,
+    /// `redis_sentinel_master` without `redis_sentinel_urls` or the other
+    /// way round, `redis_master_user` or `redis_master_password` without
+    /// them, a malformed Redis URL or a `rediss://` URL
     /// without the `tls` feature (its [`store_error`](ConfigError::store_error)
     /// holds the store's typed error), a Redis URL in a build without the
     /// `redis` feature, or a setting the builder refuses. With
@@ -413,15 +440,36 @@ impl CacheConfig {
 
     /// The cluster URLs, if any is set.
     fn redis_cluster_urls_set(&self) -> Option<Vec<String>> {
-        let urls: Vec<String> = self
-            .redis_cluster_urls
+        non_empty(self.redis_cluster_urls.as_deref())
+    }
+
+    /// The Sentinel master's name and the sentinels' URLs, if either is
+    /// set; an error if only one is, or if the master's credentials are
+    /// set without them.
+    fn redis_sentinel_set(&self) -> Result<Option<(&str, Vec<String>)>, ConfigError> {
+        let name = self
+            .redis_sentinel_master
+            .as_deref()
+            .map(str::trim)
+            .filter(|name| !name.is_empty());
+        let urls = non_empty(self.redis_sentinel_urls.as_deref());
+        let credentials = [&self.redis_master_user, &self.redis_master_password]
             .iter()
-            .flatten()
-            .map(|url| url.trim())
-            .filter(|url| !url.is_empty())
-            .map(str::to_owned)
-            .collect();
-        (!urls.is_empty()).then_some(urls)
+            .any(|field| field.as_deref().is_some_and(|v| !v.is_empty()));
+        match (name, urls) {
+            (Some(name), Some(urls)) => Ok(Some((name, urls))),
+            (Some(_), None) => Err(ConfigError::new(
+                "redis_sentinel_master is set but redis_sentinel_urls is not: name the sentinels",
+            )),
+            (None, Some(_)) => Err(ConfigError::new(
+                "redis_sentinel_urls is set but redis_sentinel_master is not: name the master",
+            )),
+            (None, None) if credentials => Err(ConfigError::new(
+                "redis_master_user and redis_master_password are used only with \
+                 redis_sentinel_master and redis_sentinel_urls",
+            )),
+            (None, None) => Ok(None),
+        }
     }
 
     #[cfg(feature = "redis")]
@@ -432,6 +480,27 @@ impl CacheConfig {
         let mut redis = crate::redis::RedisConfig::default();
         if let Some(timeout) = self.store_timeout {
             redis = redis.op_timeout(timeout);
+        }
+        let sentinel = self.redis_sentinel_set()?;
+        let other = self.redis_url_set().is_some() || self.redis_cluster_urls_set().is_some();
+        if sentinel.is_some() && other {
+            return Err(ConfigError::new(
+                "set redis_sentinel_urls or redis_url / redis_cluster_urls, not both",
+            ));
+        }
+        if let Some((name, urls)) = sentinel {
+            if let Some(password) = self.redis_master_password.as_deref() {
+                redis = redis.master_auth(self.redis_master_user.as_deref(), password);
+            }
+            let store = crate::redis::RedisStore::connect_sentinel_lazy(name, &urls, redis)
+                .map_err(|e| {
+                    let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+                    ConfigError::from_store(
+                        format!("redis_sentinel_master {name:?}, redis_sentinel_urls {urls:?}"),
+                        e,
+                    )
+                })?;
+            return Ok(builder.store(store));
         }
         let store = match (self.redis_url_set(), self.redis_cluster_urls_set()) {
             (Some(_), Some(_)) => {
@@ -459,7 +528,10 @@ impl CacheConfig {
         &self,
         builder: CacheBuilder<V>,
     ) -> Result<CacheBuilder<V>, ConfigError> {
-        if self.redis_url_set().is_some() || self.redis_cluster_urls_set().is_some() {
+        if self.redis_url_set().is_some()
+            || self.redis_cluster_urls_set().is_some()
+            || self.redis_sentinel_set()?.is_some()
+        {
             return Err(ConfigError::new(
                 "a Redis URL is set but corral was built without the `redis` feature",
             ));
@@ -539,6 +611,28 @@ impl CacheConfig {
         self.redis_cluster_urls = Some(urls.into_iter().map(Into::into).collect());
         self
     }
+
+    /// Sets [`redis_sentinel_master`](Self::redis_sentinel_master) and
+    /// [`redis_sentinel_urls`](Self::redis_sentinel_urls).
+    #[must_use]
+    pub fn redis_sentinel(
+        mut self,
+        master: impl Into<String>,
+        urls: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.redis_sentinel_master = Some(master.into());
+        self.redis_sentinel_urls = Some(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets [`redis_master_user`](Self::redis_master_user) (`None`: the
+    /// default user) and [`redis_master_password`](Self::redis_master_password).
+    #[must_use]
+    pub fn redis_master_auth(mut self, user: Option<&str>, password: impl Into<String>) -> Self {
+        self.redis_master_user = user.map(str::to_owned);
+        self.redis_master_password = Some(password.into());
+        self
+    }
 }
 
 impl fmt::Debug for CacheConfig {
@@ -550,6 +644,19 @@ impl fmt::Debug for CacheConfig {
         if let Some(urls) = &self.redis_cluster_urls {
             let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
             set.insert("redis_cluster_urls", format!("{urls:?}"));
+        }
+        if let Some(name) = &self.redis_sentinel_master {
+            set.insert("redis_sentinel_master", format!("{name:?}"));
+        }
+        if let Some(urls) = &self.redis_sentinel_urls {
+            let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
+            set.insert("redis_sentinel_urls", format!("{urls:?}"));
+        }
+        if let Some(user) = &self.redis_master_user {
+            set.insert("redis_master_user", format!("{user:?}"));
+        }
+        if self.redis_master_password.is_some() {
+            set.insert("redis_master_password", "***".to_owned());
         }
         let durations = [
             ("l1_lifetime", self.l1_lifetime),
@@ -595,6 +702,19 @@ impl fmt::Debug for CacheConfig {
         }
         f.debug_map().entries(set).finish()
     }
+}
+
+/// The URLs of `urls` that are not blank, trimmed; `None` if there are
+/// none.
+fn non_empty(urls: Option<&[String]>) -> Option<Vec<String>> {
+    let urls: Vec<String> = urls
+        .into_iter()
+        .flatten()
+        .map(|url| url.trim())
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (!urls.is_empty()).then_some(urls)
 }
 
 /// The form a duration is written in, for error messages.

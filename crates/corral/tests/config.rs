@@ -246,3 +246,82 @@ fn a_config_is_built_in_code_with_setters() {
     .expect("valid");
     assert_eq!(config, same);
 }
+
+#[test]
+fn sentinel_settings_are_read_and_their_password_never_shown() {
+    let config = CacheConfig::from_vars(
+        "CORRAL_",
+        vars(&[
+            ("CORRAL_REDIS_SENTINEL_MASTER", "orders"),
+            (
+                "CORRAL_REDIS_SENTINEL_URLS",
+                "redis://:s-secret@10.0.0.1:26379, redis://10.0.0.2:26379",
+            ),
+            ("CORRAL_REDIS_MASTER_USER", "app"),
+            ("CORRAL_REDIS_MASTER_PASSWORD", "m-secret"),
+        ]),
+    )
+    .expect("valid");
+    assert_eq!(config.redis_sentinel_master.as_deref(), Some("orders"));
+    assert_eq!(
+        config.redis_sentinel_urls.as_deref(),
+        Some(
+            &[
+                "redis://:s-secret@10.0.0.1:26379".to_owned(),
+                "redis://10.0.0.2:26379".to_owned()
+            ][..]
+        )
+    );
+    assert_eq!(config.redis_master_password.as_deref(), Some("m-secret"));
+    let shown = format!("{config:?}");
+    assert!(!shown.contains("secret"), "{shown}");
+    assert!(shown.contains("redis_sentinel_master"), "{shown}");
+    let toml = CacheConfig::from_toml(
+        r#"
+        redis_sentinel_master = "orders"
+        redis_sentinel_urls = ["redis://:s-secret@10.0.0.1:26379", "redis://10.0.0.2:26379"]
+        redis_master_user = "app"
+        redis_master_password = "m-secret"
+        "#,
+    )
+    .expect("toml");
+    assert_eq!(toml, config);
+    let in_code = CacheConfig::default()
+        .redis_sentinel(
+            "orders",
+            ["redis://:s-secret@10.0.0.1:26379", "redis://10.0.0.2:26379"],
+        )
+        .redis_master_auth(Some("app"), "m-secret");
+    assert_eq!(in_code, config);
+}
+
+#[tokio::test]
+async fn sentinel_settings_that_do_not_fit_are_refused_clearly() {
+    let sentinels = ["redis://127.0.0.1:26379"];
+    let cases = [
+        (
+            CacheConfig::default().redis_sentinel("orders", [" "]),
+            "redis_sentinel_urls is not",
+        ),
+        (
+            CacheConfig::default().redis_sentinel("", sentinels),
+            "redis_sentinel_master is not",
+        ),
+        (
+            CacheConfig::default()
+                .redis_sentinel("orders", sentinels)
+                .redis_url("redis://127.0.0.1:6379/"),
+            "not both",
+        ),
+        (
+            CacheConfig::default().redis_master_auth(None, "m-secret"),
+            "only with",
+        ),
+    ];
+    for (config, says) in cases {
+        let error = config.build::<String>("users").await.expect_err("refused");
+        let text = error.to_string();
+        assert!(text.contains(says), "{config:?}: {text}");
+        assert!(!text.contains("m-secret"), "{text}");
+    }
+}

@@ -1,5 +1,5 @@
-//! The Redis store, [`RedisStore`]: standalone Redis or Redis Cluster
-//! through redis-rs and tokio. Key layout, notifications, fences and what it
+//! The Redis store, [`RedisStore`]: standalone Redis, Redis Cluster or a
+//! master under Redis Sentinel, through redis-rs and tokio. Key layout, notifications, fences and what it
 //! needs from Redis are documented on [`RedisStore`] (this module is
 //! private).
 
@@ -11,6 +11,7 @@ mod expiries;
 mod frame;
 mod keys;
 mod scripts;
+mod sentinel;
 mod sharded;
 mod standalone;
 mod subscriber;
@@ -19,12 +20,13 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use ::redis::{Client, Value};
+use ::redis::Value;
 
 use self::cluster::Cluster;
 use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
+use self::sentinel::{MasterAuth, Sentinels, Source};
 use self::sharded::ShardedClient;
 use self::standalone::{Reconnect, Standalone};
 use self::subscriber::{Settings, Subscriber};
@@ -49,7 +51,7 @@ const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 /// subscriber), the cluster client, and the seeds as shown in its `Debug`.
 struct ClusterSeeds<'a> {
     urls: &'a [String],
-    clients: Vec<Client>,
+    clients: Vec<Source>,
     cluster: ::redis::cluster::ClusterClient,
     /// The subscriber's own cluster client (sharded pub/sub).
     sharded: ShardedClient,
@@ -66,7 +68,7 @@ impl<'a> ClusterSeeds<'a> {
         }
         let clients = urls
             .iter()
-            .map(|url| client::client(url, config))
+            .map(|url| client::client(url, config).map(|c| Source::Fixed(Box::new(c))))
             .collect::<Result<Vec<_>, _>>()?;
         let cluster = client::cluster_builder(urls, config)?
             .connection_timeout(config.connect_timeout)
@@ -160,6 +162,9 @@ pub struct RedisConfig {
     /// sizes, never bytes.
     #[cfg(feature = "tls")]
     tls: client::TlsMaterial,
+    /// How the masters of a Sentinel group are reached (see
+    /// [`master_auth`](Self::master_auth)); its `Debug` hides the password.
+    master: MasterAuth,
 }
 
 impl Default for RedisConfig {
@@ -171,6 +176,7 @@ impl Default for RedisConfig {
             read_memory: 1 << 16,
             #[cfg(feature = "tls")]
             tls: client::TlsMaterial::default(),
+            master: MasterAuth::default(),
         }
     }
 }
@@ -236,6 +242,26 @@ impl RedisConfig {
         self
     }
 
+    /// The user (`None`: the default user) and password that authenticate
+    /// the connections to the master found through Sentinel
+    /// ([`RedisStore::connect_sentinel`]); the sentinels' own credentials
+    /// are in their URLs. The password appears in no `Debug` output or
+    /// error. Default: none.
+    #[must_use]
+    pub fn master_auth(mut self, user: Option<&str>, password: &str) -> Self {
+        self.master.username = user.map(str::to_owned);
+        self.master.password = Some(password.to_owned());
+        self
+    }
+
+    /// The database selected on the master found through Sentinel
+    /// ([`RedisStore::connect_sentinel`]). Default: **0**.
+    #[must_use]
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master.db = db;
+        self
+    }
+
     fn normalized(mut self) -> Self {
         let floor = Duration::from_millis(1);
         self.op_timeout = self.op_timeout.max(floor);
@@ -259,7 +285,7 @@ pub struct RedisKeys {
     pub fence: String,
 }
 
-/// A [`Store`] on Redis or Redis Cluster: values, fill leases, fenced
+/// A [`Store`] on Redis, Redis Cluster or Redis under Sentinel: values, fill leases, fenced
 /// commits and pub/sub wake-ups, one round trip per operation — a read is a
 /// pipelined `PTTL` + `GET`, no script; the lease request returns a
 /// present value instead of a lease (Redis 7; Valkey works the same).
@@ -431,6 +457,39 @@ pub struct RedisKeys {
 /// cluster client can otherwise keep sending its slots toward the dead
 /// node.
 ///
+/// # Sentinel
+///
+/// [`connect_sentinel`](Self::connect_sentinel) takes the name of a
+/// Sentinel group's master and the URLs of its sentinels. The store holds
+/// no fixed address: every connection it makes — the command connection
+/// and the subscriber's, at the start and at each reconnect — asks the
+/// sentinels in turn for the master (`SENTINEL get-master-addr-by-name`,
+/// each bounded by [`RedisConfig::connect_timeout`]), and the command
+/// connection checks with `ROLE` that the node is a master before using
+/// it. So a failover is followed the way an outage is survived:
+///
+/// - the master dies: calls fail as [`StoreErrorKind::Unavailable`]
+///   (a cache fails open, and its breaker opens as for any outage), the
+///   connection is remade with backoff, and once the sentinels name the
+///   promoted replica it is used;
+/// - the master is demoted but stays up (a failover the sentinels did not
+///   end with killing its clients, or roles swapped by hand): its answer
+///   to a write, `READONLY`, also makes the connection be remade through
+///   the sentinels (a plain read may still be served by the demoted node
+///   until the next write);
+/// - the subscriber loses its connection with the old master and
+///   re-subscribes on the new one; as after any reconnect, caches drop
+///   their L1 and waiters re-check, since messages may have been lost.
+///
+/// Nothing changes in the fences: a commit prepared before the failover
+/// carries its lease's token, and the new master refuses it unless its
+/// fence (replicated from the old master, or not) holds that token — a
+/// `set` or `invalidate` made since, or a fence lost with the writes that
+/// were not replicated, refuses it. Writes acknowledged by the old master
+/// but not yet replicated are lost with it, as Redis replication is
+/// asynchronous: a lost value is a miss, a lost lease lets a second fill
+/// start (never an overwrite of newer data).
+///
 /// # What it needs from Redis
 ///
 /// Tested against Redis 7.0. One server needs nothing specific to Redis 7:
@@ -452,6 +511,9 @@ pub struct RedisKeys {
 /// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.) On a
 /// cluster, add `+spublish +ssubscribe +sunsubscribe` (the sharded channels
 /// match `&corral:orders:*` too).
+/// Under Sentinel, the user also needs `+role` on the data nodes (the
+/// master is checked before use), and the sentinels' user (in their
+/// URLs) `+sentinel|get-master-addr-by-name`.
 /// A call the ACL refuses — a cache of another namespace on the same
 /// store, a missing command — fails with [`StoreErrorKind::Denied`] and a
 /// message that says it was refused by the ACL: `set` and `invalidate`
@@ -468,6 +530,7 @@ pub struct RedisKeys {
 ///
 /// let store = RedisStore::connect("redis://127.0.0.1/", RedisConfig::default()).await?;
 /// // Or: RedisStore::connect_cluster(&node_urls, RedisConfig::default()).await?
+/// // Or: RedisStore::connect_sentinel("mymaster", &sentinel_urls, RedisConfig::default()).await?
 /// let users = Cache::<String>::builder("users").store(store.clone()).build()?;
 /// let name = users
 ///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_string()) })
@@ -532,17 +595,18 @@ impl RedisStore {
         let config = config.normalized();
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config);
+        let source = Source::Fixed(Box::new(client));
         let connection = bounded(
             config.connect_timeout,
             "connect",
-            Standalone::connect(client.clone(), reconnect, runtime.clone()),
+            Standalone::connect(source.clone(), reconnect, runtime.clone()),
         )
         .await
         .map_err(|e| client::scrubbed(url, e))?;
         Self::finish(
             redact_url(url),
             Connection::Standalone(connection),
-            (vec![client], None),
+            (vec![source], None),
             config,
             &runtime,
         )
@@ -657,11 +721,106 @@ impl RedisStore {
         let config = config.normalized();
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config);
-        let connection = Standalone::lazy(client.clone(), reconnect, runtime.clone());
+        let source = Source::Fixed(Box::new(client));
+        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         Ok(Self::assemble(
             redact_url(url),
             Connection::Standalone(connection),
-            (vec![client], None),
+            (vec![source], None),
+            config,
+            &runtime,
+        ))
+    }
+
+    /// Connects to the current master of the Sentinel group `master_name`,
+    /// asking the sentinels at `sentinels` (`redis://[user:password@]host:port`,
+    /// `rediss://` with the feature `tls`) in turn, loads the scripts and
+    /// starts the subscriber. Must be called within a tokio runtime.
+    ///
+    /// The store follows failovers: every reconnect of the command
+    /// connection or the subscriber asks the sentinels for the master
+    /// again, and checks with `ROLE` that the node named is a master. A
+    /// connection that breaks (the master died) or whose server answers
+    /// `READONLY` (it was demoted to a replica) is made anew that way. The
+    /// fences and the breaker work as on one server: a commit prepared
+    /// before a failover is refused by the new master unless its fence
+    /// holds the commit's token (a fence lost with unreplicated writes is
+    /// absent, and an absent fence refuses), and calls fail with
+    /// [`StoreErrorKind::Unavailable`] while no master answers. See
+    /// "Sentinel" in the [`RedisStore`] docs.
+    ///
+    /// The master is reached with [`RedisConfig::master_auth`] and
+    /// [`RedisConfig::master_db`], over TLS when the sentinels' URLs are
+    /// `rediss://` (with the same TLS material).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect); also [`StoreErrorKind::Protocol`] when
+    /// `master_name` is empty, `sentinels` is empty, or no sentinel that
+    /// answered knows `master_name`; [`StoreErrorKind::Unavailable`] when
+    /// no sentinel answers. The message names the master and the sentinels
+    /// asked (without passwords).
+    pub async fn connect_sentinel(
+        master_name: &str,
+        sentinels: &[String],
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let group = Sentinels::new(master_name, sentinels, &config)
+            .map_err(|e| scrub_seeds(sentinels, e))?;
+        let target = group.target();
+        let group = Arc::new(group);
+        let source = Source::Sentinel(Arc::clone(&group));
+        // Each sentinel may take the connect timeout, then the master's
+        // connect and its `ROLE`.
+        let steps = u32::try_from(sentinels.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(2);
+        let connection = bounded(
+            config.connect_timeout.saturating_mul(steps),
+            "connect",
+            Standalone::connect(source.clone(), reconnect(&config), runtime.clone()),
+        )
+        .await
+        .map_err(|e| group.scrub(scrub_seeds(sentinels, e)))?;
+        Self::finish(
+            target,
+            Connection::Standalone(connection),
+            (vec![source], None),
+            config,
+            &runtime,
+        )
+        .await
+    }
+
+    /// A store on a Sentinel group that does not wait for it, as
+    /// [`connect_lazy`](Self::connect_lazy) is for one server: returns at
+    /// once and finds the master in the background, retrying with backoff
+    /// until one answers. Must be called within a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_lazy`](Self::connect_lazy); also
+    /// [`StoreErrorKind::Protocol`] when `master_name` or `sentinels` is
+    /// empty. An unknown master name shows later, as errors of the store's
+    /// calls.
+    pub fn connect_sentinel_lazy(
+        master_name: &str,
+        sentinels: &[String],
+        config: RedisConfig,
+    ) -> Result<Self, StoreError> {
+        let runtime = runtime()?;
+        let config = config.normalized();
+        let group = Sentinels::new(master_name, sentinels, &config)
+            .map_err(|e| scrub_seeds(sentinels, e))?;
+        let target = group.target();
+        let source = Source::Sentinel(Arc::new(group));
+        let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());
+        Ok(Self::assemble(
+            target,
+            Connection::Standalone(connection),
+            (vec![source], None),
             config,
             &runtime,
         ))
@@ -670,7 +829,7 @@ impl RedisStore {
     async fn finish(
         target: String,
         connection: Connection,
-        subscriber: (Vec<Client>, Option<ShardedClient>),
+        subscriber: (Vec<Source>, Option<ShardedClient>),
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
@@ -685,7 +844,7 @@ impl RedisStore {
     fn assemble(
         target: String,
         connection: Connection,
-        subscriber: (Vec<Client>, Option<ShardedClient>),
+        subscriber: (Vec<Source>, Option<ShardedClient>),
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Self {

@@ -11,8 +11,10 @@
 //!
 //! States:
 //! - **up**: calls use the connection; a call that fails as a broken
-//!   connection (redis-rs's "unrecoverable" errors: I/O, dropped) marks it
-//!   down and starts one reconnecting task;
+//!   connection (redis-rs's "unrecoverable" errors: I/O, dropped), or —
+//!   when the [`Source`] follows failovers (Sentinel) — is answered
+//!   `READONLY`, marks it down and starts one reconnecting task, which
+//!   asks the source where to connect;
 //! - **reconnecting**: calls wait for the task's first attempt (bounded by
 //!   the caller's own timeout); once an attempt has failed, calls fail at
 //!   once with its error, until an attempt succeeds. The task tries again
@@ -23,12 +25,16 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
-use ::redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
+use ::redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, ServerErrorKind,
+    Value,
+};
 use crossbeam_utils::sync::ShardedLock;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use super::backoff::Backoff;
+use super::sentinel::Source;
 use crate::sync::{read, write};
 
 /// How to connect and reconnect.
@@ -51,7 +57,8 @@ pub(super) struct Standalone {
 }
 
 struct Shared {
-    client: Client,
+    /// What each (re)connection connects to.
+    source: Source,
     config: AsyncConnectionConfig,
     reconnect: Reconnect,
     runtime: Handle,
@@ -72,13 +79,13 @@ enum State {
 }
 
 impl Standalone {
-    /// Connects to `client`'s server, trying up to
+    /// Connects to `source`'s server, trying up to
     /// `reconnect.initial_attempts` times while the server cannot be
     /// reached (any other error — refused authentication, say — is
     /// returned at once). Reconnections run on the runtime of the call that
     /// found the connection broken, or on `runtime`.
     pub(super) async fn connect(
-        client: Client,
+        source: Source,
         reconnect: Reconnect,
         runtime: Handle,
     ) -> RedisResult<Self> {
@@ -91,10 +98,7 @@ impl Standalone {
         let mut delay = reconnect.min_delay;
         let mut attempt = 1;
         let conn = loop {
-            match client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-            {
+            match source.connect(&config, reconnect.connect_timeout).await {
                 Ok(conn) => break conn,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
                     tokio::time::sleep(delay).await;
@@ -106,7 +110,7 @@ impl Standalone {
         };
         Ok(Self {
             shared: Arc::new(Shared {
-                client,
+                source,
                 config,
                 reconnect,
                 runtime,
@@ -116,17 +120,17 @@ impl Standalone {
         })
     }
 
-    /// A connection to `client`'s server made in the background: returns at
+    /// A connection to `source`'s server made in the background: returns at
     /// once, in the reconnecting state, with the task that connects (and
     /// keeps trying, with backoff, until the server answers) already
     /// started on `runtime`. Meanwhile calls wait for its first attempt,
     /// then fail at once with the last attempt's error.
-    pub(super) fn lazy(client: Client, reconnect: Reconnect, runtime: Handle) -> Self {
+    pub(super) fn lazy(source: Source, reconnect: Reconnect, runtime: Handle) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
         let shared = Arc::new(Shared {
-            client,
+            source,
             config,
             reconnect,
             runtime: runtime.clone(),
@@ -144,9 +148,12 @@ impl Standalone {
         // Boxed (`ConnectionLike`): inline, redis-rs's future would make
         // every future around it several times larger, and each of their
         // moves a copy of it.
-        let reply = conn.req_packed_command(cmd).await;
+        let reply = conn
+            .req_packed_command(cmd)
+            .await
+            .and_then(Value::extract_error);
         self.check(&reply, epoch);
-        reply?.extract_error()
+        reply
     }
 
     /// Sends a pipeline and reads its replies (as one array).
@@ -181,9 +188,14 @@ impl Standalone {
     }
 
     /// Starts a reconnection if `reply` shows the connection of `epoch`
-    /// broken.
+    /// broken, or (for a source that follows failovers) its server
+    /// demoted to a replica.
     fn check<T>(&self, reply: &RedisResult<T>, epoch: u64) {
-        if matches!(reply, Err(e) if e.is_unrecoverable_error()) {
+        let demoted = |e: &RedisError| {
+            e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+                && self.shared.source.follows_failover()
+        };
+        if matches!(reply, Err(e) if e.is_unrecoverable_error() || demoted(e)) {
             self.reconnect(epoch);
         }
     }
@@ -223,20 +235,10 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
         let Some(shared) = weak.upgrade() else {
             return;
         };
-        let timeout = shared.reconnect.connect_timeout;
-        let attempt = tokio::time::timeout(
-            timeout,
-            shared
-                .client
-                .get_multiplexed_async_connection_with_config(&shared.config),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("no connection within {timeout:?}"),
-            )))
-        });
+        let attempt = shared
+            .source
+            .connect(&shared.config, shared.reconnect.connect_timeout)
+            .await;
         let restored = attempt.is_ok();
         *write(&shared.state) = match attempt {
             Ok(conn) => State::Up {

@@ -34,13 +34,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use ::redis::aio::PubSubSink;
-use ::redis::{Client, Msg, Value};
+use ::redis::{Msg, Value};
 use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::MissedTickBehavior;
 
 use super::backoff::Backoff;
 use super::keys;
+use super::sentinel::Source;
 use super::sharded::{self, ShardedClient};
 use crate::store::{Change, ChangeSink, Listener, Notifier, Sinks};
 
@@ -237,8 +238,9 @@ impl Shared {
 /// Settings of the subscriber task.
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
-    /// Nodes to connect to, tried in turn (one server: plain `SUBSCRIBE`).
-    pub(super) clients: Vec<Client>,
+    /// Nodes to connect to, tried in turn (one server: plain `SUBSCRIBE`);
+    /// a Sentinel source names the current master at each connect.
+    pub(super) clients: Vec<Source>,
     /// On a cluster: the subscriber's own cluster connection, which
     /// subscribes the sharded channels on the nodes owning their slots
     /// (then `clients` is not used).
@@ -425,13 +427,12 @@ impl Task {
     /// Connects, subscribes every channel asked for so far, wakes every
     /// listener, then dispatches messages and new subscriptions until the
     /// connection fails or the store is dropped.
-    async fn session(&mut self, client: &Client) -> Ended {
-        let connect =
-            tokio::time::timeout(self.settings.connect_timeout, client.get_async_pubsub());
+    async fn session(&mut self, client: &Source) -> Ended {
+        let connect = client.pubsub(self.settings.connect_timeout);
         let pubsub = tokio::select! {
             connected = connect => match connected {
-                Ok(Ok(pubsub)) => Some(pubsub),
-                Ok(Err(_)) | Err(_) => {
+                Ok(pubsub) => Some(pubsub),
+                Err(_) => {
                     self.shared.set_failing(true);
                     None
                 }
