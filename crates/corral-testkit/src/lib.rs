@@ -10,6 +10,10 @@
 //! cluster with `redis-cli --cluster create`, optionally with one replica
 //! per master, and can kill a master and wait until its replica took over.
 //!
+//! [`FaultProxy`] relays TCP connections to a server and can blackhole them
+//! (they stay open but nothing passes, no FIN, no RST), to test how clients
+//! find connections that died silently.
+//!
 //! [`MemcachedServer`] does the same for a `memcached` process (TCP on a
 //! free loopback port, `-U 0`): freeze, thaw, kill, raw requests.
 //!
@@ -42,6 +46,7 @@ mod gate;
 mod memcached;
 mod monitor;
 mod process;
+mod proxy;
 mod resp;
 mod server;
 mod stampede;
@@ -52,6 +57,7 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use monitor::{Executed, Monitor};
+pub use proxy::FaultProxy;
 pub use server::{RedisServer, TlsFiles};
 pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};
 pub use traces::{capture, Captured};
