@@ -122,6 +122,16 @@ impl FaultProxy {
         open
     }
 
+    /// Blackholes only the `index`th connection accepted (from 0, in the
+    /// order they were accepted), as [`blackhole`](Self::blackhole) does
+    /// all of them. Returns whether there was such a connection, not
+    /// blackholed yet.
+    pub fn blackhole_connection(&self, index: usize) -> bool {
+        lock(&self.shared.links)
+            .get(index)
+            .is_some_and(|link| !link.holed.swap(true, Ordering::SeqCst))
+    }
+
     /// Whether connections accepted from now on start blackholed (`true`:
     /// the host stays unreachable) or relay (`false`, the default).
     pub fn hold_new(&self, hold: bool) {
@@ -172,8 +182,10 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
             target,
             holed: AtomicBool::new(shared.hold_new.load(Ordering::SeqCst)),
         });
-        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        // Counted once listed: a connection `accepted` counts can be
+        // blackholed by its index.
         lock(&shared.links).push(Arc::clone(&link));
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
         let mut relays = lock(&shared.relays);
         for upstream in [true, false] {
             let link = Arc::clone(&link);

@@ -103,6 +103,8 @@ fn reconnect(config: &RedisConfig) -> Reconnect {
         initial_attempts: CONNECT_ATTEMPTS,
         min_delay: RECONNECT_MIN_DELAY,
         max_delay: config.reconnect_max_delay,
+        health_interval: config.health_interval,
+        health_timeout: config.op_timeout,
     }
 }
 
@@ -134,6 +136,24 @@ pub struct RedisConfig {
     /// The longest pause between reconnect attempts (they start at 50 ms
     /// and double, with jitter). Default: **1 s**.
     pub reconnect_max_delay: Duration,
+    /// How often an idle check `PING`s the command connection (standalone)
+    /// and the subscriber connection, each `PING` bounded by
+    /// [`op_timeout`](Self::op_timeout): a connection that gives no answer
+    /// is replaced (see the [`RedisStore`] docs, "Dead connections").
+    /// One `PING` per connection per interval, whatever the traffic; the
+    /// reads and writes themselves pay nothing for it. Default: **1 s**.
+    pub health_interval: Duration,
+    /// TCP keepalive on every TCP connection the store opens (commands,
+    /// cluster nodes, the subscriber): the first probe after this long
+    /// without traffic, then one every third of it, three in all; and on
+    /// Linux `TCP_USER_TIMEOUT` of twice it, so the kernel closes a
+    /// connection whose peer stopped acknowledging within about twice
+    /// this. A second line of defence behind
+    /// [`health_interval`](Self::health_interval) (which finds a silent
+    /// connection much sooner), and the only one for a cluster's node
+    /// connections. `None` leaves the operating system's defaults (no
+    /// keepalive, as a rule). Default: **10 s**.
+    pub tcp_keepalive: Option<Duration>,
     /// How many keys the store remembers the expiry of, so that reading a
     /// value already read (the same write) is a plain `GET` (see the
     /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
@@ -153,6 +173,8 @@ impl Default for RedisConfig {
             op_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
+            health_interval: Duration::from_secs(1),
+            tcp_keepalive: Some(Duration::from_secs(10)),
             read_memory: 1 << 16,
             #[cfg(feature = "tls")]
             tls: client::TlsMaterial::default(),
@@ -180,6 +202,22 @@ impl RedisConfig {
     #[must_use]
     pub fn read_memory(mut self, entries: usize) -> Self {
         self.read_memory = entries;
+        self
+    }
+
+    /// Sets [`health_interval`](Self::health_interval) (at least 10 ms is
+    /// used).
+    #[must_use]
+    pub fn health_interval(mut self, interval: Duration) -> Self {
+        self.health_interval = interval;
+        self
+    }
+
+    /// Sets [`tcp_keepalive`](Self::tcp_keepalive) (at least 1 s is used;
+    /// `None`: the operating system's defaults).
+    #[must_use]
+    pub fn tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.tcp_keepalive = idle;
         self
     }
 
@@ -226,6 +264,10 @@ impl RedisConfig {
         self.op_timeout = self.op_timeout.max(floor);
         self.connect_timeout = self.connect_timeout.max(floor);
         self.reconnect_max_delay = self.reconnect_max_delay.max(RECONNECT_MIN_DELAY);
+        self.health_interval = self.health_interval.max(Duration::from_millis(10));
+        self.tcp_keepalive = self
+            .tcp_keepalive
+            .map(|idle| idle.max(Duration::from_secs(1)));
         self
     }
 }
@@ -641,6 +683,7 @@ impl RedisStore {
                 connect_timeout: config.connect_timeout,
                 op_timeout: config.op_timeout,
                 max_backoff: config.reconnect_max_delay,
+                health_interval: config.health_interval,
             },
         );
         Self {

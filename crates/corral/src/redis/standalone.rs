@@ -18,6 +18,13 @@
 //!   once with its error, until an attempt succeeds. The task tries again
 //!   after a backoff that doubles up to the configured maximum (with
 //!   jitter), and ends with the store.
+//!
+//! A connection can also die silently (a partitioned host, a dropped NAT
+//! entry: no FIN, no RST), and then its calls only time out, one by one.
+//! So a heartbeat task `PING`s the connection every `health_interval`
+//! while it is up; a `PING` without an answer within `health_timeout`
+//! marks the connection down as a broken call would. The heartbeat holds
+//! the store only while it checks, and ends with the store.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -42,6 +49,10 @@ pub(super) struct Reconnect {
     pub(super) min_delay: Duration,
     /// The longest backoff between attempts.
     pub(super) max_delay: Duration,
+    /// How often the heartbeat pings the connection.
+    pub(super) health_interval: Duration,
+    /// How long the heartbeat's `PING` may wait for its answer.
+    pub(super) health_timeout: Duration,
 }
 
 /// A connection to one server that reconnects by itself. Clones share it.
@@ -104,16 +115,16 @@ impl Standalone {
                 Err(e) => return Err(e),
             }
         };
-        Ok(Self {
-            shared: Arc::new(Shared {
-                client,
-                config,
-                reconnect,
-                runtime,
-                state: ShardedLock::new(State::Up { conn, epoch: 0 }),
-                settled: Notify::new(),
-            }),
-        })
+        let shared = Arc::new(Shared {
+            client,
+            config,
+            reconnect,
+            runtime: runtime.clone(),
+            state: ShardedLock::new(State::Up { conn, epoch: 0 }),
+            settled: Notify::new(),
+        });
+        runtime.spawn(heartbeat(Arc::downgrade(&shared)));
+        Ok(Self { shared })
     }
 
     /// A connection to `client`'s server made in the background: returns at
@@ -134,6 +145,7 @@ impl Standalone {
             settled: Notify::new(),
         });
         runtime.spawn(reconnecting(Arc::downgrade(&shared), 0));
+        runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Self { shared }
     }
 
@@ -252,5 +264,37 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
             tracing::info!("redis connection restored");
             return;
         }
+    }
+}
+
+/// `PING`s the connection every `health_interval` while it is up, and
+/// marks it down when a `PING` gets no answer (an error reply is an
+/// answer) within `health_timeout`. Ends with the store (the task holds it
+/// only while it checks, not across its pauses or the `PING`).
+async fn heartbeat(weak: Weak<Shared>) {
+    let Some(interval) = weak.upgrade().map(|s| s.reconnect.health_interval) else {
+        return;
+    };
+    let ping = ::redis::cmd("PING");
+    loop {
+        tokio::time::sleep(interval).await;
+        let (mut conn, epoch, timeout) = {
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            let State::Up { conn, epoch } = &*read(&shared.state) else {
+                continue;
+            };
+            (conn.clone(), *epoch, shared.reconnect.health_timeout)
+        };
+        let answer = tokio::time::timeout(timeout, conn.req_packed_command(&ping)).await;
+        if matches!(answer, Ok(Ok(_))) {
+            continue;
+        }
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        tracing::warn!("redis connection gave no answer to PING within {timeout:?}");
+        Standalone { shared }.reconnect(epoch);
     }
 }
