@@ -304,3 +304,35 @@ async fn every_connection_keeps_tcp_keepalive_on() {
          `here`, none (0) on the command connection of `there`"
     );
 }
+
+#[tokio::test]
+async fn a_stalled_server_keeps_its_connection_and_answers_when_it_resumes() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let store = RedisStore::connect(&proxy.url(), config())
+        .await
+        .expect("connect");
+    let cache = Cache::<String>::builder("stalled")
+        .store(store.clone())
+        .backplane(false)
+        .no_circuit_breaker()
+        .build()
+        .expect("config");
+    cache.set("k", "v".into()).await.expect("set");
+
+    // Frozen: the health check finds the connection silent and tries new
+    // connections, which the frozen server cannot complete.
+    server.freeze();
+    until("two connections tried while frozen", || {
+        proxy.accepted() >= 3
+    })
+    .await;
+    server.thaw();
+
+    // The first call after the thaw is answered (on the connection kept,
+    // or one whose handshake the thawed server completed): no call waits
+    // for a reconnection or fails at once for a failed attempt.
+    let started = Instant::now();
+    assert_eq!(cache.peek("k").await.expect("read").as_deref(), Some("v"));
+    assert!(started.elapsed() < OP_TIMEOUT, "{:?}", started.elapsed());
+}

@@ -422,6 +422,44 @@ impl RedisConfig {
 /// cluster client can otherwise keep sending its slots toward the dead
 /// node.
 ///
+/// # Dead connections
+///
+/// A connection can die without an error — a partitioned host, a dropped
+/// NAT entry: no FIN, no RST — and then its calls would only time out, one
+/// by one, while the subscriber on such a connection would hear nothing
+/// and not know it. So both are checked, and replaced when they stop
+/// answering (with `h` = [`RedisConfig::health_interval`], `t` =
+/// [`RedisConfig::op_timeout`], `c` = [`RedisConfig::connect_timeout`]):
+///
+/// - **The command connection** (standalone) gets a `PING` every `h`,
+///   whatever its traffic. After one with no answer within `t`, the store
+///   connects anew and swaps the new connection in: a connection that
+///   goes silent is replaced within **`h + t + c`**, as long as the
+///   server answers a new connection. Calls sent on the silent one fail
+///   with [`StoreErrorKind::Timeout`] after `t` each; calls made after the
+///   swap use the new one, so calls succeed again at most `h + 2t + c`
+///   after it went silent. When no new connection can be made (the server
+///   itself is frozen or unreachable), the old one stays and is checked
+///   again `h` later: a server that only stalled answers on it as soon as
+///   it resumes. Reads and writes pay nothing for the check (no timer, no
+///   shared write).
+/// - **The subscriber** gets a `PING` every `h`, bounded by `t`; with no
+///   answer it reconnects after a pause of at most 50 ms and subscribes
+///   again: a silent subscriber is replaced and re-subscribed within
+///   **`h + t + 50 ms + c + t`**. Messages published meanwhile may have been
+///   lost, so the re-subscription wakes every waiter and every cache on
+///   the store drops its L1 (a backplane reset, counted in
+///   [`Stats::backplane_resets`](crate::Stats::backplane_resets)).
+/// - **Cluster** node connections are not pinged: a call that gets no
+///   answer counts as failed, and 3 in a row rebuild the connection
+///   (above).
+/// - **TCP keepalive** ([`RedisConfig::tcp_keepalive`], 10 s by default)
+///   is set on every TCP connection — commands, cluster nodes, the
+///   subscriber — with `TCP_USER_TIMEOUT` on Linux: the kernel closes a
+///   connection whose peer stopped acknowledging within about twice that
+///   time, which then fails as broken. A second line of defence, and the
+///   only one for an idle cluster node connection.
+///
 /// # What it needs from Redis
 ///
 /// Tested against Redis 7.0. Nothing is specific to Redis 7: Lua scripting

@@ -22,9 +22,13 @@
 //! A connection can also die silently (a partitioned host, a dropped NAT
 //! entry: no FIN, no RST), and then its calls only time out, one by one.
 //! So a heartbeat task `PING`s the connection every `health_interval`
-//! while it is up; a `PING` without an answer within `health_timeout`
-//! marks the connection down as a broken call would. The heartbeat holds
-//! the store only while it checks, and ends with the store.
+//! while it is up; after a `PING` without an answer within
+//! `health_timeout` it connects anew (bounded by the connect timeout) and
+//! swaps the new connection in. Calls go on through the old connection
+//! until then, and keep it if no new connection can be made: a server
+//! that is only stalled (frozen, busy) answers on it again as soon as it
+//! resumes. The heartbeat holds the store only while it checks, and ends
+//! with the store.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -267,10 +271,11 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
     }
 }
 
-/// `PING`s the connection every `health_interval` while it is up, and
-/// marks it down when a `PING` gets no answer (an error reply is an
-/// answer) within `health_timeout`. Ends with the store (the task holds it
-/// only while it checks, not across its pauses or the `PING`).
+/// `PING`s the connection every `health_interval` while it is up; when a
+/// `PING` gets no answer (an error reply is an answer) within
+/// `health_timeout`, replaces the connection ([`replace`]). Ends with the
+/// store (the task holds it only while it checks or replaces, not across
+/// its pauses or the `PING`).
 async fn heartbeat(weak: Weak<Shared>) {
     let Some(interval) = weak.upgrade().map(|s| s.reconnect.health_interval) else {
         return;
@@ -291,10 +296,46 @@ async fn heartbeat(weak: Weak<Shared>) {
         if matches!(answer, Ok(Ok(_))) {
             continue;
         }
+        drop(conn);
         let Some(shared) = weak.upgrade() else {
             return;
         };
-        tracing::warn!("redis connection gave no answer to PING within {timeout:?}");
-        Standalone { shared }.reconnect(epoch);
+        tracing::warn!(
+            "redis connection gave no answer to PING within {timeout:?}: connecting anew"
+        );
+        replace(&shared, epoch).await;
+    }
+}
+
+/// Makes a new connection and swaps it in for the connection of `epoch`,
+/// if that is still the current one. If none can be made within the
+/// connect timeout, the current one stays (calls go on through it).
+async fn replace(shared: &Shared, epoch: u64) {
+    let timeout = shared.reconnect.connect_timeout;
+    let attempt = tokio::time::timeout(
+        timeout,
+        shared
+            .client
+            .get_multiplexed_async_connection_with_config(&shared.config),
+    )
+    .await;
+    match attempt {
+        Ok(Ok(conn)) => {
+            let mut state = write(&shared.state);
+            if matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
+                *state = State::Up {
+                    conn,
+                    epoch: epoch + 1,
+                };
+                tracing::info!("redis connection replaced");
+            }
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "redis connection not replaced: calls go on through it");
+        }
+        Err(_) => tracing::warn!(
+            "redis connection not replaced (no connection within {timeout:?}): calls go on \
+             through it"
+        ),
     }
 }
