@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore, StoreErrorKind};
-use corral_testkit::{until, FaultProxy, RedisServer};
+use corral_testkit::{until, FaultProxy, RedisCluster, RedisServer};
 
 mod support;
 use support::{l1_cache, until_heard};
@@ -303,6 +303,35 @@ async fn every_connection_keeps_tcp_keepalive_on() {
         "keepalive timers (2) on the command and subscriber connections of \
          `here`, none (0) on the command connection of `there`"
     );
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_node_connection_keeps_tcp_keepalive_on() {
+    let cluster = RedisCluster::start();
+    let config = config()
+        .health_interval(Duration::from_secs(600))
+        .tcp_keepalive(Some(Duration::from_secs(30)));
+    let store = RedisStore::connect_cluster(&cluster.urls(), config)
+        .await
+        .expect("connect");
+    // No backplane: the node connections are the store's only ones.
+    let cache = Cache::<String>::builder("ka")
+        .store(store.clone())
+        .backplane(false)
+        .build()
+        .expect("config");
+    for i in 0..30 {
+        cache.set(&format!("k{i}"), "v".into()).await.expect("set");
+    }
+    let ports: Vec<u16> = cluster.nodes().iter().map(RedisServer::port).collect();
+    let timers: Vec<u8> = tcp_timers()
+        .into_iter()
+        .filter(|(port, _)| ports.contains(port))
+        .map(|(_, kind)| kind)
+        .collect();
+    assert!(timers.len() >= ports.len(), "a connection per node: {timers:?}");
+    assert!(timers.iter().all(|kind| *kind == 2), "keepalive timers: {timers:?}");
 }
 
 #[tokio::test]
