@@ -132,6 +132,11 @@ async fn a_silent_command_connection_is_replaced_within_the_bound() {
         "first successful call after {working:?}"
     );
     assert_eq!(proxy.accepted(), 2, "replaced once");
+    eprintln!(
+        "quiet store: call failed after {took:?}, connection replaced after {replaced:?}, \
+         calls work after {working:?} (bound {:?})",
+        command_bound()
+    );
 }
 
 #[tokio::test]
@@ -179,6 +184,7 @@ async fn a_busy_store_replaces_a_silent_command_connection_within_the_bound() {
         command_bound() + OP_TIMEOUT
     );
     assert_eq!(proxy.accepted(), 2, "replaced once");
+    eprintln!("busy store: {failures} calls failed, calls work after {working:?}");
 }
 
 #[tokio::test]
@@ -222,6 +228,10 @@ async fn a_silent_subscriber_is_replaced_within_the_bound_and_loses_no_invalidat
         subscriber_bound()
     );
     assert_eq!(proxy.accepted(), 3, "one new connection: the subscriber's");
+    eprintln!(
+        "subscriber: re-subscribed after {replaced:?} (bound {:?})",
+        subscriber_bound()
+    );
     assert_eq!(a.stats().backplane_resets, resets + 1);
     // ... so the change made while it was silent is seen, not the L1 copy.
     assert_eq!(a.peek("k").await.expect("read").as_deref(), Some("during"));
@@ -330,8 +340,14 @@ async fn every_cluster_node_connection_keeps_tcp_keepalive_on() {
         .filter(|(port, _)| ports.contains(port))
         .map(|(_, kind)| kind)
         .collect();
-    assert!(timers.len() >= ports.len(), "a connection per node: {timers:?}");
-    assert!(timers.iter().all(|kind| *kind == 2), "keepalive timers: {timers:?}");
+    assert!(
+        timers.len() >= ports.len(),
+        "a connection per node: {timers:?}"
+    );
+    assert!(
+        timers.iter().all(|kind| *kind == 2),
+        "keepalive timers: {timers:?}"
+    );
 }
 
 #[tokio::test]
