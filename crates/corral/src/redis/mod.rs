@@ -136,8 +136,8 @@ pub struct RedisConfig {
     /// The longest pause between reconnect attempts (they start at 50 ms
     /// and double, with jitter). Default: **1 s**.
     pub reconnect_max_delay: Duration,
-    /// How often an idle check `PING`s the command connection (standalone)
-    /// and the subscriber connection, each `PING` bounded by
+    /// How often a health check `PING`s the command connection
+    /// (standalone) and the subscriber connection, each `PING` bounded by
     /// [`op_timeout`](Self::op_timeout): a connection that gives no answer
     /// is replaced (see the [`RedisStore`] docs, "Dead connections").
     /// One `PING` per connection per interval, whatever the traffic; the
