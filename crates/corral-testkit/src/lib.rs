@@ -12,6 +12,10 @@
 //! [`RedisSentinel`] starts a master, a replica and three `redis-sentinel`
 //! processes, and can kill the master and wait for the sentinels' failover.
 //!
+//! [`FaultProxy`] relays TCP connections to a server and can blackhole them
+//! (they stay open but nothing passes, no FIN, no RST), to test how clients
+//! find connections that died silently.
+//!
 //! [`MemcachedServer`] does the same for a `memcached` process (TCP on a
 //! free loopback port, `-U 0`): freeze, thaw, kill, raw requests.
 //!
@@ -45,6 +49,7 @@ mod gate;
 mod memcached;
 mod monitor;
 mod process;
+mod proxy;
 mod resp;
 mod sentinel;
 mod server;
@@ -56,6 +61,7 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use monitor::{Executed, Monitor};
+pub use proxy::FaultProxy;
 pub use sentinel::{RedisSentinel, SENTINEL_MASTER_NAME};
 pub use server::{RedisServer, TlsFiles};
 pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};

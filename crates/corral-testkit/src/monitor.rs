@@ -90,6 +90,8 @@ impl RedisServer {
 ///   `SUBSCRIBE`s and keep-alive `PING`s): a connection that `CLIENT LIST`
 ///   flags `P`, or that sent a `SUBSCRIBE`-family command, is left out
 ///   whole;
+/// - a bare `PING` (no argument) from any connection: a health check on
+///   its own schedule, not part of the operation a test records;
 /// - the recorder's own marker connection (`CLIENT LIST`, `ECHO`);
 /// - script commands, which are kept with the command that ran them.
 ///
@@ -184,6 +186,9 @@ impl<'a> Monitor<'a> {
                 if args.len() == 2 && args[0].eq_ignore_ascii_case("ECHO") && args[1] == marker {
                     break;
                 }
+                continue;
+            }
+            if args.len() == 1 && args[0].eq_ignore_ascii_case("PING") {
                 continue;
             }
             executed.push(Executed {
@@ -343,11 +348,15 @@ mod tests {
         server.request(&["SET", "k", "v"]);
         let script = "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])";
         server.request(&["EVAL", script, "1", "s", "a\"b\n"]);
+        // A health check's bare PING is left out; one with an argument is
+        // kept.
         server.request(&["PING"]);
+        server.request(&["PING", "hello"]);
 
         let commands = monitor.commands();
         let names: Vec<String> = commands.iter().map(|command| command.name()).collect();
         assert_eq!(names, ["SET", "EVAL", "PING"], "{commands:?}");
+        assert_eq!(commands[2].args, strings(&["PING", "hello"]));
         assert_eq!(commands[0].args, strings(&["SET", "k", "v"]));
         assert!(commands[0].lua.is_empty());
         assert_eq!(

@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use corral_testkit::{RedisCluster, RedisServer};
+use corral_testkit::{FaultProxy, RedisCluster, RedisServer};
 
 /// Sends an inline `PING` over a raw TCP connection and reports whether
 /// `+PONG` came back within `timeout` (independent of the fixture's client).
@@ -148,4 +148,54 @@ fn cluster_starts_healthy_and_hash_tags_share_a_slot() {
         .collect();
     assert_eq!(holders.len(), 1, "both keys on one node: {holders:?}");
     assert_eq!(cluster.command_stats().get("set"), Some(&2));
+}
+
+/// Sends an inline `PING` on `stream` and reads `+PONG` within its read
+/// timeout: `Ok(true)` on `+PONG`, `Ok(false)` when the read timed out.
+fn ping_on(stream: &mut TcpStream) -> std::io::Result<bool> {
+    stream.write_all(b"PING\r\n")?;
+    let mut buf = [0_u8; 7];
+    match stream.read_exact(&mut buf) {
+        Ok(()) => Ok(&buf == b"+PONG\r\n"),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[test]
+fn fault_proxy_relays_and_blackholes_without_closing() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let mut old = TcpStream::connect(("127.0.0.1", proxy.port())).expect("connect");
+    old.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    assert!(ping_on(&mut old).expect("relayed PING"), "relays");
+    assert_eq!(proxy.accepted(), 1);
+
+    assert_eq!(proxy.blackhole(), 1, "one open connection blackholed");
+    // Silence, not a close: the write succeeds and the read times out
+    // (a FIN would read 0 bytes, a RST an error).
+    assert!(!ping_on(&mut old).expect("no error on a blackholed connection"));
+
+    // A new connection relays (the route is back).
+    let mut new = TcpStream::connect(("127.0.0.1", proxy.port())).expect("connect");
+    new.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    assert!(ping_on(&mut new).expect("PING on a new connection"));
+    assert_eq!(proxy.accepted(), 2);
+
+    // Held: new connections are silent too.
+    proxy.hold_new(true);
+    let mut held = TcpStream::connect(("127.0.0.1", proxy.port())).expect("connect");
+    held.set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    assert!(!ping_on(&mut held).expect("no error on a held connection"));
+    assert!(ping_on(&mut new).expect("the relaying connection still relays"));
 }

@@ -3,7 +3,9 @@
 //! error messages that never repeat the URL's password.
 
 use ::redis::cluster::ClusterClientBuilder;
-use ::redis::Client;
+use ::redis::io::tcp::socket2::TcpKeepalive;
+use ::redis::io::tcp::TcpSettings;
+use ::redis::{Client, IntoConnectionInfo as _};
 
 use super::conn::store_error;
 use super::RedisConfig;
@@ -83,6 +85,11 @@ impl TlsMaterial {
 /// material of `config` when it has some.
 pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreError> {
     check_scheme(url)?;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| scrubbed(url, store_error("connect", &e)))?;
+    let settings = tcp_settings(info.tcp_settings().clone(), config);
+    let info = info.set_tcp_settings(settings);
     #[cfg(feature = "tls")]
     {
         ensure_crypto_provider();
@@ -90,7 +97,7 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
             config.tls.check()?;
             // Only the TLS material is read here (no network), so any
             // failure is a configuration mistake.
-            return Client::build_with_tls(url, config.tls.certificates()).map_err(|e| {
+            return Client::build_with_tls(info, config.tls.certificates()).map_err(|e| {
                 let error = store_error("connect", &e);
                 scrubbed(
                     url,
@@ -99,9 +106,24 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
             });
         }
     }
-    #[cfg(not(feature = "tls"))]
-    let _ = config;
-    Client::open(url).map_err(|e| scrubbed(url, store_error("connect", &e)))
+    Client::open(info).map_err(|e| scrubbed(url, store_error("connect", &e)))
+}
+
+/// `settings` with the keepalive and user timeout of
+/// [`RedisConfig::tcp_keepalive`], if set: probes after `idle` without
+/// traffic, then every third of it, three in all; unacknowledged data
+/// closes the connection after twice `idle` (Linux).
+fn tcp_settings(settings: TcpSettings, config: &RedisConfig) -> TcpSettings {
+    let Some(idle) = config.tcp_keepalive else {
+        return settings;
+    };
+    let keepalive = TcpKeepalive::new().with_time(idle);
+    #[cfg(target_os = "linux")]
+    let (keepalive, settings) = (
+        keepalive.with_interval(idle / 3).with_retries(3),
+        settings.set_user_timeout(idle * 2),
+    );
+    settings.set_keepalive(keepalive)
 }
 
 /// A cluster client builder seeded with `urls` and the TLS material of
@@ -113,7 +135,8 @@ pub(super) fn cluster_builder(
     for url in urls {
         check_scheme(url)?;
     }
-    let builder = ClusterClientBuilder::new(urls.iter().map(String::as_str));
+    let builder = ClusterClientBuilder::new(urls.iter().map(String::as_str))
+        .tcp_settings(tcp_settings(TcpSettings::default(), config));
     #[cfg(feature = "tls")]
     {
         ensure_crypto_provider();
@@ -121,8 +144,6 @@ pub(super) fn cluster_builder(
             return Ok(builder.certs(config.tls.certificates()));
         }
     }
-    #[cfg(not(feature = "tls"))]
-    let _ = config;
     Ok(builder)
 }
 

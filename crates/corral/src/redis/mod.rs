@@ -120,6 +120,8 @@ fn reconnect(config: &RedisConfig) -> Reconnect {
         initial_attempts: CONNECT_ATTEMPTS,
         min_delay: RECONNECT_MIN_DELAY,
         max_delay: config.reconnect_max_delay,
+        health_interval: config.health_interval,
+        health_timeout: config.op_timeout,
     }
 }
 
@@ -151,6 +153,24 @@ pub struct RedisConfig {
     /// The longest pause between reconnect attempts (they start at 50 ms
     /// and double, with jitter). Default: **1 s**.
     pub reconnect_max_delay: Duration,
+    /// How often a health check `PING`s the command connection
+    /// (standalone) and the subscriber connection, each `PING` bounded by
+    /// [`op_timeout`](Self::op_timeout): a connection that gives no answer
+    /// is replaced (see the [`RedisStore`] docs, "Dead connections").
+    /// One `PING` per connection per interval, whatever the traffic; the
+    /// reads and writes themselves pay nothing for it. Default: **1 s**.
+    pub health_interval: Duration,
+    /// TCP keepalive on every TCP connection the store opens (commands,
+    /// cluster nodes, the subscriber): the first probe after this long
+    /// without traffic, then one every third of it, three in all; and on
+    /// Linux `TCP_USER_TIMEOUT` of twice it, so the kernel closes a
+    /// connection whose peer stopped acknowledging within about twice
+    /// this. A second line of defence behind
+    /// [`health_interval`](Self::health_interval) (which finds a silent
+    /// connection much sooner), and the only one for a cluster's node
+    /// connections. `None` leaves the operating system's defaults (no
+    /// keepalive, as a rule). Default: **10 s**.
+    pub tcp_keepalive: Option<Duration>,
     /// How many keys the store remembers the expiry of, so that reading a
     /// value already read (the same write) is a plain `GET` (see the
     /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
@@ -173,6 +193,8 @@ impl Default for RedisConfig {
             op_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             reconnect_max_delay: Duration::from_secs(1),
+            health_interval: Duration::from_secs(1),
+            tcp_keepalive: Some(Duration::from_secs(10)),
             read_memory: 1 << 16,
             #[cfg(feature = "tls")]
             tls: client::TlsMaterial::default(),
@@ -201,6 +223,22 @@ impl RedisConfig {
     #[must_use]
     pub fn read_memory(mut self, entries: usize) -> Self {
         self.read_memory = entries;
+        self
+    }
+
+    /// Sets [`health_interval`](Self::health_interval) (at least 10 ms is
+    /// used).
+    #[must_use]
+    pub fn health_interval(mut self, interval: Duration) -> Self {
+        self.health_interval = interval;
+        self
+    }
+
+    /// Sets [`tcp_keepalive`](Self::tcp_keepalive) (at least 1 s is used;
+    /// `None`: the operating system's defaults).
+    #[must_use]
+    pub fn tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.tcp_keepalive = idle;
         self
     }
 
@@ -267,6 +305,10 @@ impl RedisConfig {
         self.op_timeout = self.op_timeout.max(floor);
         self.connect_timeout = self.connect_timeout.max(floor);
         self.reconnect_max_delay = self.reconnect_max_delay.max(RECONNECT_MIN_DELAY);
+        self.health_interval = self.health_interval.max(Duration::from_millis(10));
+        self.tcp_keepalive = self
+            .tcp_keepalive
+            .map(|idle| idle.max(Duration::from_secs(1)));
         self
     }
 }
@@ -489,6 +531,48 @@ pub struct RedisKeys {
 /// but not yet replicated are lost with it, as Redis replication is
 /// asynchronous: a lost value is a miss, a lost lease lets a second fill
 /// start (never an overwrite of newer data).
+/// # Dead connections
+///
+/// A connection can die without an error — a partitioned host, a dropped
+/// NAT entry: no FIN, no RST — and then its calls would only time out, one
+/// by one, while the subscriber on such a connection would hear nothing
+/// and not know it. So both are checked, and replaced when they stop
+/// answering (with `h` = [`RedisConfig::health_interval`], `t` =
+/// [`RedisConfig::op_timeout`], `c` = [`RedisConfig::connect_timeout`]):
+///
+/// - **The command connection** (standalone) gets a `PING` every `h`,
+///   whatever its traffic. After one with no answer within `t`, the store
+///   connects anew and swaps the new connection in: a connection that
+///   goes silent is replaced within **`h + t + c`**, as long as the
+///   server answers a new connection. Calls sent on the silent one fail
+///   with [`StoreErrorKind::Timeout`] after `t` each; calls made after the
+///   swap use the new one, so calls succeed again at most `h + 2t + c`
+///   after it went silent. When no new connection can be made (the server
+///   itself is frozen or unreachable), the old one stays and is checked
+///   again `h` later: a server that only stalled answers on it as soon as
+///   it resumes. Reads and writes pay nothing for the check (no timer, no
+///   shared write).
+/// - **The subscriber** gets a `PING` every `h`, bounded by `t`; with no
+///   answer it reconnects after a pause of at most 50 ms and subscribes
+///   again: a silent subscriber is replaced and re-subscribed within
+///   **`h + t + 50 ms + c + t`**. Messages published meanwhile may have been
+///   lost, so the re-subscription wakes every waiter and every cache on
+///   the store drops its L1 (a backplane reset, counted in
+///   [`Stats::backplane_resets`](crate::Stats::backplane_resets)).
+/// - **Cluster** command connections are not pinged: a call that gets no
+///   answer counts as failed, and 3 in a row rebuild the connection
+///   (above). A cluster store's subscriber (sharded pub/sub, see
+///   "Notifications") sends a `PING` every `h` to one node, bounded by
+///   `t`; with no answer it connects anew from the seeds and subscribes
+///   every channel again (a backplane reset once all are confirmed). A
+///   node connection that closes is noticed at once; one that goes silent
+///   on a node the `PING` does not reach is found by TCP keepalive.
+/// - **TCP keepalive** ([`RedisConfig::tcp_keepalive`], 10 s by default)
+///   is set on every TCP connection — commands, cluster nodes, the
+///   subscriber — with `TCP_USER_TIMEOUT` on Linux: the kernel closes a
+///   connection whose peer stopped acknowledging within about twice that
+///   time, which then fails as broken. A second line of defence, and the
+///   only one for an idle cluster node connection.
 ///
 /// # What it needs from Redis
 ///
@@ -858,6 +942,7 @@ impl RedisStore {
                 connect_timeout: config.connect_timeout,
                 op_timeout: config.op_timeout,
                 max_backoff: config.reconnect_max_delay,
+                health_interval: config.health_interval,
             },
         );
         Self {

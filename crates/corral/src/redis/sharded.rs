@@ -36,7 +36,7 @@ use tokio::time::MissedTickBehavior;
 use super::backoff::Backoff;
 use super::conn::refusal;
 use super::keys;
-use super::subscriber::{drain_until_closed, Settings, Shared, MIN_BACKOFF, PING_INTERVAL};
+use super::subscriber::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
 use crate::data::error::StoreError;
 
 /// Builds a cluster client (RESP3) that sends its pushes to the given
@@ -181,7 +181,7 @@ impl Task {
         requests: &mut mpsc::UnboundedReceiver<Arc<str>>,
         pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
     ) {
-        let mut tick = tokio::time::interval(PING_INTERVAL);
+        let mut tick = tokio::time::interval(self.settings.health_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
@@ -197,35 +197,44 @@ impl Task {
                 Some((channel, namespace, result)) = self.subscribing.next() => {
                     self.subscribed(channel, namespace, result);
                 }
-                _ = tick.tick() => self.retry(requests).await,
+                _ = tick.tick() => self.check(requests).await,
             }
         }
     }
 
-    /// Sends the failed `SSUBSCRIBE`s again; when they kept failing, first
-    /// makes the connection anew (see [`REBUILD_AFTER`]).
-    async fn retry(&mut self, requests: &mut mpsc::UnboundedReceiver<Arc<str>>) {
+    /// The health check, every health interval: a `PING` (to any node),
+    /// and the failed `SSUBSCRIBE`s sent again. When the `PING` gets no
+    /// answer within the operation timeout, or the `SSUBSCRIBE`s kept
+    /// failing (see [`REBUILD_AFTER`]), the connection is made anew from
+    /// the seeds and every channel subscribed again.
+    async fn check(&mut self, requests: &mut mpsc::UnboundedReceiver<Arc<str>>) {
+        let mut connection = self.connection.clone();
+        let ping_cmd = ::redis::cmd("PING");
+        let ping = ping_cmd.query_async::<Value>(&mut connection);
+        let answered = matches!(
+            tokio::time::timeout(self.settings.op_timeout, ping).await,
+            Ok(Ok(_))
+        );
         if self.book.retry.is_empty() {
             self.book.failed_ticks = 0;
+        } else {
+            self.book.failed_ticks += 1;
+        }
+        if answered && self.book.failed_ticks < REBUILD_AFTER {
+            for (channel, namespace) in std::mem::take(&mut self.book.retry) {
+                self.subscribe(channel, namespace);
+            }
             return;
         }
-        self.book.failed_ticks += 1;
-        if self.book.failed_ticks >= REBUILD_AFTER {
-            self.book.failed_ticks = 0;
-            let Some(connection) =
-                connect(&self.shared, requests, &self.cluster, &self.settings).await
-            else {
-                return;
-            };
-            tracing::debug!("corral: redis cluster subscriber connected anew");
-            self.connection = connection;
-            self.book.retry.clear();
-            self.resubscribe_all();
+        self.book.failed_ticks = 0;
+        let Some(connection) = connect(&self.shared, requests, &self.cluster, &self.settings).await
+        else {
             return;
-        }
-        for (channel, namespace) in std::mem::take(&mut self.book.retry) {
-            self.subscribe(channel, namespace);
-        }
+        };
+        tracing::debug!("corral: redis cluster subscriber connected anew");
+        self.connection = connection;
+        self.book.retry.clear();
+        self.resubscribe_all();
     }
 
     /// Subscribes every sharded channel of the namespace whose channel is

@@ -20,6 +20,17 @@
 //!   once with its error, until an attempt succeeds. The task tries again
 //!   after a backoff that doubles up to the configured maximum (with
 //!   jitter), and ends with the store.
+//!
+//! A connection can also die silently (a partitioned host, a dropped NAT
+//! entry: no FIN, no RST), and then its calls only time out, one by one.
+//! So a heartbeat task `PING`s the connection every `health_interval`
+//! while it is up; after a `PING` without an answer within
+//! `health_timeout` it connects anew (bounded by the connect timeout) and
+//! swaps the new connection in. Calls go on through the old connection
+//! until then, and keep it if no new connection can be made: a server
+//! that is only stalled (frozen, busy) answers on it again as soon as it
+//! resumes. The heartbeat holds the store only while it checks, and ends
+//! with the store.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -48,6 +59,10 @@ pub(super) struct Reconnect {
     pub(super) min_delay: Duration,
     /// The longest backoff between attempts.
     pub(super) max_delay: Duration,
+    /// How often the heartbeat pings the connection.
+    pub(super) health_interval: Duration,
+    /// How long the heartbeat's `PING` may wait for its answer.
+    pub(super) health_timeout: Duration,
 }
 
 /// A connection to one server that reconnects by itself. Clones share it.
@@ -108,16 +123,16 @@ impl Standalone {
                 Err(e) => return Err(e),
             }
         };
-        Ok(Self {
-            shared: Arc::new(Shared {
-                source,
-                config,
-                reconnect,
-                runtime,
-                state: ShardedLock::new(State::Up { conn, epoch: 0 }),
-                settled: Notify::new(),
-            }),
-        })
+        let shared = Arc::new(Shared {
+            source,
+            config,
+            reconnect,
+            runtime: runtime.clone(),
+            state: ShardedLock::new(State::Up { conn, epoch: 0 }),
+            settled: Notify::new(),
+        });
+        runtime.spawn(heartbeat(Arc::downgrade(&shared)));
+        Ok(Self { shared })
     }
 
     /// A connection to `source`'s server made in the background: returns at
@@ -138,6 +153,7 @@ impl Standalone {
             settled: Notify::new(),
         });
         runtime.spawn(reconnecting(Arc::downgrade(&shared), 0));
+        runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Self { shared }
     }
 
@@ -254,5 +270,69 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
             tracing::info!("redis connection restored");
             return;
         }
+    }
+}
+
+/// `PING`s the connection every `health_interval` while it is up; when a
+/// `PING` gets no answer (an error reply is an answer) within
+/// `health_timeout`, replaces the connection ([`replace`]). Ends with the
+/// store (the task holds it only while it checks or replaces, not across
+/// its pauses or the `PING`).
+async fn heartbeat(weak: Weak<Shared>) {
+    let Some(interval) = weak.upgrade().map(|s| s.reconnect.health_interval) else {
+        return;
+    };
+    let ping = ::redis::cmd("PING");
+    loop {
+        tokio::time::sleep(interval).await;
+        let (mut conn, epoch, timeout) = {
+            let Some(shared) = weak.upgrade() else {
+                return;
+            };
+            let State::Up { conn, epoch } = &*read(&shared.state) else {
+                continue;
+            };
+            (conn.clone(), *epoch, shared.reconnect.health_timeout)
+        };
+        let answer = tokio::time::timeout(timeout, conn.req_packed_command(&ping)).await;
+        if matches!(answer, Ok(Ok(_))) {
+            continue;
+        }
+        drop(conn);
+        let Some(shared) = weak.upgrade() else {
+            return;
+        };
+        tracing::warn!(
+            "redis connection gave no answer to PING within {timeout:?}: connecting anew"
+        );
+        replace(&shared, epoch).await;
+    }
+}
+
+/// Makes a new connection and swaps it in for the connection of `epoch`,
+/// if that is still the current one. If none can be made within the
+/// connect timeout, the current one stays (calls go on through it).
+async fn replace(shared: &Shared, epoch: u64) {
+    let timeout = shared.reconnect.connect_timeout;
+    let attempt =
+        tokio::time::timeout(timeout, shared.source.connect(&shared.config, timeout)).await;
+    match attempt {
+        Ok(Ok(conn)) => {
+            let mut state = write(&shared.state);
+            if matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
+                *state = State::Up {
+                    conn,
+                    epoch: epoch + 1,
+                };
+                tracing::info!("redis connection replaced");
+            }
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "redis connection not replaced: calls go on through it");
+        }
+        Err(_) => tracing::warn!(
+            "redis connection not replaced (no connection within {timeout:?}): calls go on \
+             through it"
+        ),
     }
 }

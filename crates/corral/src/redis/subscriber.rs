@@ -16,7 +16,9 @@
 //! of the store is dropped (the request channel closes). When Redis goes
 //! away it reconnects with jittered, doubling backoff, trying the
 //! configured nodes in turn, and re-subscribes every channel. A `PING`
-//! every [`PING_INTERVAL`] finds connections that died silently.
+//! every `health_interval`, bounded by the operation timeout, finds a
+//! connection that died silently: it is dropped like a failed one, and the
+//! re-subscription tells the sinks that messages may have been lost.
 //!
 //! **Backplane sinks and lost messages.** A channel with sinks (caches
 //! keeping L1 copies or tag versions current through it) is *pending*
@@ -45,8 +47,6 @@ use super::sentinel::Source;
 use super::sharded::{self, ShardedClient};
 use crate::store::{Change, ChangeSink, Listener, Notifier, Sinks};
 
-/// How often the subscriber pings an idle connection.
-pub(super) const PING_INTERVAL: Duration = Duration::from_secs(1);
 /// The first reconnect delay; it doubles up to the configured maximum.
 pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -248,6 +248,8 @@ pub(super) struct Settings {
     pub(super) connect_timeout: Duration,
     pub(super) op_timeout: Duration,
     pub(super) max_backoff: Duration,
+    /// How often the connection is pinged.
+    pub(super) health_interval: Duration,
 }
 
 impl Subscriber {
@@ -463,7 +465,7 @@ impl Task {
         let mut current: BTreeSet<Arc<str>> = subscribed.iter().cloned().collect();
         self.shared.subscribed(&subscribed);
 
-        let mut ping = tokio::time::interval(PING_INTERVAL);
+        let mut ping = tokio::time::interval(self.settings.health_interval);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
         ping.tick().await;
         loop {

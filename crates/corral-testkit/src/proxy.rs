@@ -1,0 +1,231 @@
+//! A TCP relay that can go silent: the half-open connections of a
+//! partitioned host or a dropped NAT entry, which die without an error.
+//!
+//! [`FaultProxy`] listens on a free loopback port and relays every
+//! connection it accepts to a target address, on plain threads (so sync and
+//! async tests use it alike). [`FaultProxy::blackhole`] makes every current
+//! connection stop relaying in both directions while staying open: no FIN,
+//! no RST, the bytes each side sends are read and dropped. A client then
+//! sees nothing but silence. Connections accepted afterwards relay normally
+//! (the route is back; only the old connections' state was lost), unless
+//! [`FaultProxy::hold_new`] holds them too.
+//!
+//! The proxy's kernel acknowledges what the client sends, so TCP keepalive
+//! and `TCP_USER_TIMEOUT` on the client see a live peer: only the client's
+//! own application-level checks (a `PING` that gets no answer) can find a
+//! blackholed connection.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+
+/// A relay from a loopback port to a target address whose connections can
+/// be blackholed; everything it opened is closed on drop.
+///
+/// ```no_run
+/// use corral_testkit::{FaultProxy, RedisServer};
+///
+/// let server = RedisServer::start();
+/// let proxy = FaultProxy::start(server.port());
+/// // Clients connect to `proxy.url()` instead of `server.url()`...
+/// assert_eq!(proxy.blackhole(), 0);
+/// ```
+#[derive(Debug)]
+pub struct FaultProxy {
+    port: u16,
+    shared: Arc<Shared>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    target: SocketAddr,
+    /// Set on drop: the acceptor stops.
+    stopping: AtomicBool,
+    /// Whether new connections start blackholed.
+    hold_new: AtomicBool,
+    /// Connections accepted so far.
+    accepted: AtomicUsize,
+    links: Mutex<Vec<Arc<Link>>>,
+    relays: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// One relayed connection: the client's side and the target's side.
+#[derive(Debug)]
+struct Link {
+    client: TcpStream,
+    target: TcpStream,
+    /// Blackholed: bytes are read and dropped in both directions.
+    holed: AtomicBool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl FaultProxy {
+    /// Starts relaying `127.0.0.1:<free port>` to `127.0.0.1:target_port`.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound or a thread cannot be spawned.
+    pub fn start(target_port: u16) -> FaultProxy {
+        let listener =
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("fault proxy: bind a free port");
+        let port = listener
+            .local_addr()
+            .expect("fault proxy: local address")
+            .port();
+        let shared = Arc::new(Shared {
+            target: SocketAddr::from((Ipv4Addr::LOCALHOST, target_port)),
+            stopping: AtomicBool::new(false),
+            hold_new: AtomicBool::new(false),
+            accepted: AtomicUsize::new(0),
+            links: Mutex::new(Vec::new()),
+            relays: Mutex::new(Vec::new()),
+        });
+        let accepting = Arc::clone(&shared);
+        let acceptor = thread::Builder::new()
+            .name("fault-proxy-accept".into())
+            .spawn(move || accept(&listener, &accepting))
+            .expect("fault proxy: spawn the acceptor");
+        FaultProxy {
+            port,
+            shared,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`: a Redis URL through the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Blackholes every connection accepted so far: from now on nothing
+    /// passes in either direction, and neither side is closed. Returns how
+    /// many connections were still open (and are now silent).
+    pub fn blackhole(&self) -> usize {
+        let links = lock(&self.shared.links);
+        let mut open = 0;
+        for link in links.iter() {
+            if !link.holed.swap(true, Ordering::SeqCst) {
+                open += 1;
+            }
+        }
+        open
+    }
+
+    /// Blackholes only the `index`th connection accepted (from 0, in the
+    /// order they were accepted), as [`blackhole`](Self::blackhole) does
+    /// all of them. Returns whether there was such a connection, not
+    /// blackholed yet.
+    pub fn blackhole_connection(&self, index: usize) -> bool {
+        lock(&self.shared.links)
+            .get(index)
+            .is_some_and(|link| !link.holed.swap(true, Ordering::SeqCst))
+    }
+
+    /// Whether connections accepted from now on start blackholed (`true`:
+    /// the host stays unreachable) or relay (`false`, the default).
+    pub fn hold_new(&self, hold: bool) {
+        self.shared.hold_new.store(hold, Ordering::SeqCst);
+    }
+
+    /// How many connections the proxy has accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.shared.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Wakes the acceptor's blocking `accept`.
+        let _ = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port));
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        for link in lock(&self.shared.links).drain(..) {
+            let _ = link.client.shutdown(Shutdown::Both);
+            let _ = link.target.shutdown(Shutdown::Both);
+        }
+        let relays = std::mem::take(&mut *lock(&self.shared.relays));
+        for relay in relays {
+            let _ = relay.join();
+        }
+    }
+}
+
+/// Accepts connections until the proxy is dropped, starting two relay
+/// threads for each.
+fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
+    for client in listener.incoming() {
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(client) = client else { continue };
+        // A target that refuses: the client sees its connection closed.
+        let Ok(target) = TcpStream::connect(shared.target) else {
+            continue;
+        };
+        let _ = client.set_nodelay(true);
+        let _ = target.set_nodelay(true);
+        let link = Arc::new(Link {
+            client,
+            target,
+            holed: AtomicBool::new(shared.hold_new.load(Ordering::SeqCst)),
+        });
+        // Counted once listed: a connection `accepted` counts can be
+        // blackholed by its index.
+        lock(&shared.links).push(Arc::clone(&link));
+        shared.accepted.fetch_add(1, Ordering::SeqCst);
+        let mut relays = lock(&shared.relays);
+        for upstream in [true, false] {
+            let link = Arc::clone(&link);
+            let spawned = thread::Builder::new()
+                .name("fault-proxy-relay".into())
+                .spawn(move || relay(&link, upstream));
+            if let Ok(handle) = spawned {
+                relays.push(handle);
+            }
+        }
+    }
+}
+
+/// Copies one direction of `link` (client to target if `upstream`) until
+/// either side closes; while the link is blackholed, reads and drops. A
+/// close is passed on only while the link relays: a blackholed link stays
+/// open on both sides.
+fn relay(link: &Link, upstream: bool) {
+    let (from, to) = if upstream {
+        (&link.client, &link.target)
+    } else {
+        (&link.target, &link.client)
+    };
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let read = (&*from).read(&mut buf);
+        let n = match read {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if link.holed.load(Ordering::SeqCst) {
+            continue;
+        }
+        if (&*to).write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    if !link.holed.load(Ordering::SeqCst) {
+        let _ = to.shutdown(Shutdown::Write);
+    }
+}
