@@ -12,7 +12,6 @@ mod frame;
 mod keys;
 mod scripts;
 mod sentinel;
-mod sharded;
 mod standalone;
 mod subscriber;
 
@@ -27,9 +26,8 @@ use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
 use self::sentinel::{MasterAuth, Sentinels, Source};
-use self::sharded::ShardedClient;
 use self::standalone::{Reconnect, Standalone};
-use self::subscriber::{Settings, Subscriber};
+use self::subscriber::{Settings, ShardedClient, Subscriber};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 use crate::store::{

@@ -33,10 +33,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt as _};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use super::backoff::Backoff;
-use super::conn::refusal;
-use super::keys;
-use super::subscriber::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
+use super::super::backoff::Backoff;
+use super::super::conn::refusal;
+use super::super::keys;
+use super::shared::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
 use crate::data::error::StoreError;
 
 /// Builds a cluster client (RESP3) that sends its pushes to the given
@@ -46,11 +46,11 @@ type Build =
 
 /// How the sharded subscriber makes its cluster client.
 #[derive(Clone)]
-pub(super) struct ShardedClient(Arc<Build>);
+pub(in crate::redis) struct ShardedClient(Arc<Build>);
 
 impl ShardedClient {
     /// A maker of clients built by `build`.
-    pub(super) fn new(
+    pub(in crate::redis) fn new(
         build: impl Fn(mpsc::UnboundedSender<PushInfo>) -> Result<ClusterClient, StoreError>
             + Send
             + Sync
