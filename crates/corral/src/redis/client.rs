@@ -7,7 +7,7 @@ use ::redis::io::tcp::socket2::TcpKeepalive;
 use ::redis::io::tcp::TcpSettings;
 use ::redis::{Client, IntoConnectionInfo as _};
 
-use super::conn::store_error;
+use super::errors::store_error;
 use super::RedisConfig;
 use crate::data::error::{StoreError, StoreErrorKind};
 

@@ -7,6 +7,7 @@ mod backoff;
 mod client;
 mod cluster;
 mod conn;
+mod errors;
 mod expiries;
 mod frame;
 mod keys;
@@ -22,7 +23,8 @@ use std::time::Duration;
 use ::redis::Value;
 
 use self::cluster::Cluster;
-use self::conn::{bounded, store_error, unexpected, Connection};
+use self::conn::Connection;
+use self::errors::{bounded, store_error, unexpected};
 use self::expiries::Expiries;
 use self::keys::KeyNames;
 use self::sentinel::{MasterAuth, Sentinels, Source};

@@ -195,7 +195,7 @@ impl Task {
         let names: Vec<&str> = channels.iter().map(|c| &**c).collect();
         match tokio::time::timeout(self.settings.op_timeout, sink.subscribe(names)).await {
             Ok(Ok(())) => Some(Ok(())),
-            Ok(Err(e)) if super::super::conn::refusal(&e).is_some() => Some(Err(e.to_string())),
+            Ok(Err(e)) if super::super::errors::refusal(&e).is_some() => Some(Err(e.to_string())),
             Ok(Err(_)) | Err(_) => None,
         }
     }

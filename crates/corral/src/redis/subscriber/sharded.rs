@@ -34,7 +34,7 @@ use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
 use super::super::backoff::Backoff;
-use super::super::conn::refusal;
+use super::super::errors::refusal;
 use super::super::keys;
 use super::shared::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
 use crate::data::error::StoreError;
