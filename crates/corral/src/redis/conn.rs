@@ -120,7 +120,7 @@ impl Connection {
     }
 
     /// Sends `pipe` and reads its replies, bounded by `timeout`.
-    async fn pipelined(
+    pub(super) async fn pipelined(
         &self,
         pipe: &::redis::Pipeline,
         timeout: Duration,
@@ -218,11 +218,16 @@ pub(super) async fn bounded<T>(
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(store_error(what, &e)),
-        Err(_) => Err(StoreError::new(
-            StoreErrorKind::Timeout,
-            format!("redis {what}: no answer within {timeout:?}"),
-        )),
+        Err(_) => Err(timed_out(what, timeout)),
     }
+}
+
+/// The error of a call `what` that got no answer within `timeout`.
+pub(super) fn timed_out(what: &str, timeout: Duration) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Timeout,
+        format!("redis {what}: no answer within {timeout:?}"),
+    )
 }
 
 /// Classifies a redis-rs error: timeouts, unreachable or not-ready servers
@@ -288,7 +293,7 @@ fn wrong_type(e: &RedisError) -> bool {
 /// One reply of a pipeline sent with `ignore_errors`: a `WRONGTYPE` error
 /// is [`foreign`] data; any other error is classified as the whole
 /// pipeline's would be.
-fn answered(reply: Value) -> Result<Value, StoreError> {
+pub(super) fn answered(reply: Value) -> Result<Value, StoreError> {
     match reply {
         Value::ServerError(error) => {
             let error = RedisError::from(error);

@@ -4,6 +4,7 @@
 //! private).
 
 mod backoff;
+mod batch;
 mod client;
 mod cluster;
 mod conn;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use ::redis::{Client, Value};
 
+use self::batch::Reads;
 use self::cluster::Cluster;
 use self::conn::{bounded, store_error, unexpected, Connection};
 use self::expiries::Expiries;
@@ -433,6 +435,8 @@ pub struct RedisStore {
 struct Inner {
     target: String,
     connection: Connection,
+    /// Reads of value keys, batched while one is in flight.
+    reads: Reads,
     config: RedisConfig,
     rng: Mutex<fastrand::Rng>,
     subscriber: Subscriber,
@@ -646,6 +650,7 @@ impl RedisStore {
         Self {
             inner: Arc::new(Inner {
                 target,
+                reads: Reads::new(connection.clone(), config.op_timeout, runtime.clone()),
                 connection,
                 rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
                 subscriber,
@@ -704,7 +709,7 @@ impl RedisStore {
         if let Some(known) = expiries.get(id) {
             // A plain GET; its frame tells whether it is the write whose
             // expiry is remembered.
-            match self.inner.connection.get(name, timeout).await? {
+            match self.inner.reads.get(name, timeout).await? {
                 Value::Nil => {
                     expiries.forget(id);
                     return Ok(None);
@@ -726,7 +731,7 @@ impl RedisStore {
             }
         }
         let asked = std::time::Instant::now();
-        let (pttl, value) = self.inner.connection.read(name, timeout).await?;
+        let (pttl, value) = self.inner.reads.read(name, timeout).await?;
         match value {
             Value::BulkString(bytes) => {
                 let stored = stored(bytes, &pttl);

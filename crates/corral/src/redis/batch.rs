@@ -1,0 +1,363 @@
+//! Auto-batched reads of value keys: reads that arrive while one of the
+//! store's reads is in flight wait for it, then go out together.
+//!
+//! - A read that finds no read in flight goes out at once, alone, as the
+//!   command it would be unbatched (`GET`, or `PTTL` + `GET` pipelined):
+//!   a lone read pays two uncontended lock operations, no timer, no task.
+//! - A read that finds one in flight is queued. When the round trip in
+//!   flight ends (answered, failed, timed out or its caller dropped), the
+//!   queue is taken by one spawned *driver* task, which sends it as one
+//!   pipeline per hash slot — the `PTTL`s of the keys that need one, then
+//!   one `MGET` of all the keys — hands every read its answer, and goes on
+//!   with whatever queued meanwhile until the queue is empty. So at most
+//!   one round trip of batched reads is in flight per store, and a read
+//!   waits for at most the round trip ahead of it and its own.
+//! - `MGET` answers nil both for an absent key and for one holding another
+//!   Redis type (where `GET` answers `WRONGTYPE`, which the store reads as
+//!   foreign data). A batched read of a key whose `PTTL` says it exists
+//!   (or that had no `PTTL` asked) and that `MGET` answers nil is sent
+//!   again alone, so it answers exactly as an unbatched read would.
+//! - Every queued read is bounded by its own timeout, from the moment it
+//!   was asked; a caller that is dropped or gives up leaves its slot in
+//!   the batch unread, and nobody else's read depends on it. A batch that
+//!   fails fails every read in its pipeline with the same error.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ::redis::{ToRedisArgs, Value};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::conn::{answered, timed_out, unexpected, Connection};
+use super::keys::{self, ValueName};
+use crate::data::error::{StoreError, StoreErrorKind};
+
+/// The most reads one batch sends; more wait for the next round trip.
+const MAX_BATCH: usize = 512;
+
+/// `PTTL`'s answer for a key that does not exist.
+const ABSENT: i64 = -2;
+
+/// A store's batched reads over its command connection. Clones share the
+/// queue.
+#[derive(Clone)]
+pub(super) struct Reads {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connection: Connection,
+    /// Where drivers run when the read that hands its queue on is dropped
+    /// outside a runtime.
+    runtime: Handle,
+    /// The bound on one batch's round trip (the store's `op_timeout`).
+    timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Whether a read of this store is in flight (a lone read, or the
+    /// driver's batch). While it is, reads queue.
+    busy: bool,
+    queue: Vec<Queued>,
+}
+
+/// One read waiting for the next batch.
+struct Queued {
+    name: String,
+    /// Whether the read needs the key's `PTTL` too.
+    pttl: bool,
+    reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+/// What a batch answers one read.
+enum Answer {
+    /// The `PTTL` (`Nil` when not asked) and the value (`Nil`: absent).
+    Read(Value, Value),
+    /// `MGET` answered nil for a key that may hold another type: read it
+    /// alone.
+    Alone,
+}
+
+/// How a read goes out.
+enum Entry {
+    /// Alone, at once; the guard hands the queue on when it ends.
+    Alone(Flight),
+    /// In the next batch.
+    Queued(oneshot::Receiver<Result<Answer, StoreError>>),
+}
+
+impl Reads {
+    /// Batched reads over `connection`, each batch bounded by `timeout`;
+    /// drivers run on the runtime of the read that starts them, or on
+    /// `runtime`.
+    pub(super) fn new(connection: Connection, timeout: Duration, runtime: Handle) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                connection,
+                runtime,
+                timeout,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// A plain `GET` of a value key (one whose expiry the store
+    /// remembers), bounded by `timeout`.
+    pub(super) async fn get(
+        &self,
+        name: ValueName<'_>,
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
+        match self.enter(name, false) {
+            Entry::Alone(_flight) => self.shared.connection.get(name, timeout).await,
+            Entry::Queued(reply) => {
+                bounded(timeout, async {
+                    match waited(reply).await? {
+                        Answer::Read(_, value) => Ok(value),
+                        Answer::Alone => self.shared.connection.get(name, timeout).await,
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    /// A value key's `PTTL` and value (see [`Connection::read`]), bounded
+    /// by `timeout`.
+    pub(super) async fn read(
+        &self,
+        name: ValueName<'_>,
+        timeout: Duration,
+    ) -> Result<(Value, Value), StoreError> {
+        match self.enter(name, true) {
+            Entry::Alone(_flight) => self.shared.connection.read(name, timeout).await,
+            Entry::Queued(reply) => {
+                bounded(timeout, async {
+                    match waited(reply).await? {
+                        Answer::Read(pttl, value) => Ok((pttl, value)),
+                        Answer::Alone => self.shared.connection.read(name, timeout).await,
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    /// Sends the read alone if nothing is in flight, else queues it.
+    fn enter(&self, name: ValueName<'_>, pttl: bool) -> Entry {
+        let mut state = self.shared.lock();
+        if !state.busy {
+            state.busy = true;
+            drop(state);
+            return Entry::Alone(Flight {
+                shared: Arc::clone(&self.shared),
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        state.queue.push(Queued {
+            name: owned(name),
+            pttl,
+            reply,
+        });
+        Entry::Queued(answer)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends a round trip: clears `busy` if nothing queued, else takes the
+    /// next batch (`busy` stays set for it).
+    fn next_batch(&self) -> Option<Vec<Queued>> {
+        let mut state = self.lock();
+        if state.queue.is_empty() {
+            state.busy = false;
+            return None;
+        }
+        let rest = state.queue.len().saturating_sub(MAX_BATCH);
+        let batch = if rest == 0 {
+            std::mem::take(&mut state.queue)
+        } else {
+            let later = state.queue.split_off(MAX_BATCH);
+            std::mem::replace(&mut state.queue, later)
+        };
+        Some(batch)
+    }
+}
+
+/// A lone read in flight: when it ends, either way, the reads queued
+/// behind it go to a driver.
+struct Flight {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if let Some(batch) = self.shared.next_batch() {
+            let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
+            runtime.spawn(drive(Arc::clone(&self.shared), batch));
+        }
+    }
+}
+
+/// Sends batches until the queue is empty.
+async fn drive(shared: Arc<Shared>, mut batch: Vec<Queued>) {
+    let mut driving = Driving {
+        shared: &shared,
+        done: false,
+    };
+    loop {
+        // Callers that gave up need no answer.
+        batch.retain(|read| !read.reply.is_closed());
+        if !batch.is_empty() {
+            send(&shared.connection, batch, shared.timeout).await;
+        }
+        match shared.next_batch() {
+            Some(next) => batch = next,
+            None => {
+                driving.done = true;
+                return;
+            }
+        }
+    }
+}
+
+/// A driver running: if it is dropped before the queue is empty (its
+/// runtime shuts down), the queued reads fail at once (their answers are
+/// dropped) and the next read goes out alone.
+struct Driving<'a> {
+    shared: &'a Shared,
+    done: bool,
+}
+
+impl Drop for Driving<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let queue = {
+                let mut state = self.shared.lock();
+                state.busy = false;
+                std::mem::take(&mut state.queue)
+            };
+            drop(queue);
+        }
+    }
+}
+
+/// Sends `batch`, one pipeline per hash slot on a cluster, all at once,
+/// and answers every read.
+async fn send(connection: &Connection, batch: Vec<Queued>, timeout: Duration) {
+    match connection {
+        Connection::Standalone(_) => send_group(connection, batch, timeout).await,
+        Connection::Cluster(_) => {
+            let mut groups: std::collections::BTreeMap<u16, Vec<Queued>> = Default::default();
+            for read in batch {
+                groups.entry(keys::slot(&read.name)).or_default().push(read);
+            }
+            let sends = groups
+                .into_values()
+                .map(|group| send_group(connection, group, timeout));
+            futures_util::future::join_all(sends).await;
+        }
+    }
+}
+
+/// Sends the reads of one slot (on one server, any slots) as one
+/// pipeline — the `PTTL`s asked for, then one `MGET` — and answers each.
+async fn send_group(connection: &Connection, group: Vec<Queued>, timeout: Duration) {
+    let mut pipe = ::redis::pipe();
+    for read in group.iter().filter(|read| read.pttl) {
+        pipe.cmd("PTTL").arg(&read.name);
+    }
+    let mget = pipe.cmd("MGET");
+    for read in &group {
+        mget.arg(&read.name);
+    }
+    pipe.ignore_errors();
+    let answers = match connection.pipelined(&pipe, timeout).await {
+        Ok(reply) => answers(reply, &group),
+        Err(error) => Err(error),
+    };
+    match answers {
+        Ok(answers) => {
+            for (read, answer) in group.into_iter().zip(answers) {
+                // A caller that gave up no longer listens.
+                let _ = read.reply.send(answer);
+            }
+        }
+        Err(error) => {
+            for read in group {
+                let _ = read.reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Each read's answer from a group's pipeline reply.
+fn answers(reply: Value, group: &[Queued]) -> Result<Vec<Result<Answer, StoreError>>, StoreError> {
+    let asked = group.iter().filter(|read| read.pttl).count();
+    let Value::Array(mut items) = reply else {
+        return Err(unexpected("read", &reply));
+    };
+    if items.len() != asked + 1 {
+        return Err(unexpected("read", &Value::Array(items)));
+    }
+    let values = match items.pop().map(answered) {
+        Some(Ok(Value::Array(values))) if values.len() == group.len() => values,
+        Some(Ok(other)) => return Err(unexpected("read", &other)),
+        Some(Err(error)) => return Err(error),
+        None => return Err(unexpected("read", &Value::Nil)),
+    };
+    let mut pttls = items.into_iter();
+    let answers = group
+        .iter()
+        .zip(values)
+        .map(|(read, value)| {
+            let pttl = if read.pttl {
+                answered(pttls.next().unwrap_or(Value::Nil))?
+            } else {
+                Value::Nil
+            };
+            Ok(match (value, &pttl) {
+                (Value::Nil, Value::Int(ABSENT)) => Answer::Read(pttl, Value::Nil),
+                (Value::Nil, _) => Answer::Alone,
+                (value, _) => Answer::Read(pttl, value),
+            })
+        })
+        .collect();
+    Ok(answers)
+}
+
+/// A queued read's answer, once its batch is back.
+async fn waited(
+    reply: oneshot::Receiver<Result<Answer, StoreError>>,
+) -> Result<Answer, StoreError> {
+    match reply.await {
+        Ok(answer) => answer,
+        Err(_) => Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "redis read: its batch was dropped (the runtime is shutting down)",
+        )),
+    }
+}
+
+/// Runs `read` for at most `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    read: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or_else(|_| Err(timed_out("read", timeout)))
+}
+
+/// A value key's name as a string, for a queued read.
+fn owned(name: ValueName<'_>) -> String {
+    let bytes = name.to_redis_args().into_iter().next().unwrap_or_default();
+    // Written from `str`s and hex digits only.
+    String::from_utf8(bytes).unwrap_or_default()
+}
