@@ -118,7 +118,12 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
     }
     server.reset_stats();
     let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
-    let reads = within(PROMPT, "50 reads", join_all(keys.iter().map(|k| store.get(k)))).await;
+    let reads = within(
+        PROMPT,
+        "50 reads",
+        join_all(keys.iter().map(|k| store.get(k))),
+    )
+    .await;
     for (name, read) in names.iter().zip(&reads) {
         let stored = read
             .as_ref()
@@ -131,7 +136,11 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
     let stats = server.command_stats();
     // The first read alone, the 49 behind it in one MGET.
     assert_eq!(
-        (count(&stats, "get"), count(&stats, "mget"), count(&stats, "pttl")),
+        (
+            count(&stats, "get"),
+            count(&stats, "mget"),
+            count(&stats, "pttl")
+        ),
         (1, 1, 0),
         "{stats:?}"
     );
@@ -141,7 +150,12 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
     let fresh = names_seeded(&store, "fresh", 20).await;
     server.reset_stats();
     let keys: Vec<StoreKey> = fresh.iter().map(|name| key(name)).collect();
-    let reads = within(PROMPT, "20 reads", join_all(keys.iter().map(|k| store.get(k)))).await;
+    let reads = within(
+        PROMPT,
+        "20 reads",
+        join_all(keys.iter().map(|k| store.get(k))),
+    )
+    .await;
     for (name, read) in fresh.iter().zip(&reads) {
         let stored = read.as_ref().expect("read").as_ref().expect("present");
         assert_eq!(stored.bytes, bytes_of(name));
@@ -149,7 +163,11 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
     }
     let stats = server.command_stats();
     assert_eq!(
-        (count(&stats, "get"), count(&stats, "mget"), count(&stats, "pttl")),
+        (
+            count(&stats, "get"),
+            count(&stats, "mget"),
+            count(&stats, "pttl")
+        ),
         (1, 1, 20),
         "{stats:?}"
     );
@@ -172,7 +190,11 @@ async fn a_lone_read_is_the_command_it_was() {
     assert!(store.get(&k).await.expect("read").is_some());
     let stats = server.command_stats();
     assert_eq!(
-        (count(&stats, "get"), count(&stats, "pttl"), count(&stats, "mget")),
+        (
+            count(&stats, "get"),
+            count(&stats, "pttl"),
+            count(&stats, "mget")
+        ),
         (1, 1, 0),
         "{stats:?}"
     );
@@ -183,7 +205,11 @@ async fn a_lone_read_is_the_command_it_was() {
     }
     let stats = server.command_stats();
     assert_eq!(
-        (count(&stats, "get"), count(&stats, "pttl"), count(&stats, "mget")),
+        (
+            count(&stats, "get"),
+            count(&stats, "pttl"),
+            count(&stats, "mget")
+        ),
         (3, 0, 0),
         "{stats:?}"
     );
@@ -237,7 +263,12 @@ async fn a_batch_answers_every_kind_of_key_as_a_lone_read_does() {
     let first = names_seeded(&writer, "first", 1).await;
     let mut keys = vec![key(&first[0])];
     keys.extend(kinds.iter().map(|kind| key(kind)));
-    let reads = within(PROMPT, "reads", join_all(keys.iter().map(|k| batched.get(k)))).await;
+    let reads = within(
+        PROMPT,
+        "reads",
+        join_all(keys.iter().map(|k| batched.get(k))),
+    )
+    .await;
     let got: Vec<String> = reads[1..].iter().map(shape).collect();
     for ((kind, want), got) in kinds.iter().zip(&expected).zip(&got) {
         assert_eq!(got, want, "{kind}: batched vs lone");
@@ -272,7 +303,10 @@ async fn a_dropped_caller_in_a_queued_batch_does_not_affect_the_others() {
     for (at, (name, task)) in names.iter().zip(tasks).enumerate() {
         let joined = within(PROMPT, name, task).await;
         if at == 2 {
-            assert!(joined.is_err_and(|e| e.is_cancelled()), "{name} was aborted");
+            assert!(
+                joined.is_err_and(|e| e.is_cancelled()),
+                "{name} was aborted"
+            );
             continue;
         }
         let stored = joined
@@ -355,4 +389,56 @@ async fn a_cluster_batch_spanning_several_slots_answers_every_key() {
         "the batch did not reach several masters: {:?}",
         cluster.command_stats()
     );
+}
+
+#[tokio::test]
+async fn a_user_whose_acl_refuses_mget_reads_alone() {
+    let server = RedisServer::start();
+    // The commands a cache user needed before reads were batched.
+    let acl = [
+        "ACL",
+        "SETUSER",
+        "old-user",
+        "on",
+        ">secret",
+        "resetkeys",
+        "~corral:batch:*",
+        "resetchannels",
+        "&corral:batch:*",
+        "-@all",
+        "+get",
+        "+pttl",
+        "+set",
+        "+del",
+        "+pexpire",
+        "+publish",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+subscribe",
+        "+unsubscribe",
+        "+ping",
+    ];
+    assert_eq!(server.cli(&acl), "OK");
+    let url = format!("redis://old-user:secret@127.0.0.1:{}/", server.port());
+    let store = RedisStore::connect(&url, config())
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", log_tail(&server.log())));
+    let names = names_seeded(&store, "acl", 10).await;
+    let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
+    for round in 0..2 {
+        server.reset_stats();
+        let reads = within(PROMPT, "reads", join_all(keys.iter().map(|k| store.get(k)))).await;
+        for (name, read) in names.iter().zip(reads) {
+            let stored = read
+                .unwrap_or_else(|e| panic!("round {round}, read {name}: {e}"))
+                .unwrap_or_else(|| panic!("{name} absent"));
+            assert_eq!(stored.bytes, bytes_of(name));
+        }
+        let stats = server.command_stats();
+        if round == 1 {
+            // No longer batched: every read a lone GET.
+            assert_eq!(count(&stats, "get"), 10, "{stats:?}");
+        }
+    }
 }

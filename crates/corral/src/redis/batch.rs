@@ -17,19 +17,23 @@
 //!   foreign data). A batched read of a key whose `PTTL` says it exists
 //!   (or that had no `PTTL` asked) and that `MGET` answers nil is sent
 //!   again alone, so it answers exactly as an unbatched read would.
+//! - A user whose ACL refuses `MGET` (set up before reads were batched)
+//!   keeps working: the reads of that batch are sent again alone, and the
+//!   store stops batching (every read goes alone, as unbatched).
 //! - Every queued read is bounded by its own timeout, from the moment it
 //!   was asked; a caller that is dropped or gives up leaves its slot in
 //!   the batch unread, and nobody else's read depends on it. A batch that
 //!   fails fails every read in its pipeline with the same error.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ::redis::{ToRedisArgs, Value};
+use ::redis::{RedisError, ToRedisArgs, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::conn::{answered, timed_out, unexpected, Connection};
+use super::conn::{answered, refusal, timed_out, unexpected, Connection};
 use super::keys::{self, ValueName};
 use crate::data::error::{StoreError, StoreErrorKind};
 
@@ -54,6 +58,8 @@ struct Shared {
     /// The bound on one batch's round trip (the store's `op_timeout`).
     timeout: Duration,
     state: Mutex<State>,
+    /// Whether the server refused `MGET` (an ACL): every read goes alone.
+    unbatched: AtomicBool,
 }
 
 #[derive(Default)]
@@ -83,8 +89,9 @@ enum Answer {
 
 /// How a read goes out.
 enum Entry {
-    /// Alone, at once; the guard hands the queue on when it ends.
-    Alone(Flight),
+    /// Alone, at once; the guard hands the queue on when it ends (`None`:
+    /// the store does not batch).
+    Alone(Option<Flight>),
     /// In the next batch.
     Queued(oneshot::Receiver<Result<Answer, StoreError>>),
 }
@@ -100,6 +107,7 @@ impl Reads {
                 runtime,
                 timeout,
                 state: Mutex::new(State::default()),
+                unbatched: AtomicBool::new(false),
             }),
         }
     }
@@ -148,13 +156,16 @@ impl Reads {
 
     /// Sends the read alone if nothing is in flight, else queues it.
     fn enter(&self, name: ValueName<'_>, pttl: bool) -> Entry {
+        if self.shared.unbatched.load(Relaxed) {
+            return Entry::Alone(None);
+        }
         let mut state = self.shared.lock();
         if !state.busy {
             state.busy = true;
             drop(state);
-            return Entry::Alone(Flight {
+            return Entry::Alone(Some(Flight {
                 shared: Arc::clone(&self.shared),
-            });
+            }));
         }
         let (reply, answer) = oneshot::channel();
         state.queue.push(Queued {
@@ -215,7 +226,7 @@ async fn drive(shared: Arc<Shared>, mut batch: Vec<Queued>) {
         // Callers that gave up need no answer.
         batch.retain(|read| !read.reply.is_closed());
         if !batch.is_empty() {
-            send(&shared.connection, batch, shared.timeout).await;
+            send(&shared, batch).await;
         }
         match shared.next_batch() {
             Some(next) => batch = next,
@@ -250,17 +261,15 @@ impl Drop for Driving<'_> {
 
 /// Sends `batch`, one pipeline per hash slot on a cluster, all at once,
 /// and answers every read.
-async fn send(connection: &Connection, batch: Vec<Queued>, timeout: Duration) {
-    match connection {
-        Connection::Standalone(_) => send_group(connection, batch, timeout).await,
+async fn send(shared: &Shared, batch: Vec<Queued>) {
+    match shared.connection {
+        Connection::Standalone(_) => send_group(shared, batch).await,
         Connection::Cluster(_) => {
             let mut groups: std::collections::BTreeMap<u16, Vec<Queued>> = Default::default();
             for read in batch {
                 groups.entry(keys::slot(&read.name)).or_default().push(read);
             }
-            let sends = groups
-                .into_values()
-                .map(|group| send_group(connection, group, timeout));
+            let sends = groups.into_values().map(|group| send_group(shared, group));
             futures_util::future::join_all(sends).await;
         }
     }
@@ -268,7 +277,7 @@ async fn send(connection: &Connection, batch: Vec<Queued>, timeout: Duration) {
 
 /// Sends the reads of one slot (on one server, any slots) as one
 /// pipeline — the `PTTL`s asked for, then one `MGET` — and answers each.
-async fn send_group(connection: &Connection, group: Vec<Queued>, timeout: Duration) {
+async fn send_group(shared: &Shared, group: Vec<Queued>) {
     let mut pipe = ::redis::pipe();
     for read in group.iter().filter(|read| read.pttl) {
         pipe.cmd("PTTL").arg(&read.name);
@@ -278,7 +287,16 @@ async fn send_group(connection: &Connection, group: Vec<Queued>, timeout: Durati
         mget.arg(&read.name);
     }
     pipe.ignore_errors();
-    let answers = match connection.pipelined(&pipe, timeout).await {
+    let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
+        Ok(reply) if mget_refused(&reply) => {
+            if !shared.unbatched.swap(true, Relaxed) {
+                tracing::warn!(
+                    "redis refused MGET (ACL): reads are no longer batched; \
+                     allow +mget for the cache's user to batch them"
+                );
+            }
+            Ok(group.iter().map(|_| Ok(Answer::Alone)).collect())
+        }
         Ok(reply) => answers(reply, &group),
         Err(error) => Err(error),
     };
@@ -294,6 +312,18 @@ async fn send_group(connection: &Connection, group: Vec<Queued>, timeout: Durati
                 let _ = read.reply.send(Err(error.clone()));
             }
         }
+    }
+}
+
+/// Whether the `MGET` of a group's pipeline reply (its last) is an ACL
+/// refusal.
+fn mget_refused(reply: &Value) -> bool {
+    match reply {
+        Value::Array(items) => matches!(
+            items.last(),
+            Some(Value::ServerError(error)) if refusal(&RedisError::from(error.clone())).is_some()
+        ),
+        _ => false,
     }
 }
 

@@ -380,7 +380,28 @@ impl RedisConfig {
 /// rebuilds its connection from the seed nodes (reading the current slot
 /// map) after 3 failed calls in a row: after a master is killed, redis-rs's
 /// cluster client can otherwise keep sending its slots toward the dead
-/// node.
+/// node.///
+/// **Reads are batched while one is in flight.** A read ([`Store::get`])
+/// that finds no other read of this store in flight goes out at once,
+/// alone, as described above (one `GET`, or `PTTL` + `GET`): a lone read
+/// waits for nothing and sends what it always sent. Reads that arrive
+/// while one is in flight queue; when it ends (answered, failed or timed
+/// out), one background task sends everything queued in one round trip —
+/// per hash slot (one pipeline for a standalone server) the `PTTL`s of the
+/// keys that need one, then one `MGET` of all the keys — answers each read,
+/// and goes on with what queued meanwhile. So under concurrency a store's
+/// reads cost Redis one `MGET` per round trip instead of a command or two
+/// per read, and at most one batch per store is in flight. A queued read
+/// is bounded by [`RedisConfig::op_timeout`] from when it was asked, and a
+/// caller that gives up or is dropped is simply left out; a batch that
+/// fails fails each of its reads with the error a lone read would have had
+/// ([`StoreErrorKind::Timeout`], [`StoreErrorKind::Unavailable`], ...).
+/// `MGET` answers nil where `GET` answers `WRONGTYPE`, so a key that `MGET`
+/// answers nil and that may exist (its `PTTL` in the batch does not say
+/// absent, or it had none: a remembered key) is read again alone: foreign
+/// data reads as described under "Foreign data", and a remembered key that
+/// was deleted costs a second round trip. A user whose ACL refuses `MGET`
+/// keeps working: the store then sends every read alone.
 ///
 /// # What it needs from Redis
 ///
@@ -398,11 +419,14 @@ impl RedisConfig {
 ///
 /// ```text
 /// ACL SETUSER orders-app on >password resetkeys ~corral:orders:* resetchannels &corral:orders:*
-///     -@all +get +pttl +set +del +pexpire +publish +evalsha +eval +script|load
+///     -@all +get +mget +pttl +set +del +pexpire +publish +evalsha +eval +script|load
 ///     +subscribe +unsubscribe +ping
 /// ```
 ///
-/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.)
+/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts;
+/// `MGET` reads batches, see "Round trips and timeouts": a user refused
+/// `MGET` still works, its reads each sent alone, as a warning logged once
+/// says.)
 /// A call the ACL refuses — a cache of another namespace on the same
 /// store, a missing command — fails with [`StoreErrorKind::Denied`] and a
 /// message that says it was refused by the ACL: `set` and `invalidate`
