@@ -4,9 +4,10 @@
 //! reads do, and stay bounded by the operation timeout.
 //!
 //! The tests run on tokio's current-thread runtime, where the order is
-//! fixed: of reads started together (`join_all`), the first one polled goes
-//! out alone and the others queue behind it, so each test knows which reads
-//! share a batch. Value key names are found on the server (the one key
+//! fixed: of reads started together (`join_all`), the first [`LONE`] polled
+//! go out alone (a store keeps that many round trips of reads in flight)
+//! and the others queue behind them, so each test knows which reads share
+//! a batch. Value key names are found on the server (the one key
 //! holding a marker the test wrote), not computed, so the tests do not
 //! depend on the key layout.
 #![cfg(feature = "redis")]
@@ -28,6 +29,9 @@ const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const SLACK: Duration = Duration::from_millis(250);
 /// Bound on any wait that should end promptly.
 const PROMPT: Duration = Duration::from_secs(5);
+/// Reads of one store that go out alone before others queue: the round
+/// trips of reads a store keeps in flight.
+const LONE: u64 = 2;
 
 fn config() -> RedisConfig {
     RedisConfig::default()
@@ -134,14 +138,14 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
         assert!(stored.generation.is_some() && stored.remaining.is_some());
     }
     let stats = server.command_stats();
-    // The first read alone, the 49 behind it in one MGET.
+    // The first reads alone, the 48 behind them in one MGET.
     assert_eq!(
         (
             count(&stats, "get"),
             count(&stats, "mget"),
             count(&stats, "pttl")
         ),
-        (1, 1, 0),
+        (LONE, 1, 0),
         "{stats:?}"
     );
 
@@ -168,7 +172,7 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
             count(&stats, "mget"),
             count(&stats, "pttl")
         ),
-        (1, 1, 20),
+        (LONE, 1, 20),
         "{stats:?}"
     );
 }
@@ -283,8 +287,10 @@ async fn a_batch_answers_every_kind_of_key_as_a_lone_read_does() {
 async fn a_dropped_caller_in_a_queued_batch_does_not_affect_the_others() {
     let server = RedisServer::start();
     let store = connect(&server, config().op_timeout(Duration::from_secs(5))).await;
-    let names = names_seeded(&store, "dropped", 4).await;
-    // Frozen: the first read stays in flight, the others queue behind it.
+    let names = names_seeded(&store, "dropped", LONE as usize + 3).await;
+    // Queued between two others.
+    let dropped = LONE as usize + 1;
+    // Frozen: the first reads stay in flight, the others queue behind them.
     server.freeze();
     let tasks: Vec<_> = names
         .iter()
@@ -298,11 +304,11 @@ async fn a_dropped_caller_in_a_queued_batch_does_not_affect_the_others() {
     for _ in 0..3 {
         tokio::task::yield_now().await;
     }
-    tasks[2].abort();
+    tasks[dropped].abort();
     server.thaw();
     for (at, (name, task)) in names.iter().zip(tasks).enumerate() {
         let joined = within(PROMPT, name, task).await;
-        if at == 2 {
+        if at == dropped {
             assert!(
                 joined.is_err_and(|e| e.is_cancelled()),
                 "{name} was aborted"

@@ -1,17 +1,21 @@
-//! Auto-batched reads of value keys: reads that arrive while one of the
-//! store's reads is in flight wait for it, then go out together.
+//! Auto-batched reads of value keys: reads that arrive while the store's
+//! reads are in flight wait for one of them to end, then go out together.
 //!
-//! - A read that finds no read in flight goes out at once, alone, as the
-//!   command it would be unbatched (`GET`, or `PTTL` + `GET` pipelined):
-//!   a lone read pays two uncontended lock operations, no timer, no task.
-//! - A read that finds one in flight is queued. When the round trip in
-//!   flight ends (answered, failed, timed out or its caller dropped), the
-//!   queue is taken by one spawned *driver* task, which sends it as one
-//!   pipeline per hash slot — the `PTTL`s of the keys that need one, then
-//!   one `MGET` of all the keys — hands every read its answer, and goes on
-//!   with whatever queued meanwhile until the queue is empty. So at most
-//!   one round trip of batched reads is in flight per store, and a read
-//!   waits for at most the round trip ahead of it and its own.
+//! - A read that finds fewer than [`IN_FLIGHT`] round trips of reads in
+//!   flight goes out at once, alone, as the command it would be unbatched
+//!   (`GET`, or `PTTL` + `GET` pipelined): a lone read pays two
+//!   uncontended lock operations, no timer, no task.
+//! - A read that finds [`IN_FLIGHT`] of them in flight is queued. When one
+//!   ends (answered, failed, timed out or its caller dropped), the queue
+//!   is taken by one spawned *driver* task, which sends it as one pipeline
+//!   per hash slot — the `PTTL`s of the keys that need one, then one
+//!   `MGET` of all the keys — hands every read its answer, and goes on
+//!   with whatever queued meanwhile until the queue is empty. The round
+//!   trip that ended hands its place to the driver, so at most
+//!   [`IN_FLIGHT`] round trips of reads are in flight per store, and a
+//!   read waits for at most a round trip ahead of it and its own. Two in
+//!   flight keep both the server and this process busy: while one batch
+//!   is on the wire, the answers of the other are being used.
 //! - `MGET` answers nil both for an absent key and for one holding another
 //!   Redis type (where `GET` answers `WRONGTYPE`, which the store reads as
 //!   foreign data). A batched read of a key whose `PTTL` says it exists
@@ -29,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ::redis::{RedisError, ToRedisArgs, Value};
+use ::redis::{Cmd, RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -39,6 +43,9 @@ use crate::data::error::{StoreError, StoreErrorKind};
 
 /// The most reads one batch sends; more wait for the next round trip.
 const MAX_BATCH: usize = 512;
+
+/// Round trips of reads in flight at once, per store: more reads queue.
+const IN_FLIGHT: usize = 2;
 
 /// `PTTL`'s answer for a key that does not exist.
 const ABSENT: i64 = -2;
@@ -64,9 +71,9 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    /// Whether a read of this store is in flight (a lone read, or the
-    /// driver's batch). While it is, reads queue.
-    busy: bool,
+    /// Round trips of reads in flight (lone reads and drivers' batches),
+    /// at most [`IN_FLIGHT`]. While they are that many, reads queue.
+    in_flight: usize,
     queue: Vec<Queued>,
 }
 
@@ -160,8 +167,8 @@ impl Reads {
             return Entry::Alone(None);
         }
         let mut state = self.shared.lock();
-        if !state.busy {
-            state.busy = true;
+        if state.in_flight < IN_FLIGHT {
+            state.in_flight += 1;
             drop(state);
             return Entry::Alone(Some(Flight {
                 shared: Arc::clone(&self.shared),
@@ -182,17 +189,18 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Ends a round trip: clears `busy` if nothing queued, else takes the
-    /// next batch (`busy` stays set for it).
+    /// Ends a round trip: frees its place if nothing queued, else takes
+    /// the next batch (which keeps the place).
     fn next_batch(&self) -> Option<Vec<Queued>> {
         let mut state = self.lock();
         if state.queue.is_empty() {
-            state.busy = false;
+            state.in_flight -= 1;
             return None;
         }
-        let rest = state.queue.len().saturating_sub(MAX_BATCH);
-        let batch = if rest == 0 {
-            std::mem::take(&mut state.queue)
+        let queued = state.queue.len();
+        let batch = if queued <= MAX_BATCH {
+            // The next queue is likely about as long: room for it at once.
+            std::mem::replace(&mut state.queue, Vec::with_capacity(queued))
         } else {
             let later = state.queue.split_off(MAX_BATCH);
             std::mem::replace(&mut state.queue, later)
@@ -251,8 +259,13 @@ impl Drop for Driving<'_> {
         if !self.done {
             let queue = {
                 let mut state = self.shared.lock();
-                state.busy = false;
-                std::mem::take(&mut state.queue)
+                state.in_flight -= 1;
+                // Nobody else in flight takes the queue on.
+                if state.in_flight == 0 {
+                    std::mem::take(&mut state.queue)
+                } else {
+                    Vec::new()
+                }
             };
             drop(queue);
         }
@@ -278,14 +291,18 @@ async fn send(shared: &Shared, batch: Vec<Queued>) {
 /// Sends the reads of one slot (on one server, any slots) as one
 /// pipeline — the `PTTL`s asked for, then one `MGET` — and answers each.
 async fn send_group(shared: &Shared, group: Vec<Queued>) {
-    let mut pipe = ::redis::pipe();
+    let pttls = group.iter().filter(|read| read.pttl).count();
+    let mut pipe = ::redis::Pipeline::with_capacity(pttls + 1);
     for read in group.iter().filter(|read| read.pttl) {
         pipe.cmd("PTTL").arg(&read.name);
     }
-    let mget = pipe.cmd("MGET");
+    let bytes = group.iter().map(|read| read.name.len()).sum::<usize>();
+    let mut mget = Cmd::with_capacity(group.len() + 1, bytes + 4);
+    mget.arg("MGET");
     for read in &group {
         mget.arg(&read.name);
     }
+    pipe.add_command(mget);
     pipe.ignore_errors();
     let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
         Ok(reply) if mget_refused(&reply) => {
@@ -385,9 +402,24 @@ async fn bounded<T>(
         .unwrap_or_else(|_| Err(timed_out("read", timeout)))
 }
 
-/// A value key's name as a string, for a queued read.
+/// A value key's name as a string, for a queued read: one allocation of
+/// its exact length.
 fn owned(name: ValueName<'_>) -> String {
-    let bytes = name.to_redis_args().into_iter().next().unwrap_or_default();
+    let mut buffer = Name(Vec::with_capacity(name.len()));
+    name.write_redis_args(&mut buffer);
     // Written from `str`s and hex digits only.
-    String::from_utf8(bytes).unwrap_or_default()
+    String::from_utf8(buffer.0).unwrap_or_default()
+}
+
+/// One argument's bytes, as a [`RedisWrite`] that appends to them.
+struct Name(Vec<u8>);
+
+impl RedisWrite for Name {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.0.extend_from_slice(arg);
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        &mut self.0
+    }
 }

@@ -380,22 +380,26 @@ impl RedisConfig {
 /// rebuilds its connection from the seed nodes (reading the current slot
 /// map) after 3 failed calls in a row: after a master is killed, redis-rs's
 /// cluster client can otherwise keep sending its slots toward the dead
-/// node.///
-/// **Reads are batched while one is in flight.** A read ([`Store::get`])
-/// that finds no other read of this store in flight goes out at once,
-/// alone, as described above (one `GET`, or `PTTL` + `GET`): a lone read
-/// waits for nothing and sends what it always sent. Reads that arrive
-/// while one is in flight queue; when it ends (answered, failed or timed
-/// out), one background task sends everything queued in one round trip —
-/// per hash slot (one pipeline for a standalone server) the `PTTL`s of the
-/// keys that need one, then one `MGET` of all the keys — answers each read,
-/// and goes on with what queued meanwhile. So under concurrency a store's
-/// reads cost Redis one `MGET` per round trip instead of a command or two
-/// per read, and at most one batch per store is in flight. A queued read
-/// is bounded by [`RedisConfig::op_timeout`] from when it was asked, and a
-/// caller that gives up or is dropped is simply left out; a batch that
-/// fails fails each of its reads with the error a lone read would have had
-/// ([`StoreErrorKind::Timeout`], [`StoreErrorKind::Unavailable`], ...).
+/// node.
+///
+/// **Reads are batched while others are in flight.** A read
+/// ([`Store::get`]) that finds fewer than two round trips of this store's
+/// reads in flight goes out at once, alone, as described above (one
+/// `GET`, or `PTTL` + `GET`): a lone read waits for nothing and sends what
+/// it always sent. Reads that arrive while two are in flight queue; when
+/// one ends (answered, failed or timed out), one background task sends
+/// everything queued in one round trip — per hash slot (one pipeline for a
+/// standalone server) the `PTTL`s of the keys that need one, then one
+/// `MGET` of all the keys — answers each read, and goes on with what
+/// queued meanwhile. So under concurrency a store's reads cost Redis one
+/// `MGET` per round trip instead of a command or two per read. A queued
+/// read is bounded by [`RedisConfig::op_timeout`] from when it was asked,
+/// and a caller that gives up or is dropped is simply left out; a batch
+/// that fails fails each of its reads with the error a lone read would
+/// have had ([`StoreErrorKind::Timeout`], [`StoreErrorKind::Unavailable`],
+/// ...). A read in flight holds its place until its caller's future ends
+/// or is dropped: reads queued behind a future that is polled once and
+/// then left unpolled wait for the other place (or their timeout).
 /// `MGET` answers nil where `GET` answers `WRONGTYPE`, so a key that `MGET`
 /// answers nil and that may exist (its `PTTL` in the batch does not say
 /// absent, or it had none: a remembered key) is read again alone: foreign
