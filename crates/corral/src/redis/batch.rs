@@ -161,7 +161,8 @@ impl Reads {
         }
     }
 
-    /// Sends the read alone if nothing is in flight, else queues it.
+    /// Sends the read alone if fewer than [`IN_FLIGHT`] round trips are in
+    /// flight (taking a place), else queues it.
     fn enter(&self, name: ValueName<'_>, pttl: bool) -> Entry {
         if self.shared.unbatched.load(Relaxed) {
             return Entry::Alone(None);
@@ -194,7 +195,7 @@ impl Shared {
     fn next_batch(&self) -> Option<Vec<Queued>> {
         let mut state = self.lock();
         if state.queue.is_empty() {
-            state.in_flight -= 1;
+            state.in_flight = state.in_flight.saturating_sub(1);
             return None;
         }
         let queued = state.queue.len();
@@ -247,8 +248,9 @@ async fn drive(shared: Arc<Shared>, mut batch: Vec<Queued>) {
 }
 
 /// A driver running: if it is dropped before the queue is empty (its
-/// runtime shuts down), the queued reads fail at once (their answers are
-/// dropped) and the next read goes out alone.
+/// runtime shuts down), it gives its place up, and unless another round
+/// trip is in flight to take the queue on, the queued reads fail at once
+/// (their answers are dropped).
 struct Driving<'a> {
     shared: &'a Shared,
     done: bool,
@@ -259,7 +261,7 @@ impl Drop for Driving<'_> {
         if !self.done {
             let queue = {
                 let mut state = self.shared.lock();
-                state.in_flight -= 1;
+                state.in_flight = state.in_flight.saturating_sub(1);
                 // Nobody else in flight takes the queue on.
                 if state.in_flight == 0 {
                     std::mem::take(&mut state.queue)
