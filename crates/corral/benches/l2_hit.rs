@@ -6,8 +6,10 @@
 //! a 2-worker multi-thread runtime), each reading its own key 20 times in a
 //! row, awaited to the end — 1,000 reads. `bare_get_mux` reads the value
 //! keys with `GET` on one redis-rs `MultiplexedConnection`;
-//! `redis_store_get` reads them through `Store::get` (a pipelined `PTTL` +
-//! `GET`, the frame split off, the generation parsed); `cache_get_or_fill`
+//! `redis_store_get` reads them through `Store::get` (a plain `GET` of a
+//! value it read before, or reads batched into one `MGET` while two round
+//! trips of reads are in flight; the frame split off, the generation
+//! parsed); `cache_get_or_fill`
 //! reads 50 other keys through a `Cache<String>` on the same store with no
 //! L1 (the whole L2 hit: the flight, the read, the decode, the tag check);
 //! `cache_get_or_fill_3_tags` the same on entries filled with three tags

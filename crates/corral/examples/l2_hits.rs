@@ -13,6 +13,8 @@
 //! wrote. It prints, per variant, the median over rounds of reads per
 //! second and of the per-round ratio to the bare `GET` of the same round
 //! (these machines are noisy: only ratios taken moments apart compare).
+//! `L2_HITS_TASKS=N` runs N tasks instead of 50 (at most 50; `1`: one
+//! task alone, the latency of a lone read).
 //! `L2_HITS_VARIANTS=store,cache` runs only the variants whose names start
 //! with one of the given prefixes, beside the baseline (more rounds in the
 //! same time); `L2_HITS_PROFILE=<prefix>` runs one variant alone, for a
@@ -57,6 +59,7 @@ use corral_testkit::RedisServer;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::Value;
 
+/// The keys seeded, and the tasks run unless `L2_HITS_TASKS` says fewer.
 const TASKS: usize = 50;
 /// Keys per task of the L1-miss variant, and its L1's entries.
 const ROTATION: usize = 64;
@@ -375,12 +378,20 @@ struct Sample {
     server_us: f64,
 }
 
-/// Reads per second of `TASKS` tasks each reading its own key for `ms`.
+/// How many tasks read at once: `L2_HITS_TASKS`, 1 to `TASKS` (default).
+fn tasks() -> usize {
+    std::env::var("L2_HITS_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .map_or(TASKS, |n: usize| n.clamp(1, TASKS))
+}
+
+/// Reads per second of [`tasks`] tasks each reading its own key for `ms`.
 async fn measure(ctx: &Arc<Ctx>, variant: Variant, ms: u64, server_pid: &str) -> Sample {
     let (client0, server0) = (cpu_micros("self"), cpu_micros(server_pid));
     let start = Instant::now();
     let deadline = start + Duration::from_millis(ms);
-    let tasks: Vec<_> = (0..TASKS)
+    let tasks: Vec<_> = (0..tasks())
         .map(|i| {
             let ctx = Arc::clone(ctx);
             tokio::spawn(async move {
@@ -576,7 +587,8 @@ async fn run(rounds: u64, ms: u64) {
         eprintln!("round {}/{rounds} done", round + 1);
     }
     println!(
-        "{TASKS} tasks x own key, {rounds} rounds x {ms} ms per variant, redis-server {}",
+        "{} tasks x own key, {rounds} rounds x {ms} ms per variant, redis-server {}",
+        tasks(),
         server
             .cli(&["INFO", "server"])
             .lines()

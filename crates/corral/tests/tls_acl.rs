@@ -294,6 +294,7 @@ const CACHE_USER_ACL: &[&str] = &[
     "&corral:allowed:*",
     "-@all",
     "+get",
+    "+mget",
     "+pttl",
     "+set",
     "+del",

@@ -120,7 +120,7 @@ impl Connection {
     }
 
     /// Sends `pipe` and reads its replies, bounded by `timeout`.
-    async fn pipelined(
+    pub(super) async fn pipelined(
         &self,
         pipe: &::redis::Pipeline,
         timeout: Duration,
@@ -224,7 +224,7 @@ fn wrong_type(e: &RedisError) -> bool {
 /// One reply of a pipeline sent with `ignore_errors`: a `WRONGTYPE` error
 /// is [`foreign`] data; any other error is classified as the whole
 /// pipeline's would be.
-fn answered(reply: Value) -> Result<Value, StoreError> {
+pub(super) fn answered(reply: Value) -> Result<Value, StoreError> {
     match reply {
         Value::ServerError(error) => {
             let error = RedisError::from(error);

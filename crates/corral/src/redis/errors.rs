@@ -19,11 +19,16 @@ pub(super) async fn bounded<T>(
     match tokio::time::timeout(timeout, call).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(store_error(what, &e)),
-        Err(_) => Err(StoreError::new(
-            StoreErrorKind::Timeout,
-            format!("redis {what}: no answer within {timeout:?}"),
-        )),
+        Err(_) => Err(timed_out(what, timeout)),
     }
+}
+
+/// The error of a call `what` that got no answer within `timeout`.
+pub(super) fn timed_out(what: &str, timeout: Duration) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Timeout,
+        format!("redis {what}: no answer within {timeout:?}"),
+    )
 }
 
 /// Classifies a redis-rs error: timeouts, unreachable or not-ready servers

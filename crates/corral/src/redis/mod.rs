@@ -4,6 +4,7 @@
 //! private).
 
 mod backoff;
+mod batch;
 mod client;
 mod cluster;
 mod conn;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use ::redis::Value;
 
+use self::batch::Reads;
 use self::cluster::Cluster;
 use self::conn::Connection;
 use self::errors::{bounded, store_error, unexpected};
@@ -499,6 +501,31 @@ pub struct RedisKeys {
 /// cluster client can otherwise keep sending its slots toward the dead
 /// node.
 ///
+/// **Reads are batched while others are in flight.** A read
+/// ([`Store::get`]) that finds fewer than two round trips of this store's
+/// reads in flight goes out at once, alone, as described above (one
+/// `GET`, or `PTTL` + `GET`): a lone read waits for nothing and sends what
+/// it always sent. Reads that arrive while two are in flight queue; when
+/// one ends (answered, failed or timed out), one background task sends
+/// everything queued in one round trip — per hash slot (one pipeline for a
+/// standalone server) the `PTTL`s of the keys that need one, then one
+/// `MGET` of all the keys — answers each read, and goes on with what
+/// queued meanwhile. So under concurrency a store's reads cost Redis one
+/// `MGET` per round trip instead of a command or two per read. A queued
+/// read is bounded by [`RedisConfig::op_timeout`] from when it was asked,
+/// and a caller that gives up or is dropped is simply left out; a batch
+/// that fails fails each of its reads with the error a lone read would
+/// have had ([`StoreErrorKind::Timeout`], [`StoreErrorKind::Unavailable`],
+/// ...). A read in flight holds its place until its caller's future ends
+/// or is dropped: reads queued behind a future that is polled once and
+/// then left unpolled wait for the other place (or their timeout).
+/// `MGET` answers nil where `GET` answers `WRONGTYPE`, so a key that `MGET`
+/// answers nil and that may exist (its `PTTL` in the batch does not say
+/// absent, or it had none: a remembered key) is read again alone: foreign
+/// data reads as described under "Foreign data", and a remembered key that
+/// was deleted costs a second round trip. A user whose ACL refuses `MGET`
+/// keeps working: the store then sends every read alone.
+///
 /// # Sentinel
 ///
 /// [`connect_sentinel`](Self::connect_sentinel) takes the name of a
@@ -588,12 +615,15 @@ pub struct RedisKeys {
 ///
 /// ```text
 /// ACL SETUSER orders-app on >password resetkeys ~corral:orders:* resetchannels &corral:orders:*
-///     -@all +get +pttl +set +del +pexpire +publish +evalsha +eval +script|load
+///     -@all +get +mget +pttl +set +del +pexpire +publish +evalsha +eval +script|load
 ///     +subscribe +unsubscribe +ping
 /// ```
 ///
-/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts.) On a
-/// cluster, add `+spublish +ssubscribe +sunsubscribe` (the sharded channels
+/// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts;
+/// `MGET` reads batches, see "Round trips and timeouts": a user refused
+/// `MGET` still works, its reads each sent alone, as a warning logged once
+/// says.)
+/// On a cluster, add `+spublish +ssubscribe +sunsubscribe` (the sharded channels
 /// match `&corral:orders:*` too).
 /// Under Sentinel, the user also needs `+role` on the data nodes (the
 /// master is checked before use), and the sentinels' user (in their
@@ -631,6 +661,8 @@ pub struct RedisStore {
 struct Inner {
     target: String,
     connection: Connection,
+    /// Reads of value keys, batched while one is in flight.
+    reads: Reads,
     config: RedisConfig,
     rng: Mutex<fastrand::Rng>,
     subscriber: Subscriber,
@@ -948,6 +980,7 @@ impl RedisStore {
         Self {
             inner: Arc::new(Inner {
                 target,
+                reads: Reads::new(connection.clone(), config.op_timeout, runtime.clone()),
                 connection,
                 rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
                 subscriber,
@@ -1054,7 +1087,7 @@ impl RedisStore {
         if let Some(known) = expiries.get(id) {
             // A plain GET; its frame tells whether it is the write whose
             // expiry is remembered.
-            match self.inner.connection.get(name, timeout).await? {
+            match self.inner.reads.get(name, timeout).await? {
                 Value::Nil => {
                     expiries.forget(id);
                     return Ok(None);
@@ -1076,7 +1109,7 @@ impl RedisStore {
             }
         }
         let asked = std::time::Instant::now();
-        let (pttl, value) = self.inner.connection.read(name, timeout).await?;
+        let (pttl, value) = self.inner.reads.read(name, timeout).await?;
         match value {
             Value::BulkString(bytes) => {
                 let stored = stored(bytes, &pttl);

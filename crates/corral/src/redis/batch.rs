@@ -1,0 +1,428 @@
+//! Auto-batched reads of value keys: reads that arrive while the store's
+//! reads are in flight wait for one of them to end, then go out together.
+//!
+//! - A read that finds fewer than [`IN_FLIGHT`] round trips of reads in
+//!   flight goes out at once, alone, as the command it would be unbatched
+//!   (`GET`, or `PTTL` + `GET` pipelined): a lone read pays two
+//!   uncontended lock operations, no timer, no task.
+//! - A read that finds [`IN_FLIGHT`] of them in flight is queued. When one
+//!   ends (answered, failed, timed out or its caller dropped), the queue
+//!   is taken by one spawned *driver* task, which sends it as one pipeline
+//!   per hash slot — the `PTTL`s of the keys that need one, then one
+//!   `MGET` of all the keys — hands every read its answer, and goes on
+//!   with whatever queued meanwhile until the queue is empty. The round
+//!   trip that ended hands its place to the driver, so at most
+//!   [`IN_FLIGHT`] round trips of reads are in flight per store, and a
+//!   read waits for at most a round trip ahead of it and its own. Two in
+//!   flight keep both the server and this process busy: while one batch
+//!   is on the wire, the answers of the other are being used.
+//! - `MGET` answers nil both for an absent key and for one holding another
+//!   Redis type (where `GET` answers `WRONGTYPE`, which the store reads as
+//!   foreign data). A batched read of a key whose `PTTL` says it exists
+//!   (or that had no `PTTL` asked) and that `MGET` answers nil is sent
+//!   again alone, so it answers exactly as an unbatched read would.
+//! - A user whose ACL refuses `MGET` (set up before reads were batched)
+//!   keeps working: the reads of that batch are sent again alone, and the
+//!   store stops batching (every read goes alone, as unbatched).
+//! - Every queued read is bounded by its own timeout, from the moment it
+//!   was asked; a caller that is dropped or gives up leaves its slot in
+//!   the batch unread, and nobody else's read depends on it. A batch that
+//!   fails fails every read in its pipeline with the same error.
+
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use ::redis::{Cmd, RedisError, RedisWrite, ToRedisArgs, Value};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::conn::{answered, Connection};
+use super::errors::{refusal, timed_out, unexpected};
+use super::keys::{self, ValueName};
+use crate::data::error::{StoreError, StoreErrorKind};
+
+/// The most reads one batch sends; more wait for the next round trip.
+const MAX_BATCH: usize = 512;
+
+/// Round trips of reads in flight at once, per store: more reads queue.
+const IN_FLIGHT: usize = 2;
+
+/// `PTTL`'s answer for a key that does not exist.
+const ABSENT: i64 = -2;
+
+/// A store's batched reads over its command connection. Clones share the
+/// queue.
+#[derive(Clone)]
+pub(super) struct Reads {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    connection: Connection,
+    /// Where drivers run when the read that hands its queue on is dropped
+    /// outside a runtime.
+    runtime: Handle,
+    /// The bound on one batch's round trip (the store's `op_timeout`).
+    timeout: Duration,
+    state: Mutex<State>,
+    /// Whether the server refused `MGET` (an ACL): every read goes alone.
+    unbatched: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    /// Round trips of reads in flight (lone reads and drivers' batches),
+    /// at most [`IN_FLIGHT`]. While they are that many, reads queue.
+    in_flight: usize,
+    queue: Vec<Queued>,
+}
+
+/// One read waiting for the next batch.
+struct Queued {
+    name: String,
+    /// Whether the read needs the key's `PTTL` too.
+    pttl: bool,
+    reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+/// What a batch answers one read.
+enum Answer {
+    /// The `PTTL` (`Nil` when not asked) and the value (`Nil`: absent).
+    Read(Value, Value),
+    /// `MGET` answered nil for a key that may hold another type: read it
+    /// alone.
+    Alone,
+}
+
+/// How a read goes out.
+enum Entry {
+    /// Alone, at once; the guard hands the queue on when it ends (`None`:
+    /// the store does not batch).
+    Alone(Option<Flight>),
+    /// In the next batch.
+    Queued(oneshot::Receiver<Result<Answer, StoreError>>),
+}
+
+impl Reads {
+    /// Batched reads over `connection`, each batch bounded by `timeout`;
+    /// drivers run on the runtime of the read that starts them, or on
+    /// `runtime`.
+    pub(super) fn new(connection: Connection, timeout: Duration, runtime: Handle) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                connection,
+                runtime,
+                timeout,
+                state: Mutex::new(State::default()),
+                unbatched: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// A plain `GET` of a value key (one whose expiry the store
+    /// remembers), bounded by `timeout`.
+    pub(super) async fn get(
+        &self,
+        name: ValueName<'_>,
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
+        match self.enter(name, false) {
+            Entry::Alone(_flight) => self.shared.connection.get(name, timeout).await,
+            Entry::Queued(reply) => {
+                bounded(timeout, async {
+                    match waited(reply).await? {
+                        Answer::Read(_, value) => Ok(value),
+                        Answer::Alone => self.shared.connection.get(name, timeout).await,
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    /// A value key's `PTTL` and value (see [`Connection::read`]), bounded
+    /// by `timeout`.
+    pub(super) async fn read(
+        &self,
+        name: ValueName<'_>,
+        timeout: Duration,
+    ) -> Result<(Value, Value), StoreError> {
+        match self.enter(name, true) {
+            Entry::Alone(_flight) => self.shared.connection.read(name, timeout).await,
+            Entry::Queued(reply) => {
+                bounded(timeout, async {
+                    match waited(reply).await? {
+                        Answer::Read(pttl, value) => Ok((pttl, value)),
+                        Answer::Alone => self.shared.connection.read(name, timeout).await,
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    /// Sends the read alone if fewer than [`IN_FLIGHT`] round trips are in
+    /// flight (taking a place), else queues it.
+    fn enter(&self, name: ValueName<'_>, pttl: bool) -> Entry {
+        if self.shared.unbatched.load(Relaxed) {
+            return Entry::Alone(None);
+        }
+        let mut state = self.shared.lock();
+        if state.in_flight < IN_FLIGHT {
+            state.in_flight += 1;
+            drop(state);
+            return Entry::Alone(Some(Flight {
+                shared: Arc::clone(&self.shared),
+            }));
+        }
+        let (reply, answer) = oneshot::channel();
+        state.queue.push(Queued {
+            name: owned(name),
+            pttl,
+            reply,
+        });
+        Entry::Queued(answer)
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends a round trip: frees its place if nothing queued, else takes
+    /// the next batch (which keeps the place).
+    fn next_batch(&self) -> Option<Vec<Queued>> {
+        let mut state = self.lock();
+        if state.queue.is_empty() {
+            state.in_flight = state.in_flight.saturating_sub(1);
+            return None;
+        }
+        let queued = state.queue.len();
+        let batch = if queued <= MAX_BATCH {
+            // The next queue is likely about as long: room for it at once.
+            std::mem::replace(&mut state.queue, Vec::with_capacity(queued))
+        } else {
+            let later = state.queue.split_off(MAX_BATCH);
+            std::mem::replace(&mut state.queue, later)
+        };
+        Some(batch)
+    }
+}
+
+/// A lone read in flight: when it ends, either way, the reads queued
+/// behind it go to a driver.
+struct Flight {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if let Some(batch) = self.shared.next_batch() {
+            let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
+            runtime.spawn(drive(Arc::clone(&self.shared), batch));
+        }
+    }
+}
+
+/// Sends batches until the queue is empty.
+async fn drive(shared: Arc<Shared>, mut batch: Vec<Queued>) {
+    let mut driving = Driving {
+        shared: &shared,
+        done: false,
+    };
+    loop {
+        // Callers that gave up need no answer.
+        batch.retain(|read| !read.reply.is_closed());
+        if !batch.is_empty() {
+            send(&shared, batch).await;
+        }
+        match shared.next_batch() {
+            Some(next) => batch = next,
+            None => {
+                driving.done = true;
+                return;
+            }
+        }
+    }
+}
+
+/// A driver running: if it is dropped before the queue is empty (its
+/// runtime shuts down), it gives its place up, and unless another round
+/// trip is in flight to take the queue on, the queued reads fail at once
+/// (their answers are dropped).
+struct Driving<'a> {
+    shared: &'a Shared,
+    done: bool,
+}
+
+impl Drop for Driving<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let queue = {
+                let mut state = self.shared.lock();
+                state.in_flight = state.in_flight.saturating_sub(1);
+                // Nobody else in flight takes the queue on.
+                if state.in_flight == 0 {
+                    std::mem::take(&mut state.queue)
+                } else {
+                    Vec::new()
+                }
+            };
+            drop(queue);
+        }
+    }
+}
+
+/// Sends `batch`, one pipeline per hash slot on a cluster, all at once,
+/// and answers every read.
+async fn send(shared: &Shared, batch: Vec<Queued>) {
+    match shared.connection {
+        Connection::Standalone(_) => send_group(shared, batch).await,
+        Connection::Cluster(_) => {
+            let mut groups: std::collections::BTreeMap<u16, Vec<Queued>> = Default::default();
+            for read in batch {
+                groups.entry(keys::slot(&read.name)).or_default().push(read);
+            }
+            let sends = groups.into_values().map(|group| send_group(shared, group));
+            futures_util::future::join_all(sends).await;
+        }
+    }
+}
+
+/// Sends the reads of one slot (on one server, any slots) as one
+/// pipeline — the `PTTL`s asked for, then one `MGET` — and answers each.
+async fn send_group(shared: &Shared, group: Vec<Queued>) {
+    let pttls = group.iter().filter(|read| read.pttl).count();
+    let mut pipe = ::redis::Pipeline::with_capacity(pttls + 1);
+    for read in group.iter().filter(|read| read.pttl) {
+        pipe.cmd("PTTL").arg(&read.name);
+    }
+    let bytes = group.iter().map(|read| read.name.len()).sum::<usize>();
+    let mut mget = Cmd::with_capacity(group.len() + 1, bytes + 4);
+    mget.arg("MGET");
+    for read in &group {
+        mget.arg(&read.name);
+    }
+    pipe.add_command(mget);
+    pipe.ignore_errors();
+    let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
+        Ok(reply) if mget_refused(&reply) => {
+            if !shared.unbatched.swap(true, Relaxed) {
+                tracing::warn!(
+                    "redis refused MGET (ACL): reads are no longer batched; \
+                     allow +mget for the cache's user to batch them"
+                );
+            }
+            Ok(group.iter().map(|_| Ok(Answer::Alone)).collect())
+        }
+        Ok(reply) => answers(reply, &group),
+        Err(error) => Err(error),
+    };
+    match answers {
+        Ok(answers) => {
+            for (read, answer) in group.into_iter().zip(answers) {
+                // A caller that gave up no longer listens.
+                let _ = read.reply.send(answer);
+            }
+        }
+        Err(error) => {
+            for read in group {
+                let _ = read.reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Whether the `MGET` of a group's pipeline reply (its last) is an ACL
+/// refusal.
+fn mget_refused(reply: &Value) -> bool {
+    match reply {
+        Value::Array(items) => matches!(
+            items.last(),
+            Some(Value::ServerError(error)) if refusal(&RedisError::from(error.clone())).is_some()
+        ),
+        _ => false,
+    }
+}
+
+/// Each read's answer from a group's pipeline reply.
+fn answers(reply: Value, group: &[Queued]) -> Result<Vec<Result<Answer, StoreError>>, StoreError> {
+    let asked = group.iter().filter(|read| read.pttl).count();
+    let Value::Array(mut items) = reply else {
+        return Err(unexpected("read", &reply));
+    };
+    if items.len() != asked + 1 {
+        return Err(unexpected("read", &Value::Array(items)));
+    }
+    let values = match items.pop().map(answered) {
+        Some(Ok(Value::Array(values))) if values.len() == group.len() => values,
+        Some(Ok(other)) => return Err(unexpected("read", &other)),
+        Some(Err(error)) => return Err(error),
+        None => return Err(unexpected("read", &Value::Nil)),
+    };
+    let mut pttls = items.into_iter();
+    let answers = group
+        .iter()
+        .zip(values)
+        .map(|(read, value)| {
+            let pttl = if read.pttl {
+                answered(pttls.next().unwrap_or(Value::Nil))?
+            } else {
+                Value::Nil
+            };
+            Ok(match (value, &pttl) {
+                (Value::Nil, Value::Int(ABSENT)) => Answer::Read(pttl, Value::Nil),
+                (Value::Nil, _) => Answer::Alone,
+                (value, _) => Answer::Read(pttl, value),
+            })
+        })
+        .collect();
+    Ok(answers)
+}
+
+/// A queued read's answer, once its batch is back.
+async fn waited(
+    reply: oneshot::Receiver<Result<Answer, StoreError>>,
+) -> Result<Answer, StoreError> {
+    match reply.await {
+        Ok(answer) => answer,
+        Err(_) => Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "redis read: its batch was dropped (the runtime is shutting down)",
+        )),
+    }
+}
+
+/// Runs `read` for at most `timeout`.
+async fn bounded<T>(
+    timeout: Duration,
+    read: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or_else(|_| Err(timed_out("read", timeout)))
+}
+
+/// A value key's name as a string, for a queued read: one allocation of
+/// its exact length.
+fn owned(name: ValueName<'_>) -> String {
+    let mut buffer = Name(Vec::with_capacity(name.len()));
+    name.write_redis_args(&mut buffer);
+    // Written from `str`s and hex digits only.
+    String::from_utf8(buffer.0).unwrap_or_default()
+}
+
+/// One argument's bytes, as a [`RedisWrite`] that appends to them.
+struct Name(Vec<u8>);
+
+impl RedisWrite for Name {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.0.extend_from_slice(arg);
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        &mut self.0
+    }
+}
