@@ -448,3 +448,63 @@ async fn a_user_whose_acl_refuses_mget_reads_alone() {
         }
     }
 }
+
+/// Two reads whose callers poll them once and then hold them without
+/// polling take both places; no other read waits on them: the queued ones
+/// go alone after half their timeout, and once no round trip began or
+/// ended for a whole timeout the next reads take the places back and
+/// batch again.
+#[tokio::test]
+async fn callers_that_stop_polling_their_reads_hold_up_no_other_read() {
+    let server = RedisServer::start();
+    let store = connect(&server, config()).await;
+    let all = names("held", 12);
+    seed(&store, &all).await;
+    let (held, others) = all.split_at(2);
+
+    // Both lone reads are sent, then never polled again (not dropped).
+    let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
+    let mut stuck: Vec<_> = held_keys.iter().map(|k| Box::pin(store.get(k))).collect();
+    let waker = futures_util::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    for read in &mut stuck {
+        assert!(read.as_mut().poll(&mut context).is_pending());
+    }
+
+    // Reads queued behind them are answered, after half their timeout.
+    let started = Instant::now();
+    let reads = join_all(others.iter().map(|n| {
+        let store = &store;
+        async move { store.get(&key(n)).await }
+    }))
+    .await;
+    for (name, read) in others.iter().zip(&reads) {
+        let stored = read.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let bytes = stored.as_ref().map(|s| s.bytes.clone());
+        assert_eq!(bytes, Some(bytes_of(name)), "{name}");
+    }
+    assert!(
+        started.elapsed() < OP_TIMEOUT + SLACK,
+        "answered within the timeout: {:?}",
+        started.elapsed()
+    );
+
+    // After a whole timeout without a round trip, reads batch again.
+    tokio::time::sleep(OP_TIMEOUT).await;
+    server.reset_stats();
+    let started = Instant::now();
+    let reads = join_all(others.iter().map(|n| {
+        let store = &store;
+        async move { store.get(&key(n)).await }
+    }))
+    .await;
+    assert!(reads.iter().all(Result::is_ok), "{reads:?}");
+    assert!(
+        started.elapsed() < OP_TIMEOUT / 2,
+        "{:?}",
+        started.elapsed()
+    );
+    let stats = server.command_stats();
+    assert_eq!(count(&stats, "mget"), 1, "{stats:?}");
+    drop(stuck);
+}

@@ -28,17 +28,24 @@
 //!   was asked; a caller that is dropped or gives up leaves its slot in
 //!   the batch unread, and nobody else's read depends on it. A batch that
 //!   fails fails every read in its pipeline with the same error.
+//! - A lone read's place is given back when its caller's future ends or is
+//!   dropped, so a caller that stops polling its read (holding the future
+//!   without polling it) would hold its place. No read waits on that: a
+//!   queued read that has no answer after half its timeout is sent alone
+//!   with the other half, and when no round trip began or ended for a
+//!   whole timeout while every place is taken (a read in flight ends by
+//!   its own timeout when polled), the next read takes the places back.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::redis::{Cmd, RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::conn::{answered, Connection};
-use super::errors::{refusal, timed_out, unexpected};
+use super::errors::{refusal, unexpected};
 use super::keys::{self, ValueName};
 use crate::data::error::{StoreError, StoreErrorKind};
 
@@ -70,12 +77,13 @@ struct Shared {
     unbatched: AtomicBool,
 }
 
-#[derive(Default)]
 struct State {
     /// Round trips of reads in flight (lone reads and drivers' batches),
     /// at most [`IN_FLIGHT`]. While they are that many, reads queue.
     in_flight: usize,
     queue: Vec<Queued>,
+    /// When a round trip last began or ended.
+    progress: Instant,
 }
 
 /// One read waiting for the next batch.
@@ -114,7 +122,11 @@ impl Reads {
                 connection,
                 runtime,
                 timeout,
-                state: Mutex::new(State::default()),
+                state: Mutex::new(State {
+                    in_flight: 0,
+                    queue: Vec::new(),
+                    progress: Instant::now(),
+                }),
                 unbatched: AtomicBool::new(false),
             }),
         }
@@ -129,15 +141,11 @@ impl Reads {
     ) -> Result<Value, StoreError> {
         match self.enter(name, false) {
             Entry::Alone(_flight) => self.shared.connection.get(name, timeout).await,
-            Entry::Queued(reply) => {
-                bounded(timeout, async {
-                    match waited(reply).await? {
-                        Answer::Read(_, value) => Ok(value),
-                        Answer::Alone => self.shared.connection.get(name, timeout).await,
-                    }
-                })
-                .await
-            }
+            Entry::Queued(reply) => match patiently(reply, timeout).await? {
+                Some(Answer::Read(_, value)) => Ok(value),
+                Some(Answer::Alone) => self.shared.connection.get(name, timeout).await,
+                None => self.shared.connection.get(name, timeout / 2).await,
+            },
         }
     }
 
@@ -150,15 +158,11 @@ impl Reads {
     ) -> Result<(Value, Value), StoreError> {
         match self.enter(name, true) {
             Entry::Alone(_flight) => self.shared.connection.read(name, timeout).await,
-            Entry::Queued(reply) => {
-                bounded(timeout, async {
-                    match waited(reply).await? {
-                        Answer::Read(pttl, value) => Ok((pttl, value)),
-                        Answer::Alone => self.shared.connection.read(name, timeout).await,
-                    }
-                })
-                .await
-            }
+            Entry::Queued(reply) => match patiently(reply, timeout).await? {
+                Some(Answer::Read(pttl, value)) => Ok((pttl, value)),
+                Some(Answer::Alone) => self.shared.connection.read(name, timeout).await,
+                None => self.shared.connection.read(name, timeout / 2).await,
+            },
         }
     }
 
@@ -169,8 +173,17 @@ impl Reads {
             return Entry::Alone(None);
         }
         let mut state = self.shared.lock();
+        let now = Instant::now();
+        if state.in_flight >= IN_FLIGHT
+            && now.saturating_duration_since(state.progress) > self.shared.timeout
+        {
+            // Every place is held by a read whose caller stopped polling
+            // it (a polled one ends by its timeout): take them back.
+            state.in_flight = 0;
+        }
         if state.in_flight < IN_FLIGHT {
             state.in_flight += 1;
+            state.progress = now;
             drop(state);
             return Entry::Alone(Some(Flight {
                 shared: Arc::clone(&self.shared),
@@ -195,6 +208,7 @@ impl Shared {
     /// the next batch (which keeps the place).
     fn next_batch(&self) -> Option<Vec<Queued>> {
         let mut state = self.lock();
+        state.progress = Instant::now();
         if state.queue.is_empty() {
             state.in_flight = state.in_flight.saturating_sub(1);
             return None;
@@ -395,14 +409,17 @@ async fn waited(
     }
 }
 
-/// Runs `read` for at most `timeout`.
-async fn bounded<T>(
+/// A queued read's answer, if its batch brings it within half of
+/// `timeout`; `None` (the caller sends it alone, with the other half) if
+/// not: its place in the batch is given up.
+async fn patiently(
+    reply: oneshot::Receiver<Result<Answer, StoreError>>,
     timeout: Duration,
-    read: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::time::timeout(timeout, read)
-        .await
-        .unwrap_or_else(|_| Err(timed_out("read", timeout)))
+) -> Result<Option<Answer>, StoreError> {
+    match tokio::time::timeout(timeout / 2, waited(reply)).await {
+        Ok(answer) => answer.map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
 /// A value key's name as a string, for a queued read: one allocation of

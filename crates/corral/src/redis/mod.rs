@@ -517,8 +517,11 @@ pub struct RedisKeys {
 /// that fails fails each of its reads with the error a lone read would
 /// have had ([`StoreErrorKind::Timeout`], [`StoreErrorKind::Unavailable`],
 /// ...). A read in flight holds its place until its caller's future ends
-/// or is dropped: reads queued behind a future that is polled once and
-/// then left unpolled wait for the other place (or their timeout).
+/// or is dropped, so a caller that stops polling its read would hold one;
+/// no read waits on that: a queued read with no answer after half its
+/// timeout is sent alone with the other half, and once no round trip
+/// began or ended for a whole [`RedisConfig::op_timeout`] while both
+/// places are taken, the next read takes them back.
 /// `MGET` answers nil where `GET` answers `WRONGTYPE`, so a key that `MGET`
 /// answers nil and that may exist (its `PTTL` in the batch does not say
 /// absent, or it had none: a remembered key) is read again alone: foreign
