@@ -31,7 +31,7 @@ use self::expiries::Expiries;
 use self::keys::KeyNames;
 use self::sentinel::{MasterAuth, Sentinels, Source};
 use self::standalone::{Reconnect, Standalone};
-use self::subscriber::{Settings, ShardedClient, Subscriber};
+use self::subscriber::{Feed, Settings, ShardedClient, Subscriber};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 use crate::store::{
@@ -49,11 +49,10 @@ const CONNECT_ATTEMPTS: usize = 3;
 /// The first delay between reconnect attempts.
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 
-/// What a cluster store is built from: a client per seed (for the
-/// subscriber), the cluster client, and the seeds as shown in its `Debug`.
+/// What a cluster store is built from: the cluster client, the
+/// subscriber's, and the seeds as shown in its `Debug`.
 struct ClusterSeeds<'a> {
     urls: &'a [String],
-    clients: Vec<Source>,
     cluster: ::redis::cluster::ClusterClient,
     /// The subscriber's own cluster client (sharded pub/sub).
     sharded: ShardedClient,
@@ -68,10 +67,11 @@ impl<'a> ClusterSeeds<'a> {
                 "redis cluster: no node URLs given",
             ));
         }
-        let clients = urls
-            .iter()
-            .map(|url| client::client(url, config).map(|c| Source::Fixed(Box::new(c))))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Each seed is checked as `connect` checks one server's URL (its
+        // scheme, its TLS material), with the same errors.
+        for url in urls {
+            client::client(url, config)?;
+        }
         let cluster = client::cluster_builder(urls, config)?
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.op_timeout)
@@ -89,7 +89,6 @@ impl<'a> ClusterSeeds<'a> {
         });
         let seeds = Self {
             urls,
-            clients,
             cluster,
             sharded,
             target: format!(
@@ -113,6 +112,18 @@ impl<'a> ClusterSeeds<'a> {
 fn scrub_seeds(urls: &[String], error: StoreError) -> StoreError {
     urls.iter()
         .fold(error, |e, url| client::scrubbed(url.as_str(), e))
+}
+
+/// The Sentinel group `master_name` asked at `sentinels`, with errors
+/// that show none of their passwords.
+fn sentinel_group(
+    master_name: &str,
+    sentinels: &[String],
+    config: &RedisConfig,
+) -> Result<Arc<Sentinels>, StoreError> {
+    Sentinels::new(master_name, sentinels, config)
+        .map(Arc::new)
+        .map_err(|e| scrub_seeds(sentinels, e))
 }
 
 /// How a standalone store's connection is made and remade under `config`.
@@ -670,8 +681,6 @@ struct Inner {
     rng: Mutex<fastrand::Rng>,
     subscriber: Subscriber,
     expiries: Expiries,
-    /// Whether changes are announced on sharded channels (a cluster).
-    sharded: bool,
 }
 
 impl fmt::Debug for RedisStore {
@@ -725,7 +734,7 @@ impl RedisStore {
         Self::finish(
             redact_url(url),
             Connection::Standalone(connection),
-            (vec![source], None),
+            Feed::Server(source),
             config,
             &runtime,
         )
@@ -761,7 +770,7 @@ impl RedisStore {
         Self::finish(
             seeds.target,
             Connection::Cluster(connection),
-            (seeds.clients, Some(seeds.sharded)),
+            Feed::Cluster(seeds.sharded),
             config,
             &runtime,
         )
@@ -793,7 +802,7 @@ impl RedisStore {
         Ok(Self::assemble(
             seeds.target,
             Connection::Cluster(connection),
-            (seeds.clients, Some(seeds.sharded)),
+            Feed::Cluster(seeds.sharded),
             config,
             &runtime,
         ))
@@ -845,7 +854,7 @@ impl RedisStore {
         Ok(Self::assemble(
             redact_url(url),
             Connection::Standalone(connection),
-            (vec![source], None),
+            Feed::Server(source),
             config,
             &runtime,
         ))
@@ -886,10 +895,7 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
-        let group = Sentinels::new(master_name, sentinels, &config)
-            .map_err(|e| scrub_seeds(sentinels, e))?;
-        let target = group.target();
-        let group = Arc::new(group);
+        let group = sentinel_group(master_name, sentinels, &config)?;
         let source = Source::Sentinel(Arc::clone(&group));
         // Each sentinel may take the connect timeout, then the master's
         // connect and its `ROLE`.
@@ -904,9 +910,9 @@ impl RedisStore {
         .await
         .map_err(|e| group.scrub(scrub_seeds(sentinels, e)))?;
         Self::finish(
-            target,
+            group.target(),
             Connection::Standalone(connection),
-            (vec![source], None),
+            Feed::Server(source),
             config,
             &runtime,
         )
@@ -931,15 +937,13 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
-        let group = Sentinels::new(master_name, sentinels, &config)
-            .map_err(|e| scrub_seeds(sentinels, e))?;
-        let target = group.target();
-        let source = Source::Sentinel(Arc::new(group));
+        let group = sentinel_group(master_name, sentinels, &config)?;
+        let source = Source::Sentinel(Arc::clone(&group));
         let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());
         Ok(Self::assemble(
-            target,
+            group.target(),
             Connection::Standalone(connection),
-            (vec![source], None),
+            Feed::Server(source),
             config,
             &runtime,
         ))
@@ -948,14 +952,12 @@ impl RedisStore {
     async fn finish(
         target: String,
         connection: Connection,
-        subscriber: (Vec<Source>, Option<ShardedClient>),
+        feed: Feed,
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
         connection.load_scripts(config.op_timeout).await?;
-        Ok(Self::assemble(
-            target, connection, subscriber, config, runtime,
-        ))
+        Ok(Self::assemble(target, connection, feed, config, runtime))
     }
 
     /// The store around a connection (scripts loaded or not), with its
@@ -963,17 +965,14 @@ impl RedisStore {
     fn assemble(
         target: String,
         connection: Connection,
-        subscriber: (Vec<Source>, Option<ShardedClient>),
+        feed: Feed,
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
-        let sharded = matches!(connection, Connection::Cluster(_));
-        let (clients, sharded_client) = subscriber;
         let subscriber = Subscriber::spawn(
             runtime,
+            feed,
             Settings {
-                clients,
-                sharded: sharded_client,
                 connect_timeout: config.connect_timeout,
                 op_timeout: config.op_timeout,
                 max_backoff: config.reconnect_max_delay,
@@ -988,7 +987,6 @@ impl RedisStore {
                 rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
                 subscriber,
                 expiries: Expiries::new(config.read_memory),
-                sharded,
                 config,
             }),
         }
@@ -1022,28 +1020,31 @@ impl RedisStore {
         }
     }
 
-    /// The verb and channel announcing a change of the key named `names`
-    /// in `namespace`: on a cluster, `SPUBLISH` on its bucket's sharded
-    /// channel (in the key's slot, so the message stays in its shard);
-    /// otherwise `PUBLISH` on the namespace's channel.
-    fn key_channel(&self, namespace: &str, names: &KeyNames) -> (&'static [u8], String) {
-        if self.inner.sharded {
-            (b"SPUBLISH", keys::bucket_channel(namespace, names.bucket))
-        } else {
-            (b"PUBLISH", keys::channel(namespace))
+    /// The verb and channel announcing a change in `namespace`: on a
+    /// cluster, `SPUBLISH` on `sharded` (a channel in the changed keys'
+    /// slot, so the message stays in their shard); otherwise `PUBLISH` on
+    /// the namespace's channel.
+    fn announcement(
+        &self,
+        namespace: &str,
+        sharded: impl FnOnce() -> String,
+    ) -> (&'static [u8], String) {
+        match self.inner.connection {
+            Connection::Cluster(_) => (b"SPUBLISH", sharded()),
+            Connection::Standalone(_) => (b"PUBLISH", keys::channel(namespace)),
         }
     }
 
-    /// The verb and channel announcing a tag or clear change in
-    /// `namespace`: on a cluster, `SPUBLISH` on its tag channel (in the
-    /// slot of its tag keys); otherwise `PUBLISH` on the namespace's
-    /// channel.
+    /// [`announcement`](Self::announcement) of a change of the key named
+    /// `names`: on its bucket's channel.
+    fn key_channel(&self, namespace: &str, names: &KeyNames) -> (&'static [u8], String) {
+        self.announcement(namespace, || keys::bucket_channel(namespace, names.bucket))
+    }
+
+    /// [`announcement`](Self::announcement) of a tag or clear change: on
+    /// the namespace's tag channel (in the slot of its tag keys).
     fn tag_channel(&self, namespace: &str) -> (&'static [u8], String) {
-        if self.inner.sharded {
-            (b"SPUBLISH", keys::tag_channel(namespace))
-        } else {
-            (b"PUBLISH", keys::channel(namespace))
-        }
+        self.announcement(namespace, || keys::tag_channel(namespace))
     }
 
     /// A fresh random lease token: 128 bits as 32 hex digits.

@@ -14,8 +14,8 @@
 //! The task connects only once a channel is wanted: a store that nothing
 //! listens on opens no subscriber connection. It ends when the last clone
 //! of the store is dropped (the request channel closes). When Redis goes
-//! away it reconnects with jittered, doubling backoff, trying the
-//! configured nodes in turn, and re-subscribes every channel. A `PING`
+//! away it reconnects with jittered, doubling backoff (a Sentinel group
+//! is asked for its master again), and re-subscribes every channel. A `PING`
 //! every `health_interval`, bounded by the operation timeout, finds a
 //! connection that died silently: it is dropped like a failed one, and the
 //! re-subscription tells the sinks that messages may have been lost.
@@ -46,7 +46,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub(in crate::redis) use self::sharded::ShardedClient;
-pub(in crate::redis) use self::shared::Settings;
+pub(in crate::redis) use self::shared::{Feed, Settings};
 use self::shared::{Shared, Standing};
 use super::keys;
 use crate::store::{ChangeSink, Listener};
@@ -60,16 +60,19 @@ pub(super) struct Subscriber {
 }
 
 impl Subscriber {
-    /// Spawns the task on `runtime`.
-    pub(super) fn spawn(runtime: &tokio::runtime::Handle, settings: Settings) -> Self {
+    /// Spawns the task listening on `feed` on `runtime`.
+    pub(super) fn spawn(runtime: &tokio::runtime::Handle, feed: Feed, settings: Settings) -> Self {
         let shared = Arc::new(Shared::new());
         let (requests, receiver) = mpsc::unbounded_channel();
-        if let Some(client) = settings.sharded.clone() {
-            let task = sharded::run(Arc::clone(&shared), receiver, client, settings);
-            drop(runtime.spawn(task));
-        } else {
-            let task = plain::Task::new(Arc::clone(&shared), receiver, settings);
-            drop(runtime.spawn(task.run()));
+        match feed {
+            Feed::Server(source) => {
+                let task = plain::Task::new(Arc::clone(&shared), receiver, source, settings);
+                drop(runtime.spawn(task.run()));
+            }
+            Feed::Cluster(client) => {
+                let task = sharded::run(Arc::clone(&shared), receiver, client, settings);
+                drop(runtime.spawn(task));
+            }
         }
         Self { shared, requests }
     }

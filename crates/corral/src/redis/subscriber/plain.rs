@@ -27,19 +27,24 @@ enum Ended {
 pub(super) struct Task {
     shared: Arc<Shared>,
     requests: mpsc::UnboundedReceiver<Arc<str>>,
+    /// The server, asked anew at each connect.
+    source: Source,
     settings: Settings,
 }
 
 impl Task {
-    /// The task of `shared`, taking requests from `requests`.
+    /// The task of `shared` on `source`'s server, taking requests from
+    /// `requests`.
     pub(super) fn new(
         shared: Arc<Shared>,
         requests: mpsc::UnboundedReceiver<Arc<str>>,
+        source: Source,
         settings: Settings,
     ) -> Self {
         Self {
             shared,
             requests,
+            source,
             settings,
         }
     }
@@ -51,18 +56,8 @@ impl Task {
             return;
         }
         let mut backoff = Backoff::new(MIN_BACKOFF, MIN_BACKOFF, self.settings.max_backoff);
-        let mut node = 0usize;
         loop {
-            let Some(client) = self
-                .settings
-                .clients
-                .get(node % self.settings.clients.len().max(1))
-            else {
-                return;
-            };
-            let client = client.clone();
-            node = node.wrapping_add(1);
-            let ended = self.session(&client).await;
+            let ended = self.session().await;
             self.shared.interrupted();
             match ended {
                 Ended::StoreDropped => return,
@@ -84,8 +79,8 @@ impl Task {
     /// Connects, subscribes every channel asked for so far, wakes every
     /// listener, then dispatches messages and new subscriptions until the
     /// connection fails or the store is dropped.
-    async fn session(&mut self, client: &Source) -> Ended {
-        let connect = client.pubsub(self.settings.connect_timeout);
+    async fn session(&mut self) -> Ended {
+        let connect = self.source.pubsub(self.settings.connect_timeout);
         let pubsub = tokio::select! {
             connected = connect => match connected {
                 Ok(pubsub) => Some(pubsub),

@@ -208,16 +208,20 @@ impl Shared {
     }
 }
 
+/// Where the subscriber listens.
+#[derive(Debug, Clone)]
+pub(in crate::redis) enum Feed {
+    /// One server (a Sentinel source names the current master at each
+    /// connect): one connection, plain `SUBSCRIBE`.
+    Server(Source),
+    /// A cluster: the subscriber's own cluster connection, which
+    /// subscribes the sharded channels at the nodes owning their slots.
+    Cluster(ShardedClient),
+}
+
 /// Settings of the subscriber task.
 #[derive(Debug, Clone)]
 pub(in crate::redis) struct Settings {
-    /// Nodes to connect to, tried in turn (one server: plain `SUBSCRIBE`);
-    /// a Sentinel source names the current master at each connect.
-    pub(in crate::redis) clients: Vec<Source>,
-    /// On a cluster: the subscriber's own cluster connection, which
-    /// subscribes the sharded channels on the nodes owning their slots
-    /// (then `clients` is not used).
-    pub(in crate::redis) sharded: Option<ShardedClient>,
     pub(in crate::redis) connect_timeout: Duration,
     pub(in crate::redis) op_timeout: Duration,
     pub(in crate::redis) max_backoff: Duration,
