@@ -292,17 +292,11 @@ impl Drop for Driving<'_> {
 /// Sends `batch`, one pipeline per hash slot on a cluster, all at once,
 /// and answers every read.
 async fn send(shared: &Shared, batch: Vec<Queued>) {
-    match shared.connection {
-        Connection::Standalone(_) => send_group(shared, batch).await,
-        Connection::Cluster(_) => {
-            let mut groups: std::collections::BTreeMap<u16, Vec<Queued>> = Default::default();
-            for read in batch {
-                groups.entry(keys::slot(&read.name)).or_default().push(read);
-            }
-            let sends = groups.into_values().map(|group| send_group(shared, group));
-            futures_util::future::join_all(sends).await;
-        }
-    }
+    let groups = shared
+        .connection
+        .by_slot(batch, |read| keys::slot(&read.name));
+    let sends = groups.into_iter().map(|group| send_group(shared, group));
+    futures_util::future::join_all(sends).await;
 }
 
 /// Sends the reads of one slot (on one server, any slots) as one

@@ -119,6 +119,22 @@ impl Connection {
         }
     }
 
+    /// `items` in the groups one pipeline may carry: on a cluster, one per
+    /// hash slot (`slot` of each item), in slot order; on one server, all
+    /// of them.
+    pub(super) fn by_slot<T>(&self, items: Vec<T>, slot: impl Fn(&T) -> u16) -> Vec<Vec<T>> {
+        match self {
+            Self::Standalone(_) => vec![items],
+            Self::Cluster(_) => {
+                let mut groups: std::collections::BTreeMap<u16, Vec<T>> = Default::default();
+                for item in items {
+                    groups.entry(slot(&item)).or_default().push(item);
+                }
+                groups.into_values().collect()
+            }
+        }
+    }
+
     /// Sends `pipe` and reads its replies, bounded by `timeout`.
     pub(super) async fn pipelined(
         &self,

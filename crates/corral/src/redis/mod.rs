@@ -1129,17 +1129,12 @@ impl RedisStore {
     /// per hash slot.
     async fn read_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Stored>>, StoreError> {
         let names: Vec<String> = keys.iter().map(keys::value_name).collect();
-        // One pipeline per hash slot (a cluster routes a pipeline to one
-        // node), all sent at once; standalone keys still group by slot,
-        // which costs nothing there.
-        let mut groups: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
-        for (index, name) in names.iter().enumerate() {
-            groups.entry(keys::slot(name)).or_default().push(index);
-        }
-        let groups: Vec<Vec<usize>> = match &self.inner.connection {
-            conn::Connection::Standalone(_) => vec![(0..names.len()).collect()],
-            conn::Connection::Cluster(_) => groups.into_values().collect(),
-        };
+        // One pipeline per group (a cluster routes a pipeline to one
+        // node), all sent at once.
+        let groups = self
+            .inner
+            .connection
+            .by_slot((0..names.len()).collect(), |&i| keys::slot(&names[i]));
         let timeout = self.inner.config.op_timeout;
         let reads = groups.iter().map(|group| {
             let group_names: Vec<&str> = group.iter().map(|&i| names[i].as_str()).collect();
