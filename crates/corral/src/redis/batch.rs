@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ::redis::{Cmd, RedisError, RedisWrite, ToRedisArgs, Value};
+use ::redis::{Cmd, RedisError, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -191,7 +191,7 @@ impl Reads {
         }
         let (reply, answer) = oneshot::channel();
         state.queue.push(Queued {
-            name: owned(name),
+            name: name.owned(),
             pttl,
             reply,
         });
@@ -413,27 +413,5 @@ async fn patiently(
     match tokio::time::timeout(timeout / 2, waited(reply)).await {
         Ok(answer) => answer.map(Some),
         Err(_) => Ok(None),
-    }
-}
-
-/// A value key's name as a string, for a queued read: one allocation of
-/// its exact length.
-fn owned(name: ValueName<'_>) -> String {
-    let mut buffer = Name(Vec::with_capacity(name.len()));
-    name.write_redis_args(&mut buffer);
-    // Written from `str`s and hex digits only.
-    String::from_utf8(buffer.0).unwrap_or_default()
-}
-
-/// One argument's bytes, as a [`RedisWrite`] that appends to them.
-struct Name(Vec<u8>);
-
-impl RedisWrite for Name {
-    fn write_arg(&mut self, arg: &[u8]) {
-        self.0.extend_from_slice(arg);
-    }
-
-    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
-        &mut self.0
     }
 }

@@ -70,8 +70,8 @@ pub(super) struct KeyNames {
 impl KeyNames {
     /// The names for `key`.
     pub(super) fn new(key: &StoreKey) -> Self {
-        let value = value_name(key);
-        let bucket = ValueName::new(key).bucket();
+        let name = ValueName::new(key);
+        let (value, bucket) = (name.owned(), name.bucket());
         let marker = value.len() - key.key().len() - 2;
         let name = |letter: &str| {
             let mut name = value.clone();
@@ -115,11 +115,7 @@ pub(super) fn listener_id(namespace: &str, key: &str) -> String {
 
 /// The name of `key`'s value key alone (`corral:<namespace>:{<b>}:v:<key>`).
 pub(super) fn value_name(key: &StoreKey) -> String {
-    let name = ValueName::new(key);
-    let mut bytes = Vec::with_capacity(name.len());
-    name.write(&mut bytes);
-    // Written from `str`s and hex digits only.
-    String::from_utf8(bytes).unwrap_or_default()
+    ValueName::new(key).owned()
 }
 
 /// A value key's name, written straight into the command that sends it:
@@ -138,6 +134,14 @@ impl<'a> ValueName<'a> {
             key,
             hash: fnv1a64(key.key().as_bytes()),
         }
+    }
+
+    /// The name as a `String`.
+    pub(super) fn owned(&self) -> String {
+        let mut bytes = Vec::with_capacity(self.len());
+        self.write(&mut bytes);
+        // Written from `str`s only.
+        String::from_utf8(bytes).unwrap_or_default()
     }
 
     /// The hash tag of the key's bucket.
