@@ -124,11 +124,8 @@ pub(super) async fn run(
         book: Book::default(),
         subscribing: FuturesUnordered::new(),
     };
-    let wanted: Vec<Arc<str>> = {
-        let denied = task.shared.denied();
-        let channels = task.shared.channels();
-        channels.difference(&denied).cloned().collect()
-    };
+    // Denied channels are left out there.
+    let wanted: Vec<Arc<str>> = task.shared.channels().iter().cloned().collect();
     for channel in wanted {
         task.subscribe_namespace(&channel);
     }
