@@ -13,7 +13,7 @@ use corral::{Cache, RedisConfig, RedisStore, StoreErrorKind};
 use corral_testkit::{until, FaultProxy, RedisCluster, RedisServer};
 
 mod support;
-use support::{l1_cache, until_heard};
+use support::{l1_cache, read_until, until_heard};
 
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -41,23 +41,6 @@ fn subscriber_bound() -> Duration {
     HEALTH_INTERVAL + OP_TIMEOUT + RESUBSCRIBE_PAUSE + CONNECT_TIMEOUT + OP_TIMEOUT
 }
 
-/// Reads `key` through `cache` until it answers `want` (read errors
-/// included: the connection may be being replaced), within 10 s.
-async fn read_until(cache: &Cache<String>, key: &str, want: Option<&str>) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = cache.peek(key).await;
-        if matches!(&got, Ok(value) if value.as_deref() == want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key}: still {got:?}, want {want:?}"
-        );
-        tokio::task::yield_now().await;
-    }
-}
-
 /// Reads `key` through `cache` until it answers `want` from its L1 (a
 /// second read that does not go to the L2): a backplane message still on
 /// its way when the first read kept the value would evict it.
@@ -74,13 +57,20 @@ async fn until_in_l1(cache: &Cache<String>, key: &str, want: &str) {
     }
 }
 
-#[tokio::test]
-async fn a_silent_command_connection_is_replaced_within_the_bound() {
-    let server = RedisServer::start();
+/// A store on `server` through a fault proxy (started first, so its
+/// connections are the store's, in the order they were made).
+async fn through_proxy(server: &RedisServer) -> (FaultProxy, RedisStore) {
     let proxy = FaultProxy::start(server.port());
     let store = RedisStore::connect(&proxy.url(), config())
         .await
         .expect("connect");
+    (proxy, store)
+}
+
+#[tokio::test]
+async fn a_silent_command_connection_is_replaced_within_the_bound() {
+    let server = RedisServer::start();
+    let (proxy, store) = through_proxy(&server).await;
     // No backplane and no waiter: the command connection is the store's
     // only connection.
     let cache = Cache::<String>::builder("quiet")
@@ -142,10 +132,7 @@ async fn a_silent_command_connection_is_replaced_within_the_bound() {
 #[tokio::test]
 async fn a_busy_store_replaces_a_silent_command_connection_within_the_bound() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let store = RedisStore::connect(&proxy.url(), config())
-        .await
-        .expect("connect");
+    let (proxy, store) = through_proxy(&server).await;
     // Without a breaker every call goes to the store, however many fail.
     let cache = Cache::<String>::builder("busy")
         .store(store.clone())
@@ -190,10 +177,7 @@ async fn a_busy_store_replaces_a_silent_command_connection_within_the_bound() {
 #[tokio::test]
 async fn a_silent_subscriber_is_replaced_within_the_bound_and_loses_no_invalidation() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let here = RedisStore::connect(&proxy.url(), config())
-        .await
-        .expect("connect");
+    let (proxy, here) = through_proxy(&server).await;
     let there = RedisStore::connect(&server.url(), config())
         .await
         .expect("connect");
@@ -353,10 +337,7 @@ async fn every_cluster_node_connection_keeps_tcp_keepalive_on() {
 #[tokio::test]
 async fn a_stalled_server_keeps_its_connection_and_answers_when_it_resumes() {
     let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let store = RedisStore::connect(&proxy.url(), config())
-        .await
-        .expect("connect");
+    let (proxy, store) = through_proxy(&server).await;
     let cache = Cache::<String>::builder("stalled")
         .store(store.clone())
         .backplane(false)

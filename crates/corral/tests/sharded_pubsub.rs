@@ -12,6 +12,7 @@ use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, RedisCluster};
 
 mod support;
+use support::read_until;
 
 const PUBLISH: &str = "cluster_stats_messages_publish_received";
 const PUBLISHSHARD: &str = "cluster_stats_messages_publishshard_received";
@@ -82,7 +83,7 @@ async fn a_change_is_handled_by_the_nodes_of_its_keys_shard_only() {
     writer.set(key, "v1".into()).await.expect("set");
     assert_eq!(reader.peek(key).await.expect("read").as_deref(), Some("v1"));
     writer.set(key, "v2".into()).await.expect("set");
-    until_read(&reader, key, Some("v2")).await;
+    read_until(&reader, key, Some("v2")).await;
 
     let shard = tokio::task::block_in_place(|| cluster.shard_of(&slot_name(key)));
     assert_eq!(shard.len(), 2, "a master and its replica: {shard:?}");
@@ -146,7 +147,7 @@ async fn l1_evictions_tags_and_clear_work_over_sharded_channels() {
         a.set(&key, "old".into()).await.expect("set");
         assert_eq!(b.peek(&key).await.expect("read").as_deref(), Some("old"));
         a.set(&key, "new".into()).await.expect("set");
-        until_read(&b, &key, Some("new")).await;
+        read_until(&b, &key, Some("new")).await;
     }
 
     // A tag invalidation and a clear reach the other cache's L1.
@@ -164,12 +165,12 @@ async fn l1_evictions_tags_and_clear_work_over_sharded_channels() {
         .expect("read");
     assert_eq!(read, "ada");
     a.invalidate_tag("team:7").await.expect("invalidate tag");
-    until_read(&b, "member", None).await;
+    read_until(&b, "member", None).await;
 
     a.set("kept", "x".into()).await.expect("set");
     assert_eq!(b.peek("kept").await.expect("read").as_deref(), Some("x"));
     a.clear().await.expect("clear");
-    until_read(&b, "kept", None).await;
+    read_until(&b, "kept", None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,22 +208,5 @@ async fn a_moved_slot_takes_its_subscriptions_along() {
         || written.load(std::sync::atomic::Ordering::SeqCst),
     )
     .await;
-    until_read(&b, key, Some("v2")).await;
-}
-
-/// Reads `key` through `cache` until it reads `want` (`None`: gone): an L1
-/// copy can only change through a backplane message (it has a minute to
-/// live).
-async fn until_read(cache: &Cache<String>, key: &str, want: Option<&str>) {
-    let seen = std::sync::atomic::AtomicBool::new(false);
-    corral_testkit::until_repeating(
-        "the change reached the other L1",
-        || async {
-            if cache.peek(key).await.expect("read").as_deref() == want {
-                seen.store(true, std::sync::atomic::Ordering::SeqCst);
-            }
-        },
-        || seen.load(std::sync::atomic::Ordering::SeqCst),
-    )
-    .await;
+    read_until(&b, key, Some("v2")).await;
 }

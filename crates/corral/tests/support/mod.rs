@@ -62,6 +62,23 @@ pub(crate) async fn until_heard(from: &Cache<String>, to: &Cache<String>) {
     .await;
 }
 
+/// Reads `key` through `cache` until it answers `want` (`None`: gone;
+/// read errors included: a connection may be being replaced), within 10 s.
+pub(crate) async fn read_until(cache: &Cache<String>, key: &str, want: Option<&str>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let got = cache.peek(key).await;
+        if matches!(&got, Ok(value) if value.as_deref() == want) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{key}: still {got:?}, want {want:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 /// Runs `stampede` in a worker process: its callers read its key through
 /// `cache` at once, and each fill bumps the shared counter with `incr`,
 /// then takes the stampede's fill time. Reports what the callers got.
