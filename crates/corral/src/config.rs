@@ -109,6 +109,21 @@ pub struct CacheConfig {
     /// The bound of one store call.
     #[serde(default, deserialize_with = "duration")]
     pub store_timeout: Option<Duration>,
+    /// The bound of one connection attempt to Redis
+    /// ([`RedisConfig::connect_timeout`](crate::redis::RedisConfig::connect_timeout)).
+    #[serde(default, deserialize_with = "duration")]
+    pub redis_connect_timeout: Option<Duration>,
+    /// How often the Redis command and subscriber connections are checked
+    /// with a `PING`; one that gives no answer within `store_timeout` is
+    /// replaced
+    /// ([`RedisConfig::health_interval`](crate::redis::RedisConfig::health_interval)).
+    #[serde(default, deserialize_with = "duration")]
+    pub redis_health_interval: Option<Duration>,
+    /// TCP keepalive on the Redis connections: the first probe after this
+    /// long without traffic; `"0s"` turns it off
+    /// ([`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive)).
+    #[serde(default, deserialize_with = "duration")]
+    pub redis_tcp_keepalive: Option<Duration>,
     /// The in-process bound, in entries
     /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
     pub max_entries: Option<u64>,
@@ -157,6 +172,9 @@ const FIELDS: &[(&str, Kind)] = &[
     ("negative_ttl", Kind::Duration),
     ("lease_ttl", Kind::Duration),
     ("store_timeout", Kind::Duration),
+    ("redis_connect_timeout", Kind::Duration),
+    ("redis_health_interval", Kind::Duration),
+    ("redis_tcp_keepalive", Kind::Duration),
     ("max_entries", Kind::Number),
     ("max_bytes", Kind::Number),
     ("max_value_bytes", Kind::Number),
@@ -345,6 +363,9 @@ impl CacheConfig {
             negative_ttl: over.negative_ttl.or(self.negative_ttl),
             lease_ttl: over.lease_ttl.or(self.lease_ttl),
             store_timeout: over.store_timeout.or(self.store_timeout),
+            redis_connect_timeout: over.redis_connect_timeout.or(self.redis_connect_timeout),
+            redis_health_interval: over.redis_health_interval.or(self.redis_health_interval),
+            redis_tcp_keepalive: over.redis_tcp_keepalive.or(self.redis_tcp_keepalive),
             max_entries: over.max_entries.or(self.max_entries),
             max_bytes: over.max_bytes.or(self.max_bytes),
             max_value_bytes: over.max_value_bytes.or(self.max_value_bytes),
@@ -477,10 +498,7 @@ impl CacheConfig {
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let mut redis = crate::redis::RedisConfig::default();
-        if let Some(timeout) = self.store_timeout {
-            redis = redis.op_timeout(timeout);
-        }
+        let redis = self.redis_config();
         let sentinel = self.redis_sentinel_set()?;
         let other = self.redis_url_set().is_some() || self.redis_cluster_urls_set().is_some();
         if sentinel.is_some() && other {
@@ -489,9 +507,6 @@ impl CacheConfig {
             ));
         }
         if let Some((name, urls)) = sentinel {
-            if let Some(password) = self.redis_master_password.as_deref() {
-                redis = redis.master_auth(self.redis_master_user.as_deref(), password);
-            }
             let store = crate::redis::RedisStore::connect_sentinel_lazy(name, &urls, redis)
                 .map_err(|e| {
                     let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
@@ -521,6 +536,44 @@ impl CacheConfig {
             (None, None) => return Ok(builder),
         };
         Ok(builder.store(store))
+    }
+
+    /// The Redis store's settings this config names, the others at their
+    /// defaults: `store_timeout` → `op_timeout`, `redis_connect_timeout`,
+    /// `redis_health_interval`, `redis_tcp_keepalive` (zero: off) and the
+    /// Sentinel master's credentials.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let config = corral::CacheConfig::from_toml(
+    ///     "store_timeout = \"250ms\"\nredis_tcp_keepalive = \"0s\"",
+    /// )
+    /// .expect("valid");
+    /// let redis = config.redis_config();
+    /// assert_eq!(redis.op_timeout, Duration::from_millis(250));
+    /// assert_eq!(redis.tcp_keepalive, None);
+    /// assert_eq!(redis.health_interval, Duration::from_secs(1));
+    /// ```
+    #[cfg(feature = "redis")]
+    pub fn redis_config(&self) -> crate::redis::RedisConfig {
+        let mut redis = crate::redis::RedisConfig::default();
+        if let Some(timeout) = self.store_timeout {
+            redis = redis.op_timeout(timeout);
+        }
+        if let Some(timeout) = self.redis_connect_timeout {
+            redis = redis.connect_timeout(timeout);
+        }
+        if let Some(interval) = self.redis_health_interval {
+            redis = redis.health_interval(interval);
+        }
+        if let Some(idle) = self.redis_tcp_keepalive {
+            redis = redis.tcp_keepalive((!idle.is_zero()).then_some(idle));
+        }
+        if let Some(password) = self.redis_master_password.as_deref() {
+            redis = redis.master_auth(self.redis_master_user.as_deref(), password);
+        }
+        redis
     }
 
     #[cfg(not(feature = "redis"))]
@@ -583,6 +636,12 @@ setters! {
     lease_ttl: Duration,
     /// Sets [`store_timeout`](Self::store_timeout).
     store_timeout: Duration,
+    /// Sets [`redis_connect_timeout`](Self::redis_connect_timeout).
+    redis_connect_timeout: Duration,
+    /// Sets [`redis_health_interval`](Self::redis_health_interval).
+    redis_health_interval: Duration,
+    /// Sets [`redis_tcp_keepalive`](Self::redis_tcp_keepalive) (zero: off).
+    redis_tcp_keepalive: Duration,
     /// Sets [`max_entries`](Self::max_entries).
     max_entries: u64,
     /// Sets [`max_bytes`](Self::max_bytes).
@@ -668,6 +727,9 @@ impl fmt::Debug for CacheConfig {
             ("negative_ttl", self.negative_ttl),
             ("lease_ttl", self.lease_ttl),
             ("store_timeout", self.store_timeout),
+            ("redis_connect_timeout", self.redis_connect_timeout),
+            ("redis_health_interval", self.redis_health_interval),
+            ("redis_tcp_keepalive", self.redis_tcp_keepalive),
             ("breaker_cool_down", self.breaker_cool_down),
         ];
         for (name, value) in durations {

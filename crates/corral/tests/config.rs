@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use corral::{CacheConfig, StoreErrorKind, StoreHealth};
+use corral::{CacheConfig, RedisConfig, StoreErrorKind, StoreHealth};
 use corral_testkit::RedisServer;
 
 fn vars(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -323,5 +323,88 @@ async fn sentinel_settings_that_do_not_fit_are_refused_clearly() {
         let text = error.to_string();
         assert!(text.contains(says), "{config:?}: {text}");
         assert!(!text.contains("m-secret"), "{text}");
+    }
+}
+
+#[test]
+fn redis_connection_settings_are_read_and_reach_the_store_settings() {
+    let toml = CacheConfig::from_toml(
+        r#"
+        store_timeout = "300ms"
+        redis_connect_timeout = "2s"
+        redis_health_interval = "250ms"
+        redis_tcp_keepalive = "30s"
+        "#,
+    )
+    .expect("valid");
+    let env = CacheConfig::from_vars(
+        "CORRAL_",
+        vars(&[
+            ("CORRAL_STORE_TIMEOUT", "300ms"),
+            ("CORRAL_REDIS_CONNECT_TIMEOUT", "2s"),
+            ("CORRAL_REDIS_HEALTH_INTERVAL", "250ms"),
+            ("CORRAL_REDIS_TCP_KEEPALIVE", "30s"),
+        ]),
+    )
+    .expect("valid");
+    let code = CacheConfig::default()
+        .store_timeout(Duration::from_millis(300))
+        .redis_connect_timeout(Duration::from_secs(2))
+        .redis_health_interval(Duration::from_millis(250))
+        .redis_tcp_keepalive(Duration::from_secs(30));
+    assert_eq!(toml, env);
+    assert_eq!(toml, code);
+
+    let redis = toml.redis_config();
+    assert_eq!(redis.op_timeout, Duration::from_millis(300));
+    assert_eq!(redis.connect_timeout, Duration::from_secs(2));
+    assert_eq!(redis.health_interval, Duration::from_millis(250));
+    assert_eq!(redis.tcp_keepalive, Some(Duration::from_secs(30)));
+    let shown = format!("{toml:?}");
+    assert!(
+        shown.contains(r#""redis_health_interval": "250ms""#),
+        "{shown}"
+    );
+
+    let off = CacheConfig::from_toml("redis_tcp_keepalive = \"0s\"").expect("valid");
+    assert_eq!(off.redis_config().tcp_keepalive, None, "zero turns it off");
+    assert_eq!(
+        CacheConfig::default().redis_config(),
+        RedisConfig::default()
+    );
+
+    let unitless =
+        CacheConfig::from_vars("CORRAL_", vars(&[("CORRAL_REDIS_HEALTH_INTERVAL", "5")]))
+            .expect_err("no unit");
+    let message = unitless.to_string();
+    assert!(
+        message.contains("CORRAL_REDIS_HEALTH_INTERVAL") && message.contains("no unit"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_health_interval_paces_the_stores_pings() {
+    let server = RedisServer::start();
+    let cache = CacheConfig::production(&server.url())
+        .redis_health_interval(Duration::from_millis(20))
+        .build::<String>("users")
+        .await
+        .expect("cache");
+    cache.set("k", "v".to_owned()).await.expect("set");
+    server.reset_stats();
+    // At the default interval (1 s) the command and subscriber connections
+    // send two PINGs a second: six in 3 s at most.
+    let start = std::time::Instant::now();
+    loop {
+        let pings = server.command_stats().get("ping").copied().unwrap_or(0);
+        if pings >= 20 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{pings} PINGs in 3 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
