@@ -46,7 +46,16 @@
 //!   an L1 of 16 entries, each task rotating over 64 warm keys of its own,
 //!   so that (almost) every read misses the L1 and hits the L2 (the flight's
 //!   first request: `Store::get_or_lease`); the share of L1 hits is
-//!   printed.
+//!   printed;
+//! - `raw/mget (floor)`: not corral — a hand-written RESP client
+//!   (`raw.rs`) that batches the reads queued into `MGET`s, two in flight,
+//!   on its own connection, and does nothing else per read: no key names
+//!   built, no redis-rs, no decoding (each read bounded by a timeout, as
+//!   the store's are). What it reaches against
+//!   the bare `GET` bounds what any batched read can reach on this
+//!   machine.
+
+mod raw;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -115,9 +124,10 @@ enum Variant {
     CacheGet,
     CacheGetOrFill,
     CacheL1Miss,
+    RawMget,
 }
 
-const VARIANTS: [Variant; 15] = [
+const VARIANTS: [Variant; 16] = [
     Variant::GetMux,
     Variant::GetMgr,
     Variant::GetMuxTimeout,
@@ -133,6 +143,7 @@ const VARIANTS: [Variant; 15] = [
     Variant::CacheGet,
     Variant::CacheGetOrFill,
     Variant::CacheL1Miss,
+    Variant::RawMget,
 ];
 
 impl Variant {
@@ -153,6 +164,7 @@ impl Variant {
             Self::CacheGet => "cache.get",
             Self::CacheGetOrFill => "cache.get_or_fill",
             Self::CacheL1Miss => "cache+l1.get_or_fill, L1 miss",
+            Self::RawMget => "raw/mget (floor)",
         }
     }
 }
@@ -179,6 +191,7 @@ struct Ctx {
     get3: String,
     get2: String,
     request: LeaseRequest,
+    raw: Arc<raw::RawReads>,
 }
 
 fn names(namespace: &str, user: String) -> Names {
@@ -338,6 +351,9 @@ impl Ctx {
                     .expect("get_or_fill");
                 assert!(!value.is_empty());
             }
+            Variant::RawMget => {
+                assert!(!self.raw.get(i).await.is_empty(), "a seeded key is missing");
+            }
             Variant::CacheL1Miss => {
                 let next = self.l1_next[i].fetch_add(1, Ordering::Relaxed);
                 let key = &self.l1_keys[i][next % ROTATION];
@@ -486,6 +502,8 @@ async fn setup(server: &RedisServer) -> Ctx {
         .query_async(&mut mgr)
         .await
         .expect("function load");
+    let values = keys.iter().map(|k| k.value.clone()).collect();
+    let raw = raw::RawReads::connect(server.port(), values).await;
     Ctx {
         mux,
         mgr,
@@ -497,6 +515,7 @@ async fn setup(server: &RedisServer) -> Ctx {
         l1_next: (0..TASKS).map(|_| AtomicUsize::new(0)).collect(),
         get3,
         get2,
+        raw,
         request: LeaseRequest {
             lease_ttl: Duration::from_secs(5),
             fence_ttl: Duration::from_secs(10),
