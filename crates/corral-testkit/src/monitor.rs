@@ -90,8 +90,8 @@ impl RedisServer {
 ///   `SUBSCRIBE`s and keep-alive `PING`s): a connection that `CLIENT LIST`
 ///   flags `P`, or that sent a `SUBSCRIBE`-family command, is left out
 ///   whole;
-/// - a bare `PING` (no argument) from any connection: a health check on
-///   its own schedule, not part of the operation a test records;
+/// - a bare `PING` or `ROLE` (no argument) from any connection: a health
+///   check on its own schedule, not part of the operation a test records;
 /// - the recorder's own marker connection (`CLIENT LIST`, `ECHO`);
 /// - script commands, which are kept with the command that ran them.
 ///
@@ -188,7 +188,9 @@ impl<'a> Monitor<'a> {
                 }
                 continue;
             }
-            if args.len() == 1 && args[0].eq_ignore_ascii_case("PING") {
+            if args.len() == 1
+                && (args[0].eq_ignore_ascii_case("PING") || args[0].eq_ignore_ascii_case("ROLE"))
+            {
                 continue;
             }
             executed.push(Executed {
@@ -348,9 +350,10 @@ mod tests {
         server.request(&["SET", "k", "v"]);
         let script = "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('GET', KEYS[1])";
         server.request(&["EVAL", script, "1", "s", "a\"b\n"]);
-        // A health check's bare PING is left out; one with an argument is
-        // kept.
+        // A health check's bare PING or ROLE is left out; a PING with an
+        // argument is kept.
         server.request(&["PING"]);
+        server.cli(&["ROLE"]);
         server.request(&["PING", "hello"]);
 
         let commands = monitor.commands();

@@ -8,7 +8,10 @@
 //! no RST, the bytes each side sends are read and dropped. A client then
 //! sees nothing but silence. Connections accepted afterwards relay normally
 //! (the route is back; only the old connections' state was lost), unless
-//! [`FaultProxy::hold_new`] holds them too.
+//! [`FaultProxy::hold_new`] holds them too. [`FaultProxy::retarget`] sends
+//! the connections accepted from then on to another server, as a DNS name
+//! moved by a managed service's failover does, while the open ones stay
+//! with the old server.
 //!
 //! The proxy's kernel acknowledges what the client sends, so TCP keepalive
 //! and `TCP_USER_TIMEOUT` on the client see a live peer: only the client's
@@ -17,7 +20,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 
@@ -41,7 +44,8 @@ pub struct FaultProxy {
 
 #[derive(Debug)]
 struct Shared {
-    target: SocketAddr,
+    /// The loopback port new connections are relayed to.
+    target_port: AtomicU16,
     /// Set on drop: the acceptor stops.
     stopping: AtomicBool,
     /// Whether new connections start blackholed.
@@ -79,7 +83,7 @@ impl FaultProxy {
             .expect("fault proxy: local address")
             .port();
         let shared = Arc::new(Shared {
-            target: SocketAddr::from((Ipv4Addr::LOCALHOST, target_port)),
+            target_port: AtomicU16::new(target_port),
             stopping: AtomicBool::new(false),
             hold_new: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
@@ -138,6 +142,12 @@ impl FaultProxy {
         self.shared.hold_new.store(hold, Ordering::SeqCst);
     }
 
+    /// Relays connections accepted from now on to `127.0.0.1:target_port`;
+    /// the connections already open stay with their server.
+    pub fn retarget(&self, target_port: u16) {
+        self.shared.target_port.store(target_port, Ordering::SeqCst);
+    }
+
     /// How many connections the proxy has accepted so far.
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
@@ -172,7 +182,9 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         }
         let Ok(client) = client else { continue };
         // A target that refuses: the client sees its connection closed.
-        let Ok(target) = TcpStream::connect(shared.target) else {
+        let target_port = shared.target_port.load(Ordering::SeqCst);
+        let Ok(target) = TcpStream::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, target_port)))
+        else {
             continue;
         };
         let _ = client.set_nodelay(true);

@@ -362,3 +362,191 @@ async fn a_stalled_server_keeps_its_connection_and_answers_when_it_resumes() {
     assert_eq!(cache.peek("k").await.expect("read").as_deref(), Some("v"));
     assert!(started.elapsed() < OP_TIMEOUT, "{:?}", started.elapsed());
 }
+
+/// The reconnect delay of the failover tests below: a fixed address
+/// answered `READONLY` is connected to anew once its connection is this
+/// old.
+const REPLICA_RECHECK: Duration = Duration::from_millis(200);
+
+/// A number in `server`'s `INFO replication` (0 while absent).
+fn replication(server: &RedisServer, field: &str) -> i64 {
+    let info = server.cli(&["INFO", "replication"]);
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One address whose server can fail over: `old` behind a relay, and
+/// `new` replicating it.
+fn one_address() -> (RedisServer, RedisServer, FaultProxy) {
+    let old = RedisServer::start();
+    let new = RedisServer::start();
+    new.cli(&["REPLICAOF", "127.0.0.1", &old.port().to_string()]);
+    let proxy = FaultProxy::start(old.port());
+    (old, new, proxy)
+}
+
+/// The failover of a managed service: once `new` holds every write `old`
+/// took, `new` is promoted, `old` becomes its replica, and the address
+/// moves to `new` (connections already open stay with `old`).
+async fn fail_over(old: &RedisServer, new: &RedisServer, proxy: &FaultProxy) {
+    let written = replication(old, "master_repl_offset");
+    until("the replica holds every write", || {
+        replication(new, "slave_repl_offset") >= written
+    })
+    .await;
+    new.cli(&["REPLICAOF", "NO", "ONE"]);
+    old.cli(&["REPLICAOF", "127.0.0.1", &new.port().to_string()]);
+    proxy.retarget(new.port());
+}
+
+/// A failover behind one address (a managed service moving its DNS name):
+/// the old master, now a replica of the new one, answers the store's open
+/// connection `READONLY`; the store connects to the address anew, which
+/// reaches the new master. Its subscriber stays on the old node, which
+/// relays what the new master publishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_behind_one_address_moves_writes_to_the_new_master() {
+    let (old, new, proxy) = one_address();
+    let store = RedisStore::connect(&proxy.url(), config().reconnect_max_delay(REPLICA_RECHECK))
+        .await
+        .expect("connect");
+    let here = Cache::<String>::builder("moved")
+        .store(store.clone())
+        .l1(true)
+        .ttl(Duration::from_secs(60))
+        .no_circuit_breaker()
+        .build()
+        .expect("config");
+    here.set("k", "before".into()).await.expect("set");
+
+    let accepted = proxy.accepted();
+    fail_over(&old, &new, &proxy).await;
+
+    let failover = Instant::now();
+    while let Err(error) = here.set("k", "after".into()).await {
+        assert!(
+            failover.elapsed() < Duration::from_secs(10),
+            "writes never reached the new master: {error}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let took = failover.elapsed();
+    let bound = REPLICA_RECHECK + CONNECT_TIMEOUT + OP_TIMEOUT;
+    assert!(
+        took <= bound,
+        "writes moved after {took:?}, bound {bound:?}"
+    );
+    eprintln!("failover behind one address: writes on the new master after {took:?}");
+    let held = new.cli(&["KEYS", "corral:moved*:v:k"]);
+    assert!(held.contains(":v:k"), "value on the new master: {held:?}");
+
+    // The subscriber follows: a replica does not forward its master's
+    // messages, so it connects anew (the L1 is distrusted) and then hears
+    // what the new master publishes.
+    until("the subscriber connects anew", || {
+        proxy.accepted() == accepted + 2
+    })
+    .await;
+    let there = l1_cache(
+        &RedisStore::connect(&new.url(), config())
+            .await
+            .expect("connect"),
+        "moved",
+    );
+    until_heard(&there, &here).await;
+    assert_eq!(
+        proxy.accepted(),
+        accepted + 2,
+        "the command and subscriber connections"
+    );
+    until_in_l1(&here, "k", "after").await;
+    there.set("k", "third".into()).await.expect("set");
+    read_until(&here, "k", Some("third")).await;
+}
+
+/// A store that writes nothing finds the demotion with its health check
+/// (`ROLE`) and moves both connections, so invalidations made at the new
+/// master keep reaching its L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_only_reads_follows_a_failover_behind_one_address() {
+    let (old, new, proxy) = one_address();
+    let store = RedisStore::connect(&proxy.url(), config().reconnect_max_delay(REPLICA_RECHECK))
+        .await
+        .expect("connect");
+    let here = l1_cache(&store, "reader");
+    here.set("k", "before".into()).await.expect("set");
+    until_in_l1(&here, "k", "before").await;
+    let (accepted, resets) = (proxy.accepted(), here.stats().backplane_resets);
+    assert_eq!(accepted, 2, "the command and subscriber connections");
+
+    fail_over(&old, &new, &proxy).await;
+    let failover = Instant::now();
+    until("both connections are made anew", || {
+        proxy.accepted() == accepted + 2 && here.stats().backplane_resets > resets
+    })
+    .await;
+    eprintln!(
+        "failover behind one address, no writes: both connections moved after {:?}",
+        failover.elapsed()
+    );
+    let there = l1_cache(
+        &RedisStore::connect(&new.url(), config())
+            .await
+            .expect("connect"),
+        "reader",
+    );
+    until_heard(&there, &here).await;
+    there.set("k", "after".into()).await.expect("set");
+    read_until(&here, "k", Some("after")).await;
+}
+
+/// A fixed address that reaches a replica for good (a misconfiguration,
+/// or a failover whose name has not moved yet) costs its server one new
+/// connection per reconnect delay, not one per refused write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_that_stays_a_replica_is_reconnected_to_sparingly() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.cli(&["REPLICAOF", "127.0.0.1", &master.port().to_string()]);
+    let proxy = FaultProxy::start(replica.port());
+    let store = RedisStore::connect(&proxy.url(), config().reconnect_max_delay(REPLICA_RECHECK))
+        .await
+        .expect("connect");
+    let cache = Cache::<String>::builder("replica")
+        .store(store.clone())
+        .backplane(false)
+        .no_circuit_breaker()
+        .build()
+        .expect("config");
+    let first = proxy.accepted();
+    assert_eq!(first, 1, "the command connection");
+
+    // Refused writes, as fast as they come back, until the store has made
+    // two more connections.
+    let started = Instant::now();
+    let mut refused = 0u64;
+    while proxy.accepted() < first + 2 {
+        let error = cache
+            .set("k", "v".into())
+            .await
+            .expect_err("a replica refuses writes");
+        assert!(error.to_string().contains("read only replica"), "{error}");
+        refused += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no reconnection after {refused} refused writes"
+        );
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= REPLICA_RECHECK,
+        "two reconnections within {took:?}: at most one per {REPLICA_RECHECK:?}"
+    );
+    assert!(
+        refused > 10,
+        "{refused} refused writes: reconnections are not per write"
+    );
+    eprintln!("replica for good: {refused} refused writes, 2 reconnections in {took:?}");
+}

@@ -36,9 +36,10 @@ fn cache(store: &RedisStore, lease: Duration) -> Cache<String> {
 /// Commands Redis counts when corral's scripts run them: not round trips.
 /// (`get` and `pttl` are also the pipelined read: see [`round_trips`].)
 const INSIDE_SCRIPTS: [&str; 6] = ["get", "set", "del", "pexpire", "pttl", "publish"];
-/// Not corral's traffic: the subscriber connection's keep-alive pings and
-/// the fixture's own `CONFIG RESETSTAT`.
-const NOT_OPERATIONS: [&str; 3] = ["ping", "subscribe", "config|resetstat"];
+/// Not an operation's traffic: the health checks (the subscriber's `PING`,
+/// the command connection's `ROLE`) and the fixture's own `CONFIG
+/// RESETSTAT`.
+const NOT_OPERATIONS: [&str; 4] = ["ping", "role", "subscribe", "config|resetstat"];
 
 /// Round trips since the last reset: top-level commands (scripts), plus the
 /// plain reads — one pipelined `PTTL` + `GET` each, counted by their `PTTL`.

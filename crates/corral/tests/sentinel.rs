@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Semaphore;
 
+mod support;
+
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const FILL_TIMEOUT: Duration = Duration::from_secs(20);
 /// Bound on anything that waits for the failover (generous: the sentinels
@@ -412,14 +414,16 @@ async fn the_master_is_reached_with_the_configured_user_password_and_db() {
     assert!(clients.contains("user=app"), "{clients}");
 }
 
-/// A master demoted to a replica while the store's connection to it stays
+/// A master demoted to a replica while the store's connections to it stay
 /// up answers writes with `READONLY`: the store must ask the sentinels
-/// again and move to the new master.
+/// again and move to the new master, its subscriber too (a replica does
+/// not forward its master's messages).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
     let mut group = RedisSentinel::start();
     let store = store(&group).await;
     let cache = cache(&store, "demoted", false);
+    let listening = self::cache(&store, "demoted-l1", true);
     cache.set("k", "before".to_owned()).await.expect("set");
     let old = group.master().port();
     tokio::task::block_in_place(|| group.swap_roles_by_hand());
@@ -441,6 +445,9 @@ async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
         Some("after".to_owned())
     );
     eprintln!("demoted master: the write was on the new master after {took:?}");
+    // Messages published at the new master reach the store's L1 cache.
+    let there = self::cache(&self::store(&group).await, "demoted-l1", true);
+    support::until_heard(&there, &listening).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -286,7 +286,7 @@ async fn untrusted_certificates_are_refused() {
 
 /// The least a cache user needs: its namespace's keys and channel, and the
 /// commands corral sends (reads, the scripts and what they call, pub/sub,
-/// `PING`).
+/// `PING`; not `ROLE`, which the health check does without).
 const CACHE_USER_ACL: &[&str] = &[
     "resetkeys",
     "~corral:allowed:*",
@@ -390,6 +390,36 @@ async fn acl_user_is_limited_to_its_namespace() {
         server.cli(&["PUBSUB", "NUMSUB", &forbidden]),
         format!("{forbidden}\n0")
     );
+}
+
+/// A user refused `ROLE` (as [`CACHE_USER_ACL`] is) is asked it once: the
+/// health check turns to `PING` and the store works on.
+#[tokio::test]
+async fn a_user_refused_role_is_checked_with_ping() {
+    let server = RedisServer::start();
+    add_cache_user(&server);
+    let url = user_url(&server, PASSWORD);
+    let store = connect(
+        &server,
+        &url,
+        config().health_interval(Duration::from_millis(20)),
+    )
+    .await;
+    // No cache listens: the command connection is the store's only one,
+    // and its health checks the only PINGs.
+    corral_testkit::until("five health checks by PING", || {
+        server.command_stats().get("ping").copied().unwrap_or(0) >= 5
+    })
+    .await;
+    let errors = server.cli(&["INFO", "errorstats"]);
+    assert!(
+        errors
+            .lines()
+            .any(|line| line.trim() == "errorstat_NOPERM:count=1"),
+        "ROLE refused once: {errors:?}"
+    );
+    let cache = cache(&store, "allowed", false);
+    cache.set("k", "v".into()).await.expect("set");
 }
 
 /// A wrong password fails `connect` with `Denied`, and nothing shows it.

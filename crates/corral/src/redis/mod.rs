@@ -560,9 +560,12 @@ pub struct RedisKeys {
 ///   to a write, `READONLY`, also makes the connection be remade through
 ///   the sentinels (a plain read may still be served by the demoted node
 ///   until the next write);
-/// - the subscriber loses its connection with the old master and
-///   re-subscribes on the new one; as after any reconnect, caches drop
-///   their L1 and waiters re-check, since messages may have been lost.
+/// - the subscriber loses its connection with the old master, or, when
+///   the old master lives on as a replica (which does not forward the new
+///   master's messages), connects anew once the command connection has
+///   moved; either way it re-subscribes on the new master and, as after
+///   any reconnect, caches drop their L1 and waiters re-check, since
+///   messages may have been lost.
 ///
 /// Nothing changes in the fences: a commit prepared before the failover
 /// carries its lease's token, and the new master refuses it unless its
@@ -572,6 +575,30 @@ pub struct RedisKeys {
 /// but not yet replicated are lost with it, as Redis replication is
 /// asynchronous: a lost value is a miss, a lost lease lets a second fill
 /// start (never an overwrite of newer data).
+///
+/// # Failover behind one address
+///
+/// Managed services (and DNS-based setups of one's own) fail over by
+/// moving a name: `redis://primary.example:6379` reaches the promoted
+/// replica from then on, while connections already open stay with the old
+/// master, which may live on as a replica. A store on such an address
+/// ([`connect`](RedisStore::connect)) finds the demotion by the server's
+/// `READONLY` answer to a write, or by its health check (`ROLE`, every
+/// [`RedisConfig::health_interval`]; found even by a store that writes
+/// nothing), and connects anew — resolving the name again — once its
+/// connection is at least [`RedisConfig::reconnect_max_delay`] old (1 s by
+/// default). Writes made before fail as [`StoreErrorKind::Unavailable`]. A
+/// store pointed at a replica for good costs its server one new connection
+/// per that delay, not one per write.
+///
+/// Once the new command connection is up, the subscriber connects anew
+/// too: a replica does not forward its master's messages, so a subscriber
+/// left on the old master would miss every change. As after any
+/// reconnect, every cache on the store drops its L1 (a backplane reset).
+/// The subscriber resolves the name right after the command connection
+/// did; should the name still reach the old server then, the next check
+/// finds it a replica again and both move once more.
+///
 /// # Dead connections
 ///
 /// A connection can die without an error — a partitioned host, a dropped
@@ -581,8 +608,10 @@ pub struct RedisKeys {
 /// answering (with `h` = [`RedisConfig::health_interval`], `t` =
 /// [`RedisConfig::op_timeout`], `c` = [`RedisConfig::connect_timeout`]):
 ///
-/// - **The command connection** (standalone) gets a `PING` every `h`,
-///   whatever its traffic. After one with no answer within `t`, the store
+/// - **The command connection** (standalone) is asked its server's `ROLE`
+///   every `h`, whatever its traffic (a `PING` instead once the server
+///   refused `ROLE`; an answer naming a replica is a demotion, see
+///   "Failover behind one address"). After a check with no answer within `t`, the store
 ///   connects anew and swaps the new connection in: a connection that
 ///   goes silent is replaced within **`h + t + c`**, as long as the
 ///   server answers a new connection. Calls sent on the silent one fail
@@ -630,7 +659,7 @@ pub struct RedisKeys {
 /// ```text
 /// ACL SETUSER orders-app on >password resetkeys ~corral:orders:* resetchannels &corral:orders:*
 ///     -@all +get +mget +pttl +set +del +pexpire +publish +evalsha +eval +script|load
-///     +subscribe +unsubscribe +ping
+///     +subscribe +unsubscribe +ping +role
 /// ```
 ///
 /// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts;
@@ -639,9 +668,11 @@ pub struct RedisKeys {
 /// says.)
 /// On a cluster, add `+spublish +ssubscribe +sunsubscribe` (the sharded channels
 /// match `&corral:orders:*` too).
-/// Under Sentinel, the user also needs `+role` on the data nodes (the
-/// master is checked before use), and the sentinels' user (in their
-/// URLs) `+sentinel|get-master-addr-by-name`.
+/// `+role` lets the health check find a demoted server without a write
+/// (refused it, the check sends `PING`, and only a write's `READONLY`
+/// answer reveals a demotion); under Sentinel it is needed (the master is
+/// checked before use), and the sentinels' user (in their
+/// URLs) needs `+sentinel|get-master-addr-by-name`.
 /// A call the ACL refuses — a cache of another namespace on the same
 /// store, a missing command — fails with [`StoreErrorKind::Denied`] and a
 /// message that says it was refused by the ACL: `set` and `invalidate`
@@ -731,10 +762,11 @@ impl RedisStore {
         )
         .await
         .map_err(|e| client::scrubbed(url, e))?;
+        let feed = Feed::Server(source, connection.moves());
         Self::finish(
             redact_url(url),
             Connection::Standalone(connection),
-            Feed::Server(source),
+            feed,
             config,
             &runtime,
         )
@@ -851,10 +883,11 @@ impl RedisStore {
         let reconnect = reconnect(&config);
         let source = Source::Fixed(Box::new(client));
         let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
+        let feed = Feed::Server(source, connection.moves());
         Ok(Self::assemble(
             redact_url(url),
             Connection::Standalone(connection),
-            Feed::Server(source),
+            feed,
             config,
             &runtime,
         ))
@@ -909,10 +942,11 @@ impl RedisStore {
         )
         .await
         .map_err(|e| group.scrub(scrub_seeds(sentinels, e)))?;
+        let feed = Feed::Server(source, connection.moves());
         Self::finish(
             group.target(),
             Connection::Standalone(connection),
-            Feed::Server(source),
+            feed,
             config,
             &runtime,
         )
@@ -940,10 +974,11 @@ impl RedisStore {
         let group = sentinel_group(master_name, sentinels, &config)?;
         let source = Source::Sentinel(Arc::clone(&group));
         let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());
+        let feed = Feed::Server(source, connection.moves());
         Ok(Self::assemble(
             group.target(),
             Connection::Standalone(connection),
-            Feed::Server(source),
+            feed,
             config,
             &runtime,
         ))

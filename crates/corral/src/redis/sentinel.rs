@@ -60,9 +60,10 @@ impl fmt::Debug for Source {
 }
 
 impl Source {
-    /// Whether a `READONLY` reply means the connection should be made
-    /// anew: the server it reached was demoted, and the source may now
-    /// name another.
+    /// Whether a `READONLY` reply makes the connection be made anew at
+    /// once: the server it reached was demoted, and the source names (and
+    /// checks) the master. A fixed address is connected to anew more
+    /// sparingly (see the standalone connection's docs).
     pub(super) fn follows_failover(&self) -> bool {
         matches!(self, Self::Sentinel(_))
     }
@@ -258,7 +259,7 @@ impl Sentinels {
 }
 
 /// Whether a `ROLE` reply's first element says `master`.
-fn is_master(role: Option<&Value>) -> bool {
+pub(super) fn is_master(role: Option<&Value>) -> bool {
     matches!(role, Some(Value::BulkString(role)) if role.as_slice() == b"master")
         || matches!(role, Some(Value::SimpleString(role)) if role == "master")
 }

@@ -11,10 +11,17 @@
 //!
 //! States:
 //! - **up**: calls use the connection; a call that fails as a broken
-//!   connection (redis-rs's "unrecoverable" errors: I/O, dropped), or —
-//!   when the [`Source`] follows failovers (Sentinel) — is answered
-//!   `READONLY`, marks it down and starts one reconnecting task, which
-//!   asks the source where to connect;
+//!   connection (redis-rs's "unrecoverable" errors: I/O, dropped), or is
+//!   answered `READONLY` (the server was demoted to a replica), marks it
+//!   down and starts one reconnecting task, which asks the source where to
+//!   connect. For a fixed address, a demotion does so only on a connection
+//!   at least `max_delay` old: the address may now reach the promoted
+//!   server (a managed service's failover moves its DNS name), but a
+//!   server that stays a replica costs at most one connection per
+//!   `max_delay`, not one per write. Once a connection made because of a
+//!   demotion is up, [`Standalone::moves`] ticks: the subscriber, to which
+//!   a replica does not forward the master's messages, connects anew
+//!   too;
 //! - **reconnecting**: calls wait for the task's first attempt (bounded by
 //!   the caller's own timeout); once an attempt has failed, calls fail at
 //!   once with its error, until an attempt succeeds. The task tries again
@@ -23,8 +30,10 @@
 //!
 //! A connection can also die silently (a partitioned host, a dropped NAT
 //! entry: no FIN, no RST), and then its calls only time out, one by one.
-//! So a heartbeat task `PING`s the connection every `health_interval`
-//! while it is up; after a `PING` without an answer within
+//! So a heartbeat task asks the server its `ROLE` every `health_interval`
+//! while the connection is up (a `PING` instead, once the server refused
+//! `ROLE`): an answer that names a replica is a demotion, found even by a
+//! store that writes nothing; after a check without an answer within
 //! `health_timeout` it connects anew (bounded by the connect timeout) and
 //! swaps the new connection in. Calls go on through the old connection
 //! until then, and keep it if no new connection can be made: a server
@@ -32,6 +41,7 @@
 //! resumes. The heartbeat holds the store only while it checks, and ends
 //! with the store.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -42,10 +52,11 @@ use ::redis::{
 };
 use crossbeam_utils::sync::ShardedLock;
 use tokio::runtime::Handle;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
 
 use super::backoff::Backoff;
-use super::sentinel::Source;
+use super::sentinel::{is_master, Source};
 use crate::sync::{read, write};
 
 /// How to connect and reconnect.
@@ -80,13 +91,19 @@ struct Shared {
     state: ShardedLock<State>,
     /// Woken whenever a reconnection attempt ends, either way.
     settled: Notify,
+    /// Ticks when a connection made because the server was demoted is up.
+    moves: watch::Sender<u64>,
+    /// Set once the server refused `ROLE`: the heartbeat sends `PING`.
+    role_refused: AtomicBool,
 }
 
 enum State {
-    /// Connected; `epoch` counts the connections made.
+    /// Connected; `epoch` counts the connections made, `since` is when
+    /// this one was.
     Up {
         conn: MultiplexedConnection,
         epoch: u64,
+        since: Instant,
     },
     /// The connection broke and a task is connecting anew. `failed` is the
     /// error of its last failed attempt, if any.
@@ -128,8 +145,14 @@ impl Standalone {
             config,
             reconnect,
             runtime: runtime.clone(),
-            state: ShardedLock::new(State::Up { conn, epoch: 0 }),
+            state: ShardedLock::new(State::Up {
+                conn,
+                epoch: 0,
+                since: Instant::now(),
+            }),
             settled: Notify::new(),
+            moves: watch::Sender::new(0),
+            role_refused: AtomicBool::new(false),
         });
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Ok(Self { shared })
@@ -151,8 +174,10 @@ impl Standalone {
             runtime: runtime.clone(),
             state: ShardedLock::new(State::Reconnecting { failed: None }),
             settled: Notify::new(),
+            moves: watch::Sender::new(0),
+            role_refused: AtomicBool::new(false),
         });
-        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0));
+        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, false));
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Self { shared }
     }
@@ -183,7 +208,7 @@ impl Standalone {
     /// The current connection and its epoch; waits while a reconnection's
     /// first attempt runs.
     async fn current(&self) -> RedisResult<(MultiplexedConnection, u64)> {
-        if let State::Up { conn, epoch } = &*read(&self.shared.state) {
+        if let State::Up { conn, epoch, .. } = &*read(&self.shared.state) {
             return Ok((conn.clone(), *epoch));
         }
         loop {
@@ -193,7 +218,7 @@ impl Standalone {
             // after this read wakes it.
             settled.as_mut().enable();
             match &*read(&self.shared.state) {
-                State::Up { conn, epoch } => return Ok((conn.clone(), *epoch)),
+                State::Up { conn, epoch, .. } => return Ok((conn.clone(), *epoch)),
                 State::Reconnecting {
                     failed: Some(error),
                 } => return Err(error.clone()),
@@ -203,41 +228,68 @@ impl Standalone {
         }
     }
 
-    /// Starts a reconnection if `reply` shows the connection of `epoch`
-    /// broken, or (for a source that follows failovers) its server
-    /// demoted to a replica.
-    fn check<T>(&self, reply: &RedisResult<T>, epoch: u64) {
-        let demoted = |e: &RedisError| {
-            e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
-                && self.shared.source.follows_failover()
-        };
-        if matches!(reply, Err(e) if e.is_unrecoverable_error() || demoted(e)) {
-            self.reconnect(epoch);
-        }
+    /// Ticks each time a connection made because the server was found
+    /// demoted to a replica is up: whatever else was connected to the old
+    /// server should connect anew.
+    pub(super) fn moves(&self) -> watch::Receiver<u64> {
+        self.shared.moves.subscribe()
     }
 
-    /// Marks the connection of `epoch` down and starts the task that
-    /// replaces it, unless that already happened.
-    fn reconnect(&self, epoch: u64) {
-        {
-            let mut state = write(&self.shared.state);
-            if !matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
-                return;
-            }
-            *state = State::Reconnecting { failed: None };
+    /// Starts a reconnection if `reply` shows the connection of `epoch`
+    /// broken, or its server demoted to a replica (`READONLY`).
+    fn check<T>(&self, reply: &RedisResult<T>, epoch: u64) {
+        let Err(error) = reply else {
+            return;
+        };
+        if error.is_unrecoverable_error() {
+            reconnect(&self.shared, epoch, false);
+        } else if error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
+            leave_replica(&self.shared, epoch, "READONLY");
         }
-        tracing::warn!("redis connection lost: reconnecting");
-        let shared = Arc::downgrade(&self.shared);
-        // On the caller's runtime, where the new connection's driver task
-        // will run too; the store's own runtime when called outside one.
-        let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
-        runtime.spawn(reconnecting(shared, epoch));
     }
 }
 
+/// The connection of `epoch` reached a replica (`found` tells how): it is
+/// made anew at once when the source follows failovers (it names and
+/// checks the master), else once it is `max_delay` old.
+fn leave_replica(shared: &Arc<Shared>, epoch: u64, found: &str) {
+    let due = shared.source.follows_failover()
+        || matches!(
+            &*read(&shared.state),
+            State::Up { epoch: current, since, .. }
+                if *current == epoch && since.elapsed() >= shared.reconnect.max_delay
+        );
+    if due && reconnect(shared, epoch, true) {
+        tracing::warn!("redis server is a replica now ({found}): reconnecting");
+    }
+}
+
+/// Marks the connection of `epoch` down and starts the task that replaces
+/// it (`demoted`: because its server became a replica); returns whether
+/// it did, rather than another call before it.
+fn reconnect(shared: &Arc<Shared>, epoch: u64, demoted: bool) -> bool {
+    {
+        let mut state = write(&shared.state);
+        if !matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
+            return false;
+        }
+        *state = State::Reconnecting { failed: None };
+    }
+    if !demoted {
+        tracing::warn!("redis connection lost: reconnecting");
+    }
+    // On the caller's runtime, where the new connection's driver task
+    // will run too; the store's own runtime when called outside one.
+    let runtime = Handle::try_current().unwrap_or_else(|_| shared.runtime.clone());
+    runtime.spawn(reconnecting(Arc::downgrade(shared), epoch, demoted));
+    true
+}
+
 /// Connects anew until it succeeds or the store is dropped (the task
-/// holds the store only during an attempt, not across its backoff).
-async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
+/// holds the store only during an attempt, not across its backoff). When
+/// the connection of `epoch` was left because its server was `demoted`,
+/// [`Standalone::moves`] ticks once the new one is up.
+async fn reconnecting(weak: Weak<Shared>, epoch: u64, demoted: bool) {
     let mut backoff = match weak.upgrade() {
         Some(shared) => Backoff::new(
             Duration::ZERO,
@@ -260,6 +312,7 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
             Ok(conn) => State::Up {
                 conn,
                 epoch: epoch + 1,
+                since: Instant::now(),
             },
             Err(error) => State::Reconnecting {
                 failed: Some(error),
@@ -268,45 +321,82 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64) {
         shared.settled.notify_waiters();
         if restored {
             tracing::info!("redis connection restored");
+            if demoted {
+                shared.moves.send_modify(|moves| *moves += 1);
+            }
             return;
         }
     }
 }
 
-/// `PING`s the connection every `health_interval` while it is up; when a
-/// `PING` gets no answer (an error reply is an answer) within
-/// `health_timeout`, replaces the connection ([`replace`]). Ends with the
-/// store (the task holds it only while it checks or replaces, not across
-/// its pauses or the `PING`).
+/// Checks the connection every `health_interval` while it is up, asking
+/// its server's `ROLE` (`PING` once the server refused `ROLE`): an answer
+/// that names a replica leaves it ([`leave_replica`]); no answer (an error
+/// reply is an answer) within `health_timeout` replaces it ([`replace`]).
+/// Ends with the store (the task holds it only while it judges or
+/// replaces, not across its pauses or the check).
 async fn heartbeat(weak: Weak<Shared>) {
     let Some(interval) = weak.upgrade().map(|s| s.reconnect.health_interval) else {
         return;
     };
-    let ping = ::redis::cmd("PING");
+    let (role, ping) = (::redis::cmd("ROLE"), ::redis::cmd("PING"));
     loop {
         tokio::time::sleep(interval).await;
-        let (mut conn, epoch, timeout) = {
+        let (mut conn, epoch, timeout, asks_role) = {
             let Some(shared) = weak.upgrade() else {
                 return;
             };
-            let State::Up { conn, epoch } = &*read(&shared.state) else {
+            let State::Up { conn, epoch, .. } = &*read(&shared.state) else {
                 continue;
             };
-            (conn.clone(), *epoch, shared.reconnect.health_timeout)
+            let asks_role = !shared.role_refused.load(Ordering::Relaxed);
+            (
+                conn.clone(),
+                *epoch,
+                shared.reconnect.health_timeout,
+                asks_role,
+            )
         };
-        let answer = tokio::time::timeout(timeout, conn.req_packed_command(&ping)).await;
-        if matches!(answer, Ok(Ok(_))) {
-            continue;
-        }
+        let check = if asks_role { &role } else { &ping };
+        let answer = tokio::time::timeout(timeout, conn.req_packed_command(check)).await;
         drop(conn);
         let Some(shared) = weak.upgrade() else {
             return;
         };
-        tracing::warn!(
-            "redis connection gave no answer to PING within {timeout:?}: connecting anew"
-        );
-        replace(&shared, epoch).await;
+        match answer {
+            Ok(Ok(reply)) if asks_role => judge_role(&shared, epoch, reply.extract_error()),
+            // An error reply: the server answered.
+            Ok(Err(error)) if asks_role && !error.is_unrecoverable_error() => {
+                judge_role(&shared, epoch, Err(error));
+            }
+            Ok(Ok(_)) => {}
+            _ => {
+                tracing::warn!(
+                    "redis connection gave no answer to a health check within {timeout:?}: \
+                     connecting anew"
+                );
+                replace(&shared, epoch).await;
+            }
+        }
     }
+}
+
+/// Acts on the heartbeat's `ROLE` answer on the connection of `epoch`: a
+/// replica is left; a refusal (an ACL without `+role`, a renamed command)
+/// turns the heartbeat to `PING`.
+fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
+    let refusal = match reply {
+        Ok(Value::Array(items)) if is_master(items.first()) => return,
+        Ok(Value::Array(_)) => return leave_replica(shared, epoch, "ROLE"),
+        Ok(other) => format!("{other:?}"),
+        Err(error) => error.to_string(),
+    };
+    shared.role_refused.store(true, Ordering::Relaxed);
+    tracing::info!(
+        %refusal,
+        "redis refused ROLE: the health check sends PING (a demoted server is found by its \
+         READONLY answers alone)"
+    );
 }
 
 /// Makes a new connection and swaps it in for the connection of `epoch`,
@@ -323,6 +413,7 @@ async fn replace(shared: &Shared, epoch: u64) {
                 *state = State::Up {
                     conn,
                     epoch: epoch + 1,
+                    since: Instant::now(),
                 };
                 tracing::info!("redis connection replaced");
             }

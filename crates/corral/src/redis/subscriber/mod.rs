@@ -15,7 +15,9 @@
 //! listens on opens no subscriber connection. It ends when the last clone
 //! of the store is dropped (the request channel closes). When Redis goes
 //! away it reconnects with jittered, doubling backoff (a Sentinel group
-//! is asked for its master again), and re-subscribes every channel. A `PING`
+//! is asked for its master again), and re-subscribes every channel; it
+//! does the same when the command connection left a server demoted to a
+//! replica (a replica does not forward its master's messages). A `PING`
 //! every `health_interval`, bounded by the operation timeout, finds a
 //! connection that died silently: it is dropped like a failed one, and the
 //! re-subscription tells the sinks that messages may have been lost.
@@ -65,8 +67,8 @@ impl Subscriber {
         let shared = Arc::new(Shared::new());
         let (requests, receiver) = mpsc::unbounded_channel();
         match feed {
-            Feed::Server(source) => {
-                let task = plain::Task::new(Arc::clone(&shared), receiver, source, settings);
+            Feed::Server(source, moves) => {
+                let task = plain::Task::new(Arc::clone(&shared), receiver, source, moves, settings);
                 drop(runtime.spawn(task.run()));
             }
             Feed::Cluster(client) => {

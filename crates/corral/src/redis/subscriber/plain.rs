@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ::redis::aio::PubSubSink;
 use ::redis::{Msg, Value};
 use futures_util::StreamExt as _;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
 use super::super::backoff::Backoff;
@@ -29,22 +29,27 @@ pub(super) struct Task {
     requests: mpsc::UnboundedReceiver<Arc<str>>,
     /// The server, asked anew at each connect.
     source: Source,
+    /// Ticks when the command connection left a server demoted to a
+    /// replica: the subscriber must leave it too.
+    moves: watch::Receiver<u64>,
     settings: Settings,
 }
 
 impl Task {
     /// The task of `shared` on `source`'s server, taking requests from
-    /// `requests`.
+    /// `requests`, connecting anew when `moves` ticks.
     pub(super) fn new(
         shared: Arc<Shared>,
         requests: mpsc::UnboundedReceiver<Arc<str>>,
         source: Source,
+        moves: watch::Receiver<u64>,
         settings: Settings,
     ) -> Self {
         Self {
             shared,
             requests,
             source,
+            moves,
             settings,
         }
     }
@@ -78,8 +83,12 @@ impl Task {
 
     /// Connects, subscribes every channel asked for so far, wakes every
     /// listener, then dispatches messages and new subscriptions until the
-    /// connection fails or the store is dropped.
+    /// connection fails, the command connection moves off a demoted
+    /// server, or the store is dropped.
     async fn session(&mut self) -> Ended {
+        // Seen before connecting: a move while this connects may have left
+        // it on the old server, and makes it connect again.
+        self.moves.borrow_and_update();
         let connect = self.source.pubsub(self.settings.connect_timeout);
         let pubsub = tokio::select! {
             connected = connect => match connected {
@@ -137,6 +146,16 @@ impl Task {
                     None => return Ended::Lost { established: true },
                     Some(message) => self.dispatch(&message),
                 },
+                moved = self.moves.changed() => {
+                    // The command connection ends only with the store.
+                    if moved.is_err() {
+                        return Ended::StoreDropped;
+                    }
+                    tracing::warn!(
+                        "corral: redis server became a replica: the subscriber connects anew"
+                    );
+                    return Ended::Lost { established: true };
+                }
                 _ = ping.tick() => {
                     let pong = tokio::time::timeout(self.settings.op_timeout, sink.ping::<Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {

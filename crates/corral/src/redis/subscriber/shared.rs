@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::super::keys;
 use super::super::sentinel::Source;
@@ -212,8 +212,10 @@ impl Shared {
 #[derive(Debug, Clone)]
 pub(in crate::redis) enum Feed {
     /// One server (a Sentinel source names the current master at each
-    /// connect): one connection, plain `SUBSCRIBE`.
-    Server(Source),
+    /// connect): one connection, plain `SUBSCRIBE`; made anew when the
+    /// receiver (the command connection's `Standalone::moves`) ticks, as a
+    /// replica does not forward its master's messages.
+    Server(Source, watch::Receiver<u64>),
     /// A cluster: the subscriber's own cluster connection, which
     /// subscribes the sharded channels at the nodes owning their slots.
     Cluster(ShardedClient),
