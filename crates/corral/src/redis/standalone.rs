@@ -382,14 +382,24 @@ async fn heartbeat(weak: Weak<Shared>) {
 }
 
 /// Acts on the heartbeat's `ROLE` answer on the connection of `epoch`: a
-/// replica is left; a refusal (an ACL without `+role`, a renamed command)
-/// turns the heartbeat to `PING`.
+/// replica is left; a refusal (`NOPERM`: an ACL without `+role`; `ERR`: a
+/// renamed or unknown command; an answer of another shape) turns the
+/// heartbeat to `PING`; another error (`LOADING`, `BUSY`, ...) passes, and
+/// `ROLE` is asked again next time.
 fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
     let refusal = match reply {
         Ok(Value::Array(items)) if is_master(items.first()) => return,
         Ok(Value::Array(_)) => return leave_replica(shared, epoch, "ROLE"),
         Ok(other) => format!("{other:?}"),
-        Err(error) => error.to_string(),
+        Err(error)
+            if matches!(
+                error.kind(),
+                ErrorKind::Server(ServerErrorKind::NoPerm | ServerErrorKind::ResponseError)
+            ) =>
+        {
+            error.to_string()
+        }
+        Err(_) => return,
     };
     shared.role_refused.store(true, Ordering::Relaxed);
     tracing::info!(
