@@ -550,3 +550,93 @@ async fn an_address_that_stays_a_replica_is_reconnected_to_sparingly() {
     );
     eprintln!("replica for good: {refused} refused writes, 2 reconnections in {took:?}");
 }
+
+/// The documented bound on re-subscribing after a cluster subscriber's
+/// node connection went silent: `health_interval + op_timeout +
+/// connect_timeout + op_timeout` (the `PING` to every master, a new
+/// connection from the seeds, the `SSUBSCRIBE`s).
+fn cluster_subscriber_bound() -> Duration {
+    HEALTH_INTERVAL + OP_TIMEOUT + CONNECT_TIMEOUT + OP_TIMEOUT
+}
+
+/// The first `key<i>` whose value lives on master `node`.
+fn key_on(cluster: &RedisCluster, node: usize) -> String {
+    (0..1000)
+        .map(|i| format!("key{i}"))
+        .find(|key| {
+            let name = RedisStore::keys_of(&corral::store::StoreKey::new("any:v1", key)).value;
+            cluster.master_of(&name) == node
+        })
+        .expect("a key on the node")
+}
+
+/// A cluster store's subscriber whose connection to one master goes
+/// silent finds it by its health check (a `PING` to every master) and
+/// subscribes anew within the documented bound; changes on that master
+/// reach the L1 again afterwards. Master 0 announces itself at a relay
+/// (`cluster-announce-port`), so every client reaches it through the relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_cluster_node_is_found_by_the_subscriber_within_the_bound() {
+    let cluster = RedisCluster::start();
+    let key = key_on(&cluster, 0);
+    let node = &cluster.nodes()[0];
+    let proxy = FaultProxy::start(node.port());
+    let bus_port = (node.port() + 10_000).to_string();
+    node.cli(&["CONFIG", "SET", "cluster-announce-bus-port", &bus_port]);
+    node.cli(&[
+        "CONFIG",
+        "SET",
+        "cluster-announce-port",
+        &proxy.port().to_string(),
+    ]);
+    let relayed = format!("\n{}\n", proxy.port());
+    until("every node names master 0 at the relay", || {
+        cluster
+            .nodes()
+            .iter()
+            .all(|n| format!("\n{}\n", n.cli(&["CLUSTER", "SLOTS"])).contains(&relayed))
+    })
+    .await;
+
+    // Seeds other than master 0: the store reaches it through the relay.
+    let seeds: Vec<String> = cluster.urls().into_iter().skip(1).collect();
+    let connect = || async {
+        RedisStore::connect_cluster(&seeds, config())
+            .await
+            .expect("connect")
+    };
+    let here = l1_cache(&connect().await, "silent");
+    let probe = l1_cache(&connect().await, "silent");
+    until_heard(&probe, &here).await;
+    probe.set(&key, "v1".into()).await.expect("set");
+    until_in_l1(&here, &key, "v1").await;
+    let resets = here.stats().backplane_resets;
+
+    let silent = Instant::now();
+    assert!(
+        proxy.blackhole() >= 2,
+        "the stores' connections to master 0"
+    );
+    until("the subscriber subscribes anew", || {
+        here.stats().backplane_resets > resets
+    })
+    .await;
+    let replaced = silent.elapsed();
+    eprintln!(
+        "cluster subscriber: subscribed anew after {replaced:?} (bound {:?})",
+        cluster_subscriber_bound()
+    );
+    assert!(
+        replaced <= cluster_subscriber_bound(),
+        "subscribed anew after {replaced:?}, bound {:?}",
+        cluster_subscriber_bound()
+    );
+
+    // A change on master 0, made by a store connected after the silence,
+    // reaches the L1 of `here` again.
+    let there = l1_cache(&connect().await, "silent");
+    read_until(&here, &key, Some("v1")).await;
+    until_in_l1(&here, &key, "v1").await;
+    there.set(&key, "v2".into()).await.expect("set");
+    read_until(&here, &key, Some("v2")).await;
+}

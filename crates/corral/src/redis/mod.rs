@@ -632,11 +632,12 @@ pub struct RedisKeys {
 /// - **Cluster** command connections are not pinged: a call that gets no
 ///   answer counts as failed, and 3 in a row rebuild the connection
 ///   (above). A cluster store's subscriber (sharded pub/sub, see
-///   "Notifications") sends a `PING` every `h` to one node, bounded by
-///   `t`; with no answer it connects anew from the seeds and subscribes
-///   every channel again (a backplane reset once all are confirmed). A
-///   node connection that closes is noticed at once; one that goes silent
-///   on a node the `PING` does not reach is found by TCP keepalive.
+///   "Notifications") sends a `PING` every `h` to every master (where its
+///   subscriptions are), bounded by `t`; when one does not answer it
+///   connects anew from the seeds and subscribes every channel again (a
+///   backplane reset once all are confirmed): a silent master connection
+///   is replaced and re-subscribed within **`h + t + c + t`**. A node
+///   connection that closes is noticed at once.
 /// - **TCP keepalive** ([`RedisConfig::tcp_keepalive`], 10 s by default)
 ///   is set on every TCP connection — commands, cluster nodes, the
 ///   subscriber — with `TCP_USER_TIMEOUT` on Linux: the kernel closes a

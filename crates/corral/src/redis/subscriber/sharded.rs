@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use ::redis::{PushInfo, PushKind, RedisError, Value};
 use futures_util::future::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
@@ -199,15 +200,19 @@ impl Task {
         }
     }
 
-    /// The health check, every health interval: a `PING` (to any node),
-    /// and the failed `SSUBSCRIBE`s sent again. When the `PING` gets no
+    /// The health check, every health interval: a `PING` to every master
+    /// (where the subscriptions are; each must answer), and the failed
+    /// `SSUBSCRIBE`s sent again. When the `PING` gets no
     /// answer within the operation timeout, or the `SSUBSCRIBE`s kept
     /// failing (see [`REBUILD_AFTER`]), the connection is made anew from
     /// the seeds and every channel subscribed again.
     async fn check(&mut self, requests: &mut mpsc::UnboundedReceiver<Arc<str>>) {
         let mut connection = self.connection.clone();
-        let ping_cmd = ::redis::cmd("PING");
-        let ping = ping_cmd.query_async::<Value>(&mut connection);
+        let every_master = RoutingInfo::MultiNode((
+            MultipleNodeRoutingInfo::AllMasters,
+            Some(ResponsePolicy::AllSucceeded),
+        ));
+        let ping = connection.route_command(::redis::cmd("PING"), every_master);
         let answered = matches!(
             tokio::time::timeout(self.settings.op_timeout, ping).await,
             Ok(Ok(_))
