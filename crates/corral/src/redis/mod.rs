@@ -588,8 +588,9 @@ pub struct RedisKeys {
 /// nothing), and connects anew — resolving the name again — once its
 /// connection is at least [`RedisConfig::reconnect_max_delay`] old (1 s by
 /// default). Writes made before fail as [`StoreErrorKind::Unavailable`]. A
-/// store pointed at a replica for good costs its server one new connection
-/// per that delay, not one per write.
+/// store pointed at a replica for good (a misconfiguration: every write
+/// fails) costs its server a new command and subscriber connection per
+/// that delay, not one per write, and logs a warning each time.
 ///
 /// Once the new command connection is up, the subscriber connects anew
 /// too: a replica does not forward its master's messages, so a subscriber
@@ -610,18 +611,17 @@ pub struct RedisKeys {
 ///
 /// - **The command connection** (standalone) is asked its server's `ROLE`
 ///   every `h`, whatever its traffic (a `PING` instead once the server
-///   refused `ROLE`; an answer naming a replica is a demotion, see
-///   "Failover behind one address"). After a check with no answer within `t`, the store
-///   connects anew and swaps the new connection in: a connection that
-///   goes silent is replaced within **`h + t + c`**, as long as the
-///   server answers a new connection. Calls sent on the silent one fail
-///   with [`StoreErrorKind::Timeout`] after `t` each; calls made after the
-///   swap use the new one, so calls succeed again at most `h + 2t + c`
-///   after it went silent. When no new connection can be made (the server
-///   itself is frozen or unreachable), the old one stays and is checked
-///   again `h` later: a server that only stalled answers on it as soon as
-///   it resumes. Reads and writes pay nothing for the check (no timer, no
-///   shared write).
+///   refused `ROLE`; an answer naming a replica is a demotion, see "Failover
+///   behind one address"). After a check with no answer within `t`, the store
+///   connects anew and swaps the new connection in: a connection that goes
+///   silent is replaced within **`h + t + c`**, as long as the server answers
+///   a new connection. Calls sent on the silent one fail with
+///   [`StoreErrorKind::Timeout`] after `t` each; calls made after the swap
+///   use the new one, so calls succeed again at most `h + 2t + c` after it
+///   went silent. When no new connection can be made (the server itself is
+///   frozen or unreachable), the old one stays and is checked again `h`
+///   later: a server that only stalled answers on it as soon as it resumes.
+///   Reads and writes pay nothing for the check (no timer, no shared write).
 /// - **The subscriber** gets a `PING` every `h`, bounded by `t`; with no
 ///   answer it reconnects after a pause of at most 50 ms and subscribes
 ///   again: a silent subscriber is replaced and re-subscribed within
