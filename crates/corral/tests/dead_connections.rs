@@ -377,6 +377,13 @@ fn replication(server: &RedisServer, field: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// A store on `url` with the failover tests' settings.
+async fn store_at(url: &str) -> RedisStore {
+    RedisStore::connect(url, config().reconnect_max_delay(REPLICA_RECHECK))
+        .await
+        .expect("connect")
+}
+
 /// One address whose server can fail over: `old` behind a relay, and
 /// `new` replicating it.
 fn one_address() -> (RedisServer, RedisServer, FaultProxy) {
@@ -409,9 +416,7 @@ async fn fail_over(old: &RedisServer, new: &RedisServer, proxy: &FaultProxy) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_behind_one_address_moves_writes_to_the_new_master() {
     let (old, new, proxy) = one_address();
-    let store = RedisStore::connect(&proxy.url(), config().reconnect_max_delay(REPLICA_RECHECK))
-        .await
-        .expect("connect");
+    let store = store_at(&proxy.url()).await;
     let here = Cache::<String>::builder("moved")
         .store(store.clone())
         .l1(true)
@@ -449,12 +454,7 @@ async fn a_failover_behind_one_address_moves_writes_to_the_new_master() {
         proxy.accepted() == accepted + 2
     })
     .await;
-    let there = l1_cache(
-        &RedisStore::connect(&new.url(), config())
-            .await
-            .expect("connect"),
-        "moved",
-    );
+    let there = l1_cache(&store_at(&new.url()).await, "moved");
     until_heard(&there, &here).await;
     assert_eq!(
         proxy.accepted(),
@@ -472,9 +472,7 @@ async fn a_failover_behind_one_address_moves_writes_to_the_new_master() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_only_reads_follows_a_failover_behind_one_address() {
     let (old, new, proxy) = one_address();
-    let store = RedisStore::connect(&proxy.url(), config().reconnect_max_delay(REPLICA_RECHECK))
-        .await
-        .expect("connect");
+    let store = store_at(&proxy.url()).await;
     let here = l1_cache(&store, "reader");
     here.set("k", "before".into()).await.expect("set");
     until_in_l1(&here, "k", "before").await;
@@ -491,12 +489,7 @@ async fn a_store_that_only_reads_follows_a_failover_behind_one_address() {
         "failover behind one address, no writes: both connections moved after {:?}",
         failover.elapsed()
     );
-    let there = l1_cache(
-        &RedisStore::connect(&new.url(), config())
-            .await
-            .expect("connect"),
-        "reader",
-    );
+    let there = l1_cache(&store_at(&new.url()).await, "reader");
     until_heard(&there, &here).await;
     there.set("k", "after".into()).await.expect("set");
     read_until(&here, "k", Some("after")).await;
@@ -511,9 +504,7 @@ async fn an_address_that_stays_a_replica_is_reconnected_to_sparingly() {
     let replica = RedisServer::start();
     replica.cli(&["REPLICAOF", "127.0.0.1", &master.port().to_string()]);
     let proxy = FaultProxy::start(replica.port());
-    let store = RedisStore::connect(&proxy.url(), config().reconnect_max_delay(REPLICA_RECHECK))
-        .await
-        .expect("connect");
+    let store = store_at(&proxy.url()).await;
     let cache = Cache::<String>::builder("replica")
         .store(store.clone())
         .backplane(false)
