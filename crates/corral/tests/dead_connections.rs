@@ -447,9 +447,9 @@ async fn a_failover_behind_one_address_moves_writes_to_the_new_master() {
     let held = new.cli(&["KEYS", "corral:moved*:v:k"]);
     assert!(held.contains(":v:k"), "value on the new master: {held:?}");
 
-    // The subscriber follows: a replica does not forward its master's
-    // messages, so it connects anew (the L1 is distrusted) and then hears
-    // what the new master publishes.
+    // The subscriber follows the writes (a demoted master relays messages
+    // only while its replication link is up; see the resync test): it
+    // connects anew (the L1 is distrusted) and hears the new master.
     until("the subscriber connects anew", || {
         proxy.accepted() == accepted + 2
     })
@@ -493,6 +493,35 @@ async fn a_store_that_only_reads_follows_a_failover_behind_one_address() {
     until_heard(&there, &here).await;
     there.set("k", "after".into()).await.expect("set");
     read_until(&here, "k", Some("after")).await;
+}
+
+/// A demoted master relays its new master's messages only once it has
+/// resynchronized with it; after a full resynchronization (held back 5 s
+/// here, Redis's default `repl-diskless-sync-delay`) what was published
+/// before it never reaches the demoted node. A subscriber left there would
+/// keep a stale L1 copy without a sign; it moves to the new master
+/// instead, and the move drops the L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_published_while_the_demoted_master_resyncs_does_not_leave_the_l1_stale() {
+    let old = RedisServer::start();
+    let new = RedisServer::start_with(&["--repl-diskless-sync-delay", "5"]);
+    let proxy = FaultProxy::start(old.port());
+    let here = l1_cache(&store_at(&proxy.url()).await, "resync");
+    here.set("k", "before".into()).await.expect("set");
+    until_in_l1(&here, "k", "before").await;
+
+    // A failover to a server that did not replicate `old`: `old` needs a
+    // full resynchronization, seconds away.
+    old.cli(&["REPLICAOF", "127.0.0.1", &new.port().to_string()]);
+    proxy.retarget(new.port());
+    let there = l1_cache(&store_at(&new.url()).await, "resync");
+    there.set("k", "after".into()).await.expect("set");
+    read_until(&here, "k", Some("after")).await;
+    let link = old.cli(&["INFO", "replication"]);
+    assert!(
+        !link.contains("master_link_status:up"),
+        "the change was seen before the demoted master resynchronized: {link}"
+    );
 }
 
 /// A fixed address that reaches a replica for good (a misconfiguration,

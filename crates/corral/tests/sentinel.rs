@@ -416,8 +416,9 @@ async fn the_master_is_reached_with_the_configured_user_password_and_db() {
 
 /// A master demoted to a replica while the store's connections to it stay
 /// up answers writes with `READONLY`: the store must ask the sentinels
-/// again and move to the new master, its subscriber too (a replica does
-/// not forward its master's messages).
+/// again and move to the new master, its subscriber too (a demoted master
+/// relays the new master's messages only while its replication link is
+/// up).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
     let mut group = RedisSentinel::start();

@@ -561,11 +561,11 @@ pub struct RedisKeys {
 ///   the sentinels (a plain read may still be served by the demoted node
 ///   until the next write);
 /// - the subscriber loses its connection with the old master, or, when
-///   the old master lives on as a replica (which does not forward the new
-///   master's messages), connects anew once the command connection has
-///   moved; either way it re-subscribes on the new master and, as after
-///   any reconnect, caches drop their L1 and waiters re-check, since
-///   messages may have been lost.
+///   the old master lives on as a replica, connects anew once the command
+///   connection has moved (see "Failover behind one address" for why);
+///   either way it re-subscribes on the new master and, as after any
+///   reconnect, caches drop their L1 and waiters re-check, since messages
+///   may have been lost.
 ///
 /// Nothing changes in the fences: a commit prepared before the failover
 /// carries its lease's token, and the new master refuses it unless its
@@ -593,9 +593,15 @@ pub struct RedisKeys {
 /// that delay, not one per write, and logs a warning each time.
 ///
 /// Once the new command connection is up, the subscriber connects anew
-/// too: a replica does not forward its master's messages, so a subscriber
-/// left on the old master would miss every change. As after any
-/// reconnect, every cache on the store drops its L1 (a backplane reset).
+/// too. A demoted master relays its new master's messages only through its
+/// replication link: not at all before the link is up — after a full
+/// resynchronization, held back by the new master's
+/// `repl-diskless-sync-delay` (5 s by default), what was published before
+/// never reaches it — nor while the link is down, nor once the node is
+/// retired, and its subscribers are not told. So the subscriber follows the
+/// writes to the new master, and, as after any reconnect, every cache on
+/// the store drops its L1 (a backplane reset), since messages may have
+/// been lost meanwhile.
 /// The subscriber resolves the name right after the command connection
 /// did; should the name still reach the old server then, the next check
 /// finds it a replica again and both move once more.

@@ -19,9 +19,9 @@
 //!   server (a managed service's failover moves its DNS name), but a
 //!   server that stays a replica costs at most one connection per
 //!   `max_delay`, not one per write. Once a connection made because of a
-//!   demotion is up, [`Standalone::moves`] ticks: the subscriber, to which
-//!   a replica does not forward the master's messages, connects anew
-//!   too;
+//!   demotion is up, [`Standalone::moves`] ticks: the subscriber, which a
+//!   demoted master feeds only through its replication link (late, and
+//!   not at all while the link is down), connects anew too;
 //! - **reconnecting**: calls wait for the task's first attempt (bounded by
 //!   the caller's own timeout); once an attempt has failed, calls fail at
 //!   once with its error, until an attempt succeeds. The task tries again

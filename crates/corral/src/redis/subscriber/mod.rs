@@ -17,7 +17,8 @@
 //! away it reconnects with jittered, doubling backoff (a Sentinel group
 //! is asked for its master again), and re-subscribes every channel; it
 //! does the same when the command connection left a server demoted to a
-//! replica (a replica does not forward its master's messages). A `PING`
+//! replica (which relays the new master's messages only while its
+//! replication link is up). A `PING`
 //! every `health_interval`, bounded by the operation timeout, finds a
 //! connection that died silently: it is dropped like a failed one, and the
 //! re-subscription tells the sinks that messages may have been lost.

@@ -214,7 +214,8 @@ pub(in crate::redis) enum Feed {
     /// One server (a Sentinel source names the current master at each
     /// connect): one connection, plain `SUBSCRIBE`; made anew when the
     /// receiver (the command connection's `Standalone::moves`) ticks, as a
-    /// replica does not forward its master's messages.
+    /// demoted master relays its new master's messages only while its
+    /// replication link is up.
     Server(Source, watch::Receiver<u64>),
     /// A cluster: the subscriber's own cluster connection, which
     /// subscribes the sharded channels at the nodes owning their slots.
