@@ -114,7 +114,7 @@ pub struct CacheConfig {
     #[serde(default, deserialize_with = "duration")]
     pub redis_connect_timeout: Option<Duration>,
     /// How often the Redis command and subscriber connections are checked
-    /// with a `PING`; one that gives no answer within `store_timeout` is
+    /// (`ROLE`, `PING`); one that gives no answer within `store_timeout` is
     /// replaced
     /// ([`RedisConfig::health_interval`](crate::redis::RedisConfig::health_interval)).
     #[serde(default, deserialize_with = "duration")]

@@ -164,14 +164,19 @@ pub struct RedisConfig {
     /// reconnect, the subscriber's connect). Default: **1 s**.
     pub connect_timeout: Duration,
     /// The longest pause between reconnect attempts (they start at 50 ms
-    /// and double, with jitter). Default: **1 s**.
+    /// and double, with jitter); also how old a connection to one address
+    /// must be before a demotion makes the store connect anew (see the
+    /// [`RedisStore`] docs, "Failover behind one address"). Default:
+    /// **1 s**.
     pub reconnect_max_delay: Duration,
-    /// How often a health check `PING`s the command connection
-    /// (standalone) and the subscriber connection, each `PING` bounded by
-    /// [`op_timeout`](Self::op_timeout): a connection that gives no answer
-    /// is replaced (see the [`RedisStore`] docs, "Dead connections").
-    /// One `PING` per connection per interval, whatever the traffic; the
-    /// reads and writes themselves pay nothing for it. Default: **1 s**.
+    /// How often a health check asks the command connection (standalone)
+    /// its server's `ROLE` (`PING` once refused) and `PING`s the subscriber
+    /// connection, each check bounded by [`op_timeout`](Self::op_timeout):
+    /// a connection that gives no answer is replaced, one whose server
+    /// became a replica is left (see the [`RedisStore`] docs, "Dead
+    /// connections"). One check per connection per interval, whatever the
+    /// traffic; the reads and writes themselves pay nothing for it.
+    /// Default: **1 s**.
     pub health_interval: Duration,
     /// TCP keepalive on every TCP connection the store opens (commands,
     /// cluster nodes, the subscriber): the first probe after this long
