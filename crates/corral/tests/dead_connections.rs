@@ -57,6 +57,17 @@ async fn until_in_l1(cache: &Cache<String>, key: &str, want: &str) {
     }
 }
 
+/// A cache on `store` that listens to nothing (the command connection is
+/// the store's only one) and has no breaker (every call reaches the store).
+fn unguarded_cache(store: &RedisStore, name: &str) -> Cache<String> {
+    Cache::<String>::builder(name)
+        .store(store.clone())
+        .backplane(false)
+        .no_circuit_breaker()
+        .build()
+        .expect("config")
+}
+
 /// A store on `server` through a fault proxy (started first, so its
 /// connections are the store's, in the order they were made).
 async fn through_proxy(server: &RedisServer) -> (FaultProxy, RedisStore) {
@@ -134,12 +145,7 @@ async fn a_busy_store_replaces_a_silent_command_connection_within_the_bound() {
     let server = RedisServer::start();
     let (proxy, store) = through_proxy(&server).await;
     // Without a breaker every call goes to the store, however many fail.
-    let cache = Cache::<String>::builder("busy")
-        .store(store.clone())
-        .backplane(false)
-        .no_circuit_breaker()
-        .build()
-        .expect("config");
+    let cache = unguarded_cache(&store, "busy");
     cache.set("k", "v".into()).await.expect("set");
 
     let silent = Instant::now();
@@ -338,12 +344,7 @@ async fn every_cluster_node_connection_keeps_tcp_keepalive_on() {
 async fn a_stalled_server_keeps_its_connection_and_answers_when_it_resumes() {
     let server = RedisServer::start();
     let (proxy, store) = through_proxy(&server).await;
-    let cache = Cache::<String>::builder("stalled")
-        .store(store.clone())
-        .backplane(false)
-        .no_circuit_breaker()
-        .build()
-        .expect("config");
+    let cache = unguarded_cache(&store, "stalled");
     cache.set("k", "v".into()).await.expect("set");
 
     // Frozen: the health check finds the connection silent and tries new
@@ -534,12 +535,7 @@ async fn an_address_that_stays_a_replica_is_reconnected_to_sparingly() {
     replica.cli(&["REPLICAOF", "127.0.0.1", &master.port().to_string()]);
     let proxy = FaultProxy::start(replica.port());
     let store = store_at(&proxy.url()).await;
-    let cache = Cache::<String>::builder("replica")
-        .store(store.clone())
-        .backplane(false)
-        .no_circuit_breaker()
-        .build()
-        .expect("config");
+    let cache = unguarded_cache(&store, "replica");
     let first = proxy.accepted();
     assert_eq!(first, 1, "the command connection");
 
