@@ -216,6 +216,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
 
+mod budget;
 mod cache;
 pub mod clock;
 pub mod codec;
@@ -241,6 +242,7 @@ mod redis;
 #[cfg(feature = "memcached")]
 mod memcached;
 
+pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
 pub use cache::batch::Batch;
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{FillOutput, GetOrFill};
@@ -253,7 +255,7 @@ pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
 pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
 pub use data::policy::FillOptions;
-pub use stats::health::{Health, StoreHealth};
+pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use stats::Stats;
 
 #[cfg(feature = "redis")]

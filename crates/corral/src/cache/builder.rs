@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::budget::FillBudget;
 use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
@@ -62,6 +63,7 @@ pub struct CacheBuilder<V> {
     seed: Option<u64>,
     refresh_limiter: Option<Arc<Semaphore>>,
     refresh_limit: usize,
+    budget: Option<FillBudget>,
     metrics_interval: Option<Duration>,
     breaker: Option<BreakerSettings>,
     _value: PhantomData<fn() -> V>,
@@ -134,6 +136,7 @@ where
             seed: None,
             refresh_limiter: None,
             refresh_limit: 16,
+            budget: None,
             metrics_interval: Some(Duration::from_secs(1)),
             breaker: Some(BreakerSettings::default()),
             _value: PhantomData,
@@ -318,6 +321,17 @@ where
     /// [`refresh_limit`](CacheBuilder::refresh_limit).
     pub fn refresh_limiter(mut self, limiter: Arc<Semaphore>) -> Self {
         self.refresh_limiter = Some(limiter);
+        self
+    }
+
+    /// Bounds how many fills run at once against the source, across keys:
+    /// give one [`FillBudget`] to every cache that reads the same source
+    /// (and, with [`FillBudget::fleet`], to every process). Fills over
+    /// budget queue, hottest key first; see [`FillBudget`] for the order,
+    /// the bounded waits and [`Error::Overloaded`](crate::Error::Overloaded).
+    /// Default: none (every key's one fill runs at once).
+    pub fn fill_budget(mut self, budget: FillBudget) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -531,11 +545,15 @@ where
             refresh_limiter: self
                 .refresh_limiter
                 .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
+            budget: self.budget,
         }));
         attach_to_store(&inner, listens, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
             crate::stats::export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
+                if let Some(budget) = inner.budget() {
+                    crate::stats::export::budget_load(inner.name(), budget);
+                }
                 (Arc::clone(inner.name()), inner.stats())
             });
         }

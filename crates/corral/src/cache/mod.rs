@@ -423,6 +423,9 @@ where
     /// the crate docs for the list.
     #[cfg(feature = "metrics")]
     pub fn export_metrics(&self) {
+        if let Some(budget) = self.inner.budget() {
+            crate::stats::export::budget_load(self.inner.name(), budget);
+        }
         crate::stats::export::export(self.inner.name(), &self.stats());
     }
 
@@ -453,6 +456,7 @@ where
         crate::stats::health::Health {
             store,
             flights_in_progress: inner.flights().len(),
+            budget: inner.budget().map(crate::FillBudget::stats),
         }
     }
 

@@ -143,12 +143,40 @@ pub enum Error<E = Infallible> {
     Store(StoreError),
     /// The operation was called outside a tokio runtime.
     NoRuntime,
+    /// The cache's [`FillBudget`](crate::FillBudget) had no permit for this
+    /// fill within its [`max_wait`](crate::FillBudget::max_wait), and no
+    /// stale or fail-safe value was at hand: the source was not called.
+    /// Retryable: the source is busy, not broken ([`is_retryable`](Self::is_retryable)).
+    Overloaded {
+        /// How long the fill waited for a permit.
+        waited: Duration,
+    },
 }
 
 impl<E> Error<E> {
     /// Whether the hard fill timeout passed.
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout { .. }) || matches!(self, Self::Store(e) if e.is_timeout())
+    }
+
+    /// Whether the fill budget had no permit in time
+    /// ([`Overloaded`](Self::Overloaded)).
+    pub fn is_overloaded(&self) -> bool {
+        matches!(self, Self::Overloaded { .. })
+    }
+
+    /// Whether the same call may work later, unchanged: the fill budget
+    /// was full ([`Overloaded`](Self::Overloaded)), the fill timed out, or
+    /// the store failed in a retryable way
+    /// ([`StoreError::is_retryable`]). Fill errors are the fill's own to
+    /// judge; an invalid key, a panic or a missing runtime are not
+    /// retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Overloaded { .. } | Self::Timeout { .. } | Self::Aborted => true,
+            Self::Store(error) => error.is_retryable(),
+            _ => false,
+        }
     }
 
     /// Whether the key was rejected.
@@ -204,6 +232,10 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
             Self::Encode { message } => write!(f, "value not storable: {message}"),
             Self::Store(e) => e.fmt(f),
             Self::NoRuntime => f.write_str("corral needs a tokio runtime"),
+            Self::Overloaded { waited } => write!(
+                f,
+                "fill budget full: no permit within {waited:?}, source not called"
+            ),
         }
     }
 }

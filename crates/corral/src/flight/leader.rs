@@ -19,6 +19,7 @@ use crate::data::freshness::{Answer, Fetched, Freshness, Standing};
 use crate::data::key::KeyLabel;
 use crate::data::policy::FillOptions;
 use crate::data::tags::Stamps;
+use crate::flight::permit::{self, Waited};
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Leadership, Outcome};
 use crate::state::inner::{weight, Inner};
@@ -248,6 +249,38 @@ where
                 return;
             }
         };
+        let permit = match self.wait_for_permit(lease.as_ref()).await {
+            Waited::Granted { permit, queued } => {
+                if queued {
+                    // The fill's own time starts with its permit.
+                    let (fill_timeout, soft) = (self.clock.fill_timeout, self.clock.soft_timeout);
+                    self.clock = Deadlines::from(Instant::now(), fill_timeout, soft);
+                }
+                permit
+            }
+            Waited::Overloaded(waited) => {
+                let kept = Kept {
+                    lease,
+                    stamps: None,
+                };
+                if self.flight.has_published() {
+                    // A refresh gives up: its callers were served.
+                    drop(kept);
+                    self.flight.retire(|| ());
+                } else {
+                    self.fail(kept, Failure::Overloaded(waited)).await;
+                }
+                return;
+            }
+            Waited::Deserted(waited) => {
+                drop(lease);
+                self.flight.retire(|| ());
+                // Only a caller that joined as the last one left reads it.
+                self.flight
+                    .publish(Outcome::Failed(Failure::Overloaded(waited)));
+                return;
+            }
+        };
         // Read before the fill runs: a tag invalidation or clear landing
         // while it runs leaves the entry stamped with the old version, fenced.
         let stamps = match self.inner.upgrade() {
@@ -258,6 +291,8 @@ where
             None => None,
         };
         let result = self.fill_in_time(fill, lease.as_ref()).await;
+        // The source call is over: the next queued fill may start.
+        drop(permit);
         let kept = Kept { lease, stamps };
         match result {
             Ok(Ok(answer)) => {
@@ -305,6 +340,22 @@ where
         tokio::time::timeout_at(deadline, finder.find(first))
             .await
             .unwrap_or(Found::TimedOut)
+    }
+
+    /// Waits for a permit of the cache's fill budget (renewing the lease
+    /// meanwhile); a value at hand is served at once if the fill has to
+    /// queue.
+    async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Waited {
+        let inner = Weak::clone(&self.inner);
+        let flight = Arc::clone(self.flight.flight());
+        let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        let on_queue = || {
+            if !self.flight.has_published() {
+                self.serve_fallback(Freshness::FailSafe);
+            }
+        };
+        let waiting = permit::wait_for_permit(&inner, &flight, on_queue);
+        while_renewing(&inner, waiting, &leases).await
     }
 
     /// Runs the fill (renewing its lease) until the hard deadline, serving
@@ -756,15 +807,23 @@ where
     Fut: Future<Output = Result<T, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
-    let fill = call_fill(inner, fill);
+    while_renewing(inner, call_fill(inner, fill), leases).await
+}
+
+/// Runs `work` while renewing `leases` every third of their TTL.
+async fn while_renewing<V, T>(
+    inner: &Weak<Inner<V>>,
+    work: impl Future<Output = T>,
+    leases: &[&LeaseGuard],
+) -> T {
     if leases.is_empty() {
-        return fill.await;
+        return work.await;
     }
-    tokio::pin!(fill);
+    tokio::pin!(work);
     tokio::select! {
         biased;
-        result = &mut fill => result,
-        () = keep_renewed(inner, leases) => fill.await,
+        done = &mut work => done,
+        () = keep_renewed(inner, leases) => work.await,
     }
 }
 

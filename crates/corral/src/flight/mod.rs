@@ -6,3 +6,4 @@
 pub(crate) mod batch;
 pub(crate) mod caller;
 pub(crate) mod leader;
+pub(crate) mod permit;

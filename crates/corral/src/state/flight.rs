@@ -24,10 +24,12 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+use futures_util::task::AtomicWaker;
 
 use crate::sync::{lock, Mutex};
 
@@ -46,6 +48,9 @@ pub(crate) enum Failure {
     Fill(Arc<dyn Any + Send + Sync>),
     Panicked(Arc<str>),
     TimedOut(Duration),
+    /// The fill budget gave no permit within its wait: the source was
+    /// never called.
+    Overloaded(Duration),
     Aborted,
 }
 
@@ -53,6 +58,15 @@ pub(crate) enum Failure {
 pub(crate) struct Flight<V> {
     id: u64,
     slot: Mutex<Slot<V>>,
+    /// How many [`Wait`]s of the flight are alive: callers waiting for it.
+    waiting: AtomicUsize,
+    /// Whether any caller ever waited (a flight no caller waited for yet
+    /// is not abandoned by an empty count).
+    waited: AtomicBool,
+    /// Set once an outcome is published (a glance without the lock).
+    published: AtomicBool,
+    /// Woken when the last waiting caller leaves.
+    deserted: AtomicWaker,
 }
 
 struct Slot<V> {
@@ -68,18 +82,56 @@ impl<V: Clone> Flight<V> {
                 outcome: None,
                 wakers: Vec::new(),
             }),
+            waiting: AtomicUsize::new(0),
+            waited: AtomicBool::new(false),
+            published: AtomicBool::new(false),
+            deserted: AtomicWaker::new(),
         }
     }
 
     /// Waits for the flight's outcome. Dropping the future only stops this
     /// caller's wait.
     pub(crate) fn wait(self: &Arc<Self>) -> Wait<V> {
+        self.waited.store(true, Ordering::Relaxed);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
         Wait {
             flight: Arc::clone(self),
             waker_index: None,
         }
     }
+}
 
+impl<V> Flight<V> {
+    /// How many callers wait for the flight now (a glance: a caller may
+    /// join or leave at once after).
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Whether its outcome was published (its callers were answered).
+    pub(crate) fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Resolves once callers waited for the flight and every one of them
+    /// left (cancelled) before an outcome was published.
+    pub(crate) async fn deserted(&self) {
+        std::future::poll_fn(|cx| {
+            self.deserted.register(cx.waker());
+            let empty = self.waited.load(Ordering::Relaxed)
+                && self.waiting.load(Ordering::Acquire) == 0
+                && !self.is_published();
+            if empty {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+}
+
+impl<V: Clone> Flight<V> {
     fn publish(&self, outcome: Outcome<V>) {
         let wakers = {
             let mut slot = lock(&self.slot);
@@ -87,6 +139,7 @@ impl<V: Clone> Flight<V> {
                 return;
             }
             slot.outcome = Some(outcome);
+            self.published.store(true, Ordering::Release);
             std::mem::take(&mut slot.wakers)
         };
         for waker in wakers {
@@ -122,6 +175,14 @@ impl<V: Clone> Future for Wait<V> {
             }
         }
         Poll::Pending
+    }
+}
+
+impl<V> Drop for Wait<V> {
+    fn drop(&mut self) {
+        if self.flight.waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.flight.deserted.wake();
+        }
     }
 }
 

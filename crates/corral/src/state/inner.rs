@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+use crate::budget::FillBudget;
 use crate::codec::Codec;
 use crate::data::encryption::Cipher;
 use crate::data::entry::{self, Decoded, Ttls};
@@ -60,6 +61,8 @@ pub(crate) struct Inner<V> {
     /// Caps the background refreshes of this cache (or of every cache
     /// sharing the injected semaphore).
     refresh_limiter: Arc<Semaphore>,
+    /// Bounds the fills of this cache (and of every cache sharing it).
+    budget: Option<FillBudget>,
 }
 
 /// What a cache instance is made of, as the builder assembles it.
@@ -75,6 +78,7 @@ pub(crate) struct InnerParts<V> {
     pub(crate) rng: fastrand::Rng,
     pub(crate) weigh_by_bytes: bool,
     pub(crate) refresh_limiter: Arc<Semaphore>,
+    pub(crate) budget: Option<FillBudget>,
 }
 
 impl<V: Clone> Inner<V> {
@@ -97,6 +101,7 @@ impl<V: Clone> Inner<V> {
             rng: Mutex::new(parts.rng),
             weigh_by_bytes: parts.weigh_by_bytes,
             refresh_limiter: parts.refresh_limiter,
+            budget: parts.budget,
         }
     }
 }
@@ -146,6 +151,11 @@ impl<V> Inner<V> {
     /// versions are its own).
     pub(crate) fn new_version(&self) -> Arc<str> {
         new_version(&mut lock(&self.rng))
+    }
+
+    /// Its fill budget, if it has one.
+    pub(crate) fn budget(&self) -> Option<&FillBudget> {
+        self.budget.as_ref()
     }
 
     /// The limiter of its background refreshes.
@@ -452,6 +462,7 @@ pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
         },
         Outcome::Failed(Failure::Panicked(message)) => Err(Error::FillPanicked { message }),
         Outcome::Failed(Failure::TimedOut(after)) => Err(Error::Timeout { after }),
+        Outcome::Failed(Failure::Overloaded(waited)) => Err(Error::Overloaded { waited }),
         Outcome::Failed(Failure::Aborted) => Err(Error::Aborted),
     }
 }

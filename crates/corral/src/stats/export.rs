@@ -87,6 +87,18 @@ const COUNTERS: &[Reading] = &[
     ("corral_backplane_resets_total", None, |s| {
         s.backplane_resets
     }),
+    ("corral_fills_queued_total", None, |s| s.fills_queued),
+    ("corral_overloads_total", None, |s| s.overloads),
+    (
+        "corral_fleet_permits_total",
+        Some(("outcome", "taken")),
+        |s| s.fleet_permits,
+    ),
+    (
+        "corral_fleet_permits_total",
+        Some(("outcome", "errored")),
+        |s| s.fleet_fail_open,
+    ),
     ("corral_breaker_opened_total", None, |s| s.breaker_opened),
     ("corral_store_calls_skipped_total", None, |s| {
         s.store_calls_skipped
@@ -110,6 +122,23 @@ pub(crate) fn export(name: &Arc<str>, stats: &Stats) {
 /// Records how long a fill ran (the source of truth's call), in seconds.
 pub(crate) fn fill_took(name: &Arc<str>, took: Duration) {
     histogram!("corral_fill_duration_seconds", "cache" => Arc::clone(name)).record(took);
+}
+
+/// Records how long a fill waited in its fill budget's queue.
+pub(crate) fn queue_took(name: &Arc<str>, took: Duration) {
+    histogram!("corral_fill_queue_wait_seconds", "cache" => Arc::clone(name)).record(took);
+}
+
+/// Sets the gauges of a cache's fill budget: permits held in this process,
+/// fills queued, and the limit.
+pub(crate) fn budget_load(name: &Arc<str>, budget: &crate::budget::FillBudget) {
+    let stats = budget.stats();
+    metrics::gauge!("corral_fill_budget_in_use", "cache" => Arc::clone(name))
+        .set(stats.in_use as f64);
+    metrics::gauge!("corral_fill_budget_queued", "cache" => Arc::clone(name))
+        .set(stats.queued as f64);
+    metrics::gauge!("corral_fill_budget_limit", "cache" => Arc::clone(name))
+        .set(stats.limit as f64);
 }
 
 /// Records how long a caller waited for a flight led by another caller.

@@ -12,6 +12,8 @@ pub struct Health {
     pub store: StoreHealth,
     /// Fills and refreshes in progress in this instance.
     pub flights_in_progress: usize,
+    /// The cache's fill budget, if it has one.
+    pub budget: Option<BudgetStats>,
 }
 
 impl Health {
@@ -19,6 +21,14 @@ impl Health {
     /// within the cache's store timeout.
     pub fn is_ok(&self) -> bool {
         !matches!(self.store, StoreHealth::Failed { .. })
+    }
+
+    /// Whether the cache's fill budget is saturated: every permit is out
+    /// and fills wait for one. The source is protected, not failing; a
+    /// budget saturated for long means it is smaller than the load (or the
+    /// source slower than usual).
+    pub fn is_budget_saturated(&self) -> bool {
+        self.budget.as_ref().is_some_and(BudgetStats::is_saturated)
     }
 }
 
@@ -41,4 +51,36 @@ pub enum StoreHealth {
         /// What went wrong.
         error: StoreError,
     },
+}
+
+/// A snapshot of a [`FillBudget`](crate::FillBudget) ([`FillBudget::stats`](crate::FillBudget::stats)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BudgetStats {
+    /// Fills allowed at once (this process's side).
+    pub limit: usize,
+    /// Permits held now in this process.
+    pub in_use: usize,
+    /// Fills waiting for a permit now.
+    pub queued: usize,
+    /// Permits granted so far.
+    pub granted: u64,
+    /// Fills that had to wait in the queue.
+    pub waited: u64,
+    /// Fills that got no permit within `max_wait` (their callers got
+    /// [`Error::Overloaded`](crate::Error::Overloaded), or a stale value).
+    pub overloaded: u64,
+    /// Queued fills that left the queue because every caller was cancelled.
+    pub abandoned: u64,
+    /// Time spent waiting in the queue, summed over fills.
+    pub wait_total: Duration,
+    /// The most permits held at once in this process.
+    pub peak_in_use: usize,
+}
+
+impl BudgetStats {
+    /// Whether the budget is saturated: every permit is out and fills wait.
+    pub fn is_saturated(&self) -> bool {
+        self.in_use >= self.limit && self.queued > 0
+    }
 }

@@ -291,6 +291,14 @@ counters! {
     refreshes_skipped,
     /// Background refreshes not started because a fill of the key was already running, here or in another process.
     refreshes_stood_down,
+    /// Fills that waited in the fill budget's queue (its permits were all out, here or in the fleet).
+    fills_queued,
+    /// Flights that got no fill-budget permit within its `max_wait`: their callers got `Error::Overloaded` (or a stale or fail-safe value), and the source was not called.
+    overloads,
+    /// Fleet permits taken from the shared store for a fill.
+    fleet_permits,
+    /// Fills that ran on this process's budget permit alone because the store did not answer for a fleet permit.
+    fleet_fail_open,
     ; kept by the breaker:
     /// Times the store's circuit breaker opened: after consecutive failed store calls, or when its half-open probe failed.
     breaker_opened,

@@ -1,0 +1,180 @@
+//! A leader's wait for a permit of its cache's fill budget: after it won
+//! the lease (or found the store unreachable), before it calls the source.
+//! Its own permit first, in the budget's queue (hottest fill first); then,
+//! for a fleet budget, one of the fleet's permits in the store.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::budget::fleet::FleetPermit;
+use crate::budget::queue::Totals;
+use crate::budget::{Demand, FillBudget, LocalPermit};
+use crate::data::freshness::Fetched;
+use crate::state::flight::Flight;
+use crate::state::inner::Inner;
+use crate::stats::Counters;
+
+/// A budget's permit held by a fill: given back when dropped (the fleet's
+/// slot released in the background).
+pub(crate) struct Permit {
+    _local: LocalPermit,
+    _fleet: Option<FleetPermit>,
+}
+
+/// How a leader's wait for a permit ended.
+pub(crate) enum Waited {
+    /// The fill may call the source (`None`: the cache has no budget).
+    Granted {
+        permit: Option<Permit>,
+        /// Whether it waited in a queue (its fill's deadlines start now).
+        queued: bool,
+    },
+    /// No permit within the budget's wait.
+    Overloaded(Duration),
+    /// Every caller of the flight left while it waited (after this long).
+    Deserted(Duration),
+}
+
+/// A queued flight's worth to the budget: its waiting callers.
+struct FlightDemand<V>(Arc<Flight<Fetched<V>>>);
+
+impl<V: Send + Sync> Demand for FlightDemand<V> {
+    fn callers(&self) -> usize {
+        self.0.waiting()
+    }
+
+    fn answered(&self) -> bool {
+        self.0.is_published()
+    }
+}
+
+/// Waits for a permit of the cache's budget for `flight`; `on_queue` runs
+/// once if the fill has to wait (to serve a value at hand at once).
+pub(crate) async fn wait_for_permit<V>(
+    inner: &Weak<Inner<V>>,
+    flight: &Arc<Flight<Fetched<V>>>,
+    on_queue: impl FnOnce(),
+) -> Waited
+where
+    V: Clone + Send + Sync + 'static,
+{
+    let Some(cache) = inner.upgrade() else {
+        return Waited::Granted {
+            permit: None,
+            queued: false,
+        };
+    };
+    let Some(budget) = cache.budget().cloned() else {
+        return Waited::Granted {
+            permit: None,
+            queued: false,
+        };
+    };
+    let fleet_store = cache
+        .tiers()
+        .l2
+        .clone()
+        .filter(|_| budget.fleet_slots().is_some());
+    let (lease_ttl, poll_interval) = (cache.policy().lease_ttl, cache.policy().poll_interval);
+    drop(cache);
+    let started = Instant::now();
+    let deadline = started + budget.wait_bound();
+    let totals = &budget.permits().totals;
+    let mut on_queue = Some(on_queue);
+    let acquire = budget
+        .permits()
+        .acquire(Arc::new(FlightDemand(Arc::clone(flight))));
+    let local = if acquire.is_immediate() {
+        acquire.await
+    } else {
+        enter_queue(inner, &mut on_queue);
+        let span = tracing::debug_span!("corral.budget.queue", limit = budget.limit());
+        let waited = tokio::select! {
+            permit = tokio::time::timeout_at(deadline, acquire) => permit,
+            () = flight.deserted() => return deserted(&budget, started),
+        };
+        drop(span);
+        match waited {
+            Ok(permit) => permit,
+            Err(_) => return overloaded(inner, &budget, started),
+        }
+    };
+    let fleet = match (budget.fleet_slots(), fleet_store) {
+        (Some(slots), Some(store)) => {
+            let on_full = || enter_queue(inner, &mut on_queue);
+            let taking = slots.take(&store, lease_ttl, poll_interval, deadline, on_full);
+            let taken = tokio::select! {
+                taken = taking => taken,
+                () = flight.deserted() => return deserted(&budget, started),
+            };
+            match taken {
+                Ok(permit) => {
+                    if let Some(cache) = inner.upgrade() {
+                        Counters::bump(&cache.counters().fleet_permits);
+                    }
+                    Some(permit)
+                }
+                Err(None) => return overloaded(inner, &budget, started),
+                Err(Some(error)) => {
+                    if let Some(cache) = inner.upgrade() {
+                        Counters::bump(&cache.counters().fleet_fail_open);
+                        cache.note_store_failure(&error, "filling on this process's permit alone");
+                    }
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let queued = on_queue.is_none();
+    if queued {
+        let waited = started.elapsed();
+        totals.waited(waited);
+        tracing::debug!(waited_ms = waited.as_millis(), "fill budget permit granted");
+        #[cfg(feature = "metrics")]
+        if let Some(cache) = inner.upgrade() {
+            crate::stats::export::queue_took(cache.name(), waited);
+        }
+    }
+    Waited::Granted {
+        permit: Some(Permit {
+            _local: local,
+            _fleet: fleet,
+        }),
+        queued,
+    }
+}
+
+/// Counts a fill that has to wait and runs `on_queue`, the first time.
+fn enter_queue<V>(inner: &Weak<Inner<V>>, on_queue: &mut Option<impl FnOnce()>) {
+    if let Some(on_queue) = on_queue.take() {
+        if let Some(cache) = inner.upgrade() {
+            Counters::bump(&cache.counters().fills_queued);
+        }
+        on_queue();
+    }
+}
+
+fn deserted(budget: &FillBudget, started: Instant) -> Waited {
+    Totals::bump(&budget.permits().totals.abandoned);
+    tracing::debug!("every caller of a queued fill left: the fill leaves the queue");
+    Waited::Deserted(started.elapsed())
+}
+
+fn overloaded<V>(inner: &Weak<Inner<V>>, budget: &FillBudget, started: Instant) -> Waited {
+    let totals = &budget.permits().totals;
+    Totals::bump(&totals.overloaded);
+    let waited = started.elapsed();
+    totals.waited(waited);
+    if let Some(cache) = inner.upgrade() {
+        Counters::bump(&cache.counters().overloads);
+    }
+    tracing::warn!(
+        waited_ms = waited.as_millis(),
+        limit = budget.limit(),
+        "fill budget full: no permit in time, source not called"
+    );
+    Waited::Overloaded(waited)
+}
