@@ -17,7 +17,7 @@
 //! one key if it must fill at all.
 
 use std::collections::HashMap;
-use std::future::Future;
+use std::future::{pending, Future};
 use std::sync::{Arc, Weak};
 
 use tokio::runtime::Handle;
@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use crate::data::freshness::{Answer, Standing};
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
+use crate::flight::permit::{self, Waited};
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Outcome};
 use crate::state::inner::Inner;
@@ -66,7 +67,6 @@ where
         let Some(cache) = self.inner.upgrade() else {
             return;
         };
-        let deadline = Instant::now() + cache.policy().fill_timeout;
         let (to_fill, reachable) = match cache.tiers().l2.clone() {
             None => {
                 let to_fill = led.into_iter().map(|(k, f)| (k, f, None)).collect();
@@ -80,9 +80,34 @@ where
         for _ in &to_fill {
             Counters::bump(&cache.counters().misses);
         }
-        Counters::bump(&cache.counters().fills);
-        let stamps = cache.fill_stamps(&[], reachable).await;
         let ttl = cache.policy().ttl;
+        drop(cache);
+        // One permit of the fill budget for the one call of the batch fill.
+        let permit = {
+            let leases: Vec<&LeaseGuard> =
+                to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
+            let flights = to_fill.iter().map(|(_, f, _)| Arc::clone(f.flight()));
+            let demand = permit::FlightDemand(flights.collect());
+            let waiting = permit::wait_for_permit(&self.inner, demand, pending(), || {});
+            match leader::while_renewing(&self.inner, waiting, &leases).await {
+                Waited::Granted { permit, .. } => permit,
+                Waited::Overloaded(waited) | Waited::Deserted(waited) => {
+                    drop(leases);
+                    for (_, mut flight, lease) in to_fill {
+                        drop(lease);
+                        flight.retire(|| ());
+                        flight.publish(Outcome::Failed(Failure::Overloaded(waited)));
+                    }
+                    return;
+                }
+            }
+        };
+        let Some(cache) = self.inner.upgrade() else {
+            return;
+        };
+        Counters::bump(&cache.counters().fills);
+        let deadline = Instant::now() + cache.policy().fill_timeout;
+        let stamps = cache.fill_stamps(&[], reachable).await;
         drop(cache);
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
@@ -93,7 +118,7 @@ where
             leader::fill_renewing(&self.inner, move || fill_many(keys), &leases),
         )
         .await;
-        drop(leases);
+        drop((leases, permit));
         let failure = match filled {
             Ok(Ok(mut found)) => {
                 let inner = &self.inner;

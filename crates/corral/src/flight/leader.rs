@@ -354,7 +354,8 @@ where
                 self.serve_fallback(Freshness::FailSafe);
             }
         };
-        let waiting = permit::wait_for_permit(&inner, &flight, on_queue);
+        let demand = permit::FlightDemand(vec![Arc::clone(&flight)]);
+        let waiting = permit::wait_for_permit(&inner, demand, flight.deserted(), on_queue);
         while_renewing(&inner, waiting, &leases).await
     }
 
@@ -811,7 +812,7 @@ where
 }
 
 /// Runs `work` while renewing `leases` every third of their TTL.
-async fn while_renewing<V, T>(
+pub(crate) async fn while_renewing<V, T>(
     inner: &Weak<Inner<V>>,
     work: impl Future<Output = T>,
     leases: &[&LeaseGuard],

@@ -37,24 +37,27 @@ pub(crate) enum Waited {
     Deserted(Duration),
 }
 
-/// A queued flight's worth to the budget: its waiting callers.
-struct FlightDemand<V>(Arc<Flight<Fetched<V>>>);
+/// A queued fill's worth to the budget: the callers waiting for its
+/// flights (one for a key's fill, one per key for a batch's).
+pub(crate) struct FlightDemand<V>(pub(crate) Vec<Arc<Flight<Fetched<V>>>>);
 
 impl<V: Send + Sync> Demand for FlightDemand<V> {
     fn callers(&self) -> usize {
-        self.0.waiting()
+        self.0.iter().map(|flight| flight.waiting()).sum()
     }
 
     fn answered(&self) -> bool {
-        self.0.is_published()
+        self.0.iter().all(|flight| flight.is_published())
     }
 }
 
-/// Waits for a permit of the cache's budget for `flight`; `on_queue` runs
+/// Waits for a permit of the cache's budget for a fill worth `demand`,
+/// unless `deserted` resolves first (every caller left); `on_queue` runs
 /// once if the fill has to wait (to serve a value at hand at once).
 pub(crate) async fn wait_for_permit<V>(
     inner: &Weak<Inner<V>>,
-    flight: &Arc<Flight<Fetched<V>>>,
+    demand: FlightDemand<V>,
+    deserted: impl std::future::Future<Output = ()>,
     on_queue: impl FnOnce(),
 ) -> Waited
 where
@@ -83,9 +86,8 @@ where
     let deadline = started + budget.wait_bound();
     let totals = &budget.permits().totals;
     let mut on_queue = Some(on_queue);
-    let acquire = budget
-        .permits()
-        .acquire(Arc::new(FlightDemand(Arc::clone(flight))));
+    tokio::pin!(deserted);
+    let acquire = budget.permits().acquire(Arc::new(demand));
     let local = if acquire.is_immediate() {
         acquire.await
     } else {
@@ -93,7 +95,7 @@ where
         let span = tracing::debug_span!("corral.budget.queue", limit = budget.limit());
         let waited = tokio::select! {
             permit = tokio::time::timeout_at(deadline, acquire) => permit,
-            () = flight.deserted() => return deserted(&budget, started),
+            () = &mut deserted => return abandoned(&budget, started),
         };
         drop(span);
         match waited {
@@ -107,7 +109,7 @@ where
             let taking = slots.take(&store, lease_ttl, poll_interval, deadline, on_full);
             let taken = tokio::select! {
                 taken = taking => taken,
-                () = flight.deserted() => return deserted(&budget, started),
+                () = &mut deserted => return abandoned(&budget, started),
             };
             match taken {
                 Ok(permit) => {
@@ -157,7 +159,7 @@ fn enter_queue<V>(inner: &Weak<Inner<V>>, on_queue: &mut Option<impl FnOnce()>) 
     }
 }
 
-fn deserted(budget: &FillBudget, started: Instant) -> Waited {
+fn abandoned(budget: &FillBudget, started: Instant) -> Waited {
     Totals::bump(&budget.permits().totals.abandoned);
     tracing::debug!("every caller of a queued fill left: the fill leaves the queue");
     Waited::Deserted(started.elapsed())
