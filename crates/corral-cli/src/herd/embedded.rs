@@ -1,9 +1,11 @@
 //! The default run, in process: corral's `get_or_fill` against a naive
 //! cache-aside over a map, each reading the same seeded SQLite file through
-//! its own bounded pool.
+//! its own bounded pool. corral's fills share a fill budget (by default of
+//! the pool's size); callers ask for keys in turn or Zipf-distributed.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral_testkit::Tally;
@@ -15,34 +17,51 @@ use super::sqlite::{Database, SqliteArgs};
 /// Seeds the database, then runs the scenario through corral, then through the
 /// naive cache-aside; fails if the database cannot be created, the cache cannot
 /// be built or a caller task panicked.
-pub(crate) async fn run(scenario: Scenario, sqlite: SqliteArgs) -> anyhow::Result<Comparison> {
+pub(crate) async fn run(
+    scenario: Scenario,
+    sqlite: SqliteArgs,
+    shape: Shape,
+) -> anyhow::Result<Comparison> {
     let db = tokio::task::spawn_blocking(move || Database::create(&sqlite)).await??;
+    let budget = shape.budget.unwrap_or(db.pool_size);
 
     let source = Arc::new(db.source()?);
-    let cache = corral::Cache::<String>::builder("herd")
+    let mut builder = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
         .capacity(corral::Capacity::Entries(scenario.cold_keys().max(1024)))
-        .fill_timeout(Duration::from_millis(db.pool_wait_ms) + Duration::from_secs(30))
-        .build()
-        .context("building the corral cache")?;
+        .fill_timeout(Duration::from_millis(db.pool_wait_ms) + Duration::from_secs(30));
+    if budget > 0 {
+        let limit = usize::try_from(budget)?;
+        // Queued fills wait as long as the run may take: the demo counts
+        // callers answered, not callers turned away.
+        let fills = corral::FillBudget::new(limit).max_wait(Duration::from_secs(600));
+        builder = builder.fill_budget(fills);
+    }
+    let cache = builder.build().context("building the corral cache")?;
     let corral = Arc::new(CorralSide {
         cache,
         source: Arc::clone(&source),
     });
     warm_up(&corral, scenario).await?;
     let (_, coalesced) = (source.take_counts(), corral.cache.stats().coalesced);
-    let tally = run_side(&corral, scenario).await?;
+    let (tally, hot) = run_side(&corral, scenario, shape.zipf).await?;
     let mut corral_report = SideReport::sqlite("corral", scenario, source.take_counts(), tally);
     corral_report.coalesced = Some(corral.cache.stats().coalesced - coalesced);
+    hot.fill(&mut corral_report);
 
     let source = Arc::new(db.source()?);
     let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
     warm_up(&naive, scenario).await?;
     source.take_counts();
-    let tally = run_side(&naive, scenario).await?;
-    let naive_report = SideReport::sqlite("naive", scenario, source.take_counts(), tally);
+    let (tally, hot) = run_side(&naive, scenario, shape.zipf).await?;
+    let mut naive_report = SideReport::sqlite("naive", scenario, source.take_counts(), tally);
+    hot.fill(&mut naive_report);
 
-    let setting = Setting::Embedded { database: db };
+    let setting = Setting::Embedded {
+        database: db,
+        budget,
+        zipf: shape.zipf,
+    };
     Ok(Comparison::new(
         scenario,
         setting,
@@ -61,12 +80,101 @@ async fn warm_up<C: Contender>(contender: &Arc<C>, scenario: Scenario) -> anyhow
     Ok(())
 }
 
-/// Every round of the scenario through one contender.
-async fn run_side<C: Contender>(contender: &Arc<C>, scenario: Scenario) -> anyhow::Result<Tally> {
+/// How the default run's corral side and callers are set up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Shape {
+    /// corral's fill budget (`None`: the pool's size; 0: none).
+    pub(crate) budget: Option<u64>,
+    /// The Zipf exponent of the keys asked for (0: each in turn).
+    pub(crate) zipf: f64,
+}
+
+/// Every round of the scenario through one contender, and what the callers
+/// of the hottest keys measured (Zipf runs).
+async fn run_side<C: Contender>(
+    contender: &Arc<C>,
+    scenario: Scenario,
+    zipf: f64,
+) -> anyhow::Result<(Tally, Hot)> {
     let mut total = Tally::default();
+    let mut hot = Hot::default();
     for round in 0..scenario.rounds {
         let keys = round_keys(&format!("local:r{round}"), scenario.keys);
-        total.absorb(run_round(contender, scenario.callers, &keys).await?);
+        if zipf == 0.0 {
+            total.absorb(run_round(contender, scenario.callers, &keys).await?);
+            continue;
+        }
+        // Caller i asks for asked[i]; the 10 first keys are the hottest.
+        let asked = zipf_keys(&keys, scenario.callers, zipf, round);
+        let timed = Arc::new(Timed {
+            inner: Arc::clone(contender),
+            hot: keys.iter().take(10).cloned().collect(),
+            hot_us: Mutex::default(),
+        });
+        total.absorb(run_round(&timed, scenario.callers, &asked).await?);
+        hot.distinct += asked.iter().collect::<HashSet<_>>().len() as u64;
+        let mut samples = timed.hot_us.lock().unwrap_or_else(PoisonError::into_inner);
+        hot.samples_us.append(&mut samples);
     }
-    Ok(total)
+    Ok((total, hot))
+}
+
+/// `callers` keys drawn from `keys` with weight 1/k^s for the k-th (a fixed
+/// seed per round, so both sides get the same draws).
+fn zipf_keys(keys: &[String], callers: u64, s: f64, round: u64) -> Vec<String> {
+    let mut cumulative = Vec::with_capacity(keys.len());
+    let mut total = 0.0;
+    for k in 1..=keys.len() {
+        total += 1.0 / (k as f64).powf(s);
+        cumulative.push(total);
+    }
+    let mut rng = fastrand::Rng::with_seed(0x5eed_0000 + round);
+    (0..callers)
+        .map(|_| {
+            let draw = rng.f64() * total;
+            let k = cumulative.partition_point(|&c| c < draw).min(keys.len() - 1);
+            keys[k].clone()
+        })
+        .collect()
+}
+
+/// A contender whose callers of the hottest keys are timed apart.
+struct Timed<C> {
+    inner: Arc<C>,
+    hot: HashSet<String>,
+    hot_us: Mutex<Vec<u64>>,
+}
+
+impl<C: Contender> Contender for Timed<C> {
+    async fn get(&self, key: &str) -> anyhow::Result<String> {
+        let started = Instant::now();
+        let value = self.inner.get(key).await;
+        if self.hot.contains(key) {
+            let took = corral_testkit::micros(started.elapsed());
+            let mut hot_us = self.hot_us.lock().unwrap_or_else(PoisonError::into_inner);
+            hot_us.push(took);
+        }
+        value
+    }
+}
+
+/// The Zipf runs' extra figures.
+#[derive(Default)]
+struct Hot {
+    samples_us: Vec<u64>,
+    distinct: u64,
+}
+
+impl Hot {
+    /// Adds the figures to a side's report (nothing for uniform runs).
+    fn fill(mut self, report: &mut SideReport) {
+        if self.distinct == 0 {
+            return;
+        }
+        self.samples_us.sort_unstable();
+        let rank = self.samples_us.len().div_ceil(2).saturating_sub(1);
+        let p50 = self.samples_us.get(rank).map_or(0.0, |&us| us as f64 / 1000.0);
+        report.hot_p50_ms = Some(p50);
+        report.distinct_keys = Some(self.distinct);
+    }
 }

@@ -52,6 +52,16 @@ pub(crate) struct HerdArgs {
     /// last good value (fail-safe) while the naive cache-aside fails.
     #[arg(long, conflicts_with = "redis")]
     outage: bool,
+    /// Default run: corral's fill budget, the most fills at once against
+    /// the source (0: none) [default: the pool's size].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    budget: Option<u64>,
+    /// Default run: callers ask for keys Zipf-distributed with this
+    /// exponent (key k with weight 1/k^s, drawn with a fixed seed), so a
+    /// few keys are hot and many cold; 0 (the default): caller i asks for
+    /// key i % keys.
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
     #[command(flatten)]
     sqlite: sqlite::SqliteArgs,
     #[command(flatten)]
@@ -81,7 +91,18 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         return emit(&report?, args.json);
     }
     let report = match &args.redis.redis {
-        None => runtime.block_on(embedded::run(scenario, args.sqlite.clone())),
+        None => {
+            anyhow::ensure!(
+                args.zipf.is_finite() && (0.0..=10.0).contains(&args.zipf),
+                "--zipf {} is not an exponent from 0 to 10",
+                args.zipf
+            );
+            let shape = embedded::Shape {
+                budget: args.budget,
+                zipf: args.zipf,
+            };
+            runtime.block_on(embedded::run(scenario, args.sqlite.clone(), shape))
+        }
         Some(url) => {
             let processes = args.redis.processes;
             runtime.block_on(redis::run(url, processes, scenario))

@@ -56,6 +56,12 @@ pub(crate) struct SideReport {
     /// Commands the Redis server ran for this side's rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_commands: Option<u64>,
+    /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) hot_p50_ms: Option<f64>,
+    /// Distinct keys the callers asked for (Zipf runs leave some out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) distinct_keys: Option<u64>,
 }
 
 impl SideReport {
@@ -94,19 +100,23 @@ impl SideReport {
     }
 
     /// The rows of the table: label and figure (absent: not measured).
-    fn cells(&self) -> [(&'static str, Option<String>); 10] {
+    fn cells(&self) -> [(&'static str, Option<String>); 13] {
         let sqlite = self.sqlite;
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
         let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
+        let most = sqlite.map(|s| s.most_at_once);
         [
             ("calls answered", Some(answered)),
+            ("distinct keys asked", self.distinct_keys.map(group)),
             ("source calls (fill attempts)", Some(group(self.fills))),
             ("SQLite queries run", queries.map(group)),
             ("timeouts (no pooled connection)", timeouts.map(group)),
+            ("most queries at once (at the source)", most.map(group)),
             ("callers coalesced", self.coalesced.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
+            ("latency p50, 10 hottest keys (ms)", self.hot_p50_ms.and_then(ms)),
             ("latency p99 (ms)", ms(self.latency_ms.p99)),
             ("latency max (ms)", ms(self.latency_ms.max)),
             ("wall time (ms)", Some(format!("{:.0}", self.wall_ms))),
@@ -128,7 +138,13 @@ impl SideReport {
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub(crate) enum Setting {
     /// In process, over a seeded SQLite file.
-    Embedded { database: Database },
+    Embedded {
+        database: Database,
+        /// corral's fill budget (0: none).
+        budget: u64,
+        /// The Zipf exponent of the keys callers ask for (0: uniform).
+        zipf: f64,
+    },
     /// Worker processes sharing Redis, over a sleeping source.
     Redis { processes: u64, fill_ms: u64 },
 }
@@ -188,15 +204,28 @@ impl Comparison {
         let (callers, keys, rounds) = (group(self.callers), group(self.keys), group(self.rounds));
         let shape = format!("corral herd: {callers} callers on {keys} cold keys, {rounds} rounds");
         match &self.setting {
-            Setting::Embedded { database: db } => format!(
-                "{shape} (in process)\nsource: SQLite, {} orders of {} users (seeded in {:.0} ms); \
-                 one fill query {:.1} ms; pool of {} connections per side, wait ≤ {} ms",
+            Setting::Embedded {
+                database: db,
+                budget,
+                zipf,
+            } => format!(
+                "{shape} (in process, keys {})\nsource: SQLite, {} orders of {} users (seeded in {:.0} ms); \
+                 one fill query {:.1} ms; pool of {} connections per side, wait ≤ {} ms; \
+                 corral's fill budget: {}",
+                match zipf {
+                    0.0 => "uniform".to_owned(),
+                    s => format!("Zipf s = {s}"),
+                },
                 group(db.rows),
                 group(db.users),
                 db.seed_ms,
                 db.query_ms,
                 db.pool_size,
                 group(db.pool_wait_ms),
+                match budget {
+                    0 => "none".to_owned(),
+                    n => format!("{n} fills at once"),
+                },
             ),
             Setting::Redis { processes, fill_ms } => format!(
                 "{shape}, in {processes} processes per side sharing one Redis\n\

@@ -126,6 +126,8 @@ impl Database {
             wait,
             users: self.users,
             counts: Default::default(),
+            running: AtomicU64::new(0),
+            most: AtomicU64::new(0),
         })
     }
 }
@@ -150,6 +152,8 @@ pub(crate) struct SourceCounts {
     pub(crate) timeouts: u64,
     /// Calls that failed otherwise.
     pub(crate) errors: u64,
+    /// The most queries running at once, counted by the source itself.
+    pub(crate) most_at_once: u64,
 }
 
 /// A side's view of the database: a bounded pool, and counts of its calls.
@@ -158,6 +162,9 @@ pub(crate) struct SqliteSource {
     wait: Duration,
     users: u64,
     counts: [AtomicU64; 3],
+    /// Queries running now, and the most at once since last taken.
+    running: AtomicU64,
+    most: AtomicU64,
 }
 
 impl SqliteSource {
@@ -176,6 +183,7 @@ impl SqliteSource {
             sqlite_queries,
             timeouts,
             errors,
+            most_at_once: self.most.swap(0, Relaxed),
         }
     }
 }
@@ -200,7 +208,10 @@ impl Load for SqliteSource {
             }
         };
         queries.fetch_add(1, Relaxed);
+        let now = self.running.fetch_add(1, Relaxed) + 1;
+        self.most.fetch_max(now, Relaxed);
         let result = conn.interact(move |conn| user_totals(conn, user)).await;
+        self.running.fetch_sub(1, Relaxed);
         let value = result.map_err(|e| anyhow::anyhow!("SQLite query task: {e}"));
         let totals = value.and_then(|v| Ok(v?)).inspect_err(|_| {
             errors.fetch_add(1, Relaxed);
@@ -244,6 +255,7 @@ mod tests {
             sqlite_queries: 2,
             timeouts: 1,
             errors: 0,
+            most_at_once: 1,
         };
         assert_eq!(source.take_counts(), counts);
         assert_eq!(source.take_counts(), SourceCounts::default());
