@@ -67,6 +67,19 @@
 //! and single calls never fill a key twice; answers and errors are per key
 //! ([`Batch`]).
 //!
+//! ## A budget for the source
+//!
+//! One fill per key still makes K fills when K keys go cold together (a
+//! flush, a deploy with a new schema version, a tag invalidation over many
+//! entries). A [`FillBudget`], given to every cache that reads one source
+//! ([`CacheBuilder::fill_budget`]), lets at most N fills run at once; the
+//! rest queue without touching the source, the key with the most waiting
+//! callers first. A caller with a stale or fail-safe value at hand gets it
+//! at once; the others wait up to the budget's `max_wait`, then get
+//! [`Error::Overloaded`] (retryable; the source was not called).
+//! [`FillBudget::fleet`] counts the permits in the shared store, across
+//! every process. Caches have no budget unless given one.
+//!
 //! ## Freshness and failure
 //!
 //! | setting | what readers get |
@@ -165,6 +178,10 @@
 //! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops when messages may have been lost (a re-subscription after the subscriber's connection was interrupted; 0 after a healthy start) |
 //! | `corral_breaker_opened_total` | | times the store's circuit breaker opened (see [`CacheBuilder::circuit_breaker`]) |
 //! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
+//! | `corral_fills_queued_total`, `corral_overloads_total` | | fills that waited for a [`FillBudget`] permit; flights that got none within its `max_wait` |
+//! | `corral_fleet_permits_total` | `outcome` = `taken` / `errored` | fleet permits taken from the store; fills run on the local permit alone because the store failed |
+//! | `corral_fill_budget_in_use`, `_queued`, `_limit` (gauges) | | the cache's fill budget now: permits held in this process, fills queued, the limit |
+//! | `corral_fill_queue_wait_seconds` (`histogram!`) | | how long each queued fill waited for its permit |
 //! | `corral_fill_duration_seconds` (`histogram!`: see below) | | how long each fill ran |
 //! | `corral_wait_duration_seconds` (`histogram!`: see below) | | how long each coalesced caller waited |
 //!
@@ -185,7 +202,8 @@
 //! | layer (folder) | holds |
 //! |---|---|
 //! | `cache/` | the facade: [`Cache`]'s calls, [`CacheBuilder`], the future of [`Cache::get_or_fill`], [`Cache::get_many_or_fill`] |
-//! | `flight/` | flights: the caller's side (from an L1 miss to the answer; the flight joined or led, its first request), the spawned `Leader`'s side (lease, fill, commit, fallback), the batch leader |
+//! | `flight/` | flights: the caller's side (from an L1 miss to the answer; the flight joined or led, its first request), the spawned `Leader`'s side (lease, fill budget permit, fill, commit, fallback), the batch leader |
+//! | `budget/` | [`FillBudget`]: the permits and their queue (hottest fill first), fleet permits as leases in the shared store |
 //! | `read/` | the one read pipeline: read a key's entry from the store, judge it, check its tag stamps, end a flight with a fresh hit |
 //! | `state/` | `Inner`, one cache's state in one home (its fields private to it): the tiers, the settings, the flight table, the known tag versions, the counters; the backplane's changes |
 //! | `tier/`, `store/`, `redis/`, `memcached/` | the L1 and its clock; the shared store behind its circuit breaker and timeout (wrapped once, held by every caller of the store); the stores |
