@@ -326,3 +326,52 @@ async fn a_full_fleet_answers_overloaded_on_memcached() {
     assert_eq!(later.expect("value"), "value of waits");
     assert_eq!(other.stats().fleet_permits, 1);
 }
+
+/// A holder that died mid-fill leaves its fleet permit — one slot's lease
+/// in the store, never renewed or released — exactly as taking the lease
+/// by hand and walking away does. The next fill waits for it to lapse
+/// (within its lease TTL), then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_holder_s_fleet_permit_lapses_within_its_lease_ttl() {
+    use corral::store::{Grant, LeaseRequest, Lookup, Store, StoreKey};
+    let server = corral_testkit::RedisServer::start();
+    let store = corral::RedisStore::connect(&server.url(), corral::RedisConfig::default())
+        .await
+        .expect("store");
+    let lease_ttl = Duration::from_millis(600);
+    let slot = StoreKey::new("lapse-db.fill-budget:v1", "permit:0");
+    let request = LeaseRequest {
+        lease_ttl,
+        fence_ttl: lease_ttl,
+        grant: Grant::OverAnyValue,
+    };
+    let taken = std::time::Instant::now();
+    let dead = store.get_or_lease(&slot, &request).await.expect("lease");
+    assert!(matches!(dead, Lookup::Granted(_)), "{dead:?}");
+    let budget = FillBudget::new(1)
+        .max_wait(Duration::from_secs(10))
+        .fleet("lapse-db")
+        .expect("name");
+    let cache = Cache::<String>::builder("lapse")
+        .ttl(Duration::from_secs(60))
+        .store(store)
+        .fill_budget(budget)
+        .build()
+        .expect("valid config");
+    let filled_at = Arc::new(Mutex::new(None));
+    let at = Arc::clone(&filled_at);
+    let value = cache
+        .get_or_fill("k", move || async move {
+            *at.lock().expect("at") = Some(taken.elapsed());
+            Ok::<_, SourceDown>("v".to_owned())
+        })
+        .await
+        .expect("answered once the permit lapsed");
+    assert_eq!(value, "v");
+    let after = filled_at.lock().expect("at").expect("filled");
+    // Redis's clock and ours differ by a round trip at most.
+    assert!(after >= lease_ttl - Duration::from_millis(50), "{after:?}");
+    assert!(after <= lease_ttl + Duration::from_secs(1), "{after:?}");
+    assert_eq!(cache.stats().fills_queued, 1);
+    assert_eq!(cache.stats().fleet_permits, 1);
+}

@@ -132,7 +132,9 @@ fn zipf_keys(keys: &[String], callers: u64, s: f64, round: u64) -> Vec<String> {
     (0..callers)
         .map(|_| {
             let draw = rng.f64() * total;
-            let k = cumulative.partition_point(|&c| c < draw).min(keys.len() - 1);
+            let k = cumulative
+                .partition_point(|&c| c < draw)
+                .min(keys.len() - 1);
             keys[k].clone()
         })
         .collect()
@@ -173,7 +175,10 @@ impl Hot {
         }
         self.samples_us.sort_unstable();
         let rank = self.samples_us.len().div_ceil(2).saturating_sub(1);
-        let p50 = self.samples_us.get(rank).map_or(0.0, |&us| us as f64 / 1000.0);
+        let p50 = self
+            .samples_us
+            .get(rank)
+            .map_or(0.0, |&us| us as f64 / 1000.0);
         report.hot_p50_ms = Some(p50);
         report.distinct_keys = Some(self.distinct);
     }

@@ -13,6 +13,7 @@
 mod embedded;
 mod outage;
 mod redis;
+mod remote;
 mod report;
 mod scenario;
 mod sqlite;
@@ -52,8 +53,9 @@ pub(crate) struct HerdArgs {
     /// last good value (fail-safe) while the naive cache-aside fails.
     #[arg(long, conflicts_with = "redis")]
     outage: bool,
-    /// Default run: corral's fill budget, the most fills at once against
-    /// the source (0: none) [default: the pool's size].
+    /// corral's fill budget, the most fills at once against the source
+    /// (0: none) [default: the pool's size; with --redis: none]. With
+    /// --redis it is each process's, unless --fleet.
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     budget: Option<u64>,
     /// Default run: callers ask for keys Zipf-distributed with this
@@ -104,8 +106,13 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
             runtime.block_on(embedded::run(scenario, args.sqlite.clone(), shape))
         }
         Some(url) => {
-            let processes = args.redis.processes;
-            runtime.block_on(redis::run(url, processes, scenario))
+            let fleet = redis::Fleet {
+                processes: args.redis.processes,
+                budget: args.budget.unwrap_or(0),
+                fleet: args.redis.fleet,
+                kill_one: args.redis.kill_one,
+            };
+            runtime.block_on(redis::run(url, fleet, scenario))
         }
     };
     emit(&report?, args.json)

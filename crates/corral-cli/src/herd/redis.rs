@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use corral_testkit::{micros, Tally, Worker};
 
+use super::remote::SourceServer;
 use super::report::{Comparison, Setting, SideReport};
 use super::scenario::Scenario;
 use super::worker::{ProcessRound, SideKind, WorkerConfig};
@@ -33,6 +34,27 @@ pub(crate) struct RedisArgs {
     #[arg(long, default_value_t = 4, requires = "redis",
           value_parser = clap::value_parser!(u64).range(1..=256))]
     pub(crate) processes: u64,
+    /// With --redis and --budget: one fill budget for every process,
+    /// counted in Redis (`FillBudget::fleet`), instead of one per process.
+    #[arg(long, requires = "budget")]
+    pub(crate) fleet: bool,
+    /// With --redis: SIGKILL corral's worker 0 once the source has seen
+    /// its first call of the first measured round; its leases and fleet
+    /// permits lapse within the lease TTL (3 s) and the other processes'
+    /// callers are still answered (its own callers are not counted).
+    #[arg(long, requires = "redis")]
+    pub(crate) kill_one: bool,
+}
+
+/// How corral's side of a run across processes is set up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fleet {
+    pub(crate) processes: u64,
+    /// Each process's fill budget (0: none).
+    pub(crate) budget: u64,
+    /// Whether the budget is one fleet budget.
+    pub(crate) fleet: bool,
+    pub(crate) kill_one: bool,
 }
 
 /// Runs the scenario through corral, then through the naive cache-aside, each
@@ -40,9 +62,11 @@ pub(crate) struct RedisArgs {
 /// worker cannot start, fails or stalls.
 pub(crate) async fn run(
     redis: &str,
-    processes: u64,
+    fleet: Fleet,
     scenario: Scenario,
 ) -> anyhow::Result<Comparison> {
+    let processes = fleet.processes;
+    let source = SourceServer::start(scenario.fill).await?;
     anyhow::ensure!(
         processes.saturating_mul(scenario.keys) <= scenario.callers,
         "--processes {processes} × --keys {} is more than --callers {}: not every process could ask for every key",
@@ -58,12 +82,28 @@ pub(crate) async fn run(
         index: 0,
         processes,
         scenario,
+        source: source.addr(),
+        budget: if side == SideKind::Corral {
+            fleet.budget
+        } else {
+            0
+        },
+        fleet: fleet.fleet,
     });
     let [corral, naive] = &mut sides;
-    let corral = play_side(corral, &mut commands).await?;
-    let naive = play_side(naive, &mut commands).await?;
+    let corral = play_side(corral, &mut commands, &source, fleet.kill_one).await?;
+    let naive = play_side(naive, &mut commands, &source, false).await?;
     let fill_ms = u64::try_from(scenario.fill.as_millis()).unwrap_or(u64::MAX);
-    let setting = Setting::Redis { processes, fill_ms };
+    let budget = match (fleet.budget, fleet.fleet) {
+        (0, _) => "none".to_owned(),
+        (n, true) => format!("one fleet budget of {n}"),
+        (n, false) => format!("{n} per process"),
+    };
+    let setting = Setting::Redis {
+        processes,
+        fill_ms,
+        budget,
+    };
     Ok(Comparison::new(scenario, setting, corral, naive))
 }
 
@@ -72,6 +112,8 @@ pub(crate) async fn run(
 async fn play_side(
     config: &mut WorkerConfig,
     commands: &mut CommandCount,
+    source: &SourceServer,
+    kill_one: bool,
 ) -> anyhow::Result<SideReport> {
     let exe = std::env::current_exe().context("finding the corral binary")?;
     let mut workers = Vec::new();
@@ -86,21 +128,41 @@ async fn play_side(
             .push(worker.with_context(|| format!("starting worker {index} (its error is above)"))?);
     }
     let within = config.scenario.fill * 2 + Duration::from_secs(120);
-    play(&mut workers, "warm-up", within).await?;
+    play(&mut workers, "warm-up", within, None).await?;
+    source.take();
     let before = commands.read().await?;
     let (mut tally, mut fills) = (Tally::default(), 0);
+    let mut kill = kill_one.then_some(source);
     for round in 0..config.scenario.rounds {
-        let (round, round_fills) = play(&mut workers, &format!("r{round}"), within).await?;
+        let label = format!("r{round}");
+        let (round, round_fills) = play(&mut workers, &label, within, kill.take()).await?;
         tally.absorb(round);
         fills += round_fills;
     }
+    // Counted by the source itself, the killed worker's calls included.
+    let (source_calls, most_at_once) = source.take();
     let side = if config.side == SideKind::Corral {
         "corral"
     } else {
         "naive"
     };
-    let mut report = SideReport::new(side, config.scenario, fills, tally);
+    debug_assert!(kill_one || fills == source_calls);
+    let mut report = SideReport::new(side, config.scenario, source_calls, tally);
     report.redis_commands = Some(commands.read().await? - before);
+    report.source_most_at_once = Some(most_at_once);
+    if kill_one {
+        // The killed worker's callers are not counted, in any round.
+        let Scenario {
+            callers,
+            keys,
+            rounds,
+            ..
+        } = config.scenario;
+        let killed = (0..callers)
+            .filter(|c| (c / keys) % config.processes == 0)
+            .count() as u64;
+        report.calls = report.calls.saturating_sub(killed * rounds);
+    }
     Ok(report)
 }
 
@@ -108,9 +170,10 @@ async fn play_side(
 /// their reports together: the round's tally (its wall from the release to
 /// the last report, as this process saw it) and its fills.
 async fn play(
-    workers: &mut [Worker],
+    workers: &mut Vec<Worker>,
     label: &str,
     within: Duration,
+    kill_first_at: Option<&SourceServer>,
 ) -> anyhow::Result<(Tally, u64)> {
     let arm = format!("arm {label}");
     for worker in workers.iter_mut() {
@@ -123,6 +186,17 @@ async fn play(
     let started = Instant::now();
     for worker in workers.iter_mut() {
         worker.tell("go").await.context("releasing a worker")?;
+    }
+    if let Some(source) = kill_first_at {
+        // SIGKILL worker 0 once the source has seen a call: a process
+        // holding leases and permits mid-fill.
+        let deadline = Instant::now() + within;
+        while source.calls() == 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        if !workers.is_empty() {
+            workers.remove(0).kill().await;
+        }
     }
     let (mut tally, mut fills) = (Tally::default(), 0);
     for worker in workers.iter_mut() {

@@ -56,6 +56,10 @@ pub(crate) struct SideReport {
     /// Commands the Redis server ran for this side's rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_commands: Option<u64>,
+    /// The most fills running at once, counted by the source server of a
+    /// run across processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) source_most_at_once: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) hot_p50_ms: Option<f64>,
@@ -105,18 +109,21 @@ impl SideReport {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
         let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
-        let most = sqlite.map(|s| s.most_at_once);
+        let most = sqlite.map(|s| s.most_at_once).or(self.source_most_at_once);
         [
             ("calls answered", Some(answered)),
             ("distinct keys asked", self.distinct_keys.map(group)),
             ("source calls (fill attempts)", Some(group(self.fills))),
             ("SQLite queries run", queries.map(group)),
             ("timeouts (no pooled connection)", timeouts.map(group)),
-            ("most queries at once (at the source)", most.map(group)),
+            ("most fills at once (at the source)", most.map(group)),
             ("callers coalesced", self.coalesced.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
-            ("latency p50, 10 hottest keys (ms)", self.hot_p50_ms.and_then(ms)),
+            (
+                "latency p50, 10 hottest keys (ms)",
+                self.hot_p50_ms.and_then(ms),
+            ),
             ("latency p99 (ms)", ms(self.latency_ms.p99)),
             ("latency max (ms)", ms(self.latency_ms.max)),
             ("wall time (ms)", Some(format!("{:.0}", self.wall_ms))),
@@ -145,8 +152,13 @@ pub(crate) enum Setting {
         /// The Zipf exponent of the keys callers ask for (0: uniform).
         zipf: f64,
     },
-    /// Worker processes sharing Redis, over a sleeping source.
-    Redis { processes: u64, fill_ms: u64 },
+    /// Worker processes sharing Redis, over a sleeping source server.
+    Redis {
+        processes: u64,
+        fill_ms: u64,
+        /// corral's fill budget, in words.
+        budget: String,
+    },
 }
 
 /// corral against the naive cache-aside on one scenario.
@@ -227,9 +239,13 @@ impl Comparison {
                     n => format!("{n} fills at once"),
                 },
             ),
-            Setting::Redis { processes, fill_ms } => format!(
+            Setting::Redis {
+                processes,
+                fill_ms,
+                budget,
+            } => format!(
                 "{shape}, in {processes} processes per side sharing one Redis\n\
-                 source: a {fill_ms} ms sleep per call"
+                 source: a server holding each call {fill_ms} ms; corral's fill budget: {budget}"
             ),
         }
     }
@@ -331,6 +347,7 @@ mod tests {
         let setting = Setting::Redis {
             processes: 2,
             fill_ms: 0,
+            budget: "none".to_owned(),
         };
         let comparison = Comparison::new(scenario, setting, side("corral", 6), side("naive", 300));
         assert_eq!(

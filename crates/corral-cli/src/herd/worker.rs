@@ -12,7 +12,8 @@ use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt as _;
 
-use super::scenario::{arm, round_keys, Contender, CorralSide, Load, Scenario, Source};
+use super::remote::RemoteSource;
+use super::scenario::{arm, round_keys, Contender, CorralSide, Load, Scenario};
 
 /// Which cache a worker runs: corral's `get_or_fill` on a `RedisStore` with
 /// an L1, or a naive cache-aside on Redis.
@@ -35,6 +36,12 @@ pub(crate) struct WorkerConfig {
     pub(crate) index: u64,
     pub(crate) processes: u64,
     pub(crate) scenario: Scenario,
+    /// The source server's address (`host:port`).
+    pub(crate) source: String,
+    /// corral's fill budget in each process (0: none).
+    pub(crate) budget: u64,
+    /// Whether that budget is a fleet budget, counted in Redis.
+    pub(crate) fleet: bool,
 }
 
 /// What one worker measured in one round.
@@ -49,7 +56,7 @@ pub(crate) struct ProcessRound {
 /// `SETEX`. Nothing stops concurrent misses from all filling.
 struct NaiveSide {
     conn: redis::aio::MultiplexedConnection,
-    source: Arc<Source>,
+    source: Arc<RemoteSource>,
 }
 
 impl Contender for NaiveSide {
@@ -69,7 +76,7 @@ impl Contender for NaiveSide {
 /// task that panicked.
 pub(crate) fn run(config: &str) -> anyhow::Result<()> {
     let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
-    let source = Arc::new(Source::new(config.scenario.fill));
+    let source = Arc::new(RemoteSource::new(config.source.clone()));
     tokio::runtime::Runtime::new()?.block_on(async {
         let url = config.redis.as_str();
         if config.side == SideKind::Naive {
@@ -82,12 +89,20 @@ pub(crate) fn run(config: &str) -> anyhow::Result<()> {
             return serve(&config, Arc::new(naive), &source).await;
         }
         let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await?;
-        let cache = corral::Cache::<String>::builder("herd")
+        let mut builder = corral::Cache::<String>::builder("herd")
             .store(store)
             .l1(true)
             .ttl(Duration::from_secs(60))
-            .fill_timeout(config.scenario.fill + Duration::from_secs(30))
-            .build()?;
+            .fill_timeout(config.scenario.fill + Duration::from_secs(30));
+        if config.budget > 0 {
+            let limit = usize::try_from(config.budget)?;
+            let mut budget = corral::FillBudget::new(limit).max_wait(Duration::from_secs(600));
+            if config.fleet {
+                budget = budget.fleet("herd-source")?;
+            }
+            builder = builder.fill_budget(budget);
+        }
+        let cache = builder.build()?;
         let corral = CorralSide {
             cache,
             source: Arc::clone(&source),
@@ -100,7 +115,7 @@ pub(crate) fn run(config: &str) -> anyhow::Result<()> {
 async fn serve<C: Contender>(
     config: &WorkerConfig,
     side: Arc<C>,
-    source: &Source,
+    source: &RemoteSource,
 ) -> anyhow::Result<()> {
     let WorkerConfig {
         index,

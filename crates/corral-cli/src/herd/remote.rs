@@ -1,0 +1,126 @@
+//! The source of truth of `corral herd --redis`: one server in the parent
+//! process that every worker's fills call over loopback TCP, so that the
+//! fills running at once across processes are counted where they land, by
+//! the source itself.
+//!
+//! Protocol: a connection per call; the caller writes its key and a
+//! newline, the server holds the call for the fill time and answers the
+//! value and a newline.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::scenario::Load;
+
+/// What the source counted since it was last asked.
+#[derive(Debug, Default)]
+struct Counts {
+    calls: AtomicU64,
+    running: AtomicU64,
+    most: AtomicU64,
+}
+
+/// The source server, serving until dropped.
+pub(crate) struct SourceServer {
+    addr: SocketAddr,
+    counts: Arc<Counts>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SourceServer {
+    /// Listens on a free loopback port; each call takes `fill`.
+    pub(crate) async fn start(fill: Duration) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding the source server")?;
+        let addr = listener.local_addr()?;
+        let counts = Arc::new(Counts::default());
+        let serving = Arc::clone(&counts);
+        let task = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                tokio::spawn(answer(conn, Arc::clone(&serving), fill));
+            }
+        });
+        Ok(Self { addr, counts, task })
+    }
+
+    /// Where workers call it.
+    pub(crate) fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Calls received since the last time taken.
+    pub(crate) fn calls(&self) -> u64 {
+        self.counts.calls.load(Relaxed)
+    }
+
+    /// Calls received and the most at once, since the last time taken.
+    pub(crate) fn take(&self) -> (u64, u64) {
+        let calls = self.counts.calls.swap(0, Relaxed);
+        (calls, self.counts.most.swap(0, Relaxed))
+    }
+}
+
+impl Drop for SourceServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// One call: counted while it runs.
+async fn answer(conn: TcpStream, counts: Arc<Counts>, fill: Duration) {
+    let (read, mut write) = conn.into_split();
+    let mut key = String::new();
+    if BufReader::new(read).read_line(&mut key).await.is_err() {
+        return;
+    }
+    counts.calls.fetch_add(1, Relaxed);
+    let now = counts.running.fetch_add(1, Relaxed) + 1;
+    counts.most.fetch_max(now, Relaxed);
+    tokio::time::sleep(fill).await;
+    counts.running.fetch_sub(1, Relaxed);
+    let value = format!("{} → its value\n", key.trim_end());
+    let _ = write.write_all(value.as_bytes()).await;
+}
+
+/// A worker's side of the source: calls the server, counting its calls.
+#[derive(Debug)]
+pub(crate) struct RemoteSource {
+    addr: String,
+    calls: AtomicU64,
+}
+
+impl RemoteSource {
+    pub(crate) fn new(addr: String) -> Self {
+        Self {
+            addr,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Relaxed)
+    }
+}
+
+impl Load for RemoteSource {
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
+        self.calls.fetch_add(1, Relaxed);
+        let conn = TcpStream::connect(&self.addr)
+            .await
+            .context("calling the source")?;
+        let (read, mut write) = conn.into_split();
+        write.write_all(format!("{key}\n").as_bytes()).await?;
+        let mut value = String::new();
+        BufReader::new(read).read_line(&mut value).await?;
+        anyhow::ensure!(value.ends_with('\n'), "the source hung up");
+        value.pop();
+        Ok(value)
+    }
+}
