@@ -30,6 +30,9 @@ use crate::tier::shared::SharedTier;
 /// The slot keys of a fleet budget.
 pub(crate) struct Slots {
     keys: Arc<[StoreKey]>,
+    /// One taker per process at a time: a release wakes one task here, not
+    /// every fill holding a local permit, and each asks the store in turn.
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Slots {
@@ -39,12 +42,16 @@ impl Slots {
         let keys = (0..limit.max(1))
             .map(|slot| StoreKey::new(Arc::clone(&namespace), &format!("permit:{slot}")))
             .collect();
-        Self { keys }
+        Self {
+            keys,
+            turn: tokio::sync::Mutex::new(()),
+        }
     }
 
     /// Takes a free slot of `store` as a lease living `lease_ttl` (renewed
     /// while held), waiting for one until `deadline`; `on_full` runs once
-    /// if every slot is held at first.
+    /// if it has to wait (every slot held, or another fill of this process
+    /// taking its turn). One fill of the process asks at a time.
     ///
     /// # Errors
     /// `Err(Some(error))`: the store failed (the caller fills on its local
@@ -63,6 +70,18 @@ impl Slots {
             lease_ttl,
             fence_ttl: lease_ttl,
             grant: Grant::OverAnyValue,
+        };
+        let _turn = match self.turn.try_lock() {
+            Ok(turn) => turn,
+            Err(_) => {
+                if let Some(on_full) = on_full.take() {
+                    on_full();
+                }
+                match tokio::time::timeout_at(deadline, self.turn.lock()).await {
+                    Ok(turn) => turn,
+                    Err(_) => return Err(None),
+                }
+            }
         };
         let count = self.keys.len();
         let start = fastrand::usize(..count);

@@ -194,7 +194,12 @@ where
     }
 
     /// How often a process waiting for another's fill re-checks the store
-    /// when no notification arrives.
+    /// when no notification arrives (default 250 ms). Notifications wake
+    /// waiters at once; the re-checks are the fallback for a notification
+    /// lost. While the same lease stays held, each wait re-checks after
+    /// twice the one before, up to 8 × this (a fill queued behind a
+    /// [`FillBudget`] may hold its lease for long), and at the lease's
+    /// lapse at the latest.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.policy.poll_interval = interval;
         self

@@ -645,6 +645,8 @@ where
         // One wait for another process's fill is counted once, however
         // many polls and wake-ups it takes.
         let mut waiting = false;
+        // Consecutive answers "held": each wait re-checks later, up to 8×.
+        let mut held = 0u32;
         loop {
             // Listening before asking: a change right after the answer
             // still wakes the wait below.
@@ -694,7 +696,9 @@ where
                         "lease held by another process: waiting for its value"
                     );
                     drop(cache);
-                    let wait = self.wait_for_holder(&mut listener, remaining, poll_interval);
+                    let backoff = poll_interval.saturating_mul(1 << held.min(3));
+                    held += 1;
+                    let wait = self.wait_for_holder(&mut listener, remaining, backoff);
                     if let Some(found) = wait.await {
                         return found;
                     }

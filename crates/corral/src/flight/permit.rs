@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::budget::fleet::FleetPermit;
 use crate::budget::queue::Totals;
@@ -93,20 +94,27 @@ where
     } else {
         enter_queue(inner, &mut on_queue);
         let span = tracing::debug_span!("corral.budget.queue", limit = budget.limit());
-        let waited = tokio::select! {
-            permit = tokio::time::timeout_at(deadline, acquire) => permit,
-            () = &mut deserted => return abandoned(&budget, started),
+        let waiting = async {
+            tokio::select! {
+                permit = tokio::time::timeout_at(deadline, acquire) => Some(permit),
+                () = &mut deserted => None,
+            }
         };
-        drop(span);
-        match waited {
-            Ok(permit) => permit,
-            Err(_) => return overloaded(inner, &budget, started),
+        match waiting.instrument(span).await {
+            Some(Ok(permit)) => permit,
+            Some(Err(_)) => return overloaded(inner, &budget, started),
+            None => return abandoned(&budget, started),
         }
     };
     let fleet = match (budget.fleet_slots(), fleet_store) {
         (Some(slots), Some(store)) => {
             let on_full = || enter_queue(inner, &mut on_queue);
-            let taking = slots.take(&store, lease_ttl, poll_interval, deadline, on_full);
+            let taking = slots
+                .take(&store, lease_ttl, poll_interval, deadline, on_full)
+                .instrument(tracing::debug_span!(
+                    "corral.budget.fleet",
+                    limit = budget.limit()
+                ));
             let taken = tokio::select! {
                 taken = taking => taken,
                 () = &mut deserted => return abandoned(&budget, started),
