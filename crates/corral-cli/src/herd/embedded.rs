@@ -30,11 +30,16 @@ pub(crate) async fn run(
         .ttl(Duration::from_secs(600))
         .capacity(corral::Capacity::Entries(scenario.cold_keys().max(1024)))
         .fill_timeout(Duration::from_millis(db.pool_wait_ms) + Duration::from_secs(30));
+    let mut adaptive = None;
     if budget > 0 {
         let limit = usize::try_from(budget)?;
         // Queued fills wait as long as the run may take: the demo counts
         // callers answered, not callers turned away.
-        let fills = corral::FillBudget::new(limit).max_wait(Duration::from_secs(600));
+        let mut fills = corral::FillBudget::new(limit).max_wait(Duration::from_secs(600));
+        if let Some(max) = shape.adaptive_max {
+            fills = fills.adaptive(1, usize::try_from(max)?);
+        }
+        adaptive = Some(fills.clone()).filter(|_| shape.adaptive_max.is_some());
         builder = builder.fill_budget(fills);
     }
     let cache = builder.build().context("building the corral cache")?;
@@ -48,6 +53,7 @@ pub(crate) async fn run(
     let mut corral_report = SideReport::sqlite("corral", scenario, source.take_counts(), tally);
     corral_report.coalesced = Some(corral.cache.stats().coalesced - coalesced);
     hot.fill(&mut corral_report);
+    let settled = adaptive.map(|fills: corral::FillBudget| fills.limit() as u64);
 
     let source = Arc::new(db.source()?);
     let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
@@ -61,6 +67,7 @@ pub(crate) async fn run(
         database: db,
         budget,
         zipf: shape.zipf,
+        adaptive: shape.adaptive_max.map(|max| (max, settled.unwrap_or(0))),
     };
     Ok(Comparison::new(
         scenario,
@@ -87,6 +94,8 @@ pub(crate) struct Shape {
     pub(crate) budget: Option<u64>,
     /// The Zipf exponent of the keys asked for (0: each in turn).
     pub(crate) zipf: f64,
+    /// The adaptive budget's maximum, if it adapts.
+    pub(crate) adaptive_max: Option<u64>,
 }
 
 /// Every round of the scenario through one contender, and what the callers

@@ -64,6 +64,10 @@ pub(crate) struct HerdArgs {
     /// key i % keys.
     #[arg(long, default_value_t = 0.0)]
     zipf: f64,
+    /// Default run: corral's fill budget adapts by itself between 1 and
+    /// this, starting from --budget (`FillBudget::adaptive`).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    adaptive_max: Option<u64>,
     #[command(flatten)]
     sqlite: sqlite::SqliteArgs,
     #[command(flatten)]
@@ -102,6 +106,7 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
             let shape = embedded::Shape {
                 budget: args.budget,
                 zipf: args.zipf,
+                adaptive_max: args.adaptive_max,
             };
             runtime.block_on(embedded::run(scenario, args.sqlite.clone(), shape))
         }

@@ -151,6 +151,9 @@ pub(crate) enum Setting {
         budget: u64,
         /// The Zipf exponent of the keys callers ask for (0: uniform).
         zipf: f64,
+        /// An adaptive budget's maximum and the limit it ended at.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        adaptive: Option<(u64, u64)>,
     },
     /// Worker processes sharing Redis, over a sleeping source server.
     Redis {
@@ -220,6 +223,7 @@ impl Comparison {
                 database: db,
                 budget,
                 zipf,
+                adaptive,
             } => format!(
                 "{shape} (in process, keys {})\nsource: SQLite, {} orders of {} users (seeded in {:.0} ms); \
                  one fill query {:.1} ms; pool of {} connections per side, wait ≤ {} ms; \
@@ -234,9 +238,12 @@ impl Comparison {
                 db.query_ms,
                 db.pool_size,
                 group(db.pool_wait_ms),
-                match budget {
-                    0 => "none".to_owned(),
-                    n => format!("{n} fills at once"),
+                match (budget, adaptive) {
+                    (0, _) => "none".to_owned(),
+                    (n, None) => format!("{n} fills at once"),
+                    (n, Some((max, end))) => {
+                        format!("adaptive from {n} (1 to {max}), ended at {end}")
+                    }
                 },
             ),
             Setting::Redis {

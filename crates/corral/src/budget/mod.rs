@@ -14,6 +14,7 @@
 //! for another process's fill. It gives the permit back on every exit
 //! (drop guards).
 
+pub(crate) mod adaptive;
 pub(crate) mod fleet;
 pub(crate) mod queue;
 
@@ -106,6 +107,7 @@ struct Shared {
     max_wait: Duration,
     fleet: Option<Arc<fleet::Slots>>,
     name: Option<Arc<str>>,
+    adaptive: Option<Arc<adaptive::Adaptive>>,
 }
 
 impl FillBudget {
@@ -117,6 +119,7 @@ impl FillBudget {
                 max_wait: DEFAULT_MAX_WAIT,
                 fleet: None,
                 name: None,
+                adaptive: None,
             }),
         }
     }
@@ -153,6 +156,28 @@ impl FillBudget {
         Ok(Self {
             shared: Arc::new(shared),
         })
+    }
+
+    /// Lets the budget find its limit between `min` and `max` by itself,
+    /// starting from the limit it was made with: about one more permit per
+    /// window of finished fills while fills keep their usual latency, and
+    /// 20% fewer (once per window) when a fill takes more than twice its
+    /// usual time or fails. The limit stays within the bounds and is
+    /// visible in [`limit`](Self::limit), [`stats`](Self::stats) and the
+    /// `corral_fill_budget_limit` gauge. A fleet budget keeps as many slots
+    /// as the limit it was made with: adapting bounds this process's share. Set it before
+    /// sharing the budget.
+    #[must_use]
+    pub fn adaptive(self, min: usize, max: usize) -> Self {
+        let mut shared = (*self.shared).clone();
+        let start = shared.permits.limit();
+        let adaptive = adaptive::Adaptive::new(min, max, start);
+        let (min, max) = adaptive.bounds();
+        shared.permits.set_limit(start.clamp(min, max));
+        shared.adaptive = Some(Arc::new(adaptive));
+        Self {
+            shared: Arc::new(shared),
+        }
     }
 
     /// How many fills may run at once.
@@ -193,6 +218,13 @@ impl FillBudget {
     pub(crate) fn fleet_slots(&self) -> Option<&fleet::Slots> {
         self.shared.fleet.as_deref()
     }
+
+    /// Learns from a finished fill, if the limit adapts.
+    pub(crate) fn finished(&self, took: Duration, ok: bool) {
+        if let Some(adaptive) = &self.shared.adaptive {
+            self.shared.permits.set_limit(adaptive.finished(took, ok));
+        }
+    }
 }
 
 impl std::fmt::Debug for FillBudget {
@@ -201,6 +233,7 @@ impl std::fmt::Debug for FillBudget {
             .field("limit", &self.limit())
             .field("max_wait", &self.shared.max_wait)
             .field("fleet", &self.shared.name)
+            .field("adaptive", &self.shared.adaptive.as_ref().map(|a| a.bounds()))
             .finish()
     }
 }

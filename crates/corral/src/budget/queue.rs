@@ -102,7 +102,6 @@ impl Permits {
     }
 
     /// Sets the limit; raising it hands permits to queued fills at once.
-    #[cfg(test)]
     pub(crate) fn set_limit(&self, limit: usize) {
         let wakers = {
             let mut state = lock(&self.state);

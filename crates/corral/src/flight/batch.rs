@@ -112,13 +112,17 @@ where
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
         let fill_many = Arc::clone(&self.fill_many);
+        let fill_started = Instant::now();
         let leases: Vec<&LeaseGuard> = to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
         let filled = tokio::time::timeout_at(
             deadline,
             leader::fill_renewing(&self.inner, move || fill_many(keys), &leases),
         )
         .await;
-        drop((leases, permit));
+        drop(leases);
+        if let Some(permit) = permit {
+            permit.finished(fill_started.elapsed(), matches!(filled, Ok(Ok(_))));
+        }
         let failure = match filled {
             Ok(Ok(mut found)) => {
                 let inner = &self.inner;

@@ -290,9 +290,12 @@ where
             }
             None => None,
         };
+        let fill_started = Instant::now();
         let result = self.fill_in_time(fill, lease.as_ref()).await;
         // The source call is over: the next queued fill may start.
-        drop(permit);
+        if let Some(permit) = permit {
+            permit.finished(fill_started.elapsed(), matches!(result, Ok(Ok(_))));
+        }
         let kept = Kept { lease, stamps };
         match result {
             Ok(Ok(answer)) => {

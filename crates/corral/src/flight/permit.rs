@@ -20,8 +20,19 @@ use crate::stats::Counters;
 /// A budget's permit held by a fill: given back when dropped (the fleet's
 /// slot released in the background).
 pub(crate) struct Permit {
+    budget: FillBudget,
     _local: LocalPermit,
     _fleet: Option<FleetPermit>,
+}
+
+impl Permit {
+    /// Gives the permit back after a fill that took `took` and succeeded
+    /// (`ok`), for an adaptive budget to learn from.
+    pub(crate) fn finished(self, took: Duration, ok: bool) {
+        let budget = self.budget.clone();
+        drop(self);
+        budget.finished(took, ok);
+    }
 }
 
 /// How a leader's wait for a permit ended.
@@ -150,6 +161,7 @@ where
     }
     Waited::Granted {
         permit: Some(Permit {
+            budget: budget.clone(),
             _local: local,
             _fleet: fleet,
         }),
