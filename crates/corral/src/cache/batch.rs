@@ -131,10 +131,7 @@ where
             }
             let recheck = || {
                 self.inner
-                    .tiers()
-                    .l1
-                    .as_ref()?
-                    .judge(key)
+                    .judge_in_l1(key)
                     .filter(|judged| judged.standing == Standing::Fresh)
                     .map(Judged::into_fetched)
             };

@@ -18,7 +18,7 @@ use crate::data::policy::FillOptions;
 use crate::data::tags::{Stamps, CLEAR};
 use crate::flight::caller;
 use crate::read::{read_current, Look};
-use crate::state::inner::{weight, Inner};
+use crate::state::inner::{weight, InL1, Inner};
 use crate::stats::{Counters, Stats};
 use crate::tier::local::LocalTier;
 
@@ -375,13 +375,15 @@ where
             }
         }
         inner.flights().detach(key, || {
-            let Some(local) = &inner.tiers().l1 else {
-                return;
+            let entry = InL1 {
+                value: Some(value),
+                ttls,
+                fail_safe: false,
+                weight,
+                age: Duration::ZERO,
             };
-            if inner.tags().admit_to_l1(key, &stamps) {
-                local.insert(key, Some(value), ttls, false, weight, Duration::ZERO);
-            } else {
-                local.remove(key);
+            if !inner.insert_in_l1(key, &stamps, entry) {
+                inner.remove_from_l1(key);
             }
         });
         Ok(())
@@ -492,6 +494,14 @@ where
     #[doc(hidden)]
     pub fn keep_clock_ticking(&self) -> bool {
         matches!(&self.inner.tiers().l1, Some(local) if local.keep_clock_ticking())
+    }
+
+    /// Test support: how many L1 keys the tag index holds, and how many
+    /// tag versions the cache remembers.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn tag_index_sizes(&self) -> (usize, usize) {
+        self.inner.tags().sizes()
     }
 
     /// Number of flights (fills and refreshes) in progress. Zero whenever

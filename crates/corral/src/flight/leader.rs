@@ -21,7 +21,7 @@ use crate::data::policy::FillOptions;
 use crate::data::tags::Stamps;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Leadership, Outcome};
-use crate::state::inner::{weight, Inner};
+use crate::state::inner::{weight, InL1, Inner};
 use crate::stats::Counters;
 use crate::store::{
     BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored,
@@ -542,11 +542,16 @@ async fn keep_value<V>(
     };
     let local = cache.tiers().l1.as_ref().filter(|_| keep_local);
     match local.map(|local| (local, weight(cache, key, value.as_ref()))) {
-        Some((local, Ok(weight))) => {
+        Some((_, Ok(weight))) => {
+            let entry = InL1 {
+                value,
+                ttls,
+                fail_safe,
+                weight,
+                age: Duration::ZERO,
+            };
             flight.retire(|| {
-                if cache.tags().admit_to_l1(key, &stamps) {
-                    local.insert(key, value, ttls, fail_safe, weight, Duration::ZERO);
-                }
+                cache.insert_in_l1(key, &stamps, entry);
             });
         }
         Some((_, Err(_))) | None => {

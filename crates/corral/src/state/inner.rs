@@ -32,6 +32,16 @@ pub(crate) struct Tiers<V> {
     pub(crate) l2: Option<SharedTier>,
 }
 
+/// An entry for the L1 ([`Inner::insert_in_l1`]).
+pub(crate) struct InL1<V> {
+    pub(crate) value: Option<V>,
+    pub(crate) ttls: Ttls,
+    pub(crate) fail_safe: bool,
+    pub(crate) weight: u32,
+    /// Its age when written (by the clock of the store it was read from).
+    pub(crate) age: Duration,
+}
+
 /// The state of one cache instance. Its fields are this module's: the
 /// paths and the facade above read them through the accessors below.
 pub(crate) struct Inner<V> {
@@ -299,29 +309,82 @@ impl<V: 'static> Inner<V> {
     where
         V: Clone,
     {
-        let local = self.tiers.l1.as_ref()?;
+        self.tiers.l1.as_ref()?;
         let weight = weight(self, key, judged.value.as_ref()).ok()?;
         Some(move || {
-            if self.tags.admit_to_l1(key, &judged.stamps) {
-                local.insert(
-                    key,
-                    judged.value.clone(),
-                    judged.ttls,
-                    judged.fail_safe,
+            self.insert_in_l1(
+                key,
+                &judged.stamps,
+                InL1 {
+                    value: judged.value.clone(),
+                    ttls: judged.ttls,
+                    fail_safe: judged.fail_safe,
                     weight,
-                    judged.age,
-                );
-            }
+                    age: judged.age,
+                },
+            );
         })
     }
 
-    /// Drops the key's in-process copy, if any.
+    /// Puts `entry` in the L1 as `key` if its `stamps` are all current as
+    /// far as the tag table knows, indexing it under its tags (and only
+    /// them: a write without tags leaves the key indexed under none); the
+    /// entries it evicts leave the index. To be run under the flight
+    /// table's lock, as every L1 insert is. Returns whether it was put
+    /// there (false too without an L1).
+    pub(crate) fn insert_in_l1(&self, key: &str, stamps: &Stamps, entry: InL1<V>) -> bool
+    where
+        V: Clone,
+    {
+        let Some(local) = &self.tiers.l1 else {
+            return false;
+        };
+        let Some(id) = self.tags.admit_to_l1(key, stamps) else {
+            return false;
+        };
+        let left = local.insert(
+            key,
+            id,
+            entry.value,
+            entry.ttls,
+            entry.fail_safe,
+            entry.weight,
+            entry.age,
+        );
+        self.tags.left_l1(&left);
+        true
+    }
+
+    /// The key's L1 entry judged at the L1's now (`None` without an L1, or
+    /// if absent or gone; a gone entry is dropped and leaves the tag index).
+    pub(crate) fn judge_in_l1(&self, key: &str) -> Option<Judged<V>>
+    where
+        V: Clone,
+    {
+        let local = self.tiers.l1.as_ref()?;
+        local.judge(key, |left| self.tags.left_l1(&[left]))
+    }
+
+    /// Drops the key's in-process copy, if any (and its place in the tag
+    /// index).
     pub(crate) fn remove_from_l1(&self, key: &str)
     where
         V: Clone,
     {
         if let Some(local) = &self.tiers.l1 {
-            local.remove(key);
+            if let Some(left) = local.remove(key) {
+                self.tags.left_l1(&[left]);
+            }
+        }
+    }
+
+    /// Drops every in-process copy and the whole tag index with them.
+    pub(crate) fn clear_l1(&self)
+    where
+        V: Clone,
+    {
+        if let Some(local) = &self.tiers.l1 {
+            local.clear();
         }
     }
 
@@ -420,6 +483,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         V: Clone,
     {
         self.flights.detach_all(|| {
+            // The keys leave the index here, so their removals need not.
             let keys = self.tags.invalidated(tag, version);
             let Some(local) = &self.tiers.l1 else {
                 return;
