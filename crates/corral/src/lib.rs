@@ -241,9 +241,10 @@ mod redis;
 #[cfg(feature = "memcached")]
 mod memcached;
 
-pub use cache::batch::Batch;
+pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{FillOutput, GetOrFill};
+pub use cache::write::Set;
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::CacheConfig;
@@ -252,7 +253,7 @@ pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
 pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
-pub use data::policy::FillOptions;
+pub use data::policy::{FillOptions, WriteOptions};
 pub use stats::health::{Health, StoreHealth};
 pub use stats::Stats;
 

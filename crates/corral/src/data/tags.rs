@@ -38,6 +38,14 @@ use crate::sync::{read, write};
 /// The tag whose version is the namespace's clear version.
 pub(crate) const CLEAR: &str = "";
 
+/// The tag whose version moves with every tag invalidation, just before the
+/// tag's own: no entry carries it. A fill reads it before it runs, and a
+/// fill that declares tags from what it loaded (their versions only read
+/// once it has) stores its entry only if this version did not move
+/// meanwhile. Users cannot name it: keys and tags hold no control
+/// characters.
+pub(crate) const MOVED: &str = "\u{1}moved";
+
 /// The versions an entry was filled under: `(tag, version)` pairs for its
 /// tags and the clear tag. A version read back as `None` (or a missing
 /// clear stamp) matches no current version: such an entry is never served.
@@ -87,6 +95,15 @@ impl Stamps {
                 .zip(versions.into_iter().map(Some))
                 .collect(),
         )
+    }
+
+    /// Takes out the [`MOVED`] stamp a fill's stamps carry (see
+    /// [`Inner::fill_stamps`](crate::state::inner::Inner::fill_stamps)),
+    /// returning its version: `Some(None)` if it was stamped unread, `None`
+    /// if it was not there.
+    pub(crate) fn take_moved(&mut self) -> Option<Option<Arc<str>>> {
+        let at = self.0.iter().position(|(tag, _)| &**tag == MOVED)?;
+        Some(self.0.remove(at).1)
     }
 
     /// `CLEAR` followed by `tags` without duplicates: what a fill asks for.

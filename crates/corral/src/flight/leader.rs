@@ -467,8 +467,11 @@ pub(crate) async fn succeed<V>(
         value,
         ttl: answer_ttl,
         cache: keep,
+        tags,
     } = answer;
     if let (Some(cache), true) = (inner.upgrade(), keep) {
+        let stamps = cache.settle_stamps(kept.stamps, tags.as_deref()).await;
+        let kept = Kept { stamps, ..kept };
         let base = match (&value, answer_ttl) {
             (_, Some(ttl)) => ttl,
             (Some(_), None) => ttl,
@@ -510,10 +513,11 @@ async fn keep_value<V>(
     V: Clone + Send + Sync + 'static,
 {
     let Kept { lease, stamps } = kept;
-    let Some(stamps) = stamps else {
+    let Some(mut stamps) = stamps else {
         flight.retire(|| ());
         return;
     };
+    stamps.take_moved();
     let keep_local = match (&cache.tiers().l2, lease) {
         (None, _) => true,
         (Some(_), None) => true,

@@ -17,7 +17,7 @@ use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Fetched, Judged};
 use crate::data::key::KeyLabel;
 use crate::data::policy::{jittered, Policy};
-use crate::data::tags::{Known, Stamps, TagTable, CLEAR};
+use crate::data::tags::{Known, Stamps, TagTable, CLEAR, MOVED};
 use crate::state::flight::{Failure, Flight, FlightTable, Outcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
@@ -443,9 +443,12 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// fill runs — from the store if `from_store` and they are not known
     /// (a fill without a lease, the store unreachable, uses only the known
     /// ones). `None` if they could not be had (the fill's answer is then
-    /// not stored).
+    /// not stored). They also carry the [`MOVED`] version, which
+    /// [`settle_stamps`](Self::settle_stamps) takes out before the entry is
+    /// written.
     pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>], from_store: bool) -> Option<Stamps> {
-        let wanted = Stamps::wanted(tags);
+        let mut wanted = Stamps::wanted(tags);
+        wanted.push(MOVED.into());
         let versions = match (self.tags.lookup(&wanted), from_store) {
             (Known::All(versions), _) => versions,
             (Known::Unknown { .. }, true) => self.current_versions(&wanted).await.ok()?,
@@ -455,6 +458,69 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
             (Known::Unknown { .. }, false) => return None,
         };
         Some(Stamps::zip(&wanted, versions))
+    }
+
+    /// The stamps an answer is written with: the fill's `stamps` without
+    /// their [`MOVED`] version, plus `declared` — tags the fill declared
+    /// from what it loaded — at their versions read now, from the store.
+    /// `None` (store nothing) if a tag was invalidated since the fill
+    /// started (any tag: the [`MOVED`] version moved, and the declared
+    /// tags' versions could not have been read before the data), if the
+    /// versions could not be read, or if the tags are invalid.
+    pub(crate) async fn settle_stamps(
+        &self,
+        stamps: Option<Stamps>,
+        declared: Option<&[Arc<str>]>,
+    ) -> Option<Stamps> {
+        let mut stamps = stamps?;
+        let before = stamps.take_moved();
+        let Some(declared) = declared else {
+            return Some(stamps);
+        };
+        let mut added: Vec<Arc<str>> = Vec::new();
+        for tag in declared {
+            if let Err(invalid) = crate::data::key::validate_key(tag) {
+                tracing::warn!(cache = %self.name, %invalid, "answer's tag invalid: not stored");
+                return None;
+            }
+            if !stamps.0.iter().any(|(have, _)| have == tag) && !added.contains(tag) {
+                added.push(Arc::clone(tag));
+            }
+        }
+        if added.is_empty() {
+            return Some(stamps);
+        }
+        if stamps.0.len() + added.len() > entry::MAX_TAGS {
+            tracing::warn!(cache = %self.name, "answer declared too many tags: not stored");
+            return None;
+        }
+        let before = before??;
+        let mut asked = vec![Arc::<str>::from(MOVED)];
+        asked.extend(added.iter().cloned());
+        let now = match &self.tiers.l2 {
+            // From the store itself, in one read: a version known here may
+            // lag a move the backplane has not brought yet.
+            Some(store) => {
+                let retention = self.policy.tag_retention;
+                let read = store.tag_versions(&self.namespace, &asked, retention, self.origin);
+                store
+                    .call(read)
+                    .await
+                    .inspect_err(|error| self.counters.store_failed(error))
+                    .ok()?
+            }
+            None => self.tags.own_versions(&asked, || self.new_version()),
+        };
+        let (moved, versions) = now.split_first()?;
+        if *moved != before {
+            Counters::bump(&self.counters.commits_refused);
+            tracing::debug!(cache = %self.name, "a tag moved while the fill ran: its answer is not stored");
+            return None;
+        }
+        stamps
+            .0
+            .extend(added.into_iter().zip(versions.iter().cloned().map(Some)));
+        Some(stamps)
     }
 
     /// Whether every version in `stamps` is still current (an entry read
