@@ -5,12 +5,12 @@
 //! caller and leader sides, the batch leader, the backplane) and the facade ([`Cache`](crate::Cache)); nothing here
 //! imports them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::codec::Codec;
+use crate::codec::{round_trips, Codec};
 use crate::data::encryption::Cipher;
 use crate::data::entry::{self, Decoded, Ttls};
 use crate::data::error::{Error, StoreError};
@@ -70,6 +70,9 @@ pub(crate) struct Inner<V> {
     /// Caps the background refreshes of this cache (or of every cache
     /// sharing the injected semaphore).
     refresh_limiter: Arc<Semaphore>,
+    /// Whether values round-trip through the codec, checked on the first
+    /// value encoded ([`round_trips`]): an `Err` refuses every write.
+    round_trip: OnceLock<Result<(), Arc<str>>>,
 }
 
 /// What a cache instance is made of, as the builder assembles it.
@@ -107,6 +110,7 @@ impl<V: Clone> Inner<V> {
             rng: Mutex::new(parts.rng),
             weigh_by_bytes: parts.weigh_by_bytes,
             refresh_limiter: parts.refresh_limiter,
+            round_trip: OnceLock::new(),
         }
     }
 }
@@ -201,6 +205,9 @@ impl<V: 'static> Inner<V> {
         stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
         let codec = self.codec.as_deref().ok_or(NO_CODEC)?;
+        if let Some(value) = value {
+            self.check_round_trip(codec, value)?;
+        }
         let envelope = entry::encode(
             codec,
             self.schema,
@@ -214,6 +221,27 @@ impl<V: 'static> Inner<V> {
             Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
             None => Ok(envelope),
         }
+    }
+
+    /// Refuses values of a type the codec cannot round-trip (checked on
+    /// the first value that encodes; one ERROR then, if it does not).
+    fn check_round_trip(&self, codec: &dyn Codec<V>, value: &V) -> Result<(), String> {
+        let checked = match self.round_trip.get() {
+            Some(checked) => checked,
+            None => match round_trips(codec, value) {
+                None => return Ok(()),
+                Some(result) => {
+                    let result = result.map_err(Arc::<str>::from);
+                    if self.round_trip.set(result.clone()).is_ok() {
+                        if let Err(message) = &result {
+                            tracing::error!(cache = %self.name, "{message}: nothing is written to the shared store");
+                        }
+                    }
+                    self.round_trip.get().unwrap_or(&Ok(()))
+                }
+            },
+        };
+        checked.clone().map_err(|message| message.to_string())
     }
 
     /// Decodes the stored bytes of `key` (opening them first when the cache
