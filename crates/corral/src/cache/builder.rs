@@ -535,9 +535,9 @@ where
         attach_to_store(&inner, listens, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
-            crate::stats::export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
-                (Arc::clone(inner.name()), inner.stats())
-            });
+            let weak = Arc::downgrade(&inner);
+            let name = Arc::clone(inner.name());
+            crate::stats::export::spawn_exporter(&name, weak, interval, Inner::export_metrics);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = self.metrics_interval;

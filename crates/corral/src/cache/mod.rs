@@ -348,7 +348,7 @@ where
     /// the crate docs for the list.
     #[cfg(feature = "metrics")]
     pub fn export_metrics(&self) {
-        crate::stats::export::export(self.inner.name(), &self.stats());
+        self.inner.export_metrics();
     }
 
     /// Checks the shared store with one round trip (`PING` on Redis),

@@ -73,6 +73,9 @@ pub(crate) struct Inner<V> {
     /// Whether values round-trip through the codec, checked on the first
     /// value encoded ([`round_trips`]): an `Err` refuses every write.
     round_trip: OnceLock<Result<(), Arc<str>>>,
+    /// What this instance last exported to `metrics`.
+    #[cfg(feature = "metrics")]
+    exported: crate::stats::export::Exported,
 }
 
 /// What a cache instance is made of, as the builder assembles it.
@@ -95,8 +98,9 @@ impl<V: Clone> Inner<V> {
     /// from the start when there is no store: then they are its own).
     pub(crate) fn new(parts: InnerParts<V>) -> Self {
         let tags = TagTable::new(parts.tiers.l2.is_none());
+        let name = parts.name;
         Self {
-            name: parts.name,
+            name: Arc::clone(&name),
             namespace: parts.namespace,
             schema: parts.schema,
             policy: parts.policy,
@@ -111,6 +115,8 @@ impl<V: Clone> Inner<V> {
             weigh_by_bytes: parts.weigh_by_bytes,
             refresh_limiter: parts.refresh_limiter,
             round_trip: OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            exported: crate::stats::export::Exported::new(Arc::clone(&name)),
         }
     }
 }
@@ -442,6 +448,19 @@ impl<V: 'static> Inner<V> {
 }
 
 impl<V: Clone + Send + Sync + 'static> Inner<V> {
+    /// Adds what this instance's counters and gauges changed since its
+    /// last export to the `metrics` recorder.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn export_metrics(&self) {
+        let breaker = self.tiers.l2.as_ref().and_then(SharedTier::breaker);
+        let gauges = crate::stats::export::Gauges {
+            l1_entries: self.tiers.l1.as_ref().map_or(0, |l1| l1.len() as u64),
+            flights: self.flights.len() as u64,
+            breaker_open: u64::from(breaker.is_some_and(|breaker| breaker.is_open())),
+        };
+        self.exported.export(&self.stats(), &gauges);
+    }
+
     /// The current versions of `tags`: known ones from the tag table, the
     /// rest read from the store in one round trip — which creates those the
     /// store does not have — and remembered while the backplane keeps them
