@@ -139,11 +139,14 @@
 //!
 //! ## Metrics
 //!
-//! With the feature `metrics`, every cache copies its counters into the
-//! application's `metrics` recorder (e.g. `metrics-exporter-prometheus`)
+//! With the feature `metrics`, every cache adds what its counters gained to
+//! the application's `metrics` recorder (e.g. `metrics-exporter-prometheus`)
 //! every [`metrics_interval`](CacheBuilder::metrics_interval) and on
-//! [`Cache::export_metrics`]; hits stay free of shared writes. Every metric
-//! is labelled `cache` = the cache's name:
+//! [`Cache::export_metrics`]; hits stay free of shared writes. Counters
+//! and gauges move by what changed, so two instances of one cache (the
+//! same name) in a process sum; every metric has HELP text. A cache built
+//! outside a tokio runtime cannot start its exporter task, and warns so.
+//! Every metric is labelled `cache` = the cache's name:
 //!
 //! | metric | labels | counts |
 //! |---|---|---|
@@ -159,12 +162,15 @@
 //! | `corral_lease_renewals_total` | | lease renewals of long fills |
 //! | `corral_commits_total`, `corral_commits_refused_total` | | fills written to the store; refused by a moved fence |
 //! | `corral_store_errors_total` | | store calls that failed or timed out |
-//! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
+//! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable, not round-tripping through the codec, or too big |
 //! | `corral_decrypt_failures_total` | | bytes that did not decrypt (feature `encryption`) |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
 //! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops when messages may have been lost (a re-subscription after the subscriber's connection was interrupted; 0 after a healthy start) |
 //! | `corral_breaker_opened_total` | | times the store's circuit breaker opened (see [`CacheBuilder::circuit_breaker`]) |
 //! | `corral_store_calls_skipped_total` | | store calls skipped at once because the circuit breaker was open |
+//! | `corral_l1_entries` (gauge) | | entries in the in-process tier |
+//! | `corral_flights_in_progress` (gauge) | | fills and refreshes in progress |
+//! | `corral_breaker_open` (gauge) | | instances whose store circuit breaker is open or half-open |
 //! | `corral_fill_duration_seconds` (`histogram!`: see below) | | how long each fill ran |
 //! | `corral_wait_duration_seconds` (`histogram!`: see below) | | how long each coalesced caller waited |
 //!
