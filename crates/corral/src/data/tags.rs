@@ -379,7 +379,9 @@ impl TagTable {
     /// These L1 entries (key, insert id) left the L1: their keys leave the
     /// index, unless inserted again since.
     pub(crate) fn left_l1(&self, left: &[(Box<str>, u64)]) {
-        if left.is_empty() {
+        // Without tagged keys (a cache that uses no tags) there is nothing
+        // to forget, and the shared read lock is all an eviction costs.
+        if left.is_empty() || read(&self.state).l1.by_key.is_empty() {
             return;
         }
         let mut state = write(&self.state);

@@ -69,8 +69,11 @@ pub(crate) struct Gauges {
     pub(crate) breaker_open: u64,
 }
 
-/// The exported gauges: name, HELP text, and the reading.
-const GAUGES: &[(&str, &str, fn(&Gauges) -> u64)] = &[
+/// An exported gauge: name, HELP text, and the reading.
+type GaugeReading = (&'static str, &'static str, fn(&Gauges) -> u64);
+
+/// The exported gauges.
+const GAUGES: &[GaugeReading] = &[
     (
         "corral_l1_entries",
         "Entries in the in-process tier (summed over the instances of a cache).",
