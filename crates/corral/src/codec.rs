@@ -1,4 +1,31 @@
 //! How values become bytes in a shared store.
+//!
+//! # Which codec
+//!
+//! The default, [`Postcard`], is compact and fast but **not
+//! self-describing**: it writes fields in order without their names, so a
+//! value decodes only if it was encoded by exactly the same shape. Serde
+//! attributes that make the encoded shape depend on the value, or that need
+//! the format to describe itself, do not survive it:
+//!
+//! - `#[serde(skip_serializing_if = "...")]` (a skipped field shifts the
+//!   ones after it),
+//! - `#[serde(flatten)]`,
+//! - `#[serde(untagged)]` enums, and internally or adjacently tagged enums
+//!   (`#[serde(tag = "...")]`),
+//! - `serde_json::Value` and other types that deserialize with
+//!   `deserialize_any`,
+//! - `#[serde(skip_serializing)]` without `skip_deserializing`.
+//!
+//! For such types choose a self-describing codec with
+//! [`CacheBuilder::codec`](crate::CacheBuilder::codec) — [`Json`] here, or
+//! your own [`Codec`] — or drop the attributes. You do not have to find out
+//! in production: the first value a cache encodes is decoded back and
+//! encoded again, and if that does not give the same bytes the write is
+//! refused with [`Error::Encode`](crate::Error::Encode), naming the value's
+//! type and the codec, and one ERROR is logged; every later write of that
+//! cache to its shared store is refused the same way (fills still answer
+//! their callers, uncached).
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -19,6 +46,11 @@ pub trait Codec<V>: Send + Sync + 'static {
 
     /// Decodes a value from exactly `bytes`.
     fn decode(&self, bytes: &[u8]) -> Result<V, CodecError>;
+
+    /// The codec's name in errors and logs.
+    fn name(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// A codec failure.
@@ -45,13 +77,18 @@ impl fmt::Display for CodecError {
 impl std::error::Error for CodecError {}
 
 /// The default codec: postcard, a compact serde format. Not self-describing:
-/// change the cache's `version` when `V` changes shape.
+/// change the cache's `version` when `V` changes shape, and see [the
+/// module docs](self) for the serde attributes it cannot carry.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Postcard;
 
 impl<V: Serialize + DeserializeOwned> Codec<V> for Postcard {
     fn id(&self) -> u8 {
         1
+    }
+
+    fn name(&self) -> &'static str {
+        "postcard"
     }
 
     fn encode(&self, value: &V, out: &mut Vec<u8>) -> Result<(), CodecError> {
@@ -80,11 +117,83 @@ impl<V: Serialize + DeserializeOwned> Codec<V> for Json {
         2
     }
 
+    fn name(&self) -> &'static str {
+        "json"
+    }
+
     fn encode(&self, value: &V, out: &mut Vec<u8>) -> Result<(), CodecError> {
         serde_json::to_writer(out, value).map_err(CodecError::new)
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<V, CodecError> {
         serde_json::from_slice(bytes).map_err(CodecError::new)
+    }
+}
+
+/// Whether `value` survives `codec`: encoded, decoded and encoded again, it
+/// gives the same bytes. `None` if it does not encode at all (an error of
+/// this value, reported by the write itself); otherwise `Err` says what
+/// went wrong, naming `V` and the codec.
+pub(crate) fn round_trips<V: 'static>(
+    codec: &dyn Codec<V>,
+    value: &V,
+) -> Option<Result<(), String>> {
+    let mut first = Vec::new();
+    codec.encode(value, &mut first).ok()?;
+    let failed = |what: String| {
+        Err(format!(
+            "values of type `{}` do not round-trip through the {} codec ({what}); \
+             choose a self-describing codec with CacheBuilder::codec (e.g. corral::codec::Json), \
+             or drop the serde attributes it cannot carry (skip_serializing_if, flatten, untagged, \
+             serde_json::Value fields: see corral::codec)",
+            std::any::type_name::<V>(),
+            codec.name()
+        ))
+    };
+    let decoded = match codec.decode(&first) {
+        Ok(decoded) => decoded,
+        Err(error) => return Some(failed(format!("its encoding does not decode: {error}"))),
+    };
+    let mut second = Vec::new();
+    if let Err(error) = codec.encode(&decoded, &mut second) {
+        return Some(failed(format!(
+            "the decoded value does not encode: {error}"
+        )));
+    }
+    if first != second {
+        return Some(failed("the decoded value encodes differently".to_owned()));
+    }
+    Some(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    struct Skipping {
+        nickname: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        email: Option<String>,
+        id: u64,
+    }
+
+    #[test]
+    fn skip_serializing_if_does_not_round_trip_through_postcard_but_does_through_json() {
+        let value = Skipping {
+            nickname: None,
+            email: None,
+            id: 7,
+        };
+        let Some(Err(message)) = round_trips(&Postcard, &value) else {
+            panic!("postcard cannot carry a skipped field");
+        };
+        assert!(
+            message.contains("Skipping") && message.contains("postcard"),
+            "{message}"
+        );
+        assert_eq!(round_trips(&Json, &value), Some(Ok(())));
+        assert_eq!(round_trips(&Postcard, &7_u64), Some(Ok(())));
     }
 }

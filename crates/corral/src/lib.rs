@@ -152,11 +152,14 @@
 //!
 //! ## Metrics
 //!
-//! With the feature `metrics`, every cache copies its counters into the
-//! application's `metrics` recorder (e.g. `metrics-exporter-prometheus`)
+//! With the feature `metrics`, every cache adds what its counters gained to
+//! the application's `metrics` recorder (e.g. `metrics-exporter-prometheus`)
 //! every [`metrics_interval`](CacheBuilder::metrics_interval) and on
-//! [`Cache::export_metrics`]; hits stay free of shared writes. Every metric
-//! is labelled `cache` = the cache's name:
+//! [`Cache::export_metrics`]; hits stay free of shared writes. Counters
+//! and gauges move by what changed, so two instances of one cache (the
+//! same name) in a process sum; every metric has HELP text. A cache built
+//! outside a tokio runtime cannot start its exporter task, and warns so.
+//! Every metric is labelled `cache` = the cache's name:
 //!
 //! | metric | labels | counts |
 //! |---|---|---|
@@ -172,7 +175,7 @@
 //! | `corral_lease_renewals_total` | | lease renewals of long fills |
 //! | `corral_commits_total`, `corral_commits_refused_total` | | fills written to the store; refused by a moved fence |
 //! | `corral_store_errors_total` | | store calls that failed or timed out |
-//! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable or too big |
+//! | `corral_decode_failures_total`, `corral_encode_failures_total` | | bytes that did not decode; values not encodable, not round-tripping through the codec, or too big |
 //! | `corral_decrypt_failures_total` | | bytes that did not decrypt (feature `encryption`) |
 //! | `corral_tag_misses_total` | | entries made misses by a tag invalidation or clear |
 //! | `corral_backplane_messages_total`, `corral_backplane_resets_total` | | backplane messages acted on; L1 drops when messages may have been lost (a re-subscription after the subscriber's connection was interrupted; 0 after a healthy start) |
@@ -182,6 +185,9 @@
 //! | `corral_fleet_permits_total` | `outcome` = `taken` / `errored` | fleet permits taken from the store; fills run on the local permit alone because the store failed |
 //! | `corral_fill_budget_in_use`, `_queued`, `_limit` (gauges) | | the cache's fill budget now: permits held in this process, fills queued, the limit |
 //! | `corral_fill_queue_wait_seconds` (`histogram!`) | | how long each queued fill waited for its permit |
+//! | `corral_l1_entries` (gauge) | | entries in the in-process tier |
+//! | `corral_flights_in_progress` (gauge) | | fills and refreshes in progress |
+//! | `corral_breaker_open` (gauge) | | instances whose store circuit breaker is open or half-open |
 //! | `corral_fill_duration_seconds` (`histogram!`: see below) | | how long each fill ran |
 //! | `corral_wait_duration_seconds` (`histogram!`: see below) | | how long each coalesced caller waited |
 //!
@@ -261,9 +267,10 @@ mod redis;
 mod memcached;
 
 pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
-pub use cache::batch::Batch;
+pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{FillOutput, GetOrFill};
+pub use cache::write::Set;
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::CacheConfig;
@@ -272,8 +279,8 @@ pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
 pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
-pub use data::policy::FillOptions;
 pub use stats::health::{BudgetStats, Health, StoreHealth};
+pub use data::policy::{FillOptions, WriteOptions};
 pub use stats::Stats;
 
 #[cfg(feature = "redis")]

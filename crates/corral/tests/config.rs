@@ -132,7 +132,7 @@ async fn the_production_preset_shares_values_through_redis() {
     assert!(!message.contains("hunter2"), "{message}");
     assert_eq!(
         malformed.store_error().map(|e| e.kind()),
-        Some(StoreErrorKind::Protocol),
+        Some(StoreErrorKind::Configuration),
         "{message}"
     );
     assert!(

@@ -173,7 +173,13 @@ fn an_l1_without_backplane_or_lifetime_is_warned_about() {
         .build()
         .expect("valid config");
     let _coherent = builder().build().expect("valid config");
-    assert_eq!(captured.text(), "", "nothing to warn about");
+    // (Built outside a runtime, a cache with the feature `metrics` also
+    // warns that its exporter cannot start: not what is checked here.)
+    let text = captured.text();
+    assert!(
+        !text.contains("l1_lifetime"),
+        "nothing to warn about: {text}"
+    );
     let _unbounded = builder().backplane(false).build().expect("valid config");
     let text = captured.text();
     assert!(text.contains("l1_lifetime"), "{text}");

@@ -1185,11 +1185,13 @@ async fn connect_to_nothing_fails() {
     let bad = RedisStore::connect("not a url", config())
         .await
         .expect_err("bad url");
-    assert_eq!(bad.kind(), StoreErrorKind::Protocol, "{bad}");
+    assert_eq!(bad.kind(), StoreErrorKind::Configuration, "{bad}");
+    assert!(!bad.is_retryable(), "{bad}");
     let none = RedisStore::connect_cluster(&[], config())
         .await
         .expect_err("no nodes");
-    assert_eq!(none.kind(), StoreErrorKind::Protocol, "{none}");
+    assert_eq!(none.kind(), StoreErrorKind::Configuration, "{none}");
+    assert!(!none.is_retryable(), "{none}");
 }
 
 /// Outside a tokio runtime `connect` reports an error instead of panicking.
@@ -1203,10 +1205,24 @@ fn connect_outside_a_runtime_is_an_error() {
         .as_mut()
         .poll(&mut Context::from_waker(Waker::noop()))
     {
-        Poll::Ready(Err(e)) => assert_eq!(e.kind(), StoreErrorKind::Unavailable, "{e}"),
+        Poll::Ready(Err(e)) => {
+            assert_eq!(e.kind(), StoreErrorKind::Configuration, "{e}");
+            assert!(!e.is_retryable() && e.is_configuration(), "{e}");
+        }
         Poll::Ready(Ok(store)) => panic!("connected without a runtime: {store:?}"),
         Poll::Pending => panic!("connect waited outside a runtime"),
     }
+}
+
+/// `connect_lazy` outside a tokio runtime is a programming error, not an
+/// outage: not retryable.
+#[test]
+fn connect_lazy_outside_a_runtime_is_a_configuration_error() {
+    let error = RedisStore::connect_lazy("redis://127.0.0.1:1/", config())
+        .expect_err("no runtime to connect on");
+    assert_eq!(error.kind(), StoreErrorKind::Configuration, "{error}");
+    assert!(!error.is_retryable(), "{error}");
+    assert!(error.to_string().contains("tokio runtime"), "{error}");
 }
 
 // ---------------------------------------------------------------------------

@@ -271,12 +271,12 @@ async fn untrusted_certificates_are_refused() {
     )
     .await
     .expect_err("TLS material needs rediss://");
-    assert_eq!(error.kind(), StoreErrorKind::Protocol, "{error}");
+    assert_eq!(error.kind(), StoreErrorKind::Configuration, "{error}");
 
     let error = RedisStore::connect(&server.url(), config().tls_root_ca("not PEM"))
         .await
         .expect_err("an unreadable CA");
-    assert_eq!(error.kind(), StoreErrorKind::Protocol, "{error}");
+    assert_eq!(error.kind(), StoreErrorKind::Configuration, "{error}");
     assert!(error.to_string().contains("tls_root_ca"), "{error}");
 }
 
@@ -476,7 +476,7 @@ async fn secrets_are_never_shown() {
         let error = RedisStore::connect(&url, config.connect_timeout(CONNECT_TIMEOUT))
             .await
             .expect_err("no usable client key");
-        assert_eq!(error.kind(), StoreErrorKind::Protocol, "{error}");
+        assert_eq!(error.kind(), StoreErrorKind::Configuration, "{error}");
         let shown = format!("{error} {error:?}");
         assert!(!shown.contains(PASSWORD), "{shown}");
         assert!(!shown.contains(key_body), "{shown}");

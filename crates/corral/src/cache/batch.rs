@@ -5,14 +5,19 @@
 use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
 
-use super::Cache;
+use super::{validate_tags, Cache};
+use crate::cache::get_or_fill::FillOutput;
 use crate::data::error::Error;
+use crate::data::freshness::Answer;
 use crate::data::freshness::{Fetched, Judged, Standing};
 use crate::data::key::validate_key;
+use crate::data::policy::FillOptions;
 use crate::flight::batch::{BatchLeader, Led};
 use crate::state::flight::Claim;
 use crate::state::inner::outcome_to_result;
@@ -67,6 +72,41 @@ where
     /// [`get_or_fill`](Cache::get_or_fill) caches it (TTL with jitter,
     /// grace, fail-safe window), and fenced the same way.
     ///
+    /// `fill_many` answers each key as a fill of `get_or_fill` may
+    /// ([`FillOutput`]): a plain `V`, an `Option<V>` (`None`: "not found"),
+    /// or an [`Answer`](crate::Answer) — with its own TTL, not to be
+    /// cached, or [tagged](crate::Answer::tags) by what was loaded for that
+    /// key. Per-call settings are set on the returned future with
+    /// [`options`](GetMany::options): the TTL, the hard fill timeout and the
+    /// tags of every entry it fills (the soft timeout does not apply to
+    /// batches).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::collections::HashMap;
+    /// use corral::{Answer, Cache, FillOptions};
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// let batch = users
+    ///     .get_many_or_fill(&["user:1", "user:2"], |keys| async move {
+    ///         let found: HashMap<String, Answer<String>> = keys
+    ///             .into_iter()
+    ///             .map(|key| {
+    ///                 let answer = Answer::value(format!("name of {key}")).tags(["tenant:acme"]);
+    ///                 (key, answer)
+    ///             })
+    ///             .collect();
+    ///         Ok::<_, std::io::Error>(found)
+    ///     })
+    ///     .options(FillOptions::new().tags(["users"]))
+    ///     .await;
+    /// assert_eq!(batch.len(), 2);
+    /// users.invalidate_tag("tenant:acme").await?;
+    /// assert_eq!(users.peek("user:1").await?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
     /// Duplicate keys are answered once. An L1 hit costs what a single L1
     /// hit costs; the rest is one read of the shared store, then — for the
     /// keys it did not find — one concurrent round of lease requests and,
@@ -97,27 +137,62 @@ where
     /// breaks the key rules (the other keys are still answered); the fill's
     /// error as [`Error::Fill`] (shared, typed) for every key it was to
     /// fill; [`Error::FillPanicked`]; [`Error::Timeout`]; [`Error::NotFound`];
-    /// [`Error::NoRuntime`] for every key outside a tokio runtime.
-    pub async fn get_many_or_fill<K, F, Fut, E>(&self, keys: &[K], fill_many: F) -> Batch<V, E>
+    /// [`Error::NoRuntime`] for every key outside a tokio runtime;
+    /// [`Error::InvalidKey`] for every key if the options' tags are invalid.
+    pub fn get_many_or_fill<K, F, Fut, A, E>(
+        &self,
+        keys: &[K],
+        fill_many: F,
+    ) -> GetMany<'_, V, F, E>
     where
         K: AsRef<str>,
         F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<HashMap<String, V>, E>> + Send + 'static,
+        Fut: Future<Output = Result<HashMap<String, A>, E>> + Send + 'static,
+        A: FillOutput<V>,
+        E: Send + Sync + 'static,
+    {
+        GetMany {
+            cache: self,
+            start: Some((
+                keys.iter().map(|key| key.as_ref().to_owned()).collect(),
+                fill_many,
+            )),
+            options: FillOptions::default(),
+            running: None,
+        }
+    }
+
+    async fn fill_many<F, Fut, A, E>(
+        &self,
+        keys: Vec<String>,
+        options: FillOptions,
+        fill_many: F,
+    ) -> Batch<V, E>
+    where
+        F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<HashMap<String, A>, E>> + Send + 'static,
+        A: FillOutput<V>,
         E: Send + Sync + 'static,
     {
         let mut results = HashMap::with_capacity(keys.len());
         let Ok(runtime) = Handle::try_current() else {
             for key in keys {
-                results.insert(key.as_ref().to_owned(), Err(Error::NoRuntime));
+                results.insert(key, Err(Error::NoRuntime));
             }
             return Batch { results };
         };
+        if let Some(Err(invalid)) = options.tags.as_deref().map(validate_tags) {
+            for key in keys {
+                results.insert(key, Err(invalid.into()));
+            }
+            return Batch { results };
+        }
         let inner = &self.inner;
         let mut waits = Vec::new();
         let mut led: Led<V> = Vec::new();
         let mut seen = HashSet::with_capacity(keys.len());
-        for key in keys {
-            let key = key.as_ref();
+        for key in &keys {
+            let key = key.as_str();
             if !seen.insert(key) {
                 continue;
             }
@@ -131,10 +206,7 @@ where
             }
             let recheck = || {
                 self.inner
-                    .tiers()
-                    .l1
-                    .as_ref()?
-                    .judge(key)
+                    .judge_in_l1(key)
                     .filter(|judged| judged.standing == Standing::Fresh)
                     .map(Judged::into_fetched)
             };
@@ -154,8 +226,18 @@ where
             }
         }
         if !led.is_empty() {
-            let fill_many = Arc::new(fill_many);
-            BatchLeader::spawn(inner, &runtime, fill_many, led);
+            let fill_many = Arc::new(move |keys| {
+                let filling = fill_many(keys);
+                async move {
+                    let found = filling.await?;
+                    let answers: HashMap<String, Answer<V>> = found
+                        .into_iter()
+                        .map(|(key, found)| (key, found.into_answer()))
+                        .collect();
+                    Ok::<_, E>(answers)
+                }
+            });
+            BatchLeader::spawn(inner, &runtime, fill_many, &options, led);
         }
         for (key, flight) in waits {
             let answer = outcome_to_result(flight.wait().await)
@@ -163,5 +245,76 @@ where
             results.insert(key, answer);
         }
         Batch { results }
+    }
+}
+
+type Filling<'a, V, E> = Pin<Box<dyn Future<Output = Batch<V, E>> + Send + 'a>>;
+
+/// A pending [`Cache::get_many_or_fill`]: it does nothing until first
+/// polled. Await it, after setting per-call [`options`](GetMany::options)
+/// if the cache's defaults do not fit.
+#[must_use = "futures do nothing unless awaited"]
+pub struct GetMany<'a, V, F, E> {
+    cache: &'a Cache<V>,
+    /// The keys and the batch fill, taken by the first poll.
+    start: Option<(Vec<String>, F)>,
+    options: FillOptions,
+    running: Option<Filling<'a, V, E>>,
+}
+
+// Nothing is pinned in place: the fill is moved out by value and the call
+// is boxed.
+impl<V, F, E> Unpin for GetMany<'_, V, F, E> {}
+
+impl<V, F, E> std::fmt::Debug for GetMany<'_, V, F, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetMany")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V, F, E> GetMany<'_, V, F, E> {
+    /// Per-call settings for the entries this call fills: TTL (jitter
+    /// still applies), hard fill timeout and tags (see [`FillOptions`]; the
+    /// soft timeout does not apply to batches). Keys this call joins
+    /// (already in flight elsewhere) get what their flight gives. Set them
+    /// before the first poll.
+    pub fn options(mut self, options: FillOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl<'a, V, F, Fut, A, E> Future for GetMany<'a, V, F, E>
+where
+    V: Clone + Send + Sync + 'static,
+    F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<HashMap<String, A>, E>> + Send + 'static,
+    A: FillOutput<V>,
+    E: Send + Sync + 'static,
+{
+    type Output = Batch<V, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some((keys, fill_many)) = this.start.take() {
+            let options = std::mem::take(&mut this.options);
+            this.running = Some(Box::pin(this.cache.fill_many(keys, options, fill_many)));
+        }
+        match this.running.as_mut() {
+            Some(running) => {
+                let poll = running.as_mut().poll(cx);
+                if poll.is_ready() {
+                    this.running = None;
+                }
+                poll
+            }
+            // Polled after it returned its output: no panic in library
+            // code, and no answers left to give.
+            None => Poll::Ready(Batch {
+                results: HashMap::new(),
+            }),
+        }
     }
 }

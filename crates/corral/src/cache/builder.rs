@@ -555,12 +555,9 @@ where
         attach_to_store(&inner, listens, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
-            crate::stats::export::spawn_exporter(Arc::downgrade(&inner), interval, |inner| {
-                if let Some(budget) = inner.budget() {
-                    crate::stats::export::budget_load(inner.name(), budget);
-                }
-                (Arc::clone(inner.name()), inner.stats())
-            });
+            let weak = Arc::downgrade(&inner);
+            let name = Arc::clone(inner.name());
+            crate::stats::export::spawn_exporter(&name, weak, interval, Inner::export_metrics);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = self.metrics_interval;

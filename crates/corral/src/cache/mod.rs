@@ -3,10 +3,10 @@
 pub(crate) mod batch;
 pub(crate) mod builder;
 pub(crate) mod get_or_fill;
+pub(crate) mod write;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::cache::get_or_fill::{FillOutput, GetOrFill, SlowFill};
 use crate::data::entry::{self};
@@ -15,10 +15,10 @@ use crate::data::freshness::{Cached, Judged};
 use crate::data::key::validate_key;
 use crate::data::key::InvalidKey;
 use crate::data::policy::FillOptions;
-use crate::data::tags::{Stamps, CLEAR};
+use crate::data::tags::{Stamps, CLEAR, MOVED};
 use crate::flight::caller;
 use crate::read::{read_current, Look};
-use crate::state::inner::{weight, Inner};
+use crate::state::inner::Inner;
 use crate::stats::{Counters, Stats};
 use crate::tier::local::LocalTier;
 
@@ -312,81 +312,6 @@ where
         })
     }
 
-    /// Stores `value` under `key` for the cache's TTL (with jitter, grace and
-    /// fail-safe as configured).
-    ///
-    /// A fill or refresh of `key` in flight — in this or, with a shared
-    /// store, any process — still hands its value to its callers but does not
-    /// store it over this write; calls made after this one returns start a
-    /// new flight or read this value.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidKey`]; [`Error::Encode`] if the value cannot be
-    /// encoded or exceeds `max_value_bytes`; [`Error::Store`] if the shared
-    /// store did not confirm the write (it may or may not have happened —
-    /// and while a Redis Cluster fails over, a write sent before the error
-    /// may still land after a later one: after such an error, write again
-    /// or invalidate once the store answers).
-    pub async fn set(&self, key: &str, value: V) -> Result<(), Error> {
-        let ttl = self.inner.draw_ttl(self.inner.policy().ttl);
-        self.write(key, value, ttl).await
-    }
-
-    /// Stores `value` under `key` fresh for exactly `ttl` (no jitter).
-    ///
-    /// # Errors
-    ///
-    /// As [`set`](Cache::set); a zero `ttl` is stored for 1 ms.
-    pub async fn set_with_ttl(&self, key: &str, value: V, ttl: Duration) -> Result<(), Error> {
-        self.write(key, value, ttl.max(Duration::from_millis(1)))
-            .await
-    }
-
-    async fn write(&self, key: &str, value: V, ttl: Duration) -> Result<(), Error> {
-        validate_key(key)?;
-        let inner = &self.inner;
-        let ttls = inner.policy().ttls(ttl);
-        let weight = match &inner.tiers().l1 {
-            Some(_) => weight(inner, key, Some(&value))?,
-            None => 0,
-        };
-        let wanted = Stamps::wanted(&[]);
-        let stamps = Stamps::zip(&wanted, inner.current_versions(&wanted).await?);
-        if let Some(store) = &inner.tiers().l2 {
-            let bytes = inner
-                .encode(key, Some(&value), ttls, 0, &stamps)
-                .map_err(|message| {
-                    Counters::bump(&inner.counters().encode_failures);
-                    Error::Encode {
-                        message: message.into(),
-                    }
-                })?;
-            let skey = inner.store_key(key);
-            let written = store
-                .call(store.set(&skey, &bytes, ttls.physical, inner.origin()))
-                .await;
-            if let Err(error) = written {
-                inner.counters().store_failed(&error);
-                // The write may or may not have landed: keep no copy of
-                // either value in process.
-                inner.flights().detach(key, || inner.remove_from_l1(key));
-                return Err(error.into());
-            }
-        }
-        inner.flights().detach(key, || {
-            let Some(local) = &inner.tiers().l1 else {
-                return;
-            };
-            if inner.tags().admit_to_l1(key, &stamps) {
-                local.insert(key, Some(value), ttls, false, weight, Duration::ZERO);
-            } else {
-                local.remove(key);
-            }
-        });
-        Ok(())
-    }
-
     /// Removes `key`: no grace, no fail-safe value survives it. Fills and
     /// refreshes of `key` already in flight — in any process sharing the
     /// store — do not store their value afterwards, and calls made after this
@@ -423,10 +348,7 @@ where
     /// the crate docs for the list.
     #[cfg(feature = "metrics")]
     pub fn export_metrics(&self) {
-        if let Some(budget) = self.inner.budget() {
-            crate::stats::export::budget_load(self.inner.name(), budget);
-        }
-        crate::stats::export::export(self.inner.name(), &self.stats());
+        self.inner.export_metrics();
     }
 
     /// Checks the shared store with one round trip (`PING` on Redis),
@@ -498,6 +420,14 @@ where
         matches!(&self.inner.tiers().l1, Some(local) if local.keep_clock_ticking())
     }
 
+    /// Test support: how many L1 keys the tag index holds, and how many
+    /// tag versions the cache remembers.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn tag_index_sizes(&self) -> (usize, usize) {
+        self.inner.tags().sizes()
+    }
+
     /// Number of flights (fills and refreshes) in progress. Zero whenever
     /// none runs: the flight table leaks nothing on error, panic, timeout or
     /// cancellation. (Applications read it from [`Cache::health`].)
@@ -559,6 +489,20 @@ where
     }
 
     async fn move_tag(&self, tag: &str) -> Result<(), Error> {
+        if tag != CLEAR {
+            // First: a fill that declares tags from what it loaded, reading
+            // this tag's new version after its fill, must see this move too.
+            if let Err(error) = self.move_one_tag(MOVED).await {
+                // The tag itself is not moved in the store without it; this
+                // instance's L1 entries of the tag are dropped anyway.
+                self.inner.tag_moved(tag, None);
+                return Err(error);
+            }
+        }
+        self.move_one_tag(tag).await
+    }
+
+    async fn move_one_tag(&self, tag: &str) -> Result<(), Error> {
         let inner = &self.inner;
         let (moved, local_version) = match &inner.tiers().l2 {
             Some(store) => {

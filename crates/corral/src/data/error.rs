@@ -34,6 +34,11 @@ pub enum StoreErrorKind {
     /// [`CacheBuilder::circuit_breaker`](crate::CacheBuilder::circuit_breaker)).
     /// Returned at once, without waiting for the store.
     BreakerOpen,
+    /// The call cannot work as written: only a change of code or
+    /// configuration fixes it — a store connected outside a tokio runtime,
+    /// a malformed or unsupported URL, TLS material that does not load, no
+    /// server address, a setting out of range. Never retryable.
+    Configuration,
 }
 
 impl StoreError {
@@ -56,6 +61,12 @@ impl StoreError {
         &self.message
     }
 
+    /// Whether only a change of code or configuration fixes the call
+    /// ([`StoreErrorKind::Configuration`]).
+    pub fn is_configuration(&self) -> bool {
+        self.kind == StoreErrorKind::Configuration
+    }
+
     /// Whether the call timed out.
     pub fn is_timeout(&self) -> bool {
         self.kind == StoreErrorKind::Timeout
@@ -70,10 +81,12 @@ impl StoreError {
     /// Whether the same call may work later, unchanged: the store did not
     /// answer ([`Timeout`](StoreErrorKind::Timeout),
     /// [`Unavailable`](StoreErrorKind::Unavailable)) or was not asked
-    /// ([`BreakerOpen`](StoreErrorKind::BreakerOpen)). Not for a malformed
-    /// URL or an unexpected reply ([`Protocol`](StoreErrorKind::Protocol))
-    /// or a refusal ([`Denied`](StoreErrorKind::Denied)): those need a
-    /// change of configuration.
+    /// ([`BreakerOpen`](StoreErrorKind::BreakerOpen)). Not for a mistake
+    /// in code or configuration
+    /// ([`Configuration`](StoreErrorKind::Configuration)), an unexpected
+    /// reply ([`Protocol`](StoreErrorKind::Protocol)) or a refusal
+    /// ([`Denied`](StoreErrorKind::Denied)): retrying those only repeats
+    /// them.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.kind,
@@ -295,7 +308,7 @@ impl ConfigError {
 
     /// The store's error, when a store refused the setting: its
     /// [`kind`](StoreError::kind) tells a malformed URL
-    /// ([`Protocol`](StoreErrorKind::Protocol)) from a server that did not
+    /// ([`Configuration`](StoreErrorKind::Configuration)) from a server that did not
     /// answer ([`Unavailable`](StoreErrorKind::Unavailable),
     /// [`Timeout`](StoreErrorKind::Timeout): worth retrying).
     pub fn store_error(&self) -> Option<&StoreError> {

@@ -7,6 +7,7 @@
 //! the cache's injected [`Clock`](crate::clock::Clock)). No timestamp written
 //! by one host is compared with another host's clock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::data::entry::Ttls;
@@ -48,7 +49,8 @@ impl<V> Fetched<V> {
 
 /// What a fill of [`Cache::get_or_fill`](crate::Cache::get_or_fill) may
 /// answer instead of a plain value (see [`FillOutput`](crate::FillOutput)): a value or
-/// "not found", and how long to keep it (or not to keep it at all).
+/// "not found", how long to keep it (or not to keep it at all), and the
+/// tags it learnt from what it loaded ([`tags`](Answer::tags)).
 ///
 /// Every caller coalesced onto the fill receives the answer, whether it is
 /// cached or not.
@@ -58,6 +60,8 @@ pub struct Answer<V> {
     pub(crate) value: Option<V>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) cache: bool,
+    /// Tags declared from what the fill loaded, added to the call's.
+    pub(crate) tags: Option<Arc<[Arc<str>]>>,
 }
 
 impl<V> Answer<V> {
@@ -67,6 +71,7 @@ impl<V> Answer<V> {
             value: Some(value),
             ttl: None,
             cache: true,
+            tags: None,
         }
     }
 
@@ -76,6 +81,7 @@ impl<V> Answer<V> {
             value: None,
             ttl: None,
             cache: true,
+            tags: None,
         }
     }
 
@@ -85,6 +91,7 @@ impl<V> Answer<V> {
             value,
             ttl: None,
             cache: true,
+            tags: None,
         }
     }
 
@@ -98,6 +105,34 @@ impl<V> Answer<V> {
     /// Hand this answer to the waiting callers but store nothing.
     pub fn dont_cache(mut self) -> Self {
         self.cache = false;
+        self
+    }
+
+    /// Tags the entry with `tags` as well as the call's
+    /// ([`FillOptions::tags`](crate::FillOptions::tags)): tags the fill
+    /// learnt from what it loaded (a user's tenant, say), so that
+    /// [`Cache::invalidate_tag`](crate::Cache::invalidate_tag) of any of
+    /// them makes the entry a miss in every process.
+    ///
+    /// Fenced like the call's tags, conservatively: their versions can only
+    /// be read after the fill, so if *any* tag of the cache was invalidated
+    /// while the fill ran (it may have been one of these, over data the
+    /// fill had already read), the answer is handed to its callers but not
+    /// stored, and counted in
+    /// [`commits_refused`](crate::stats::Stats::commits_refused). Tags that
+    /// break the key rules, or more than 63 in all, likewise keep the
+    /// answer out of the cache (with a warning): a fill cannot fail over
+    /// its tags.
+    pub fn tags<I, T>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<str>,
+    {
+        self.tags = Some(
+            tags.into_iter()
+                .map(|tag| Arc::from(tag.as_ref()))
+                .collect(),
+        );
         self
     }
 }

@@ -224,6 +224,40 @@ impl FillOptions {
     }
 }
 
+/// Per-call settings of a [`set`](crate::Cache::set) or
+/// [`set_with_ttl`](crate::Cache::set_with_ttl), set with
+/// [`Set::options`](crate::Set::options).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[must_use]
+pub struct WriteOptions {
+    pub(crate) tags: Option<Arc<[Arc<str>]>>,
+}
+
+impl WriteOptions {
+    /// No tags.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The tags of the written entry, as [`FillOptions::tags`]: an
+    /// [`invalidate_tag`](crate::Cache::invalidate_tag) of any of them
+    /// makes it a miss in every process. A write replaces the entry with
+    /// its tags: one written without tags carries none, whatever the entry
+    /// it replaces carried.
+    pub fn tags<I, T>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: AsRef<str>,
+    {
+        self.tags = Some(
+            tags.into_iter()
+                .map(|tag| Arc::from(tag.as_ref()))
+                .collect(),
+        );
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

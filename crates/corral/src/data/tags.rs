@@ -38,6 +38,14 @@ use crate::sync::{read, write};
 /// The tag whose version is the namespace's clear version.
 pub(crate) const CLEAR: &str = "";
 
+/// The tag whose version moves with every tag invalidation, just before the
+/// tag's own: no entry carries it. A fill reads it before it runs, and a
+/// fill that declares tags from what it loaded (their versions only read
+/// once it has) stores its entry only if this version did not move
+/// meanwhile. Users cannot name it: keys and tags hold no control
+/// characters.
+pub(crate) const MOVED: &str = "\u{1}moved";
+
 /// The versions an entry was filled under: `(tag, version)` pairs for its
 /// tags and the clear tag. A version read back as `None` (or a missing
 /// clear stamp) matches no current version: such an entry is never served.
@@ -89,6 +97,15 @@ impl Stamps {
         )
     }
 
+    /// Takes out the [`MOVED`] stamp a fill's stamps carry (see
+    /// [`Inner::fill_stamps`](crate::state::inner::Inner::fill_stamps)),
+    /// returning its version: `Some(None)` if it was stamped unread, `None`
+    /// if it was not there.
+    pub(crate) fn take_moved(&mut self) -> Option<Option<Arc<str>>> {
+        let at = self.0.iter().position(|(tag, _)| &**tag == MOVED)?;
+        Some(self.0.remove(at).1)
+    }
+
     /// `CLEAR` followed by `tags` without duplicates: what a fill asks for.
     pub(crate) fn wanted(tags: &[Arc<str>]) -> Vec<Arc<str>> {
         let mut wanted: Vec<Arc<str>> = vec![CLEAR.into()];
@@ -101,8 +118,12 @@ impl Stamps {
     }
 }
 
+/// At most this many tag versions are remembered per cache: past it the
+/// least used are forgotten (read again from the store when next needed),
+/// so per-user or per-tenant tags cost memory only while they are in use.
+pub(crate) const KNOWN_TAGS: usize = 16_384;
+
 /// The tag versions one cache knows, and which L1 keys carry which tag.
-#[derive(Default)]
 pub(crate) struct TagTable {
     /// Read by every read of the store (a check of its stamps), written
     /// only when versions are learnt or forgotten: a read takes only its
@@ -110,18 +131,100 @@ pub(crate) struct TagTable {
     state: ShardedLock<TagState>,
 }
 
-#[derive(Default)]
+type Versions = quick_cache::unsync::Cache<
+    Arc<str>,
+    Arc<str>,
+    quick_cache::UnitWeighter,
+    foldhash::fast::RandomState,
+>;
+
 struct TagState {
-    /// Versions read from the store and not invalidated since.
-    known: HashMap<Arc<str>, Arc<str>, foldhash::fast::RandomState>,
+    /// Versions read from the store and not invalidated since, at most
+    /// [`KNOWN_TAGS`] of them (forgetting one only costs a read).
+    known: Versions,
     /// Bumped whenever a version is forgotten, so a read of the store that
     /// raced with an invalidation is not remembered.
     forgets: u64,
     /// Whether versions may be remembered at all (the backplane keeps
     /// them current).
     remember: bool,
-    /// L1 keys by the (non-clear) tags they carry.
-    l1_keys: HashMap<Arc<str>, HashSet<Box<str>>>,
+    /// The tagged keys of the L1: never more than it holds.
+    l1: L1Index,
+}
+
+/// The L1 keys that carry tags, by key and by tag. Each L1 insert gets an
+/// id; a key leaves the index when the entry with its id leaves the L1
+/// (evicted, expired, removed) or is replaced by one with other tags. An
+/// index entry for a key the L1 no longer holds costs at most a useless
+/// removal; a key the L1 holds under a tag is always indexed under it.
+#[derive(Default)]
+struct L1Index {
+    by_key: HashMap<Box<str>, Indexed, foldhash::fast::RandomState>,
+    by_tag: HashMap<Arc<str>, HashSet<Box<str>>, foldhash::fast::RandomState>,
+    next_id: u64,
+}
+
+/// A tagged L1 entry: the id of its insert and its tags.
+struct Indexed {
+    id: u64,
+    tags: Box<[Arc<str>]>,
+}
+
+impl L1Index {
+    /// Indexes `key` under `tags` (replacing what it was indexed under);
+    /// returns the id of the L1 insert that follows.
+    fn admit<'a>(&mut self, key: &str, tags: impl Iterator<Item = &'a Arc<str>>) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.unindex(key);
+        let tags: Box<[Arc<str>]> = tags.cloned().collect();
+        if tags.is_empty() {
+            return id;
+        }
+        for tag in &*tags {
+            self.by_tag
+                .entry(Arc::clone(tag))
+                .or_default()
+                .insert(key.into());
+        }
+        self.by_key.insert(key.into(), Indexed { id, tags });
+        id
+    }
+
+    /// The L1 entry of `key` inserted as `id` left the L1.
+    fn left(&mut self, key: &str, id: u64) {
+        if self.by_key.get(key).is_some_and(|indexed| indexed.id == id) {
+            self.unindex(key);
+        }
+    }
+
+    fn unindex(&mut self, key: &str) {
+        let Some(indexed) = self.by_key.remove(key) else {
+            return;
+        };
+        for tag in &*indexed.tags {
+            if let Some(keys) = self.by_tag.get_mut(tag) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.by_tag.remove(tag);
+                }
+            }
+        }
+    }
+
+    /// Takes the keys indexed under `tag` out of the index.
+    fn take_tag(&mut self, tag: &str) -> HashSet<Box<str>> {
+        let keys = self.by_tag.remove(tag).unwrap_or_default();
+        for key in &keys {
+            self.unindex(key);
+        }
+        keys
+    }
+
+    fn clear(&mut self) {
+        self.by_key.clear();
+        self.by_tag.clear();
+    }
 }
 
 impl TagState {
@@ -147,9 +250,20 @@ impl TagTable {
     /// A table that remembers versions only if `remember` (the cache
     /// listens to a backplane, or has no store: then versions are its own).
     pub(crate) fn new(remember: bool) -> Self {
-        let table = Self::default();
-        table.set_remember(remember);
-        table
+        Self {
+            state: ShardedLock::new(TagState {
+                known: Versions::with(
+                    KNOWN_TAGS,
+                    KNOWN_TAGS as u64,
+                    quick_cache::UnitWeighter,
+                    foldhash::fast::RandomState::default(),
+                    quick_cache::unsync::DefaultLifecycle::default(),
+                ),
+                forgets: 0,
+                remember,
+                l1: L1Index::default(),
+            }),
+        }
     }
 
     /// Whether versions may be remembered from now on.
@@ -169,7 +283,7 @@ impl TagTable {
         let state = read(&self.state);
         let versions: Option<Vec<_>> = tags
             .iter()
-            .map(|tag| state.known.get(tag).cloned())
+            .map(|tag| state.known.get(&**tag).cloned())
             .collect();
         match versions {
             Some(versions) => Known::All(versions),
@@ -193,7 +307,10 @@ impl TagTable {
 
     /// The versions of `tags` for a cache without a store, whose versions
     /// are its own: known ones, and a new one from `new_version` for each
-    /// tag first used (kept at once, whatever was forgotten meanwhile).
+    /// tag first used (kept at once, whatever was forgotten meanwhile). A
+    /// version forgotten past [`KNOWN_TAGS`] is replaced by a new one on
+    /// its next use: the L1 entries stamped with the old one stay indexed
+    /// under the tag, so an invalidation still drops them.
     pub(crate) fn own_versions(
         &self,
         tags: &[Arc<str>],
@@ -202,11 +319,12 @@ impl TagTable {
         let mut state = write(&self.state);
         tags.iter()
             .map(|tag| {
-                let version = state
-                    .known
-                    .entry(Arc::clone(tag))
-                    .or_insert_with(&mut new_version);
-                Arc::clone(version)
+                if let Some(version) = state.known.get(&**tag) {
+                    return Arc::clone(version);
+                }
+                let version = new_version();
+                state.known.insert(Arc::clone(tag), Arc::clone(&version));
+                version
             })
             .collect()
     }
@@ -230,10 +348,10 @@ impl TagTable {
         }
         state.forgets += 1;
         if tag == CLEAR {
-            state.l1_keys.clear();
+            state.l1.clear();
             return HashSet::new();
         }
-        state.l1_keys.remove(tag).unwrap_or_default()
+        state.l1.take_tag(tag)
     }
 
     /// Forgets every version (backplane messages may have been lost) and
@@ -241,28 +359,42 @@ impl TagTable {
     pub(crate) fn distrust(&self) {
         let mut state = write(&self.state);
         state.known.clear();
-        state.l1_keys.clear();
+        state.l1.clear();
         state.forgets += 1;
     }
 
     /// Whether `stamps` are all current as far as this table knows (a
     /// forgotten version counts as moved), and if so indexes `key` under
-    /// its tags for the L1: called under the flight table's lock with the
-    /// L1 insert, so an invalidation either sees the key indexed or the
-    /// insert sees the version moved.
-    pub(crate) fn admit_to_l1(&self, key: &str, stamps: &Stamps) -> bool {
+    /// its tags for the L1, returning the id to insert it with: called
+    /// under the flight table's lock with the L1 insert, so an invalidation
+    /// either sees the key indexed or the insert sees the version moved.
+    pub(crate) fn admit_to_l1(&self, key: &str, stamps: &Stamps) -> Option<u64> {
         let mut state = write(&self.state);
         if state.remember && state.check(stamps) != Some(true) {
-            return false;
+            return None;
         }
-        for tag in stamps.user_tags() {
-            state
-                .l1_keys
-                .entry(Arc::clone(tag))
-                .or_default()
-                .insert(key.into());
+        Some(state.l1.admit(key, stamps.user_tags()))
+    }
+
+    /// These L1 entries (key, insert id) left the L1: their keys leave the
+    /// index, unless inserted again since.
+    pub(crate) fn left_l1(&self, left: &[(Box<str>, u64)]) {
+        // Without tagged keys (a cache that uses no tags) there is nothing
+        // to forget, and the shared read lock is all an eviction costs.
+        if left.is_empty() || read(&self.state).l1.by_key.is_empty() {
+            return;
         }
-        true
+        let mut state = write(&self.state);
+        for (key, id) in left {
+            state.l1.left(key, *id);
+        }
+    }
+
+    /// How many L1 keys are indexed, and how many tag versions are known.
+    #[cfg(any(test, feature = "test-hooks"))]
+    pub(crate) fn sizes(&self) -> (usize, usize) {
+        let state = read(&self.state);
+        (state.l1.by_key.len(), state.known.len())
     }
 }
 
@@ -298,11 +430,14 @@ mod tests {
         table.learn(&wanted, &["c".into(), "v1".into()], 0);
         let old = Stamps::zip(&wanted, vec!["c".into(), "v0".into()]);
         let new = Stamps::zip(&wanted, vec!["c".into(), "v1".into()]);
-        assert!(!table.admit_to_l1("k", &old));
-        assert!(table.admit_to_l1("k", &new));
+        assert!(table.admit_to_l1("k", &old).is_none());
+        assert!(table.admit_to_l1("k", &new).is_some());
         let evicted = table.invalidated("t", None);
         assert!(evicted.contains("k"));
-        assert!(!table.admit_to_l1("k", &new), "the version was forgotten");
+        assert!(
+            table.admit_to_l1("k", &new).is_none(),
+            "the version was forgotten"
+        );
     }
 
     #[test]
@@ -348,5 +483,38 @@ mod tests {
             Stamps::wanted(&tags(&["a", "b", "a"])),
             tags(&["", "a", "b"])
         );
+    }
+
+    #[test]
+    fn a_key_leaves_the_index_with_its_entry_and_not_with_an_older_one() {
+        let table = TagTable::new(true);
+        let wanted = tags(&["", "t", "u"]);
+        table.learn(&wanted, &["c".into(), "v".into(), "w".into()], 0);
+        let both = Stamps::zip(&wanted, vec!["c".into(), "v".into(), "w".into()]);
+        let first = table.admit_to_l1("k", &both).expect("current");
+        let second = table.admit_to_l1("k", &both).expect("current");
+        table.left_l1(&[("k".into(), first)]);
+        assert_eq!(table.sizes().0, 1, "an older insert leaving keeps the key");
+        table.left_l1(&[("k".into(), second)]);
+        assert_eq!(table.sizes().0, 0);
+        assert!(read(&table.state).l1.by_tag.is_empty());
+
+        // Written again without tags: indexed under none.
+        table.admit_to_l1("k", &both).expect("current");
+        let untagged = Stamps::zip(&wanted[..1], vec!["c".into()]);
+        table.admit_to_l1("k", &untagged).expect("current");
+        assert_eq!(table.sizes().0, 0);
+        assert!(table.invalidated("t", None).is_empty());
+    }
+
+    #[test]
+    fn known_versions_are_bounded() {
+        let table = TagTable::new(true);
+        for i in 0..KNOWN_TAGS * 3 {
+            let tag: Arc<str> = format!("tenant:{i}").into();
+            table.own_versions(&[tag], || "v".into());
+        }
+        let known = table.sizes().1;
+        assert!(known <= KNOWN_TAGS, "{known} versions kept");
     }
 }

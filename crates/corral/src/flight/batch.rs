@@ -23,7 +23,10 @@ use std::sync::{Arc, Weak};
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use std::time::Duration;
+
 use crate::data::freshness::{Answer, Standing};
+use crate::data::policy::FillOptions;
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
 use crate::flight::permit::{self, Waited};
 use crate::read::{finish_hit, judge_current, Look};
@@ -41,6 +44,11 @@ pub(crate) struct BatchLeader<V, F> {
     inner: Weak<Inner<V>>,
     runtime: Handle,
     fill_many: Arc<F>,
+    /// The call's TTL, hard fill timeout and tags (the cache's defaults
+    /// where it set none).
+    ttl: Duration,
+    fill_timeout: Duration,
+    tags: Arc<[Arc<str>]>,
 }
 
 /// A key to fill: its flight and its lease (none when filling fail-open).
@@ -50,15 +58,26 @@ impl<V, F, Fut, E> BatchLeader<V, F>
 where
     V: Clone + Send + Sync + 'static,
     F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<HashMap<String, V>, E>> + Send + 'static,
+    Fut: Future<Output = Result<HashMap<String, Answer<V>>, E>> + Send + 'static,
     E: Send + Sync + 'static,
 {
-    /// Spawns the task that settles `led`, filling through `fill_many`.
-    pub(crate) fn spawn(inner: &Arc<Inner<V>>, runtime: &Handle, fill_many: Arc<F>, led: Led<V>) {
+    /// Spawns the task that settles `led`, filling through `fill_many`
+    /// with the call's `options`.
+    pub(crate) fn spawn(
+        inner: &Arc<Inner<V>>,
+        runtime: &Handle,
+        fill_many: Arc<F>,
+        options: &FillOptions,
+        led: Led<V>,
+    ) {
+        let policy = inner.policy();
         let batch = Self {
             inner: Arc::downgrade(inner),
             runtime: runtime.clone(),
             fill_many,
+            ttl: options.ttl.unwrap_or(policy.ttl),
+            fill_timeout: options.fill_timeout.unwrap_or(policy.fill_timeout),
+            tags: options.tags.clone().unwrap_or_else(|| Arc::new([])),
         };
         runtime.spawn(batch.run(led));
     }
@@ -80,7 +99,7 @@ where
         for _ in &to_fill {
             Counters::bump(&cache.counters().misses);
         }
-        let ttl = cache.policy().ttl;
+        let ttl = self.ttl;
         drop(cache);
         // One permit of the fill budget for the one call of the batch fill.
         let permit = {
@@ -106,8 +125,8 @@ where
             return;
         };
         Counters::bump(&cache.counters().fills);
-        let deadline = Instant::now() + cache.policy().fill_timeout;
-        let stamps = cache.fill_stamps(&[], reachable).await;
+        let deadline = Instant::now() + self.fill_timeout;
+        let stamps = cache.fill_stamps(&self.tags, reachable).await;
         drop(cache);
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
@@ -127,7 +146,7 @@ where
             Ok(Ok(mut found)) => {
                 let inner = &self.inner;
                 let keeps = to_fill.into_iter().map(|(key, mut flight, lease)| {
-                    let answer = Answer::from_option(found.remove(&key));
+                    let answer = found.remove(&key).unwrap_or_else(Answer::not_found);
                     let kept = Kept {
                         lease,
                         stamps: stamps.clone(),
@@ -144,13 +163,7 @@ where
                 if let Some(cache) = self.inner.upgrade() {
                     Counters::bump(&cache.counters().fill_timeouts);
                 }
-                let after = self
-                    .inner
-                    .upgrade()
-                    .map_or(std::time::Duration::ZERO, |cache| {
-                        cache.policy().fill_timeout
-                    });
-                Failure::TimedOut(after)
+                Failure::TimedOut(self.fill_timeout)
             }
         };
         for (_, mut flight, lease) in to_fill {
@@ -212,7 +225,7 @@ where
         store: &SharedTier,
         missing: Led<V>,
     ) -> (Vec<ToFill<V>>, bool) {
-        let fill_timeout = cache.policy().fill_timeout;
+        let fill_timeout = self.fill_timeout;
         let request = LeaseRequest {
             lease_ttl: cache.policy().lease_ttl,
             fence_ttl: cache.policy().fence_ttl(fill_timeout),
@@ -256,17 +269,18 @@ where
         let wanted = key.clone();
         let fill = move || async move {
             let mut found = fill_many(vec![wanted.clone()]).await?;
-            Ok::<_, E>(Answer::from_option(found.remove(&wanted)))
+            let answer = found.remove(&wanted).unwrap_or_else(Answer::not_found);
+            Ok::<_, E>(answer)
         };
         let policy = &cache.policy();
         let job = Job {
             key: key.into(),
-            ttl: policy.ttl,
-            fill_timeout: policy.fill_timeout,
+            ttl: self.ttl,
+            fill_timeout: self.fill_timeout,
             soft_timeout: policy.soft_timeout,
             fallback: None,
             permit: None,
-            tags: Arc::new([]),
+            tags: Arc::clone(&self.tags),
             store_failed: false,
             first: None,
             fill,

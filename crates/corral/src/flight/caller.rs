@@ -162,8 +162,8 @@ where
 }
 
 /// The key's in-process entry, judged; `None` without an L1.
-pub(crate) fn local_judged<V: Clone>(inner: &Inner<V>, key: &str) -> Option<Judged<V>> {
-    inner.tiers().l1.as_ref()?.judge(key)
+pub(crate) fn local_judged<V: Clone + 'static>(inner: &Inner<V>, key: &str) -> Option<Judged<V>> {
+    inner.judge_in_l1(key)
 }
 
 /// Starts one background refresh of `key` unless one is running (then it

@@ -22,7 +22,7 @@ use crate::data::tags::Stamps;
 use crate::flight::permit::{self, Waited};
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Leadership, Outcome};
-use crate::state::inner::{weight, Inner};
+use crate::state::inner::{weight, InL1, Inner};
 use crate::stats::Counters;
 use crate::store::{
     BoxFuture, Commit, Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored,
@@ -522,8 +522,11 @@ pub(crate) async fn succeed<V>(
         value,
         ttl: answer_ttl,
         cache: keep,
+        tags,
     } = answer;
     if let (Some(cache), true) = (inner.upgrade(), keep) {
+        let stamps = cache.settle_stamps(kept.stamps, tags.as_deref()).await;
+        let kept = Kept { stamps, ..kept };
         let base = match (&value, answer_ttl) {
             (_, Some(ttl)) => ttl,
             (Some(_), None) => ttl,
@@ -565,10 +568,11 @@ async fn keep_value<V>(
     V: Clone + Send + Sync + 'static,
 {
     let Kept { lease, stamps } = kept;
-    let Some(stamps) = stamps else {
+    let Some(mut stamps) = stamps else {
         flight.retire(|| ());
         return;
     };
+    stamps.take_moved();
     let keep_local = match (&cache.tiers().l2, lease) {
         (None, _) => true,
         (Some(_), None) => true,
@@ -597,11 +601,16 @@ async fn keep_value<V>(
     };
     let local = cache.tiers().l1.as_ref().filter(|_| keep_local);
     match local.map(|local| (local, weight(cache, key, value.as_ref()))) {
-        Some((local, Ok(weight))) => {
+        Some((_, Ok(weight))) => {
+            let entry = InL1 {
+                value,
+                ttls,
+                fail_safe,
+                weight,
+                age: Duration::ZERO,
+            };
             flight.retire(|| {
-                if cache.tags().admit_to_l1(key, &stamps) {
-                    local.insert(key, value, ttls, fail_safe, weight, Duration::ZERO);
-                }
+                cache.insert_in_l1(key, &stamps, entry);
             });
         }
         Some((_, Err(_))) | None => {

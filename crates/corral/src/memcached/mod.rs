@@ -261,13 +261,13 @@ impl MemcachedStore {
     ) -> Result<Self, StoreError> {
         if addrs.is_empty() {
             return Err(StoreError::new(
-                StoreErrorKind::Protocol,
+                StoreErrorKind::Configuration,
                 "memcached: no server address",
             ));
         }
         if !keys::valid_prefix(&config.key_prefix) {
             return Err(StoreError::new(
-                StoreErrorKind::Protocol,
+                StoreErrorKind::Configuration,
                 "memcached: key_prefix must be printable ASCII without '#', at most 64 bytes",
             ));
         }

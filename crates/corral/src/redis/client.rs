@@ -59,7 +59,7 @@ impl TlsMaterial {
         };
         match &self.root_ca {
             Some(pem) if !has_certificate(pem) => Err(StoreError::new(
-                StoreErrorKind::Protocol,
+                StoreErrorKind::Configuration,
                 "redis connect: tls_root_ca holds no PEM certificate \
                  (-----BEGIN CERTIFICATE-----)",
             )),
@@ -101,7 +101,7 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
                 let error = store_error("connect", &e);
                 scrubbed(
                     url,
-                    StoreError::new(StoreErrorKind::Protocol, error.message()),
+                    StoreError::new(StoreErrorKind::Configuration, error.message()),
                 )
             });
         }
@@ -155,7 +155,7 @@ fn check_scheme(url: &str) -> Result<(), StoreError> {
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
     if tls && !cfg!(feature = "tls") {
         return Err(StoreError::new(
-            StoreErrorKind::Protocol,
+            StoreErrorKind::Configuration,
             format!(
                 "redis connect: {} is a TLS URL (rediss://); build corral with the `tls` feature",
                 crate::redact::redact_url(url)

@@ -31,8 +31,9 @@ pub(super) fn timed_out(what: &str, timeout: Duration) -> StoreError {
     )
 }
 
-/// Classifies a redis-rs error: timeouts, unreachable or not-ready servers
-/// (refused, reset, loading, cluster down) and everything else.
+/// Classifies a redis-rs error: timeouts, a client configuration it
+/// refuses (a malformed URL), unreachable or not-ready servers (refused,
+/// reset, loading, cluster down) and everything else.
 pub(super) fn store_error(what: &str, e: &RedisError) -> StoreError {
     if let Some(refusal) = refusal(e) {
         return StoreError::new(
@@ -42,6 +43,9 @@ pub(super) fn store_error(what: &str, e: &RedisError) -> StoreError {
     }
     let kind = if e.is_timeout() {
         StoreErrorKind::Timeout
+    } else if e.kind() == ErrorKind::InvalidClientConfig {
+        // A malformed URL or client setting: no retry fixes it.
+        StoreErrorKind::Configuration
     } else if e.is_io_error()
         || e.is_connection_dropped()
         || e.is_connection_refusal()

@@ -63,7 +63,7 @@ impl<'a> ClusterSeeds<'a> {
     fn new(urls: &'a [String], config: &RedisConfig) -> Result<Self, StoreError> {
         if urls.is_empty() {
             return Err(StoreError::new(
-                StoreErrorKind::Protocol,
+                StoreErrorKind::Configuration,
                 "redis cluster: no node URLs given",
             ));
         }
@@ -752,15 +752,15 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// [`StoreErrorKind::Protocol`] for a malformed URL, a `rediss://` URL
-    /// without the feature `tls`, unreadable TLS material, or TLS material
-    /// with a `redis://` URL;
+    /// [`StoreErrorKind::Configuration`] (not retryable) for a malformed
+    /// URL, a `rediss://` URL without the feature `tls`, unreadable TLS
+    /// material, or TLS material with a `redis://` URL;
     /// [`StoreErrorKind::Denied`] when authentication fails or the ACL
     /// refuses loading the scripts;
     /// [`StoreErrorKind::Unavailable`] or [`StoreErrorKind::Timeout`] when the
     /// server cannot be reached within `config.connect_timeout` (plus
     /// `config.op_timeout` to load the scripts);
-    /// [`StoreErrorKind::Unavailable`] outside a tokio runtime.
+    /// [`StoreErrorKind::Configuration`] outside a tokio runtime.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
@@ -792,8 +792,8 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// As [`connect`](Self::connect); also [`StoreErrorKind::Protocol`] when
-    /// `urls` is empty.
+    /// As [`connect`](Self::connect); also
+    /// [`StoreErrorKind::Configuration`] when `urls` is empty.
     pub async fn connect_cluster(urls: &[String], config: RedisConfig) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
@@ -832,7 +832,7 @@ impl RedisStore {
     /// # Errors
     ///
     /// As [`connect_lazy`](Self::connect_lazy); also
-    /// [`StoreErrorKind::Protocol`] when `urls` is empty.
+    /// [`StoreErrorKind::Configuration`] when `urls` is empty.
     pub fn connect_cluster_lazy(urls: &[String], config: RedisConfig) -> Result<Self, StoreError> {
         let runtime = runtime()?;
         let config = config.normalized();
@@ -882,10 +882,10 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// Only what no retry can fix: [`StoreErrorKind::Protocol`] for a
+    /// Only what no retry can fix, as [`StoreErrorKind::Configuration`]: a
     /// malformed URL, a `rediss://` URL without the feature `tls`,
-    /// unreadable TLS material, or TLS material with a `redis://` URL;
-    /// [`StoreErrorKind::Unavailable`] outside a tokio runtime. A refused
+    /// unreadable TLS material, or TLS material with a `redis://` URL; a
+    /// call outside a tokio runtime. A refused
     /// password shows later, as [`StoreErrorKind::Denied`] errors of the
     /// store's calls.
     pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, StoreError> {
@@ -928,8 +928,9 @@ impl RedisStore {
     ///
     /// # Errors
     ///
-    /// As [`connect`](Self::connect); also [`StoreErrorKind::Protocol`] when
-    /// `master_name` is empty, `sentinels` is empty, or no sentinel that
+    /// As [`connect`](Self::connect); also
+    /// [`StoreErrorKind::Configuration`] when `master_name` or `sentinels`
+    /// is empty, [`StoreErrorKind::Protocol`] when no sentinel that
     /// answered knows `master_name`; [`StoreErrorKind::Unavailable`] when
     /// no sentinel answers. The message names the master and the sentinels
     /// asked (without passwords).
@@ -973,8 +974,8 @@ impl RedisStore {
     /// # Errors
     ///
     /// As [`connect_lazy`](Self::connect_lazy); also
-    /// [`StoreErrorKind::Protocol`] when `master_name` or `sentinels` is
-    /// empty. An unknown master name shows later, as errors of the store's
+    /// [`StoreErrorKind::Configuration`] when `master_name` or `sentinels`
+    /// is empty. An unknown master name shows later, as errors of the store's
     /// calls.
     pub fn connect_sentinel_lazy(
         master_name: &str,
@@ -1244,7 +1245,7 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
 fn runtime() -> Result<tokio::runtime::Handle, StoreError> {
     tokio::runtime::Handle::try_current().map_err(|_| {
         StoreError::new(
-            StoreErrorKind::Unavailable,
+            StoreErrorKind::Configuration,
             "RedisStore: connect must be called within a tokio runtime",
         )
     })

@@ -134,13 +134,13 @@ impl Sentinels {
     ) -> Result<Self, StoreError> {
         if master_name.is_empty() {
             return Err(StoreError::new(
-                StoreErrorKind::Protocol,
+                StoreErrorKind::Configuration,
                 "redis sentinel: the master name is empty",
             ));
         }
         if urls.is_empty() {
             return Err(StoreError::new(
-                StoreErrorKind::Protocol,
+                StoreErrorKind::Configuration,
                 format!("redis sentinel: no sentinel URLs given for master '{master_name}'"),
             ));
         }

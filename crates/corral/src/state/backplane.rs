@@ -23,9 +23,9 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
         match &change.event {
             Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
                 // Without an L1 there is nothing of the key to evict.
-                if let Some(local) = &self.tiers().l1 {
+                if self.tiers().l1.is_some() {
                     Counters::bump(&self.counters().backplane_messages);
-                    self.flights().detach(key, || local.remove(key));
+                    self.flights().detach(key, || self.remove_from_l1(key));
                 }
             }
             Event::TagInvalidated(tag) => {
@@ -43,9 +43,7 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
         Counters::bump(&self.counters().backplane_resets);
         self.flights().detach_all(|| {
             self.tags().distrust();
-            if let Some(local) = &self.tiers().l1 {
-                local.clear();
-            }
+            self.clear_l1();
         });
     }
 }

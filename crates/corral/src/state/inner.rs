@@ -5,20 +5,20 @@
 //! caller and leader sides, the batch leader, the backplane) and the facade ([`Cache`](crate::Cache)); nothing here
 //! imports them.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use crate::budget::FillBudget;
-use crate::codec::Codec;
+use crate::codec::{round_trips, Codec};
 use crate::data::encryption::Cipher;
 use crate::data::entry::{self, Decoded, Ttls};
 use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Fetched, Judged};
 use crate::data::key::KeyLabel;
 use crate::data::policy::{jittered, Policy};
-use crate::data::tags::{Known, Stamps, TagTable, CLEAR};
+use crate::data::tags::{Known, Stamps, TagTable, CLEAR, MOVED};
 use crate::state::flight::{Failure, Flight, FlightTable, Outcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
@@ -31,6 +31,16 @@ use crate::tier::shared::SharedTier;
 pub(crate) struct Tiers<V> {
     pub(crate) l1: Option<LocalTier<V>>,
     pub(crate) l2: Option<SharedTier>,
+}
+
+/// An entry for the L1 ([`Inner::insert_in_l1`]).
+pub(crate) struct InL1<V> {
+    pub(crate) value: Option<V>,
+    pub(crate) ttls: Ttls,
+    pub(crate) fail_safe: bool,
+    pub(crate) weight: u32,
+    /// Its age when written (by the clock of the store it was read from).
+    pub(crate) age: Duration,
 }
 
 /// The state of one cache instance. Its fields are this module's: the
@@ -63,6 +73,12 @@ pub(crate) struct Inner<V> {
     refresh_limiter: Arc<Semaphore>,
     /// Bounds the fills of this cache (and of every cache sharing it).
     budget: Option<FillBudget>,
+    /// Whether values round-trip through the codec, checked on the first
+    /// value encoded ([`round_trips`]): an `Err` refuses every write.
+    round_trip: OnceLock<Result<(), Arc<str>>>,
+    /// What this instance last exported to `metrics`.
+    #[cfg(feature = "metrics")]
+    exported: crate::stats::export::Exported,
 }
 
 /// What a cache instance is made of, as the builder assembles it.
@@ -86,8 +102,9 @@ impl<V: Clone> Inner<V> {
     /// from the start when there is no store: then they are its own).
     pub(crate) fn new(parts: InnerParts<V>) -> Self {
         let tags = TagTable::new(parts.tiers.l2.is_none());
+        let name = parts.name;
         Self {
-            name: parts.name,
+            name: Arc::clone(&name),
             namespace: parts.namespace,
             schema: parts.schema,
             policy: parts.policy,
@@ -102,6 +119,9 @@ impl<V: Clone> Inner<V> {
             weigh_by_bytes: parts.weigh_by_bytes,
             refresh_limiter: parts.refresh_limiter,
             budget: parts.budget,
+            round_trip: OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            exported: crate::stats::export::Exported::new(Arc::clone(&name)),
         }
     }
 }
@@ -201,6 +221,9 @@ impl<V: 'static> Inner<V> {
         stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
         let codec = self.codec.as_deref().ok_or(NO_CODEC)?;
+        if let Some(value) = value {
+            self.check_round_trip(codec, value)?;
+        }
         let envelope = entry::encode(
             codec,
             self.schema,
@@ -214,6 +237,27 @@ impl<V: 'static> Inner<V> {
             Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
             None => Ok(envelope),
         }
+    }
+
+    /// Refuses values of a type the codec cannot round-trip (checked on
+    /// the first value that encodes; one ERROR then, if it does not).
+    fn check_round_trip(&self, codec: &dyn Codec<V>, value: &V) -> Result<(), String> {
+        let checked = match self.round_trip.get() {
+            Some(checked) => checked,
+            None => match round_trips(codec, value) {
+                None => return Ok(()),
+                Some(result) => {
+                    let result = result.map_err(Arc::<str>::from);
+                    if self.round_trip.set(result.clone()).is_ok() {
+                        if let Err(message) = &result {
+                            tracing::error!(cache = %self.name, "{message}: nothing is written to the shared store");
+                        }
+                    }
+                    self.round_trip.get().unwrap_or(&Ok(()))
+                }
+            },
+        };
+        checked.clone().map_err(|message| message.to_string())
     }
 
     /// Decodes the stored bytes of `key` (opening them first when the cache
@@ -309,29 +353,82 @@ impl<V: 'static> Inner<V> {
     where
         V: Clone,
     {
-        let local = self.tiers.l1.as_ref()?;
+        self.tiers.l1.as_ref()?;
         let weight = weight(self, key, judged.value.as_ref()).ok()?;
         Some(move || {
-            if self.tags.admit_to_l1(key, &judged.stamps) {
-                local.insert(
-                    key,
-                    judged.value.clone(),
-                    judged.ttls,
-                    judged.fail_safe,
+            self.insert_in_l1(
+                key,
+                &judged.stamps,
+                InL1 {
+                    value: judged.value.clone(),
+                    ttls: judged.ttls,
+                    fail_safe: judged.fail_safe,
                     weight,
-                    judged.age,
-                );
-            }
+                    age: judged.age,
+                },
+            );
         })
     }
 
-    /// Drops the key's in-process copy, if any.
+    /// Puts `entry` in the L1 as `key` if its `stamps` are all current as
+    /// far as the tag table knows, indexing it under its tags (and only
+    /// them: a write without tags leaves the key indexed under none); the
+    /// entries it evicts leave the index. To be run under the flight
+    /// table's lock, as every L1 insert is. Returns whether it was put
+    /// there (false too without an L1).
+    pub(crate) fn insert_in_l1(&self, key: &str, stamps: &Stamps, entry: InL1<V>) -> bool
+    where
+        V: Clone,
+    {
+        let Some(local) = &self.tiers.l1 else {
+            return false;
+        };
+        let Some(id) = self.tags.admit_to_l1(key, stamps) else {
+            return false;
+        };
+        let left = local.insert(
+            key,
+            id,
+            entry.value,
+            entry.ttls,
+            entry.fail_safe,
+            entry.weight,
+            entry.age,
+        );
+        self.tags.left_l1(&left);
+        true
+    }
+
+    /// The key's L1 entry judged at the L1's now (`None` without an L1, or
+    /// if absent or gone; a gone entry is dropped and leaves the tag index).
+    pub(crate) fn judge_in_l1(&self, key: &str) -> Option<Judged<V>>
+    where
+        V: Clone,
+    {
+        let local = self.tiers.l1.as_ref()?;
+        local.judge(key, |left| self.tags.left_l1(&[left]))
+    }
+
+    /// Drops the key's in-process copy, if any (and its place in the tag
+    /// index).
     pub(crate) fn remove_from_l1(&self, key: &str)
     where
         V: Clone,
     {
         if let Some(local) = &self.tiers.l1 {
-            local.remove(key);
+            if let Some(left) = local.remove(key) {
+                self.tags.left_l1(&[left]);
+            }
+        }
+    }
+
+    /// Drops every in-process copy and the whole tag index with them.
+    pub(crate) fn clear_l1(&self)
+    where
+        V: Clone,
+    {
+        if let Some(local) = &self.tiers.l1 {
+            local.clear();
         }
     }
 
@@ -361,6 +458,26 @@ impl<V: 'static> Inner<V> {
 }
 
 impl<V: Clone + Send + Sync + 'static> Inner<V> {
+    /// Adds what this instance's counters and gauges changed since its
+    /// last export to the `metrics` recorder.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn export_metrics(&self) {
+        let breaker = self.tiers.l2.as_ref().and_then(SharedTier::breaker);
+        let mut gauges = crate::stats::export::Gauges {
+            l1_entries: self.tiers.l1.as_ref().map_or(0, |l1| l1.len() as u64),
+            flights: self.flights.len() as u64,
+            breaker_open: u64::from(breaker.is_some_and(|breaker| breaker.is_open())),
+            ..crate::stats::export::Gauges::default()
+        };
+        if let Some(budget) = &self.budget {
+            let load = budget.stats();
+            gauges.budget_in_use = load.in_use as u64;
+            gauges.budget_queued = load.queued as u64;
+            gauges.budget_limit = load.limit as u64;
+        }
+        self.exported.export(&self.stats(), &gauges);
+    }
+
     /// The current versions of `tags`: known ones from the tag table, the
     /// rest read from the store in one round trip — which creates those the
     /// store does not have — and remembered while the backplane keeps them
@@ -390,9 +507,12 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// fill runs — from the store if `from_store` and they are not known
     /// (a fill without a lease, the store unreachable, uses only the known
     /// ones). `None` if they could not be had (the fill's answer is then
-    /// not stored).
+    /// not stored). They also carry the [`MOVED`] version, which
+    /// [`settle_stamps`](Self::settle_stamps) takes out before the entry is
+    /// written.
     pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>], from_store: bool) -> Option<Stamps> {
-        let wanted = Stamps::wanted(tags);
+        let mut wanted = Stamps::wanted(tags);
+        wanted.push(MOVED.into());
         let versions = match (self.tags.lookup(&wanted), from_store) {
             (Known::All(versions), _) => versions,
             (Known::Unknown { .. }, true) => self.current_versions(&wanted).await.ok()?,
@@ -402,6 +522,69 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
             (Known::Unknown { .. }, false) => return None,
         };
         Some(Stamps::zip(&wanted, versions))
+    }
+
+    /// The stamps an answer is written with: the fill's `stamps` without
+    /// their [`MOVED`] version, plus `declared` — tags the fill declared
+    /// from what it loaded — at their versions read now, from the store.
+    /// `None` (store nothing) if a tag was invalidated since the fill
+    /// started (any tag: the [`MOVED`] version moved, and the declared
+    /// tags' versions could not have been read before the data), if the
+    /// versions could not be read, or if the tags are invalid.
+    pub(crate) async fn settle_stamps(
+        &self,
+        stamps: Option<Stamps>,
+        declared: Option<&[Arc<str>]>,
+    ) -> Option<Stamps> {
+        let mut stamps = stamps?;
+        let before = stamps.take_moved();
+        let Some(declared) = declared else {
+            return Some(stamps);
+        };
+        let mut added: Vec<Arc<str>> = Vec::new();
+        for tag in declared {
+            if let Err(invalid) = crate::data::key::validate_key(tag) {
+                tracing::warn!(cache = %self.name, %invalid, "answer's tag invalid: not stored");
+                return None;
+            }
+            if !stamps.0.iter().any(|(have, _)| have == tag) && !added.contains(tag) {
+                added.push(Arc::clone(tag));
+            }
+        }
+        if added.is_empty() {
+            return Some(stamps);
+        }
+        if stamps.0.len() + added.len() > entry::MAX_TAGS {
+            tracing::warn!(cache = %self.name, "answer declared too many tags: not stored");
+            return None;
+        }
+        let before = before??;
+        let mut asked = vec![Arc::<str>::from(MOVED)];
+        asked.extend(added.iter().cloned());
+        let now = match &self.tiers.l2 {
+            // From the store itself, in one read: a version known here may
+            // lag a move the backplane has not brought yet.
+            Some(store) => {
+                let retention = self.policy.tag_retention;
+                let read = store.tag_versions(&self.namespace, &asked, retention, self.origin);
+                store
+                    .call(read)
+                    .await
+                    .inspect_err(|error| self.counters.store_failed(error))
+                    .ok()?
+            }
+            None => self.tags.own_versions(&asked, || self.new_version()),
+        };
+        let (moved, versions) = now.split_first()?;
+        if *moved != before {
+            Counters::bump(&self.counters.commits_refused);
+            tracing::debug!(cache = %self.name, "a tag moved while the fill ran: its answer is not stored");
+            return None;
+        }
+        stamps
+            .0
+            .extend(added.into_iter().zip(versions.iter().cloned().map(Some)));
+        Some(stamps)
     }
 
     /// Whether every version in `stamps` is still current (an entry read
@@ -430,6 +613,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         V: Clone,
     {
         self.flights.detach_all(|| {
+            // The keys leave the index here, so their removals need not.
             let keys = self.tags.invalidated(tag, version);
             let Some(local) = &self.tiers.l1 else {
                 return;

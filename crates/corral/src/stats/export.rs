@@ -2,23 +2,27 @@
 //! (feature `metrics`).
 //!
 //! Counters are not pushed on every event: a hit must write no shared
-//! memory, and a `metrics` counter is one shared atomic. Instead the cache's
-//! own counters (striped for hits) are copied into `metrics` counters with
-//! `absolute` by an exporter task every
+//! memory, and a `metrics` counter is one shared atomic. Instead each cache
+//! instance adds what its own counters (striped for hits) gained since its
+//! last export to the `metrics` counters, by an exporter task every
 //! [`metrics_interval`](crate::CacheBuilder::metrics_interval) and on
-//! [`Cache::export_metrics`](crate::Cache::export_metrics). Handles are
-//! fetched from the recorder at each export, so a recorder installed after
-//! the cache was built still receives everything. Durations (fills, waits)
-//! are recorded when they end: they are slow paths.
+//! [`Cache::export_metrics`](crate::Cache::export_metrics); its gauges move
+//! by what its readings changed. So two instances with the same name (one
+//! label set) sum, and a dropped instance takes its gauge readings back.
+//! Handles are fetched from the recorder at each export, with their HELP
+//! text, so a recorder installed after the cache was built still receives
+//! everything. Durations (fills, waits) are recorded when they end: they
+//! are slow paths.
 //!
 //! Every metric carries the label `cache` = the cache's name.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use metrics::{counter, histogram};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
 use crate::stats::Stats;
+use crate::sync::{lock, Mutex};
 
 /// The exported counters: name, extra label, and the value in a snapshot.
 type Reading = (
@@ -26,6 +30,183 @@ type Reading = (
     Option<(&'static str, &'static str)>,
     fn(&Stats) -> u64,
 );
+
+/// The HELP text of every counter, by name.
+const COUNTER_HELP: &[(&str, &str)] = &[
+    ("corral_hits_total", "Reads answered from the cache, by tier (l1: in process; l2: the shared store)."),
+    ("corral_misses_total", "Reads that found no servable value (each caller counts once)."),
+    ("corral_fills_total", "Fills started: calls of the source of truth."),
+    ("corral_coalesced_total", "Callers that joined a fill already in flight instead of starting one."),
+    ("corral_fill_errors_total", "Fills that returned an error."),
+    ("corral_fill_panics_total", "Fills that panicked."),
+    ("corral_fill_timeouts_total", "Flights stopped by the hard fill timeout."),
+    ("corral_soft_timeouts_total", "Flights that served their fallback at the soft timeout and went on filling."),
+    ("corral_served_total", "Callers served a value past its TTL, by freshness (stale: within the grace period; fail_safe: the fill failed)."),
+    ("corral_refreshes_total", "Background refreshes, by outcome (started, stood_down: a fill already ran, skipped: the refresh limiter was full)."),
+    ("corral_leases_total", "Fill lease requests, by outcome (acquired, contended: held by another process, errored: the store was unreachable)."),
+    ("corral_lease_renewals_total", "Lease renewals sent while a long fill ran."),
+    ("corral_commits_total", "Values written to the shared store by a fill."),
+    ("corral_commits_refused_total", "Fill commits refused: the key was written, invalidated or leased anew, or a tag moved, meanwhile."),
+    ("corral_store_errors_total", "Store calls that failed or timed out."),
+    ("corral_decode_failures_total", "Stored bytes that could not be decoded (treated as a miss)."),
+    ("corral_encode_failures_total", "Values not stored: not encodable, not round-tripping through the codec, or over the size limit."),
+    ("corral_decrypt_failures_total", "Stored bytes that did not decrypt (treated as a miss, never served)."),
+    ("corral_tag_misses_total", "Entries read from the shared store that a tag invalidation or a clear had made a miss."),
+    ("corral_backplane_messages_total", "Backplane messages from other caches acted on."),
+    ("corral_backplane_resets_total", "Times the L1 was dropped and tag versions forgotten because backplane messages may have been lost."),
+    ("corral_fills_queued_total", "Fills that waited in the fill budget's queue."),
+    ("corral_overloads_total", "Flights that got no fill budget permit within its max_wait (callers got Error::Overloaded or a stale value; the source was not called)."),
+    ("corral_fleet_permits_total", "Fleet fill budget permits, by outcome (taken from the store; errored: the store failed and the fill ran on the local permit alone)."),
+    ("corral_breaker_opened_total", "Times the store's circuit breaker opened."),
+    ("corral_store_calls_skipped_total", "Store calls not made because the circuit breaker was open."),
+];
+
+/// What one cache instance reads now for its gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Gauges {
+    /// Entries in its L1.
+    pub(crate) l1_entries: u64,
+    /// Flights (fills and refreshes) in progress.
+    pub(crate) flights: u64,
+    /// 1 while its circuit breaker is open (or half-open), else 0.
+    pub(crate) breaker_open: u64,
+    /// Its fill budget's permits held in this process, fills queued, and
+    /// limit (0 without a budget).
+    pub(crate) budget_in_use: u64,
+    pub(crate) budget_queued: u64,
+    pub(crate) budget_limit: u64,
+}
+
+/// An exported gauge: name, HELP text, and the reading.
+type GaugeReading = (&'static str, &'static str, fn(&Gauges) -> u64);
+
+/// The exported gauges.
+const GAUGES: &[GaugeReading] = &[
+    (
+        "corral_l1_entries",
+        "Entries in the in-process tier (summed over the instances of a cache).",
+        |g| g.l1_entries,
+    ),
+    (
+        "corral_flights_in_progress",
+        "Fills and refreshes in progress.",
+        |g| g.flights,
+    ),
+    (
+        "corral_breaker_open",
+        "Instances of the cache whose store circuit breaker is open or half-open.",
+        |g| g.breaker_open,
+    ),
+    (
+        "corral_fill_budget_in_use",
+        "Permits of the cache's fill budget held in this process (a budget shared by several caches is reported by each).",
+        |g| g.budget_in_use,
+    ),
+    (
+        "corral_fill_budget_queued",
+        "Fills waiting for a permit of the cache's fill budget.",
+        |g| g.budget_queued,
+    ),
+    (
+        "corral_fill_budget_limit",
+        "The limit of the cache's fill budget now (an adaptive budget moves it).",
+        |g| g.budget_limit,
+    ),
+];
+
+/// What one cache instance last exported: its counters and gauge readings,
+/// so that each export adds only what changed (and a dropped instance takes
+/// its gauge readings back).
+pub(crate) struct Exported {
+    name: Arc<str>,
+    last: Mutex<Last>,
+}
+
+#[derive(Default)]
+struct Last {
+    counters: Vec<u64>,
+    gauges: Vec<u64>,
+}
+
+impl Exported {
+    /// Nothing exported yet by the instance of cache `name`.
+    pub(crate) fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            last: Mutex::new(Last {
+                counters: vec![0; COUNTERS.len()],
+                gauges: vec![0; GAUGES.len()],
+            }),
+        }
+    }
+
+    /// Adds what `stats` and `gauges` gained since the last export to the
+    /// recorder's metrics of the cache.
+    pub(crate) fn export(&self, stats: &Stats, gauges: &Gauges) {
+        describe();
+        let name = &self.name;
+        let mut last = lock(&self.last);
+        for ((metric, extra, read), last) in COUNTERS.iter().zip(&mut last.counters) {
+            let value = read(stats);
+            let delta = value.saturating_sub(*last);
+            *last = value.max(*last);
+            match extra {
+                Some((label, label_value)) => {
+                    counter!(*metric, "cache" => Arc::clone(name), *label => *label_value)
+                        .increment(delta);
+                }
+                None => counter!(*metric, "cache" => Arc::clone(name)).increment(delta),
+            }
+        }
+        for ((metric, _, read), last) in GAUGES.iter().zip(&mut last.gauges) {
+            let value = read(gauges);
+            let handle = gauge!(*metric, "cache" => Arc::clone(name));
+            if value >= *last {
+                handle.increment((value - *last) as f64);
+            } else {
+                handle.decrement((*last - value) as f64);
+            }
+            *last = value;
+        }
+    }
+}
+
+impl Drop for Exported {
+    /// The instance is gone: its gauge readings leave the sums.
+    fn drop(&mut self) {
+        let last = lock(&self.last);
+        for ((metric, _, _), last) in GAUGES.iter().zip(&last.gauges) {
+            if *last > 0 {
+                gauge!(*metric, "cache" => Arc::clone(&self.name)).decrement(*last as f64);
+            }
+        }
+    }
+}
+
+/// Gives every metric its HELP text (in the recorder installed now).
+fn describe() {
+    for (metric, help) in COUNTER_HELP {
+        describe_counter!(*metric, *help);
+    }
+    for (metric, help, _) in GAUGES {
+        describe_gauge!(*metric, *help);
+    }
+    describe_histogram!(
+        "corral_fill_duration_seconds",
+        metrics::Unit::Seconds,
+        "How long fills ran (the source of truth's call)."
+    );
+    describe_histogram!(
+        "corral_fill_queue_wait_seconds",
+        metrics::Unit::Seconds,
+        "How long fills waited for a fill budget permit."
+    );
+    describe_histogram!(
+        "corral_wait_duration_seconds",
+        metrics::Unit::Seconds,
+        "How long callers waited for a fill led by another caller."
+    );
+}
 
 const COUNTERS: &[Reading] = &[
     ("corral_hits_total", Some(("tier", "l1")), |s| {
@@ -105,20 +286,6 @@ const COUNTERS: &[Reading] = &[
     }),
 ];
 
-/// Copies `stats` into the recorder's counters of cache `name`.
-pub(crate) fn export(name: &Arc<str>, stats: &Stats) {
-    for (metric, extra, read) in COUNTERS {
-        let value = read(stats);
-        match extra {
-            Some((label, label_value)) => {
-                counter!(*metric, "cache" => Arc::clone(name), *label => *label_value)
-                    .absolute(value);
-            }
-            None => counter!(*metric, "cache" => Arc::clone(name)).absolute(value),
-        }
-    }
-}
-
 /// Records how long a fill ran (the source of truth's call), in seconds.
 pub(crate) fn fill_took(name: &Arc<str>, took: Duration) {
     histogram!("corral_fill_duration_seconds", "cache" => Arc::clone(name)).record(took);
@@ -129,31 +296,25 @@ pub(crate) fn queue_took(name: &Arc<str>, took: Duration) {
     histogram!("corral_fill_queue_wait_seconds", "cache" => Arc::clone(name)).record(took);
 }
 
-/// Sets the gauges of a cache's fill budget: permits held in this process,
-/// fills queued, and the limit.
-pub(crate) fn budget_load(name: &Arc<str>, budget: &crate::budget::FillBudget) {
-    let stats = budget.stats();
-    metrics::gauge!("corral_fill_budget_in_use", "cache" => Arc::clone(name))
-        .set(stats.in_use as f64);
-    metrics::gauge!("corral_fill_budget_queued", "cache" => Arc::clone(name))
-        .set(stats.queued as f64);
-    metrics::gauge!("corral_fill_budget_limit", "cache" => Arc::clone(name))
-        .set(stats.limit as f64);
-}
-
 /// Records how long a caller waited for a flight led by another caller.
 pub(crate) fn wait_took(name: &Arc<str>, took: Duration) {
     histogram!("corral_wait_duration_seconds", "cache" => Arc::clone(name)).record(took);
 }
 
-/// Exports `stats()` of the cache behind `weak` every `interval`, until the
-/// cache is dropped.
-pub(crate) fn spawn_exporter<T, F>(weak: Weak<T>, interval: Duration, stats: F)
+/// Runs `export` on the cache behind `weak` every `interval`, until the
+/// cache is dropped; outside a tokio runtime there is nothing to run it
+/// on, and a warning says so.
+pub(crate) fn spawn_exporter<T, F>(name: &str, weak: Weak<T>, interval: Duration, export: F)
 where
     T: Send + Sync + 'static,
-    F: Fn(&T) -> (Arc<str>, Stats) + Send + 'static,
+    F: Fn(&T) + Send + 'static,
 {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(
+            cache = %name,
+            "cache built outside a tokio runtime: its metrics are not exported every \
+             metrics_interval (build it inside the runtime, or call Cache::export_metrics)"
+        );
         return;
     };
     runtime.spawn(async move {
@@ -164,8 +325,7 @@ where
             let Some(inner) = weak.upgrade() else {
                 return;
             };
-            let (name, snapshot) = stats(&inner);
-            export(&name, &snapshot);
+            export(&inner);
         }
     });
 }

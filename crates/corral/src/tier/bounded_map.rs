@@ -15,12 +15,27 @@ use std::hash::{BuildHasher, Hash};
 use crossbeam_utils::sync::ShardedLock;
 use crossbeam_utils::CachePadded;
 use foldhash::fast::RandomState;
-use quick_cache::unsync::{Cache, DefaultLifecycle};
-use quick_cache::{Equivalent, Weighter};
+use quick_cache::unsync::Cache;
+use quick_cache::{Equivalent, Lifecycle, Weighter};
 
 use crate::sync::{read, write};
 
-type Shard<K, V, W> = CachePadded<ShardedLock<Cache<K, V, W, RandomState, DefaultLifecycle<K, V>>>>;
+type Shard<K, V, W> = CachePadded<ShardedLock<Cache<K, V, W, RandomState, Collect>>>;
+
+/// Hands the entries an insert evicts (or refuses, oversized) back to the
+/// caller of [`BoundedMap::insert`], so that what indexes them can forget
+/// them: nothing leaves the map unseen except by `clear` and `remove`,
+/// whose callers know what they dropped.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Collect;
+
+impl<K, V> Lifecycle<K, V> for Collect {
+    type RequestState = Vec<(K, V)>;
+
+    fn on_evict(&self, state: &mut Self::RequestState, key: K, val: V) {
+        state.push((key, val));
+    }
+}
 
 /// Entries bounded by total weight, evicted by S3-FIFO per shard.
 pub(crate) struct BoundedMap<K, V, W> {
@@ -43,7 +58,7 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V> + Clone> BoundedMap<K, V, W> {
                     weight,
                     weighter.clone(),
                     RandomState::default(),
-                    DefaultLifecycle::default(),
+                    Collect,
                 )))
             })
             .collect();
@@ -53,7 +68,10 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V> + Clone> BoundedMap<K, V, W> {
         }
     }
 
-    fn shard<Q: Hash + ?Sized>(&self, key: &Q) -> &ShardedLock<Cache<K, V, W, RandomState>> {
+    fn shard<Q: Hash + ?Sized>(
+        &self,
+        key: &Q,
+    ) -> &ShardedLock<Cache<K, V, W, RandomState, Collect>> {
         // The high bits: the low ones are what the shard's table uses.
         let hash = self.hasher.hash_one(key);
         let at = (hash >> 32) as usize & (self.shards.len() - 1);
@@ -69,15 +87,29 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V> + Clone> BoundedMap<K, V, W> {
         read(self.shard(key)).get(key).cloned()
     }
 
-    pub(crate) fn insert(&self, key: K, value: V) {
-        write(self.shard(&key)).insert(key, value);
+    /// Inserts (or replaces) `key`; returns the entries evicted to make
+    /// room, or the entry itself if it could not be admitted (heavier than
+    /// its shard). Dropped by the caller, outside the shard's lock.
+    pub(crate) fn insert(&self, key: K, value: V) -> Vec<(K, V)> {
+        let mut evicted = Vec::new();
+        write(self.shard(&key)).insert_with_lifecycle(key, value, &mut evicted);
+        evicted
     }
 
-    pub(crate) fn remove<Q>(&self, key: &Q)
+    /// Removes `key`, returning its entry if it was there.
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<(K, V)>
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
-        write(self.shard(key)).remove(key);
+        write(self.shard(key)).remove(key)
+    }
+
+    /// Removes `key` if its entry passes `check`, returning it.
+    pub(crate) fn remove_if<Q>(&self, key: &Q, check: impl FnOnce(&V) -> bool) -> Option<(K, V)>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
+        write(self.shard(key)).remove_if(key, check)
     }
 
     pub(crate) fn clear(&self) {
@@ -112,14 +144,21 @@ mod tests {
     #[test]
     fn holds_removes_clears_and_stays_bounded() {
         let map = BoundedMap::<u64, u64, UnitWeighter>::new(1_000, 1_000, UnitWeighter);
+        let mut evicted = 0;
         for i in 0..10_000 {
-            map.insert(i, i * 2);
+            evicted += map.insert(i, i * 2).len();
         }
         let len = map.len();
         assert!(len > 0 && len <= 1_000, "{len} entries kept");
+        assert_eq!(
+            len + evicted,
+            10_000,
+            "every entry that left was handed back"
+        );
         map.insert(7, 14);
         assert_eq!(map.get(&7), Some(14));
-        map.remove(&7);
+        assert_eq!(map.remove_if(&7, |value| *value == 0), None);
+        assert_eq!(map.remove(&7), Some((7, 14)));
         assert_eq!(map.get(&7), None);
         map.clear();
         assert_eq!(map.len(), 0);

@@ -129,6 +129,12 @@ impl Breaker {
         self.word.load(Acquire) & STATE == CLOSED
     }
 
+    /// Whether the breaker is open or half-open (a gauge's reading).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn is_open(&self) -> bool {
+        self.word.load(Acquire) & STATE != CLOSED
+    }
+
     fn now(&self) -> u64 {
         let since = Instant::now().saturating_duration_since(self.epoch);
         u64::try_from(since.as_nanos()).unwrap_or(MAX_NANOS)

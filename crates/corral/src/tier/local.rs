@@ -31,7 +31,13 @@ pub(crate) struct LocalEntry<V> {
     until: u64,
     weight: u32,
     fail_safe: bool,
+    /// The id of the insert that put it here (see [`Left`]).
+    id: u64,
 }
+
+/// An entry that left the tier (evicted, refused, expired or removed): its
+/// key and the id it was inserted with, for what indexes the tier's keys.
+pub(crate) type Left = (Box<str>, u64);
 
 impl<V> LocalEntry<V> {
     /// The entry judged at clock reading `now`.
@@ -125,37 +131,47 @@ impl<V: Clone> LocalTier<V> {
     }
 
     /// The entry of `key` judged at the clock's now, unless absent, gone, or
-    /// past the tier's lifetime cap.
-    pub(crate) fn judge(&self, key: &str) -> Option<Judged<V>> {
+    /// past the tier's lifetime cap; an entry gone or past the cap is
+    /// dropped, and handed to `left`.
+    pub(crate) fn judge(&self, key: &str, left: impl FnOnce(Left)) -> Option<Judged<V>> {
         let entry = self.map.get(key)?;
         let now = self.clock.now_millis();
-        if now >= entry.until {
-            return None;
+        let id = entry.id;
+        let judged = (now < entry.until)
+            .then(|| entry.judge(now, self.eager))
+            .filter(|judged| judged.standing != Standing::Gone);
+        if judged.is_none() {
+            if let Some((key, dropped)) = self.map.remove_if(key, |entry| entry.id == id) {
+                left((key, dropped.id));
+            }
         }
-        let judged = entry.judge(now, self.eager);
-        (judged.standing != Standing::Gone).then_some(judged)
+        judged
     }
 
     /// Stores `value` written with `ttls` and already `age` old (read from
     /// a shared store, whose clock judged that age), weighing `weight`
-    /// toward the bound. The copy goes quiet no later than the original,
-    /// and never outlives the tier's lifetime cap.
+    /// toward the bound, as insert `id`. The copy goes quiet no later than
+    /// the original, and never outlives the tier's lifetime cap. Returns
+    /// the entries that left to make room (or this one, if it could not be
+    /// admitted).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert(
         &self,
         key: &str,
+        id: u64,
         value: Option<V>,
         ttls: Ttls,
         fail_safe: bool,
         weight: u32,
         age: Duration,
-    ) {
+    ) -> Vec<Left> {
         let now = self.clock.now_millis();
         let written_at = now.saturating_sub(millis(age));
         let until = self
             .lifetime_ms
             .map_or(u64::MAX, |lifetime| now.saturating_add(lifetime));
         let quiet = quiet_for(ttls, fail_safe, self.eager);
-        self.map.insert(
+        let evicted = self.map.insert(
             key.into(),
             LocalEntry {
                 value,
@@ -167,8 +183,13 @@ impl<V: Clone> LocalTier<V> {
                 until,
                 weight: weight.max(1),
                 fail_safe,
+                id,
             },
         );
+        evicted
+            .into_iter()
+            .map(|(key, entry)| (key, entry.id))
+            .collect()
     }
 
     /// Drops every entry.
@@ -205,8 +226,9 @@ impl<V: Clone> LocalTier<V> {
         matches!(&self.clock, TierClock::Coarse(clock) if clock.ticking())
     }
 
-    pub(crate) fn remove(&self, key: &str) {
-        self.map.remove(key);
+    /// Drops `key`'s entry, returning it as [`Left`] if there was one.
+    pub(crate) fn remove(&self, key: &str) -> Option<Left> {
+        self.map.remove(key).map(|(key, entry)| (key, entry.id))
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -234,7 +256,7 @@ mod tests {
 
         let ttl = Duration::from_millis(30);
         let inserted = Instant::now();
-        tier.insert("k", Some(7), Ttls::simple(ttl), false, 1, Duration::ZERO);
+        tier.insert("k", 1, Some(7), Ttls::simple(ttl), false, 1, Duration::ZERO);
         let mut hits = 0_u64;
         while tier.get_quiet("k").is_some() {
             hits += 1;
