@@ -40,14 +40,18 @@ async fn main() {
         .ttl(Duration::from_secs(600))
         .build()
         .expect("cache");
-    println!("| keys filled so far | µs per new key (over the last {WINDOW}) | keys in the store |");
+    println!(
+        "| keys filled so far | µs per new key (over the last {WINDOW}) | keys in the store |"
+    );
     println!("|---|---|---|");
     let started = Instant::now();
     let mut window = Instant::now();
     for filled in 1..=keys {
         let key = format!("key:{filled}");
         let value = cache
-            .get_or_fill(&key, || async move { Ok::<_, Infallible>(format!("value {filled}")) })
+            .get_or_fill(&key, move || async move {
+                Ok::<_, Infallible>(format!("value {filled}"))
+            })
             .await
             .expect("fill");
         std::hint::black_box(value);

@@ -194,9 +194,7 @@ fn refile_expiry(
     if next == entry.expiry {
         return;
     }
-    let filed = entry
-        .expiry
-        .and_then(|at| expiries.remove(&(at, entry.id)));
+    let filed = entry.expiry.and_then(|at| expiries.remove(&(at, entry.id)));
     if let Some(at) = next {
         expiries.insert((at, entry.id), filed.unwrap_or_else(|| key.clone()));
     }
