@@ -593,3 +593,26 @@ async fn a_memory_store_full_of_fills_refuses_the_dropped_fills_commit() {
     assert_eq!(commit(&store, "f0", &again).await, Commit::Stored);
     assert!(has_value(&store, "f0").await);
 }
+
+/// A `MemoryStore` keeps a tag version for its retention from its last
+/// read, and forgets one unread for as long.
+#[tokio::test(start_paused = true)]
+async fn a_memory_store_forgets_a_tag_version_a_retention_after_its_last_read() {
+    let store = MemoryStore::new();
+    let tags = [Arc::<str>::from(TAG)];
+    let retention = 10 * SECOND;
+    let read = || async {
+        store
+            .tag_versions("bound:v0", &tags, retention, Origin::new(0))
+            .await
+            .expect("tag versions")
+            .remove(0)
+    };
+    let first = read().await;
+    tokio::time::advance(6 * SECOND).await;
+    assert_eq!(read().await, first);
+    tokio::time::advance(6 * SECOND).await;
+    assert_eq!(read().await, first, "the read 6 s ago kept it");
+    tokio::time::advance(retention).await;
+    assert_ne!(read().await, first, "unread for its retention: forgotten");
+}
