@@ -17,6 +17,7 @@
 //! call sweeps were paid for by earlier calls.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
@@ -37,14 +38,17 @@ struct Entry {
     id: u64,
 }
 
-/// Bounded slots with a recency order per class and an expiry index.
+/// Bounded slots with a recency order per class and an expiry index. Each
+/// key is held once and shared by its filings, which keeps the ordered
+/// maps' nodes small (allocated and freed as keys are used, they stay in
+/// the allocator's fast path).
 #[derive(Debug)]
 pub(super) struct Table {
-    slots: HashMap<StoreKey, Entry>,
+    slots: HashMap<Arc<StoreKey>, Entry>,
     /// Per [`Class`] (its index), the keys from least to most recently used.
-    recency: [BTreeMap<u64, StoreKey>; 2],
+    recency: [BTreeMap<u64, Arc<StoreKey>>; 2],
     /// Every slot's next expiry, earliest first.
-    expiries: BTreeMap<(Instant, u64), StoreKey>,
+    expiries: BTreeMap<(Instant, u64), Arc<StoreKey>>,
     /// The next use or id stamp.
     stamp: u64,
     max: usize,
@@ -94,6 +98,7 @@ impl Table {
             let mut slot = Slot::default();
             let result = op(&mut slot);
             if !slot.is_empty() {
+                let shared = Arc::new(key.clone());
                 let entry = Entry {
                     class: slot.class(),
                     expiry: slot.next_expiry(),
@@ -101,11 +106,11 @@ impl Table {
                     used,
                     id: used,
                 };
-                self.recency[entry.class as usize].insert(used, key.clone());
+                self.recency[entry.class as usize].insert(used, Arc::clone(&shared));
                 if let Some(at) = entry.expiry {
-                    self.expiries.insert((at, entry.id), key.clone());
+                    self.expiries.insert((at, entry.id), Arc::clone(&shared));
                 }
-                self.slots.insert(key.clone(), entry);
+                self.slots.insert(shared, entry);
                 if self.slots.len() > self.max {
                     self.make_room(key, now);
                 }
@@ -119,10 +124,12 @@ impl Table {
         } else {
             let (class, old) = (entry.slot.class(), entry.used);
             let filed = self.recency[entry.class as usize].remove(&old);
-            self.recency[class as usize].insert(used, filed.unwrap_or_else(|| key.clone()));
+            let filed = filed.unwrap_or_else(|| Arc::new(key.clone()));
+            let shared = Arc::clone(&filed);
+            self.recency[class as usize].insert(used, filed);
             entry.class = class;
             entry.used = used;
-            refile_expiry(&mut self.expiries, key, entry);
+            refile_expiry(&mut self.expiries, &shared, entry);
         }
         result
     }
@@ -151,7 +158,7 @@ impl Table {
             let victim = self
                 .recency
                 .iter()
-                .find_map(|order| order.values().find(|key| *key != keep))
+                .find_map(|order| order.values().find(|key| ***key != *keep))
                 .cloned();
             let Some(victim) = victim else {
                 return;
@@ -163,8 +170,8 @@ impl Table {
     /// Expires `key`'s slot, whose filed expiry was just taken out of the
     /// index: drops it if emptied, or files its new class and next expiry
     /// (its recency stays).
-    fn expire(&mut self, key: &StoreKey, now: Instant) {
-        let Some(entry) = self.slots.get_mut(key) else {
+    fn expire(&mut self, key: &Arc<StoreKey>, now: Instant) {
+        let Some(entry) = self.slots.get_mut(&**key) else {
             return;
         };
         entry.expiry = None;
@@ -186,8 +193,8 @@ impl Table {
 
 /// Files `entry`'s next expiry in `expiries` if it changed.
 fn refile_expiry(
-    expiries: &mut BTreeMap<(Instant, u64), StoreKey>,
-    key: &StoreKey,
+    expiries: &mut BTreeMap<(Instant, u64), Arc<StoreKey>>,
+    key: &Arc<StoreKey>,
     entry: &mut Entry,
 ) {
     let next = entry.slot.next_expiry();
@@ -196,7 +203,7 @@ fn refile_expiry(
     }
     let filed = entry.expiry.and_then(|at| expiries.remove(&(at, entry.id)));
     if let Some(at) = next {
-        expiries.insert((at, entry.id), filed.unwrap_or_else(|| key.clone()));
+        expiries.insert((at, entry.id), filed.unwrap_or_else(|| Arc::clone(key)));
     }
     entry.expiry = next;
 }
