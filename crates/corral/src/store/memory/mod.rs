@@ -39,8 +39,8 @@ struct State {
 ///
 /// It holds at most `max_keys` keys (100,000 with [`new`](Self::new)); a
 /// key counts while it holds a value, a lease or a fence. A call that would
-/// hold one more makes room, without scanning the keys (its cost does not
-/// grow with their number), by dropping, in this order:
+/// hold one more makes room without scanning the keys (a few ordered-map
+/// updates, logarithmic in their number), by dropping, in this order:
 /// 1. keys whose time to live is over;
 /// 2. the least recently used key holding a value and no fill in flight
 ///    (every call on a key — a read, a lease, a commit — is a use);
