@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corral::clock::TokioClock;
-use corral::store::MemoryStore;
+use corral::store::{
+    Commit, Grant, Lease, LeaseRequest, Lookup, MemoryStore, Origin, Store, StoreKey,
+};
 use corral::{Cache, FillOptions, MemcachedConfig, MemcachedStore, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, MemcachedServer, RedisCluster, RedisServer};
 use tokio::task::JoinHandle;
@@ -447,4 +449,170 @@ async fn a_recreated_version_is_announced_to_other_caches() {
         2,
         "a reads c's entry under the new version"
     );
+}
+
+// A `MemoryStore` at its bound drops expired keys first, then the least
+// recently used values, and a fill in flight only when every key holds one;
+// whatever it drops follows the rules above.
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn lease_request() -> LeaseRequest {
+    LeaseRequest {
+        lease_ttl: 30 * SECOND,
+        fence_ttl: 60 * SECOND,
+        grant: Grant::IfNoValue,
+    }
+}
+
+fn skey(key: &str) -> StoreKey {
+    StoreKey::new("bound:v0", key)
+}
+
+async fn grant(store: &MemoryStore, key: &str) -> Lease {
+    match store.get_or_lease(&skey(key), &lease_request()).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("{key}: no lease granted: {other:?}"),
+    }
+}
+
+async fn commit(store: &MemoryStore, key: &str, lease: &Lease) -> Commit {
+    store
+        .commit(&skey(key), lease, b"filled", 600 * SECOND, Origin::new(0))
+        .await
+        .expect("commit")
+}
+
+async fn set(store: &MemoryStore, key: &str, ttl: Duration) {
+    store
+        .set(&skey(key), key.as_bytes(), ttl, Origin::new(0))
+        .await
+        .expect("set");
+}
+
+async fn has_value(store: &MemoryStore, key: &str) -> bool {
+    store.get(&skey(key)).await.expect("get").is_some()
+}
+
+/// A cache fills ten times the bound of new keys while another of its
+/// fills holds a lease: the bound holds, the oldest values go, and the
+/// leaseholder's commit lands.
+#[tokio::test(start_paused = true)]
+async fn a_fill_in_flight_commits_while_its_memory_store_overflows() {
+    let store = MemoryStore::with_max_keys(100);
+    let cache = memory_cache(&store);
+    let gate = Gate::new();
+    let started = Arc::new(AtomicUsize::new(0));
+    let held = {
+        let (cache, gate, started) = (cache.clone(), gate.clone(), Arc::clone(&started));
+        tokio::spawn(async move {
+            cache
+                .get_or_fill("held", move || async move {
+                    started.fetch_add(1, SeqCst);
+                    gate.wait().await;
+                    Ok::<_, std::io::Error>("held-value".to_owned())
+                })
+                .await
+                .expect("held fill")
+        })
+    };
+    until("the held fill started", || started.load(SeqCst) == 1).await;
+    for i in 0..1_000 {
+        let value = cache
+            .get_or_fill(&format!("k{i}"), move || async move {
+                Ok::<_, std::io::Error>(format!("v{i}"))
+            })
+            .await
+            .expect("fill");
+        assert_eq!(value, format!("v{i}"));
+        assert!(
+            store.len() <= 100,
+            "{} keys past a bound of 100",
+            store.len()
+        );
+    }
+    let fresh = memory_cache(&store);
+    assert_eq!(
+        fresh.peek("k0").await.expect("peek"),
+        None,
+        "the least recently used value was dropped"
+    );
+    assert_eq!(
+        fresh.peek("k999").await.expect("peek"),
+        Some("v999".to_owned())
+    );
+    gate.open();
+    assert_eq!(held.await.expect("join"), "held-value");
+    let stats = cache.stats();
+    assert_eq!(stats.commits_refused, 0, "{stats:?}");
+    assert_eq!(
+        fresh.peek("held").await.expect("peek"),
+        Some("held-value".to_owned()),
+        "the leaseholder's commit landed"
+    );
+}
+
+/// Expired keys go before the least recently used value, and values before
+/// a fill in flight even when that fill is the least recently used key.
+#[tokio::test(start_paused = true)]
+async fn a_full_memory_store_drops_expired_keys_then_lru_values_then_fills() {
+    let store = MemoryStore::with_max_keys(3);
+    let fill = grant(&store, "fill").await;
+    set(&store, "short", SECOND).await;
+    set(&store, "long", 600 * SECOND).await;
+    tokio::time::advance(2 * SECOND).await;
+    set(&store, "new", 600 * SECOND).await;
+    assert_eq!(store.len(), 3);
+    assert!(!has_value(&store, "short").await, "expired first");
+    assert!(has_value(&store, "long").await);
+    // "new" is now the least recently used value; "fill" is older still.
+    set(&store, "newer", 600 * SECOND).await;
+    assert_eq!(store.len(), 3);
+    assert!(!has_value(&store, "new").await, "the LRU value went");
+    assert!(has_value(&store, "long").await && has_value(&store, "newer").await);
+    assert_eq!(commit(&store, "fill", &fill).await, Commit::Stored);
+    assert!(has_value(&store, "fill").await);
+}
+
+/// When every key holds a fill in flight, the least recently used fill
+/// loses its lease and fence: its commit is refused, and its key can be
+/// leased again.
+#[tokio::test(start_paused = true)]
+async fn a_memory_store_full_of_fills_refuses_the_dropped_fills_commit() {
+    let store = MemoryStore::with_max_keys(3);
+    let mut leases = Vec::new();
+    for key in ["f0", "f1", "f2", "f3"] {
+        leases.push(grant(&store, key).await);
+    }
+    assert_eq!(store.len(), 3);
+    assert_eq!(commit(&store, "f0", &leases[0]).await, Commit::Refused);
+    assert!(!has_value(&store, "f0").await);
+    assert_eq!(commit(&store, "f3", &leases[3]).await, Commit::Stored);
+    let again = grant(&store, "f0").await;
+    assert_ne!(again, leases[0]);
+    assert_eq!(commit(&store, "f0", &again).await, Commit::Stored);
+    assert!(has_value(&store, "f0").await);
+}
+
+/// A `MemoryStore` keeps a tag version for its retention from its last
+/// read, and forgets one unread for as long.
+#[tokio::test(start_paused = true)]
+async fn a_memory_store_forgets_a_tag_version_a_retention_after_its_last_read() {
+    let store = MemoryStore::new();
+    let tags = [Arc::<str>::from(TAG)];
+    let retention = 10 * SECOND;
+    let read = || async {
+        store
+            .tag_versions("bound:v0", &tags, retention, Origin::new(0))
+            .await
+            .expect("tag versions")
+            .remove(0)
+    };
+    let first = read().await;
+    tokio::time::advance(6 * SECOND).await;
+    assert_eq!(read().await, first);
+    tokio::time::advance(6 * SECOND).await;
+    assert_eq!(read().await, first, "the read 6 s ago kept it");
+    tokio::time::advance(retention).await;
+    assert_ne!(read().await, first, "unread for its retention: forgotten");
 }

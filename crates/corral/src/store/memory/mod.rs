@@ -3,73 +3,59 @@
 //! single-process deployments that want leases). Its one clock is tokio's,
 //! so it follows `tokio::time::pause()`.
 
-use std::collections::HashMap;
+mod slot;
+mod table;
+mod tags;
+
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use self::slot::Slot;
+use self::table::Table;
+use self::tags::Tags;
 use super::{
     new_version, BoxFuture, Change, ChangeSink, Commit, Event, Grant, Lease, LeaseRequest,
     Listener, Lookup, Notifier, Origin, Sinks, Store, StoreKey, Stored,
 };
 use crate::data::error::StoreError;
 
-#[derive(Debug, Default)]
-struct Slot {
-    value: Option<(Vec<u8>, Instant)>,
-    lease: Option<(Arc<str>, Instant)>,
-    fence: Option<(Arc<str>, Instant)>,
-}
-
-impl Slot {
-    fn expire(&mut self, now: Instant) {
-        if self.value.as_ref().is_some_and(|(_, at)| *at <= now) {
-            self.value = None;
-        }
-        if self.lease.as_ref().is_some_and(|(_, at)| *at <= now) {
-            self.lease = None;
-        }
-        if self.fence.as_ref().is_some_and(|(_, at)| *at <= now) {
-            self.fence = None;
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.value.is_none() && self.lease.is_none() && self.fence.is_none()
-    }
-
-    fn owns_lease(&self, token: &str) -> bool {
-        self.lease.as_ref().is_some_and(|(t, _)| &**t == token)
-    }
-
-    fn holds_fence(&self, token: &str) -> bool {
-        self.fence.as_ref().is_some_and(|(t, _)| &**t == token)
-    }
-
-    /// The key's generation: its fence token, if any.
-    fn generation(&self) -> Option<Arc<str>> {
-        self.fence.as_ref().map(|(token, _)| token.clone())
-    }
-}
-
 #[derive(Debug)]
 struct State {
-    slots: HashMap<StoreKey, Slot>,
+    slots: Table,
     /// Tag versions by namespace and tag, with when they are forgotten.
-    tags: HashMap<TagName, (Arc<str>, Instant)>,
+    tags: Tags,
     rng: fastrand::Rng,
 }
 
-/// A tag of a namespace: `(namespace, tag)`.
-type TagName = (Arc<str>, Arc<str>);
-
 /// An in-process [`Store`] with leases, fences, notifications and a
-/// backplane, bounded to `max_keys` keys (when full, expired keys are
-/// dropped first, then arbitrary ones). Backplane messages are delivered
-/// synchronously, inside the write call that makes them. Only its own calls
-/// write it, so every lease it holds has an expiry and a token: there is no
-/// broken lease or foreign value to take over here.
+/// backplane. Backplane messages are delivered synchronously, inside the
+/// write call that makes them. Only its own calls write it, so every lease
+/// it holds has an expiry and a token: there is no broken lease or foreign
+/// value to take over here.
+///
+/// # The bound
+///
+/// It holds at most `max_keys` keys (100,000 with [`new`](Self::new)); a
+/// key counts while it holds a value, a lease or a fence. A call that would
+/// hold one more makes room without scanning the keys (a few ordered-map
+/// updates, logarithmic in their number), by dropping, in this order:
+/// 1. keys whose time to live is over;
+/// 2. the least recently used key holding a value and no fill in flight
+///    (every call on a key — a read, a lease, a commit — is a use);
+/// 3. only when every key holds a fill in flight (a live lease, or the
+///    fence of a granted lease), the least recently used of those.
+///
+/// What a user sees at the bound: a dropped value is a miss, refilled once
+/// under a lease by its next read. A fill in flight keeps its lease and
+/// fence while any value can go instead, so its commit lands. A fill that
+/// loses them (step 3) follows the rules of a store that forgets (see
+/// [the module](super#a-store-forgets)): its commit is refused, so nothing
+/// it read before the loss is stored over a newer write, and its callers
+/// still get the value it computed; meanwhile another caller may be granted
+/// the key's lease and fill it again. Tag and clear versions are not
+/// counted: each is kept for its retention from its last use.
 #[derive(Clone)]
 pub struct MemoryStore {
     state: Arc<Mutex<State>>,
@@ -98,14 +84,15 @@ impl MemoryStore {
         Self::with_max_keys(100_000)
     }
 
-    /// A store bounded to `max_keys` keys (at least 1).
+    /// A store bounded to `max_keys` keys (at least 1; see
+    /// [the bound](Self#the-bound)).
     pub fn with_max_keys(max_keys: usize) -> Self {
         let seed =
             std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Self {
             state: Arc::new(Mutex::new(State {
-                slots: HashMap::new(),
-                tags: HashMap::new(),
+                slots: Table::new(max_keys),
+                tags: Tags::default(),
                 rng: fastrand::Rng::with_seed(seed),
             })),
             notifier: Notifier::new(),
@@ -120,8 +107,9 @@ impl MemoryStore {
     /// notifications: for tests that plant foreign or corrupt bytes.
     pub fn put_raw(&self, key: &StoreKey, bytes: Vec<u8>, ttl: Duration) {
         let now = Instant::now();
-        let mut state = self.lock();
-        state.slots.entry(key.clone()).or_default().value = Some((bytes, now + ttl));
+        self.lock()
+            .slots
+            .with(key, now, |slot| slot.value = Some((bytes, now + ttl)));
     }
 
     #[cfg(feature = "test-hooks")]
@@ -129,10 +117,9 @@ impl MemoryStore {
     /// The raw value bytes of `key`, if present.
     pub fn raw(&self, key: &StoreKey) -> Option<Vec<u8>> {
         let now = Instant::now();
-        let mut state = self.lock();
-        let slot = state.slots.get_mut(key)?;
-        slot.expire(now);
-        slot.value.as_ref().map(|(bytes, _)| bytes.clone())
+        self.lock().slots.with(key, now, |slot| {
+            slot.value.as_ref().map(|(bytes, _)| bytes.clone())
+        })
     }
 
     #[cfg(feature = "test-hooks")]
@@ -153,7 +140,8 @@ impl MemoryStore {
         state.tags.clear();
     }
 
-    /// Number of keys holding a value, lease or fence.
+    /// Number of keys holding a value, lease or fence (never more than the
+    /// bound; parts whose time is over count until a call looks at them).
     pub fn len(&self) -> usize {
         self.lock().slots.len()
     }
@@ -190,8 +178,8 @@ impl MemoryStore {
         format!("{}\u{0}{}", key.namespace(), key.key()).into()
     }
 
-    /// Runs `op` on the key's slot after expiring it, then drops the slot if
-    /// it became empty and enforces the key bound.
+    /// Runs `op` on the key's slot after expiring it, as a use of the key;
+    /// then drops the slot if it became empty and keeps the key bound.
     fn with_slot<R>(
         &self,
         key: &StoreKey,
@@ -200,28 +188,8 @@ impl MemoryStore {
         let now = Instant::now();
         let mut guard = self.lock();
         let state = &mut *guard;
-        let slot = state.slots.entry(key.clone()).or_default();
-        slot.expire(now);
-        let result = op(slot, &mut state.rng, now);
-        if slot.is_empty() {
-            state.slots.remove(key);
-        } else if state.slots.len() > self.max_keys {
-            evict(&mut state.slots, key, now, self.max_keys);
-        }
-        result
-    }
-}
-
-fn evict(slots: &mut HashMap<StoreKey, Slot>, keep: &StoreKey, now: Instant, max: usize) {
-    slots.retain(|_, slot| {
-        slot.expire(now);
-        !slot.is_empty()
-    });
-    while slots.len() > max {
-        let Some(victim) = slots.keys().find(|k| *k != keep).cloned() else {
-            return;
-        };
-        slots.remove(&victim);
+        let rng = &mut state.rng;
+        state.slots.with(key, now, |slot| op(slot, rng, now))
     }
 }
 
@@ -270,7 +238,7 @@ impl Store for MemoryStore {
             }
             let token = token(rng);
             slot.lease = Some((token.clone(), now + request.lease_ttl));
-            slot.fence = Some((token.clone(), now + request.fence_ttl));
+            slot.fence_fill(token.clone(), now + request.fence_ttl);
             Lookup::Granted(Lease::new(token))
         });
         ready(Ok(lookup))
@@ -299,7 +267,7 @@ impl Store for MemoryStore {
             }
             slot.lease = Some((lease.token.clone(), now + request.lease_ttl));
             if slot.holds_fence(lease.token()) {
-                slot.fence = Some((lease.token.clone(), now + request.fence_ttl));
+                slot.fence_fill(lease.token.clone(), now + request.fence_ttl);
             }
             true
         });
@@ -321,7 +289,7 @@ impl Store for MemoryStore {
             }
             if fenced {
                 slot.value = Some((bytes.to_vec(), now + ttl));
-                slot.fence = Some((lease.token.clone(), now + ttl));
+                slot.fence_value(lease.token.clone(), now + ttl);
                 Commit::Stored
             } else {
                 Commit::Refused
@@ -361,7 +329,7 @@ impl Store for MemoryStore {
         self.with_slot(key, |slot, rng, now| {
             slot.value = Some((bytes.to_vec(), now + ttl));
             slot.lease = None;
-            slot.fence = Some((token(rng), now + ttl));
+            slot.fence_value(token(rng), now + ttl);
         });
         self.notifier.notify(&Self::id(key));
         self.announce(key.namespace(), origin, Event::Written(key.key().into()));
@@ -392,18 +360,18 @@ impl Store for MemoryStore {
         let mut created = Vec::new();
         let versions = {
             let mut state = self.lock();
-            state.tags.retain(|_, (_, until)| *until > now);
+            let state = &mut *state;
+            state.tags.forget_expired(now);
             let namespace: Arc<str> = namespace.into();
+            let until = now + retention;
             tags.iter()
                 .map(|tag| {
                     let name = (Arc::clone(&namespace), Arc::clone(tag));
-                    if let Some((version, _)) = state.tags.get(&name) {
-                        return Arc::clone(version);
+                    if let Some(version) = state.tags.read(&name, until) {
+                        return version;
                     }
                     let version = new_version(&mut state.rng);
-                    state
-                        .tags
-                        .insert(name, (Arc::clone(&version), now + retention));
+                    state.tags.insert(name, Arc::clone(&version), until);
                     created.push(Arc::clone(tag));
                     version
                 })
@@ -428,7 +396,7 @@ impl Store for MemoryStore {
             let version = new_version(&mut state.rng);
             state
                 .tags
-                .insert((namespace.into(), tag.into()), (version, now + retention));
+                .insert((namespace.into(), tag.into()), version, now + retention);
         }
         self.announce(namespace, origin, tag_event(tag));
         ready(Ok(()))
