@@ -268,6 +268,12 @@ async fn a_fleet_budget_bounds_fills_across_redis_stores() {
     fleet_bounds_the_source([Arc::new(a), Arc::new(b)], 2).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_budget_bounds_fills_of_caches_sharing_a_memory_store() {
+    let store = corral::store::MemoryStore::new();
+    fleet_bounds_the_source([Arc::new(store.clone()), Arc::new(store)], 2).await;
+}
+
 #[cfg(feature = "memcached")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_budget_bounds_fills_across_memcached_stores() {
