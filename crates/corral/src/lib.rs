@@ -279,8 +279,8 @@ pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
 pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
-pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use data::policy::{FillOptions, WriteOptions};
+pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use stats::Stats;
 
 #[cfg(feature = "redis")]

@@ -49,11 +49,36 @@ pub(crate) async fn run(
     });
     warm_up(&corral, scenario).await?;
     let (_, coalesced) = (source.take_counts(), corral.cache.stats().coalesced);
+    // An adaptive budget's limit, sampled every 20 ms while fills queue.
+    let limits: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let sampler = adaptive.clone().map(|fills: corral::FillBudget| {
+        let limits = Arc::clone(&limits);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let stats = fills.stats();
+                if stats.queued > 0 {
+                    let mut limits = limits.lock().unwrap_or_else(PoisonError::into_inner);
+                    limits.push(stats.limit as u64);
+                }
+            }
+        })
+    });
     let (tally, hot) = run_side(&corral, scenario, shape.zipf).await?;
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
+    let mut limits = std::mem::take(&mut *limits.lock().unwrap_or_else(PoisonError::into_inner));
+    limits.sort_unstable();
+    let quantile = |q: f64| {
+        limits
+            .get(((limits.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+    };
+    let settled = (quantile(0.1), quantile(0.5), quantile(0.9));
     let mut corral_report = SideReport::sqlite("corral", scenario, source.take_counts(), tally);
     corral_report.coalesced = Some(corral.cache.stats().coalesced - coalesced);
     hot.fill(&mut corral_report);
-    let settled = adaptive.map(|fills: corral::FillBudget| fills.limit() as u64);
 
     let source = Arc::new(db.source()?);
     let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
@@ -67,7 +92,10 @@ pub(crate) async fn run(
         database: db,
         budget,
         zipf: shape.zipf,
-        adaptive: shape.adaptive_max.map(|max| (max, settled.unwrap_or(0))),
+        adaptive: match (shape.adaptive_max, settled) {
+            (Some(max), (Some(p10), Some(p50), Some(p90))) => Some((max, [p10, p50, p90])),
+            _ => None,
+        },
     };
     Ok(Comparison::new(
         scenario,

@@ -151,9 +151,10 @@ pub(crate) enum Setting {
         budget: u64,
         /// The Zipf exponent of the keys callers ask for (0: uniform).
         zipf: f64,
-        /// An adaptive budget's maximum and the limit it ended at.
+        /// An adaptive budget's maximum, and its limit while fills queued
+        /// (p10, p50, p90 of samples every 20 ms).
         #[serde(skip_serializing_if = "Option::is_none")]
-        adaptive: Option<(u64, u64)>,
+        adaptive: Option<(u64, [u64; 3])>,
     },
     /// Worker processes sharing Redis, over a sleeping source server.
     Redis {
@@ -241,9 +242,9 @@ impl Comparison {
                 match (budget, adaptive) {
                     (0, _) => "none".to_owned(),
                     (n, None) => format!("{n} fills at once"),
-                    (n, Some((max, end))) => {
-                        format!("adaptive from {n} (1 to {max}), ended at {end}")
-                    }
+                    (n, Some((max, [p10, p50, p90]))) => format!(
+                        "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
+                    ),
                 },
             ),
             Setting::Redis {

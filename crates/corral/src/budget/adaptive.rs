@@ -3,8 +3,10 @@
 //! always between a minimum and a maximum.
 //!
 //! - The **usual latency** is the lowest fill time seen, drifting up by 1%
-//!   of the gap on each slower fill, so a source that became slower for
-//!   good is learnt again and one slow fill does not move it much.
+//!   of the gap on each fill slower than it but not slow (below), so a
+//!   source that became slower for good is learnt again. A slow fill does
+//!   not move it (overload must not become the norm), but at the minimum
+//!   limit, where no other fill runs beside it, it is the new usual.
 //! - A fill that takes more than twice the usual latency, or fails, cuts
 //!   the limit to 80% — at most once per window (as many finished fills
 //!   as the limit), so one burst of slow fills is one cut, not many.
@@ -60,13 +62,18 @@ impl Adaptive {
     /// Learns from one finished fill; returns the new limit.
     pub(crate) fn finished(&self, took: Duration, ok: bool) -> usize {
         let mut state = lock(&self.state);
-        let usual = match state.usual {
-            Some(usual) if took > usual => usual + (took - usual) / 100,
-            _ => took,
-        };
-        state.usual = Some(usual);
-        state.since_cut += 1;
+        let usual = state.usual.unwrap_or(took);
         let slow = took.as_secs_f64() > usual.as_secs_f64() * SLOW;
+        let at_min = state.limit <= self.min as f64;
+        state.usual = Some(match usual {
+            usual if took <= usual => took,
+            // A slow fill is a sign of overload, not a new usual latency —
+            // unless nothing runs beside it: then the source itself slowed.
+            _ if slow && at_min => took,
+            usual if slow => usual,
+            usual => usual + (took - usual) / 100,
+        });
+        state.since_cut += 1;
         if !ok || slow {
             if state.since_cut >= state.limit as usize {
                 state.limit = (state.limit * CUT).max(self.min as f64);

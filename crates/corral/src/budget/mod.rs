@@ -233,7 +233,10 @@ impl std::fmt::Debug for FillBudget {
             .field("limit", &self.limit())
             .field("max_wait", &self.shared.max_wait)
             .field("fleet", &self.shared.name)
-            .field("adaptive", &self.shared.adaptive.as_ref().map(|a| a.bounds()))
+            .field(
+                "adaptive",
+                &self.shared.adaptive.as_ref().map(|a| a.bounds()),
+            )
             .finish()
     }
 }

@@ -72,6 +72,7 @@ impl Table {
         self.slots.len()
     }
 
+    #[cfg(feature = "test-hooks")]
     pub(super) fn clear(&mut self) {
         self.slots.clear();
         self.recency.iter_mut().for_each(BTreeMap::clear);

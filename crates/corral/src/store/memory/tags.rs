@@ -52,6 +52,7 @@ impl Tags {
         self.until.insert((until, name));
     }
 
+    #[cfg(feature = "test-hooks")]
     pub(super) fn clear(&mut self) {
         self.versions.clear();
         self.until.clear();
