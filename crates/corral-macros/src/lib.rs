@@ -1,4 +1,4 @@
-//! The `#[cached]` attribute of [corral](https://docs.rs/corral): an
+//! The `#[cached]` attribute of [corral](https://docs.rs/corral-cache): an
 //! `async fn` whose body is a corral fill. Use it as `corral::cached`
 //! (feature `macros`, on by default); this crate is its implementation.
 
@@ -104,12 +104,12 @@ use proc_macro::TokenStream;
 /// argument. The function keeps its doc comments, attributes and
 /// visibility.
 ///
-/// [`Cache::get_or_fill`]: https://docs.rs/corral/latest/corral/struct.Cache.html#method.get_or_fill
-/// [`GetOrFill::options`]: https://docs.rs/corral/latest/corral/struct.GetOrFill.html#method.options
-/// [`Error::Timeout`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.Timeout
-/// [`Error::FillPanicked`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.FillPanicked
-/// [`Error::InvalidKey`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.InvalidKey
-/// [`Error::Fill`]: https://docs.rs/corral/latest/corral/enum.Error.html#variant.Fill
+/// [`Cache::get_or_fill`]: https://docs.rs/corral-cache/latest/corral/struct.Cache.html#method.get_or_fill
+/// [`GetOrFill::options`]: https://docs.rs/corral-cache/latest/corral/struct.GetOrFill.html#method.options
+/// [`Error::Timeout`]: https://docs.rs/corral-cache/latest/corral/enum.Error.html#variant.Timeout
+/// [`Error::FillPanicked`]: https://docs.rs/corral-cache/latest/corral/enum.Error.html#variant.FillPanicked
+/// [`Error::InvalidKey`]: https://docs.rs/corral-cache/latest/corral/enum.Error.html#variant.InvalidKey
+/// [`Error::Fill`]: https://docs.rs/corral-cache/latest/corral/enum.Error.html#variant.Fill
 #[proc_macro_attribute]
 pub fn cached(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::expand(attr.into(), item.into()).into()

@@ -1,7 +1,7 @@
 //! The hit path of `get_or_fill` against moka and a bare quick_cache map,
 //! measured the same way for all three, plus a coalesced cold-miss bench.
 //!
-//! Run with `cargo bench -p corral --bench hit_path`; the figures and how to
+//! Run with `cargo bench -p corral-cache --bench hit_path`; the figures and how to
 //! read them are in `BENCHMARKS.md` at the repository root.
 //!
 //! Every hit bench uses one hot 16-byte key and a 32-byte `String` value that

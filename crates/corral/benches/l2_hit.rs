@@ -1,5 +1,5 @@
 //! An L2 hit of `RedisStore` against a bare redis-rs `GET`, side by side in
-//! one run: `cargo bench -p corral --bench l2_hit`.
+//! one run: `cargo bench -p corral-cache --bench l2_hit`.
 //!
 //! It starts its own `redis-server` (the test fixture) and seeds 50 keys
 //! through `RedisStore::set`. One iteration is one batch: 50 tokio tasks (on

@@ -3,7 +3,7 @@
 //! many SQLite queries each caused, read from the service's `/metrics`.
 //!
 //! ```sh
-//! cargo run --release -p corral --example axum_load -- [--url http://127.0.0.1:3000]
+//! cargo run --release -p corral-cache --example axum_load -- [--url http://127.0.0.1:3000]
 //!     [--requests 2000] [--concurrency 32] [--ids 50] [--routes uncached,cached]
 //! ```
 //!

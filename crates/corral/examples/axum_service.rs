@@ -2,7 +2,7 @@
 //! through corral.
 //!
 //! ```sh
-//! cargo run --release -p corral --example axum_service -- [--addr 127.0.0.1:3000]
+//! cargo run --release -p corral-cache --example axum_service -- [--addr 127.0.0.1:3000]
 //!     [--redis redis://127.0.0.1:6379/] [--rows 200000] [--users 1000]
 //!     [--pool-size 4] [--pool-wait-ms 1000]
 //! ```

@@ -1,6 +1,6 @@
 //! The load a fleet of caches puts on one Redis, measured, to check the
 //! capacity model in `BENCHMARKS.md`:
-//! `cargo run --release -p corral --example capacity -- N K R SECONDS TTL_MS [L1]`
+//! `cargo run --release -p corral-cache --example capacity -- N K R SECONDS TTL_MS [L1]`
 //! (`L1` 1 or 0, default 1).
 //!
 //! Starts its own `redis-server` (the test fixture), then N cache

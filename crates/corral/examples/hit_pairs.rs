@@ -3,7 +3,7 @@
 //! taken moments apart (see `BENCHMARKS.md`).
 //!
 //! ```text
-//! cargo run --release -p corral --example hit_pairs -- [ROUNDS] [LOOP_MS]
+//! cargo run --release -p corral-cache --example hit_pairs -- [ROUNDS] [LOOP_MS]
 //! ```
 //!
 //! On a shared 2-vCPU machine the cost of two threads hitting one key swings

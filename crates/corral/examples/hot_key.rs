@@ -4,7 +4,7 @@
 //! every request (L2 only).
 //!
 //! ```text
-//! cargo run --release -p corral --example hot_key -- [PROCESSES] [RATE] [SECONDS] [TTL_MS]
+//! cargo run --release -p corral-cache --example hot_key -- [PROCESSES] [RATE] [SECONDS] [TTL_MS]
 //! ```
 //!
 //! Defaults: 4 processes, 1,000 requests/s each, 5 s per side, a 1,000 ms
@@ -17,7 +17,7 @@
 //!
 //! With an L1, each process reads Redis about once per TTL (when its copy
 //! ends, or when another process's committed refill evicts it), whatever R
-//! is; without one, every request is a read. `cargo test -p corral
+//! is; without one, every request is a read. `cargo test -p corral-cache
 //! --example hot_key` runs a short check of exactly that.
 
 use std::time::Duration;

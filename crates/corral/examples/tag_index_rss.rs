@@ -2,7 +2,7 @@
 //! through an L1 of 1,000 entries (no shared store) and prints the
 //! process's resident set (`/proc/self/statm`) as it goes. Linux only.
 //!
-//! `cargo run --release -p corral --example tag_index_rss [KEYS]`
+//! `cargo run --release -p corral-cache --example tag_index_rss [KEYS]`
 //! (KEYS defaults to 1,000,000). With tags on every fill, RSS should stay
 //! flat once the L1 is full: the index holds only what the L1 holds.
 

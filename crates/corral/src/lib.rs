@@ -239,6 +239,8 @@
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
+// docs.rs (nightly) marks each feature-gated item with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod budget;
 mod cache;

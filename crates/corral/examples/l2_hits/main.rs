@@ -2,7 +2,7 @@
 //! redis-rs `GET`, measured interleaved round by round in one run.
 //!
 //! ```text
-//! cargo run --release -p corral --example l2_hits -- [ROUNDS] [MS_PER_LOOP]
+//! cargo run --release -p corral-cache --example l2_hits -- [ROUNDS] [MS_PER_LOOP]
 //! ```
 //!
 //! It starts its own `redis-server` (the test fixture), seeds 50 keys

@@ -2,6 +2,8 @@
 //! material (feature `tls`), a clear error for `rediss://` without it, and
 //! error messages that never repeat the URL's password.
 
+use std::time::Duration;
+
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::io::tcp::socket2::TcpKeepalive;
 use ::redis::io::tcp::TcpSettings;
@@ -109,19 +111,44 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
     Client::open(info).map_err(|e| scrubbed(url, store_error("connect", &e)))
 }
 
+/// The kernel's keepalive settings for [`RedisConfig::tcp_keepalive`] =
+/// `idle`, in whole seconds (Linux takes keepalive times in seconds and
+/// refuses 0): the first probe after `idle` (rounded down, at least 1 s),
+/// then one every third of it (rounded down, at least 1 s), and
+/// `TCP_USER_TIMEOUT` of twice the idle time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+struct KeepaliveTimes {
+    idle: Duration,
+    interval: Duration,
+    user_timeout: Duration,
+}
+
+impl KeepaliveTimes {
+    fn new(idle: Duration) -> Self {
+        let idle = idle.as_secs().max(1);
+        Self {
+            idle: Duration::from_secs(idle),
+            interval: Duration::from_secs((idle / 3).max(1)),
+            user_timeout: Duration::from_secs(idle.saturating_mul(2)),
+        }
+    }
+}
+
 /// `settings` with the keepalive and user timeout of
-/// [`RedisConfig::tcp_keepalive`], if set: probes after `idle` without
-/// traffic, then every third of it, three in all; unacknowledged data
-/// closes the connection after twice `idle` (Linux).
+/// [`RedisConfig::tcp_keepalive`], if set (see [`KeepaliveTimes`]): probes
+/// after `idle` without traffic, then every third of it, three in all;
+/// unacknowledged data closes the connection after twice `idle` (Linux).
 fn tcp_settings(settings: TcpSettings, config: &RedisConfig) -> TcpSettings {
     let Some(idle) = config.tcp_keepalive else {
         return settings;
     };
-    let keepalive = TcpKeepalive::new().with_time(idle);
+    let times = KeepaliveTimes::new(idle);
+    let keepalive = TcpKeepalive::new().with_time(times.idle);
     #[cfg(target_os = "linux")]
     let (keepalive, settings) = (
-        keepalive.with_interval(idle / 3).with_retries(3),
-        settings.set_user_timeout(idle * 2),
+        keepalive.with_interval(times.interval).with_retries(3),
+        settings.set_user_timeout(times.user_timeout),
     );
     settings.set_keepalive(keepalive)
 }
@@ -216,6 +243,25 @@ mod tests {
         let clean = scrubbed("redis://u:hunter2@h", error);
         assert!(!clean.to_string().contains("hunter2"), "{clean}");
         assert_eq!(clean.kind(), StoreErrorKind::Protocol);
+    }
+
+    #[test]
+    fn keepalive_times_are_whole_seconds_never_below_one() {
+        let times = |idle_ms, interval, user_timeout| KeepaliveTimes {
+            idle: Duration::from_millis(idle_ms),
+            interval: Duration::from_secs(interval),
+            user_timeout: Duration::from_secs(user_timeout),
+        };
+        let of = |ms| KeepaliveTimes::new(Duration::from_millis(ms));
+        assert_eq!(of(0), times(1_000, 1, 2));
+        assert_eq!(of(500), times(1_000, 1, 2));
+        assert_eq!(of(1_000), times(1_000, 1, 2));
+        assert_eq!(of(1_999), times(1_000, 1, 2));
+        assert_eq!(of(2_000), times(2_000, 1, 4));
+        assert_eq!(of(3_000), times(3_000, 1, 6));
+        assert_eq!(of(10_000), times(10_000, 3, 20));
+        assert_eq!(of(10_900), times(10_000, 3, 20));
+        assert_eq!(of(60_000), times(60_000, 20, 120));
     }
 
     #[cfg(not(feature = "tls"))]

@@ -186,8 +186,12 @@ pub struct RedisConfig {
     /// this. A second line of defence behind
     /// [`health_interval`](Self::health_interval) (which finds a silent
     /// connection much sooner), and the only one for a cluster's node
-    /// connections. `None` leaves the operating system's defaults (no
-    /// keepalive, as a rule). Default: **10 s**.
+    /// connections. The kernel takes these in whole seconds: `idle` is
+    /// rounded down to whole seconds, the probe interval is a third of
+    /// that rounded down, and neither is below 1 s (so 1 s and 2 s probe
+    /// every second, with a user timeout of 2 s and 4 s). `None` leaves
+    /// the operating system's defaults (no keepalive, as a rule). Default:
+    /// **10 s**.
     pub tcp_keepalive: Option<Duration>,
     /// How many keys the store remembers the expiry of, so that reading a
     /// value already read (the same write) is a plain `GET` (see the
@@ -252,8 +256,8 @@ impl RedisConfig {
         self
     }
 
-    /// Sets [`tcp_keepalive`](Self::tcp_keepalive) (at least 1 s is used;
-    /// `None`: the operating system's defaults).
+    /// Sets [`tcp_keepalive`](Self::tcp_keepalive) (whole seconds, at
+    /// least 1 s, are used; `None`: the operating system's defaults).
     #[must_use]
     pub fn tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
         self.tcp_keepalive = idle;

@@ -1,7 +1,7 @@
 //! Randomized model checks of the flight protocol under shuttle, which
 //! explores the interleavings of the table and slot locks.
 //!
-//! Run with `RUSTFLAGS="--cfg shuttle" cargo test -p corral --lib flight::model`.
+//! Run with `RUSTFLAGS="--cfg shuttle" cargo test -p corral-cache --lib flight::model`.
 
 use std::any::TypeId;
 use std::sync::Arc;

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use corral::{Cache, RedisConfig, RedisStore, StoreErrorKind};
 use corral_testkit::{until, FaultProxy, RedisCluster, RedisServer};
 
-mod support;
-use support::{l1_cache, read_until, until_heard};
+use crate::support::{l1_cache, read_until, until_heard};
 
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -244,10 +243,11 @@ async fn a_silent_subscriber_is_replaced_within_the_bound_and_loses_no_invalidat
     read_until(&a, "k", Some("v2")).await;
 }
 
-/// The `(remote port, timer kind)` of each established TCP connection over
-/// IPv4, from `/proc/net/tcp` (timer kind 2: the keepalive timer).
+/// The `(remote port, timer kind, clock ticks until it fires)` of each
+/// established TCP connection over IPv4, from `/proc/net/tcp` (timer kind
+/// 2: the keepalive timer; ticks of `USER_HZ`, 100 a second).
 #[cfg(target_os = "linux")]
-fn tcp_timers() -> Vec<(u16, u8)> {
+fn tcp_timers() -> Vec<(u16, u8, u64)> {
     let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
     table
         .lines()
@@ -258,8 +258,10 @@ fn tcp_timers() -> Vec<(u16, u8)> {
             let state = fields.get(3)?;
             let timer = fields.get(5)?;
             let port = u16::from_str_radix(remote.split(':').nth(1)?, 16).ok()?;
-            let kind = u8::from_str_radix(timer.split(':').next()?, 16).ok()?;
-            (*state == "01").then_some((port, kind))
+            let (kind, ticks) = timer.split_once(':')?;
+            let kind = u8::from_str_radix(kind, 16).ok()?;
+            let ticks = u64::from_str_radix(ticks, 16).ok()?;
+            (*state == "01").then_some((port, kind, ticks))
         })
         .collect()
 }
@@ -293,8 +295,8 @@ async fn every_connection_keeps_tcp_keepalive_on() {
 
     let mut timers: Vec<u8> = tcp_timers()
         .into_iter()
-        .filter(|(port, _)| *port == server.port())
-        .map(|(_, kind)| kind)
+        .filter(|(port, _, _)| *port == server.port())
+        .map(|(_, kind, _)| kind)
         .collect();
     timers.sort_unstable();
     assert_eq!(
@@ -327,8 +329,8 @@ async fn every_cluster_node_connection_keeps_tcp_keepalive_on() {
     let ports: Vec<u16> = cluster.nodes().iter().map(RedisServer::port).collect();
     let timers: Vec<u8> = tcp_timers()
         .into_iter()
-        .filter(|(port, _)| ports.contains(port))
-        .map(|(_, kind)| kind)
+        .filter(|(port, _, _)| ports.contains(port))
+        .map(|(_, kind, _)| kind)
         .collect();
     assert!(
         timers.len() >= ports.len(),
@@ -338,6 +340,73 @@ async fn every_cluster_node_connection_keeps_tcp_keepalive_on() {
         timers.iter().all(|kind| *kind == 2),
         "keepalive timers: {timers:?}"
     );
+}
+
+/// A store with `tcp_keepalive(Some(idle))` (1 s and 2 s: a third of
+/// either, the probe interval, is below the kernel's whole second) connects,
+/// its connection runs a keepalive timer of at most `idle`, and a
+/// blackholed command connection is found and replaced by one that carries
+/// calls again.
+async fn a_short_keepalive_connects_and_finds_a_blackholed_connection(idle: Duration) {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let store = RedisStore::connect(&proxy.url(), config().tcp_keepalive(Some(idle)))
+        .await
+        .unwrap_or_else(|e| panic!("connect with a keepalive of {idle:?}: {e}"));
+    let cache = unguarded_cache(&store, "keepalive");
+    cache.set("k", "v".into()).await.expect("set");
+    assert_eq!(proxy.accepted(), 1, "one connection: the command one");
+
+    // The kernel took the setting: the connection's keepalive timer (not
+    // the system default of hours) fires within `idle`.
+    #[cfg(target_os = "linux")]
+    {
+        let within = idle.as_secs() * 100;
+        let mut seen = None;
+        until("the command connection's keepalive timer shows", || {
+            seen = tcp_timers()
+                .into_iter()
+                .find(|(port, kind, _)| *port == proxy.port() && *kind == 2)
+                .map(|(_, _, ticks)| ticks);
+            seen.is_some()
+        })
+        .await;
+        let ticks = seen.unwrap_or(u64::MAX);
+        assert!(
+            ticks <= within,
+            "keepalive fires in {ticks} ticks, idle {idle:?}"
+        );
+    }
+
+    let silent = Instant::now();
+    assert!(proxy.blackhole_connection(0));
+    until("the command connection is replaced", || {
+        proxy.accepted() == 2
+    })
+    .await;
+    read_until(&cache, "k", Some("v")).await;
+    let working = silent.elapsed();
+    assert!(
+        working <= command_bound() + OP_TIMEOUT,
+        "calls work after {working:?}, bound {:?}",
+        command_bound() + OP_TIMEOUT
+    );
+    cache.set("k", "after".into()).await.expect("set");
+    assert_eq!(
+        cache.peek("k").await.expect("read").as_deref(),
+        Some("after")
+    );
+    assert_eq!(proxy.accepted(), 2, "replaced once");
+}
+
+#[tokio::test]
+async fn a_one_second_keepalive_connects_and_finds_a_blackholed_connection() {
+    a_short_keepalive_connects_and_finds_a_blackholed_connection(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_two_second_keepalive_connects_and_finds_a_blackholed_connection() {
+    a_short_keepalive_connects_and_finds_a_blackholed_connection(Duration::from_secs(2)).await;
 }
 
 #[tokio::test]

@@ -25,8 +25,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-mod support;
-use support::{memcached_incr, redis_conn, redis_count, run_stampede};
+use crate::support::{memcached_incr, redis_conn, redis_count, run_stampede};
 
 /// The cache name every process uses.
 const NAME: &str = "leases";
@@ -228,7 +227,7 @@ async fn redis_worker(server: &RedisServer, max_value: Option<usize>) -> Worker 
     if let Some(max) = max_value {
         env.push(("CORRAL_WORKER_MAX_VALUE", max.to_string()));
     }
-    Worker::start("worker", &env).await
+    Worker::start(&crate::support::test_name(module_path!(), "worker"), &env).await
 }
 
 async fn memcached_worker(server: &MemcachedServer, max_item: Option<usize>) -> Worker {
@@ -236,7 +235,7 @@ async fn memcached_worker(server: &MemcachedServer, max_item: Option<usize>) -> 
     if let Some(max) = max_item {
         env.push(("CORRAL_WORKER_MAX_ITEM", max.to_string()));
     }
-    Worker::start("worker", &env).await
+    Worker::start(&crate::support::test_name(module_path!(), "worker"), &env).await
 }
 
 async fn big(worker: &mut Worker, key: &str, len: usize) {

@@ -1,7 +1,8 @@
 //! The tag index is bounded by what the L1 holds: keys leave it when they
 //! leave the L1 (evicted, expired, invalidated, rewritten without the tag),
-//! and the remembered tag versions are bounded too. One test per process
-//! reads the resident set, so this file holds only tests that tolerate it.
+//! and the remembered tag versions are bounded too. The resident set is
+//! read in a worker process of its own (this binary again), where no other
+//! test allocates beside it.
 
 use std::time::Duration;
 
@@ -34,8 +35,29 @@ async fn fill_tagged(cache: &Cache<u64>, i: u64) {
 /// bounded, and the resident set stays flat once the L1 is full (when
 /// evicted keys stayed indexed and every tag's version was kept, it grew
 /// 376 MiB from 100k to 1M keys: `examples/tag_index_rss.rs`).
-#[tokio::test(flavor = "current_thread")]
+#[tokio::test]
 async fn a_million_tagged_keys_through_a_small_l1_keep_the_index_and_memory_bounded() {
+    let entry = crate::support::test_name(module_path!(), "million_keys_worker");
+    let mut worker = corral_testkit::Worker::start(&entry, &[]).await;
+    let passed = worker.answer("@passed", Duration::from_secs(600)).await;
+    passed.expect("the worker's scenario passed (its panic is above)");
+}
+
+/// The worker process of the test above: `@passed` once every assertion
+/// held.
+#[test]
+#[ignore = "a worker process for the tag index test above, started by it"]
+fn million_keys_worker() {
+    println!("@ready");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(a_million_keys());
+    println!("@passed");
+}
+
+async fn a_million_keys() {
     let cache = Cache::<u64>::builder("tag-index")
         .capacity(Capacity::Entries(1_000))
         .ttl(Duration::from_secs(3_600))

@@ -1,7 +1,8 @@
 //! The `metrics` export: after a stampede, the Prometheus text holds the
 //! expected counters, labelled with the cache's name. (One test: the
 //! recorder is process-wide, installed by the test as an application
-//! would.)
+//! would; the caches' names are this module's own, so the caches of the
+//! tests running beside it in this process add nothing to what it reads.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -53,7 +54,9 @@ async fn a_stampede_shows_on_the_prometheus_endpoint() {
     metrics::set_global_recorder(recorder).expect("the only recorder of this test binary");
 
     // In process.
-    let users = Cache::<String>::builder("users").build().expect("config");
+    let users = Cache::<String>::builder("metrics_users")
+        .build()
+        .expect("config");
     assert_eq!(stampede(&users, "user:1", 1_000).await, 1);
     for _ in 0..5 {
         users
@@ -68,7 +71,7 @@ async fn a_stampede_shows_on_the_prometheus_endpoint() {
     let store = corral::RedisStore::connect(&server.url(), corral::RedisConfig::default())
         .await
         .expect("store");
-    let orders = Cache::<String>::builder("orders")
+    let orders = Cache::<String>::builder("metrics_orders")
         .store(store)
         .l1(true)
         .ttl(Duration::from_secs(60))
@@ -81,30 +84,48 @@ async fn a_stampede_shows_on_the_prometheus_endpoint() {
     let text = handle.render();
     let get =
         |name: &str| sample(&text, name).unwrap_or_else(|| panic!("no sample {name} in:\n{text}"));
-    assert_eq!(get(r#"corral_fills_total{cache="users"}"#), 1.0);
-    assert_eq!(get(r#"corral_coalesced_total{cache="users"}"#), 999.0);
-    assert_eq!(get(r#"corral_misses_total{cache="users"}"#), 1_000.0);
-    assert_eq!(get(r#"corral_hits_total{cache="users",tier="l1"}"#), 5.0);
-    assert_eq!(get(r#"corral_hits_total{cache="users",tier="l2"}"#), 0.0);
-    assert_eq!(get(r#"corral_fills_total{cache="orders"}"#), 1.0);
-    assert_eq!(get(r#"corral_coalesced_total{cache="orders"}"#), 199.0);
+    assert_eq!(get(r#"corral_fills_total{cache="metrics_users"}"#), 1.0);
     assert_eq!(
-        get(r#"corral_leases_total{cache="orders",outcome="acquired"}"#),
-        1.0
-    );
-    assert_eq!(get(r#"corral_commits_total{cache="orders"}"#), 1.0);
-    assert_eq!(get(r#"corral_store_errors_total{cache="orders"}"#), 0.0);
-    // Durations: one fill per cache; every coalesced caller's wait.
-    assert_eq!(
-        get(r#"corral_fill_duration_seconds_count{cache="users"}"#),
-        1.0
-    );
-    assert_eq!(
-        get(r#"corral_wait_duration_seconds_count{cache="users"}"#),
+        get(r#"corral_coalesced_total{cache="metrics_users"}"#),
         999.0
     );
     assert_eq!(
-        get(r#"corral_fill_duration_seconds_count{cache="orders"}"#),
+        get(r#"corral_misses_total{cache="metrics_users"}"#),
+        1_000.0
+    );
+    assert_eq!(
+        get(r#"corral_hits_total{cache="metrics_users",tier="l1"}"#),
+        5.0
+    );
+    assert_eq!(
+        get(r#"corral_hits_total{cache="metrics_users",tier="l2"}"#),
+        0.0
+    );
+    assert_eq!(get(r#"corral_fills_total{cache="metrics_orders"}"#), 1.0);
+    assert_eq!(
+        get(r#"corral_coalesced_total{cache="metrics_orders"}"#),
+        199.0
+    );
+    assert_eq!(
+        get(r#"corral_leases_total{cache="metrics_orders",outcome="acquired"}"#),
+        1.0
+    );
+    assert_eq!(get(r#"corral_commits_total{cache="metrics_orders"}"#), 1.0);
+    assert_eq!(
+        get(r#"corral_store_errors_total{cache="metrics_orders"}"#),
+        0.0
+    );
+    // Durations: one fill per cache; every coalesced caller's wait.
+    assert_eq!(
+        get(r#"corral_fill_duration_seconds_count{cache="metrics_users"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"corral_wait_duration_seconds_count{cache="metrics_users"}"#),
+        999.0
+    );
+    assert_eq!(
+        get(r#"corral_fill_duration_seconds_count{cache="metrics_orders"}"#),
         1.0
     );
 }

@@ -8,8 +8,7 @@ use std::time::Duration;
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 
-mod support;
-use support::{l1_cache, until_heard};
+use crate::support::{l1_cache, until_heard};
 
 async fn store(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url(), RedisConfig::default())

@@ -1,8 +1,9 @@
 //! Two instances of one cache name in a process (as the backplane docs
 //! allow) export counters that sum and gauges that sum, each with its HELP
 //! text, scraped over HTTP from a Prometheus exporter served as a service
-//! serves it; a dropped instance takes its gauge readings back. (One test
-//! per binary: the recorder is process-wide.)
+//! serves it; a dropped instance takes its gauge readings back. The
+//! recorder is process-wide, so the scenario runs in a worker process of
+//! its own (this binary again), where no other test's caches export.
 
 use std::time::Duration;
 
@@ -48,8 +49,30 @@ async fn hits(cache: &Cache<String>, key: &str, times: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn two_instances_of_one_cache_sum_on_the_prometheus_endpoint_with_help_text() {
+    let entry = crate::support::test_name(module_path!(), "instances_worker");
+    let mut worker = corral_testkit::Worker::start(&entry, &[]).await;
+    let passed = worker.answer("@passed", Duration::from_secs(120)).await;
+    passed.expect("the worker's scenario passed (its panic is above)");
+}
+
+/// The worker process of the test above: installs the recorder and runs
+/// the scenario; `@passed` once every assertion held.
+#[test]
+#[ignore = "a worker process for the metrics test above, started by it"]
+fn instances_worker() {
+    println!("@ready");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(scenario());
+    println!("@passed");
+}
+
+async fn scenario() {
     // Built outside a runtime, the exporter cannot start: a warning says so.
     let warned = std::thread::spawn(|| {
         let (captured, _default) = corral_testkit::capture(tracing::Level::WARN);

@@ -9,8 +9,7 @@ use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::RedisServer;
 use tokio::sync::oneshot;
 
-mod support;
-use support::until_heard;
+use crate::support::until_heard;
 
 #[tokio::test(start_paused = true)]
 async fn one_wait_for_another_fill_is_counted_once() {

@@ -11,8 +11,7 @@ use corral::{Cache, MemcachedConfig, MemcachedStore, StoreErrorKind};
 use corral_testkit::{MemcachedServer, Stampede, StampedeReport, Worker};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-mod support;
-use support::{memcached_incr, run_stampede};
+use crate::support::{memcached_incr, run_stampede};
 
 // ---------------------------------------------------------------- worker side
 
@@ -62,7 +61,13 @@ async fn four_processes_of_250_callers_run_one_fill() {
     server.set_raw("fills", b"0", 0);
     let mut workers = Vec::new();
     for _ in 0..PROCESSES {
-        workers.push(Worker::start("worker", &[("CORRAL_WORKER_ADDR", server.addr())]).await);
+        workers.push(
+            Worker::start(
+                &crate::support::test_name(module_path!(), "worker"),
+                &[("CORRAL_WORKER_ADDR", server.addr())],
+            )
+            .await,
+        );
     }
     for worker in &mut workers {
         let stampede = Stampede {

@@ -131,7 +131,13 @@ async fn measure(server: &RedisServer, backplane: bool, l1_ms: u64, rounds: usiz
     ];
     let mut workers = Vec::new();
     for _ in 0..3 {
-        workers.push(Worker::start("backplane_worker", &env).await);
+        workers.push(
+            Worker::start(
+                &crate::support::test_name(module_path!(), "backplane_worker"),
+                &env,
+            )
+            .await,
+        );
     }
     let key = if backplane { "k-on" } else { "k-off" };
     // Every reader holds the key in its L1 before each set.

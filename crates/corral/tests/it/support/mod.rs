@@ -1,9 +1,9 @@
-//! Helpers shared by the integration tests (`mod support;` in each file
+//! Helpers shared by the integration tests (`crate::support` in each module
 //! that needs them): counters in Redis and memcached that fills bump, a
 //! worker process's side of a [`Stampede`], and waiting until a cache hears
 //! the backplane.
 
-// Each test binary uses a part of this module.
+// The modules left out without some features use parts of this one.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -123,4 +123,14 @@ pub(crate) fn l1_cache(store: &RedisStore, name: &str) -> Cache<String> {
         .ttl(std::time::Duration::from_secs(60))
         .build()
         .expect("config")
+}
+
+/// The name the test harness gives the test function `name` of the module
+/// at `module` (its `module_path!()`): the path without the test crate's
+/// name, as `Worker::start` selects it with `--exact`.
+pub(crate) fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_owned(),
+    }
 }

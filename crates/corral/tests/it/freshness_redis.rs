@@ -661,7 +661,11 @@ impl Lab {
     }
 
     async fn worker(&self, config: Config) -> Proc {
-        let worker = Worker::start("fresh_worker", &config.env(self.server.url())).await;
+        let worker = Worker::start(
+            &crate::support::test_name(module_path!(), "fresh_worker"),
+            &config.env(self.server.url()),
+        )
+        .await;
         Proc {
             worker,
             next: 0,

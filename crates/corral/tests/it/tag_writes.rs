@@ -170,8 +170,16 @@ async fn ask(worker: &mut Worker, command: &str, answer: &str) -> String {
 async fn entries_written_through_every_path_are_invalidated_by_their_tag_in_every_process() {
     let server = RedisServer::start();
     let env = [("CORRAL_WORKER_URL", server.url())];
-    let mut a = Worker::start("tag_worker", &env).await;
-    let mut b = Worker::start("tag_worker", &env).await;
+    let mut a = Worker::start(
+        &crate::support::test_name(module_path!(), "tag_worker"),
+        &env,
+    )
+    .await;
+    let mut b = Worker::start(
+        &crate::support::test_name(module_path!(), "tag_worker"),
+        &env,
+    )
+    .await;
 
     // Every write path, in process A, tags its entry `tenant:acme`.
     ask(&mut a, "set user:1 v1 tenant:acme", "@ok").await;

@@ -12,8 +12,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-mod support;
-use support::{redis_conn, redis_count, run_stampede};
+use crate::support::{redis_conn, redis_count, run_stampede};
 
 /// What a worker reports for a `stats` command.
 #[derive(Debug, Serialize, Deserialize)]
@@ -126,7 +125,7 @@ async fn start_worker(server: &RedisServer, lease: Duration) -> Worker {
         ("CORRAL_WORKER_URL", server.url()),
         ("CORRAL_WORKER_LEASE_MS", lease.as_millis().to_string()),
     ];
-    Worker::start("worker", &env).await
+    Worker::start(&crate::support::test_name(module_path!(), "worker"), &env).await
 }
 
 async fn report(worker: &mut Worker) -> StampedeReport {

@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, Gate, RedisCluster};
 
-mod support;
-use support::until_heard;
+use crate::support::until_heard;
 
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const FILL_TIMEOUT: Duration = Duration::from_secs(10);

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, Executed, Gate, RedisServer};
 
-mod support;
-use support::l1_cache;
+use crate::support::l1_cache;
 
 /// What a lease request's script did: its own commands tell.
 fn lease_answer(command: &Executed) -> &'static str {

@@ -11,8 +11,7 @@ use std::time::Duration;
 use corral::{Cache, RedisConfig, RedisStore};
 use corral_testkit::{until, RedisCluster};
 
-mod support;
-use support::read_until;
+use crate::support::read_until;
 
 const PUBLISH: &str = "cluster_stats_messages_publish_received";
 const PUBLISHSHARD: &str = "cluster_stats_messages_publishshard_received";

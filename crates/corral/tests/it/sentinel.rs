@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Semaphore;
 
-mod support;
+use crate::support;
 
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const FILL_TIMEOUT: Duration = Duration::from_secs(20);
@@ -239,7 +239,11 @@ async fn start_worker(group: &RedisSentinel) -> Worker {
         ("CORRAL_SENTINEL_URLS", group.sentinel_urls().join(",")),
         ("CORRAL_SENTINEL_MASTER", group.master_name().to_owned()),
     ];
-    Worker::start("sentinel_worker", &env).await
+    Worker::start(
+        &crate::support::test_name(module_path!(), "sentinel_worker"),
+        &env,
+    )
+    .await
 }
 
 async fn stats(worker: &mut Worker) -> WorkerStats {
