@@ -38,8 +38,8 @@ pub(crate) struct RedisArgs {
     /// counted in Redis (`FillBudget::fleet`), instead of one per process.
     #[arg(long, requires = "budget")]
     pub(crate) fleet: bool,
-    /// With --redis: SIGKILL corral's worker 0 once the source has seen
-    /// its first call of the first measured round; its leases and fleet
+    /// With --redis: SIGKILL corral's worker 0 while one of its fills runs
+    /// at the source, in the first measured round; its leases and fleet
     /// permits lapse within the lease TTL (3 s) and the other processes'
     /// callers are still answered (its own callers are not counted).
     #[arg(long, requires = "redis")]
@@ -188,10 +188,10 @@ async fn play(
         worker.tell("go").await.context("releasing a worker")?;
     }
     if let Some(source) = kill_first_at {
-        // SIGKILL worker 0 once the source has seen a call: a process
-        // holding leases and permits mid-fill.
+        // SIGKILL worker 0 while one of its fills runs at the source: a
+        // process holding leases and fleet permits mid-fill.
         let deadline = Instant::now() + within;
-        while source.calls() == 0 && Instant::now() < deadline {
+        while !source.first_worker_filling() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         if !workers.is_empty() {

@@ -3,9 +3,9 @@
 //! fills running at once across processes are counted where they land, by
 //! the source itself.
 //!
-//! Protocol: a connection per call; the caller writes its key and a
-//! newline, the server holds the call for the fill time and answers the
-//! value and a newline.
+//! Protocol: a connection per call; the caller writes its worker's index,
+//! a tab, its key and a newline; the server holds the call for the fill
+//! time and answers the value and a newline.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -24,6 +24,8 @@ struct Counts {
     calls: AtomicU64,
     running: AtomicU64,
     most: AtomicU64,
+    /// Calls running now of worker 0 (the one `--kill-one` kills).
+    running_of_first: AtomicU64,
 }
 
 /// The source server, serving until dropped.
@@ -55,9 +57,9 @@ impl SourceServer {
         self.addr.to_string()
     }
 
-    /// Calls received since the last time taken.
-    pub(crate) fn calls(&self) -> u64 {
-        self.counts.calls.load(Relaxed)
+    /// Whether a call of worker 0 is running now.
+    pub(crate) fn first_worker_filling(&self) -> bool {
+        self.counts.running_of_first.load(Relaxed) > 0
     }
 
     /// Calls received and the most at once, since the last time taken.
@@ -76,16 +78,27 @@ impl Drop for SourceServer {
 /// One call: counted while it runs.
 async fn answer(conn: TcpStream, counts: Arc<Counts>, fill: Duration) {
     let (read, mut write) = conn.into_split();
-    let mut key = String::new();
-    if BufReader::new(read).read_line(&mut key).await.is_err() {
+    let mut line = String::new();
+    if BufReader::new(read).read_line(&mut line).await.is_err() {
         return;
     }
+    let (worker, key) = line
+        .trim_end()
+        .split_once('\t')
+        .unwrap_or(("", line.trim_end()));
+    let first = worker == "0";
     counts.calls.fetch_add(1, Relaxed);
     let now = counts.running.fetch_add(1, Relaxed) + 1;
     counts.most.fetch_max(now, Relaxed);
+    if first {
+        counts.running_of_first.fetch_add(1, Relaxed);
+    }
     tokio::time::sleep(fill).await;
+    if first {
+        counts.running_of_first.fetch_sub(1, Relaxed);
+    }
     counts.running.fetch_sub(1, Relaxed);
-    let value = format!("{} → its value\n", key.trim_end());
+    let value = format!("{key} → its value\n");
     let _ = write.write_all(value.as_bytes()).await;
 }
 
@@ -93,13 +106,16 @@ async fn answer(conn: TcpStream, counts: Arc<Counts>, fill: Duration) {
 #[derive(Debug)]
 pub(crate) struct RemoteSource {
     addr: String,
+    /// The calling worker's index.
+    worker: u64,
     calls: AtomicU64,
 }
 
 impl RemoteSource {
-    pub(crate) fn new(addr: String) -> Self {
+    pub(crate) fn new(addr: String, worker: u64) -> Self {
         Self {
             addr,
+            worker,
             calls: AtomicU64::new(0),
         }
     }
@@ -116,7 +132,8 @@ impl Load for RemoteSource {
             .await
             .context("calling the source")?;
         let (read, mut write) = conn.into_split();
-        write.write_all(format!("{key}\n").as_bytes()).await?;
+        let line = format!("{}\t{key}\n", self.worker);
+        write.write_all(line.as_bytes()).await?;
         let mut value = String::new();
         BufReader::new(read).read_line(&mut value).await?;
         anyhow::ensure!(value.ends_with('\n'), "the source hung up");

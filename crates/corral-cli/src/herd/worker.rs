@@ -76,7 +76,7 @@ impl Contender for NaiveSide {
 /// task that panicked.
 pub(crate) fn run(config: &str) -> anyhow::Result<()> {
     let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
-    let source = Arc::new(RemoteSource::new(config.source.clone()));
+    let source = Arc::new(RemoteSource::new(config.source.clone(), config.index));
     tokio::runtime::Runtime::new()?.block_on(async {
         let url = config.redis.as_str();
         if config.side == SideKind::Naive {
