@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::data::entry::Ttls;
+use crate::data::policy::tag_list;
 use crate::data::tags::Stamps;
 
 /// How fresh a value handed to a caller is.
@@ -128,11 +129,7 @@ impl<V> Answer<V> {
         I: IntoIterator<Item = T>,
         T: AsRef<str>,
     {
-        self.tags = Some(
-            tags.into_iter()
-                .map(|tag| Arc::from(tag.as_ref()))
-                .collect(),
-        );
+        self.tags = Some(tag_list(tags));
         self
     }
 }

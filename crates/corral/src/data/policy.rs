@@ -215,11 +215,7 @@ impl FillOptions {
         I: IntoIterator<Item = T>,
         T: AsRef<str>,
     {
-        self.tags = Some(
-            tags.into_iter()
-                .map(|tag| Arc::from(tag.as_ref()))
-                .collect(),
-        );
+        self.tags = Some(tag_list(tags));
         self
     }
 }
@@ -249,11 +245,7 @@ impl WriteOptions {
         I: IntoIterator<Item = T>,
         T: AsRef<str>,
     {
-        self.tags = Some(
-            tags.into_iter()
-                .map(|tag| Arc::from(tag.as_ref()))
-                .collect(),
-        );
+        self.tags = Some(tag_list(tags));
         self
     }
 }
@@ -284,4 +276,15 @@ mod tests {
             prop_assert!(drawn <= high + Duration::from_nanos(1), "{drawn:?} > {high:?}");
         }
     }
+}
+
+/// Tags as a cache keeps them: shared, in the order given.
+pub(crate) fn tag_list<I, T>(tags: I) -> Arc<[Arc<str>]>
+where
+    I: IntoIterator<Item = T>,
+    T: AsRef<str>,
+{
+    tags.into_iter()
+        .map(|tag| Arc::from(tag.as_ref()))
+        .collect()
 }

@@ -274,31 +274,35 @@ async fn a_fleet_budget_bounds_fills_of_caches_sharing_a_memory_store() {
     fleet_bounds_the_source([Arc::new(store.clone()), Arc::new(store)], 2).await;
 }
 
+/// Two stores on one memcached server: two processes, as far as it can
+/// tell.
+#[cfg(feature = "memcached")]
+async fn two_memcached_stores(
+    server: &corral_testkit::MemcachedServer,
+) -> [corral::MemcachedStore; 2] {
+    use corral::{MemcachedConfig, MemcachedStore};
+    let addr = [server.addr()];
+    let connect = || MemcachedStore::connect(&addr, MemcachedConfig::default());
+    [
+        connect().await.expect("store"),
+        connect().await.expect("store"),
+    ]
+}
+
 #[cfg(feature = "memcached")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_budget_bounds_fills_across_memcached_stores() {
-    use corral::{MemcachedConfig, MemcachedStore};
     let server = corral_testkit::MemcachedServer::start();
-    let addr = [server.addr()];
-    let connect = || MemcachedStore::connect(&addr, MemcachedConfig::default());
-    let (a, b) = (
-        connect().await.expect("store"),
-        connect().await.expect("store"),
-    );
+    let [a, b] = two_memcached_stores(&server).await;
     fleet_bounds_the_source([Arc::new(a), Arc::new(b)], 2).await;
 }
 
 #[cfg(feature = "memcached")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_fleet_answers_overloaded_on_memcached() {
-    use corral::{MemcachedConfig, MemcachedStore};
+    use corral::MemcachedStore;
     let server = corral_testkit::MemcachedServer::start();
-    let addr = [server.addr()];
-    let connect = || MemcachedStore::connect(&addr, MemcachedConfig::default());
-    let (a, b) = (
-        connect().await.expect("store"),
-        connect().await.expect("store"),
-    );
+    let [a, b] = two_memcached_stores(&server).await;
     let build = |store: MemcachedStore| {
         let budget = FillBudget::new(1)
             .max_wait(Duration::from_millis(300))
