@@ -250,6 +250,17 @@ impl WriteOptions {
     }
 }
 
+/// Tags as a cache keeps them: shared, in the order given.
+pub(crate) fn tag_list<I, T>(tags: I) -> Arc<[Arc<str>]>
+where
+    I: IntoIterator<Item = T>,
+    T: AsRef<str>,
+{
+    tags.into_iter()
+        .map(|tag| Arc::from(tag.as_ref()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,15 +287,4 @@ mod tests {
             prop_assert!(drawn <= high + Duration::from_nanos(1), "{drawn:?} > {high:?}");
         }
     }
-}
-
-/// Tags as a cache keeps them: shared, in the order given.
-pub(crate) fn tag_list<I, T>(tags: I) -> Arc<[Arc<str>]>
-where
-    I: IntoIterator<Item = T>,
-    T: AsRef<str>,
-{
-    tags.into_iter()
-        .map(|tag| Arc::from(tag.as_ref()))
-        .collect()
 }
