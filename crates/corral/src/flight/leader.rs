@@ -352,8 +352,10 @@ where
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());
         let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        // A background refresh (it holds a refresh permit) has no callers
+        // to serve: they had the stale value already.
         let on_queue = || {
-            if !self.flight.has_published() {
+            if !self.flight.has_published() && self.permit.is_none() {
                 self.serve_fallback(Freshness::FailSafe);
             }
         };

@@ -199,6 +199,41 @@ async fn a_full_budget_serves_the_fail_safe_value_at_once_and_refreshes_later() 
     assert_eq!(now, "new");
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_background_refresh_queues_behind_a_full_budget_and_serves_nobody() {
+    let budget = FillBudget::new(1).max_wait(Duration::from_secs(60));
+    let cache = Cache::<String>::builder("refresh")
+        .ttl(Duration::from_secs(1))
+        .grace(Duration::from_secs(60))
+        .clock(TokioClock::new())
+        .fill_budget(budget.clone())
+        .build()
+        .expect("valid config");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (blocker, open) = (Gate::new(), Gate::new());
+    open.open();
+    call(&cache, "k", &order, &open)
+        .await
+        .expect("task")
+        .expect("value");
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let first = call(&cache, "blocker", &order, &blocker);
+    until_yielding(|| budget.stats().in_use == 1).await;
+    // The stale value at once; its refresh queues behind the blocker.
+    let stale = call(&cache, "k", &order, &open).await.expect("task");
+    assert_eq!(stale.expect("stale value"), "value of k");
+    until_yielding(|| budget.stats().queued == 1).await;
+    let stats = cache.stats();
+    assert_eq!((stats.stale_hits, stats.fail_safe_hits), (1, 0));
+    assert_eq!(*order.lock().expect("order"), ["k", "blocker"]);
+    blocker.open();
+    first.await.expect("task").expect("value");
+    until_yielding(|| budget.stats().queued == 0 && budget.stats().in_use == 0).await;
+    until_yielding(|| cache.flights_in_progress() == 0).await;
+    assert_eq!(*order.lock().expect("order"), ["k", "blocker", "k"]);
+    assert_eq!(cache.stats().fail_safe_hits, 0);
+}
+
 /// A source that counts the fills running at once and the most it saw.
 #[derive(Clone, Default)]
 struct Source {
