@@ -106,7 +106,7 @@ impl Permits {
         let wakers = {
             let mut state = lock(&self.state);
             state.limit = limit.max(1);
-            state.grant_waiting()
+            state.grant_waiting(&self.totals)
         };
         wakers.into_iter().for_each(Waker::wake);
     }
@@ -142,7 +142,7 @@ impl Permits {
         let wakers = {
             let mut state = lock(&self.state);
             state.in_use = state.in_use.saturating_sub(1);
-            state.grant_waiting()
+            state.grant_waiting(&self.totals)
         };
         wakers.into_iter().for_each(Waker::wake);
     }
@@ -160,7 +160,7 @@ impl State {
     /// Grants free permits to queued fills, most wanted first: fills that
     /// callers wait for before answered ones, then by callers waiting,
     /// then oldest first. Returns the wakers to wake outside the lock.
-    fn grant_waiting(&mut self) -> Vec<Waker> {
+    fn grant_waiting(&mut self, totals: &Totals) -> Vec<Waker> {
         let mut wakers = Vec::new();
         while self.in_use < self.limit {
             let best = self
@@ -180,7 +180,7 @@ impl State {
                 break;
             };
             let queued = self.queue.swap_remove(index);
-            self.in_use += 1;
+            self.take_one(totals);
             self.granted.push(queued.seq);
             wakers.extend(queued.waker);
         }
@@ -228,11 +228,6 @@ impl Future for Acquire {
         let mut state = lock(&this.permits.state);
         if let Some(at) = state.granted.iter().position(|granted| *granted == seq) {
             state.granted.swap_remove(at);
-            Totals::bump(&this.permits.totals.granted);
-            this.permits
-                .totals
-                .peak_in_use
-                .fetch_max(state.in_use as u64, Ordering::Relaxed);
             drop(state);
             this.ticket = Ticket::Done;
             return Poll::Ready(LocalPermit {
