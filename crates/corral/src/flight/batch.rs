@@ -106,7 +106,10 @@ where
             let leases: Vec<&LeaseGuard> =
                 to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
             let flights = to_fill.iter().map(|(_, f, _)| Arc::clone(f.flight()));
-            let demand = permit::FlightDemand(flights.collect());
+            let demand = permit::FlightDemand {
+                flights: flights.collect(),
+                refresh: false,
+            };
             let waiting = permit::wait_for_permit(&self.inner, demand, pending(), || {});
             match leader::while_renewing(&self.inner, waiting, &leases).await {
                 Waited::Granted { permit, .. } => permit,

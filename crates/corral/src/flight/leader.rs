@@ -352,14 +352,18 @@ where
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());
         let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
-        // A background refresh (it holds a refresh permit) has no callers
-        // to serve: they had the stale value already.
+        // A background refresh holds a refresh permit: its callers had the
+        // stale value already, so it queues last and serves nobody.
+        let refresh = self.permit.is_some();
         let on_queue = || {
-            if !self.flight.has_published() && self.permit.is_none() {
+            if !refresh && !self.flight.has_published() {
                 self.serve_fallback(Freshness::FailSafe);
             }
         };
-        let demand = permit::FlightDemand(vec![Arc::clone(&flight)]);
+        let demand = permit::FlightDemand {
+            flights: vec![Arc::clone(&flight)],
+            refresh,
+        };
         let waiting = permit::wait_for_permit(&inner, demand, flight.deserted(), on_queue);
         while_renewing(&inner, waiting, &leases).await
     }

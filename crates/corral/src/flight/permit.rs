@@ -51,15 +51,20 @@ pub(crate) enum Waited {
 
 /// A queued fill's worth to the budget: the callers waiting for its
 /// flights (one for a key's fill, one per key for a batch's).
-pub(crate) struct FlightDemand<V>(pub(crate) Vec<Arc<Flight<Fetched<V>>>>);
+pub(crate) struct FlightDemand<V> {
+    pub(crate) flights: Vec<Arc<Flight<Fetched<V>>>>,
+    /// A background refresh: its callers had the stale value before it
+    /// started, and its flight has nothing to publish to them.
+    pub(crate) refresh: bool,
+}
 
 impl<V: Send + Sync> Demand for FlightDemand<V> {
     fn callers(&self) -> usize {
-        self.0.iter().map(|flight| flight.waiting()).sum()
+        self.flights.iter().map(|flight| flight.waiting()).sum()
     }
 
     fn answered(&self) -> bool {
-        self.0.iter().all(|flight| flight.is_published())
+        self.refresh || self.flights.iter().all(|flight| flight.is_published())
     }
 }
 
