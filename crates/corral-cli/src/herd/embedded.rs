@@ -206,17 +206,15 @@ struct Hot {
 
 impl Hot {
     /// Adds the figures to a side's report (nothing for uniform runs).
-    fn fill(mut self, report: &mut SideReport) {
+    fn fill(self, report: &mut SideReport) {
         if self.distinct == 0 {
             return;
         }
-        self.samples_us.sort_unstable();
-        let rank = self.samples_us.len().div_ceil(2).saturating_sub(1);
-        let p50 = self
-            .samples_us
-            .get(rank)
-            .map_or(0.0, |&us| us as f64 / 1000.0);
-        report.hot_p50_ms = Some(p50);
+        let hot = Tally {
+            latencies_us: self.samples_us,
+            ..Tally::default()
+        };
+        report.hot_p50_ms = Some(hot.latency_ms(0.5));
         report.distinct_keys = Some(self.distinct);
     }
 }

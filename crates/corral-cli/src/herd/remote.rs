@@ -16,14 +16,13 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::scenario::Load;
+use super::scenario::{AtOnce, Load};
 
 /// What the source counted since it was last asked.
 #[derive(Debug, Default)]
 struct Counts {
     calls: AtomicU64,
-    running: AtomicU64,
-    most: AtomicU64,
+    at_once: AtOnce,
     /// Calls running now of worker 0 (the one `--kill-one` kills).
     running_of_first: AtomicU64,
 }
@@ -65,7 +64,7 @@ impl SourceServer {
     /// Calls received and the most at once, since the last time taken.
     pub(crate) fn take(&self) -> (u64, u64) {
         let calls = self.counts.calls.swap(0, Relaxed);
-        (calls, self.counts.most.swap(0, Relaxed))
+        (calls, self.counts.at_once.take_most())
     }
 }
 
@@ -88,8 +87,7 @@ async fn answer(conn: TcpStream, counts: Arc<Counts>, fill: Duration) {
         .unwrap_or(("", line.trim_end()));
     let first = worker == "0";
     counts.calls.fetch_add(1, Relaxed);
-    let now = counts.running.fetch_add(1, Relaxed) + 1;
-    counts.most.fetch_max(now, Relaxed);
+    counts.at_once.enter();
     if first {
         counts.running_of_first.fetch_add(1, Relaxed);
     }
@@ -97,7 +95,7 @@ async fn answer(conn: TcpStream, counts: Arc<Counts>, fill: Duration) {
     if first {
         counts.running_of_first.fetch_sub(1, Relaxed);
     }
-    counts.running.fetch_sub(1, Relaxed);
+    counts.at_once.leave();
     let value = format!("{key} → its value\n");
     let _ = write.write_all(value.as_bytes()).await;
 }

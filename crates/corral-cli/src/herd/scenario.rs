@@ -66,6 +66,32 @@ impl Load for Source {
     }
 }
 
+/// Calls running at a source now, and the most at once since last taken:
+/// what a source counts of itself.
+#[derive(Debug, Default)]
+pub(crate) struct AtOnce {
+    running: AtomicU64,
+    most: AtomicU64,
+}
+
+impl AtOnce {
+    /// A call starts.
+    pub(crate) fn enter(&self) {
+        let now = self.running.fetch_add(1, Relaxed) + 1;
+        self.most.fetch_max(now, Relaxed);
+    }
+
+    /// A call ends.
+    pub(crate) fn leave(&self) {
+        self.running.fetch_sub(1, Relaxed);
+    }
+
+    /// The most at once since the last time taken.
+    pub(crate) fn take_most(&self) -> u64 {
+        self.most.swap(0, Relaxed)
+    }
+}
+
 /// Whether `value` answers `key`: a caller handed another key's value is
 /// caught.
 fn is_value_of(key: &str, value: &str) -> bool {

@@ -16,7 +16,7 @@ use deadpool_sqlite::rusqlite::{named_params, Connection};
 use deadpool_sqlite::{Manager, Pool, PoolError, Runtime, TimeoutType};
 use serde::Serialize;
 
-use super::scenario::Load;
+use super::scenario::{AtOnce, Load};
 
 /// Flags of `corral herd` for the SQLite source (the default run).
 #[derive(Debug, Clone, clap::Args)]
@@ -126,8 +126,7 @@ impl Database {
             wait,
             users: self.users,
             counts: Default::default(),
-            running: AtomicU64::new(0),
-            most: AtomicU64::new(0),
+            at_once: AtOnce::default(),
         })
     }
 }
@@ -163,8 +162,7 @@ pub(crate) struct SqliteSource {
     users: u64,
     counts: [AtomicU64; 3],
     /// Queries running now, and the most at once since last taken.
-    running: AtomicU64,
-    most: AtomicU64,
+    at_once: AtOnce,
 }
 
 impl SqliteSource {
@@ -183,7 +181,7 @@ impl SqliteSource {
             sqlite_queries,
             timeouts,
             errors,
-            most_at_once: self.most.swap(0, Relaxed),
+            most_at_once: self.at_once.take_most(),
         }
     }
 }
@@ -208,10 +206,9 @@ impl Load for SqliteSource {
             }
         };
         queries.fetch_add(1, Relaxed);
-        let now = self.running.fetch_add(1, Relaxed) + 1;
-        self.most.fetch_max(now, Relaxed);
+        self.at_once.enter();
         let result = conn.interact(move |conn| user_totals(conn, user)).await;
-        self.running.fetch_sub(1, Relaxed);
+        self.at_once.leave();
         let value = result.map_err(|e| anyhow::anyhow!("SQLite query task: {e}"));
         let totals = value.and_then(|v| Ok(v?)).inspect_err(|_| {
             errors.fetch_add(1, Relaxed);
