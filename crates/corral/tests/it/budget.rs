@@ -158,12 +158,22 @@ async fn a_full_budget_answers_overloaded_without_calling_the_source() {
     assert_eq!(again.expect("value"), "value of late");
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_full_budget_serves_the_fail_safe_value_at_once_and_refreshes_later() {
+/// A cache built by `builder` with a budget of 1 (TTL 1 s), key "k" filled
+/// and 2 s old, and the budget's one permit held by the fill of "blocker"
+/// until its gate opens.
+struct ExpiredBehindBlocker {
+    budget: FillBudget,
+    cache: Cache<String>,
+    order: Arc<Mutex<Vec<String>>>,
+    blocker: Gate,
+    open: Gate,
+    first: tokio::task::JoinHandle<Result<String, Error<SourceDown>>>,
+}
+
+async fn expired_behind_blocker(builder: corral::CacheBuilder<String>) -> ExpiredBehindBlocker {
     let budget = FillBudget::new(1).max_wait(Duration::from_secs(60));
-    let cache = Cache::<String>::builder("fail-safe")
+    let cache = builder
         .ttl(Duration::from_secs(1))
-        .fail_safe(Duration::from_secs(3600))
         .clock(TokioClock::new())
         .fill_budget(budget.clone())
         .build()
@@ -178,6 +188,26 @@ async fn a_full_budget_serves_the_fail_safe_value_at_once_and_refreshes_later() 
     tokio::time::advance(Duration::from_secs(2)).await;
     let first = call(&cache, "blocker", &order, &blocker);
     until_yielding(|| budget.stats().in_use == 1).await;
+    ExpiredBehindBlocker {
+        budget,
+        cache,
+        order,
+        blocker,
+        open,
+        first,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_budget_serves_the_fail_safe_value_at_once_and_refreshes_later() {
+    let builder = Cache::<String>::builder("fail-safe").fail_safe(Duration::from_secs(3600));
+    let ExpiredBehindBlocker {
+        budget,
+        cache,
+        blocker,
+        first,
+        ..
+    } = expired_behind_blocker(builder).await;
     let fetched = cache
         .get_or_fill("k", || async {
             Ok::<_, SourceDown>(Answer::value("new".to_owned()))
@@ -201,24 +231,15 @@ async fn a_full_budget_serves_the_fail_safe_value_at_once_and_refreshes_later() 
 
 #[tokio::test(start_paused = true)]
 async fn a_background_refresh_queues_behind_a_full_budget_and_serves_nobody() {
-    let budget = FillBudget::new(1).max_wait(Duration::from_secs(60));
-    let cache = Cache::<String>::builder("refresh")
-        .ttl(Duration::from_secs(1))
-        .grace(Duration::from_secs(60))
-        .clock(TokioClock::new())
-        .fill_budget(budget.clone())
-        .build()
-        .expect("valid config");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let (blocker, open) = (Gate::new(), Gate::new());
-    open.open();
-    call(&cache, "k", &order, &open)
-        .await
-        .expect("task")
-        .expect("value");
-    tokio::time::advance(Duration::from_secs(2)).await;
-    let first = call(&cache, "blocker", &order, &blocker);
-    until_yielding(|| budget.stats().in_use == 1).await;
+    let builder = Cache::<String>::builder("refresh").grace(Duration::from_secs(60));
+    let ExpiredBehindBlocker {
+        budget,
+        cache,
+        order,
+        blocker,
+        open,
+        first,
+    } = expired_behind_blocker(builder).await;
     // The stale value at once; its refresh queues behind the blocker.
     let stale = call(&cache, "k", &order, &open).await.expect("task");
     assert_eq!(stale.expect("stale value"), "value of k");
