@@ -275,7 +275,7 @@ pub use cache::get_or_fill::{FillOutput, GetOrFill};
 pub use cache::write::Set;
 pub use cache::Cache;
 #[cfg(feature = "config")]
-pub use config::CacheConfig;
+pub use config::{CacheConfig, Caches};
 #[cfg(feature = "encryption")]
 pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};

@@ -48,6 +48,8 @@ pub(crate) struct InL1<V> {
 pub(crate) struct Inner<V> {
     name: Arc<str>,
     namespace: Arc<str>,
+    /// The namespaces of other versions its invalidations also reach.
+    also_invalidate: Arc<[Arc<str>]>,
     schema: u32,
     policy: Policy,
     /// Encodes values for the shared store and weighs them for a capacity
@@ -85,6 +87,7 @@ pub(crate) struct Inner<V> {
 pub(crate) struct InnerParts<V> {
     pub(crate) name: Arc<str>,
     pub(crate) namespace: Arc<str>,
+    pub(crate) also_invalidate: Arc<[Arc<str>]>,
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
     pub(crate) codec: Option<Arc<dyn Codec<V>>>,
@@ -106,6 +109,7 @@ impl<V: Clone> Inner<V> {
         Self {
             name: Arc::clone(&name),
             namespace: parts.namespace,
+            also_invalidate: parts.also_invalidate,
             schema: parts.schema,
             policy: parts.policy,
             codec: parts.codec,
@@ -135,6 +139,12 @@ impl<V> Inner<V> {
     /// Its namespace in shared stores (`name:v<schema>`).
     pub(crate) fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// The namespaces of other versions its invalidations also reach
+    /// (during a rolling deploy).
+    pub(crate) fn also_invalidate(&self) -> &[Arc<str>] {
+        &self.also_invalidate
     }
 
     /// Its settings.

@@ -1,5 +1,6 @@
 //! Configuration from a TOML file and from environment variables (feature
-//! `config`), with documented presets.
+//! `config`), with documented presets, for one cache or for every cache of
+//! a process on one store ([`Caches`]).
 //!
 //! ```toml
 //! # corral.toml
@@ -10,16 +11,22 @@
 //! grace = "1m"
 //! fail_safe = "1h"
 //! fill_timeout = "10s"
+//!
+//! # Cache `users`: these over the settings above.
+//! [cache.users]
+//! ttl = "1m"
+//! version = 3
 //! ```
 //!
 //! Every field is optional; what is not set keeps the builder's default.
 //! Durations are written as a string of a number and a unit: `ms`, `s`,
 //! `m`, `h` or `d` (`"250ms"`, `"1.5s"`, `"5m"`). From the environment,
 //! field `x` is read from `CORRAL_X` (`CORRAL_REDIS_URL`, `CORRAL_TTL`,
-//! `CORRAL_L1`, ...); a variable set to the empty string (or only spaces)
-//! counts as unset, as deployment templates often leave them.
-//! [`CacheConfig::overlay`] lets the environment override a file. In code,
-//! every field has a setter of the same name:
+//! `CORRAL_L1`, ...), and field `x` of cache `users` from
+//! `CORRAL_USERS_X` (`CORRAL_USERS_TTL`); a variable set to the empty
+//! string (or only spaces) counts as unset, as deployment templates often
+//! leave them. [`CacheConfig::overlay`] lets the environment override a
+//! file. In code, every field has a setter of the same name:
 //!
 //! ```
 //! use std::time::Duration;
@@ -28,27 +35,55 @@
 //! let config = CacheConfig::default()
 //!     .l1(true)
 //!     .ttl(Duration::from_secs(300))
-//!     .jitter(0.1);
+//!     .jitter(0.1)
+//!     .cache("users", CacheConfig::default().ttl(Duration::from_secs(60)));
 //! assert_eq!(config.ttl, Some(Duration::from_secs(300)));
+//! assert_eq!(config.for_cache("users").ttl, Some(Duration::from_secs(60)));
+//! assert_eq!(config.for_cache("orders").ttl, Some(Duration::from_secs(300)));
 //! ```
 //!
 //! A mistake is reported on one line naming the variable (`CORRAL_TTL`) or
 //! the TOML key (`ttl`) and the form expected (`"60s"`).
+//!
+//! # One store per process
+//!
+//! [`CacheConfig::caches`] opens the store once; every cache built from it
+//! shares the store and its connections (on Redis: one command connection
+//! and one subscriber connection per process, whatever the number of
+//! caches). [`CacheConfig::build`] opens a store of its own on each call:
+//! for one cache only.
+//!
+//! # What stays in code
+//!
+//! A [`codec`](CacheBuilder::codec), [`encryption`](CacheBuilder::encryption)
+//! keys, a [`clock`](CacheBuilder::clock), a shared
+//! [`refresh_limiter`](CacheBuilder::refresh_limiter) and a
+//! [`fill_budget`](CacheBuilder::fill_budget): they are values, not
+//! settings, and a fill budget belongs to the source of truth that several
+//! caches read (a pool of 8 connections is one budget of 8 given to each of
+//! its caches), which only the code knows. Set them on
+//! [`Caches::builder`].
+
+mod caches;
+mod env;
 
 use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
+pub use self::caches::Caches;
+use self::env::{duration, section_key, PROCESS_FIELDS};
 use crate::cache::builder::CacheBuilder;
 use crate::cache::Cache;
 use crate::data::error::ConfigError;
 use crate::redact::redact_url;
 
-/// A cache's settings, as read from TOML or the environment, or set in code
-/// with the setters named after the fields.
+/// A cache's settings — or a process's, with a section per cache
+/// ([`cache`](Self::cache)) — as read from TOML or the environment, or set
+/// in code with the setters named after the fields.
 ///
 /// `Debug` never shows the Redis URL's password, whatever bytes it holds.
 #[derive(Clone, Default, PartialEq, Deserialize)]
@@ -140,53 +175,54 @@ pub struct CacheConfig {
     /// How long an open breaker skips the store (default 5 s).
     #[serde(default, deserialize_with = "duration")]
     pub breaker_cool_down: Option<Duration>,
+    /// The schema version of the values
+    /// ([`CacheBuilder::version`]; default 0).
+    pub version: Option<u32>,
+    /// Versions whose namespaces this cache's invalidations also reach,
+    /// during a rolling deploy that changes `version`
+    /// ([`CacheBuilder::also_invalidate_versions`]). From the environment:
+    /// comma-separated (`CORRAL_USERS_ALSO_INVALIDATE_VERSIONS=2`).
+    pub also_invalidate_versions: Option<Vec<u32>>,
+    /// How long a fail-safe value is re-cached after a failed fill
+    /// ([`CacheBuilder::fail_safe_throttle`]; default 30 s).
+    #[serde(default, deserialize_with = "duration")]
+    pub fail_safe_throttle: Option<Duration>,
+    /// How often a process waiting for another's fill re-checks the store
+    /// without a notification ([`CacheBuilder::poll_interval`]; default
+    /// 250 ms).
+    #[serde(default, deserialize_with = "duration")]
+    pub poll_interval: Option<Duration>,
+    /// How long tag versions are kept in the store after their last use
+    /// ([`CacheBuilder::tag_retention`]; default 7 days).
+    #[serde(default, deserialize_with = "duration")]
+    pub tag_retention: Option<Duration>,
+    /// At most this many background refreshes at once
+    /// ([`CacheBuilder::refresh_limit`]; default 16).
+    pub refresh_limit: Option<usize>,
+    /// How often counters are copied into the `metrics` recorder (feature
+    /// `metrics`; `"0s"`: only on `Cache::export_metrics`; default 1 s;
+    /// without the feature: no effect).
+    #[serde(default, deserialize_with = "duration")]
+    pub metrics_interval: Option<Duration>,
+    /// Whether traces show raw keys instead of their hash
+    /// ([`CacheBuilder::trace_raw_keys`]; default no).
+    pub trace_raw_keys: Option<bool>,
+    /// Per-cache settings, by cache name: each over the settings above for
+    /// that cache only (TOML `[cache.users]`, variables
+    /// `CORRAL_USERS_TTL`; see [`for_cache`](Self::for_cache)). A section
+    /// sets no Redis URL or connection setting (the process's caches share
+    /// one store) and has no sections of its own. Names are matched
+    /// ignoring case, with `-` and `.` read as `_`. A section for a cache
+    /// that is never built is never read.
+    #[serde(default)]
+    pub cache: BTreeMap<String, CacheConfig>,
 }
-
-/// The fields, their environment variable suffix and how to read them.
-#[derive(Clone, Copy)]
-enum Kind {
-    Text,
-    List,
-    Bool,
-    Number,
-    Duration,
-}
-
-const FIELDS: &[(&str, Kind)] = &[
-    ("redis_url", Kind::Text),
-    ("redis_cluster_urls", Kind::List),
-    ("redis_sentinel_master", Kind::Text),
-    ("redis_sentinel_urls", Kind::List),
-    ("redis_master_user", Kind::Text),
-    ("redis_master_password", Kind::Text),
-    ("l1", Kind::Bool),
-    ("backplane", Kind::Bool),
-    ("l1_lifetime", Kind::Duration),
-    ("ttl", Kind::Duration),
-    ("jitter", Kind::Number),
-    ("grace", Kind::Duration),
-    ("eager_refresh", Kind::Number),
-    ("fail_safe", Kind::Duration),
-    ("fill_timeout", Kind::Duration),
-    ("soft_timeout", Kind::Duration),
-    ("negative_ttl", Kind::Duration),
-    ("lease_ttl", Kind::Duration),
-    ("store_timeout", Kind::Duration),
-    ("redis_connect_timeout", Kind::Duration),
-    ("redis_health_interval", Kind::Duration),
-    ("redis_tcp_keepalive", Kind::Duration),
-    ("max_entries", Kind::Number),
-    ("max_bytes", Kind::Number),
-    ("max_value_bytes", Kind::Number),
-    ("circuit_breaker", Kind::Bool),
-    ("breaker_failures", Kind::Number),
-    ("breaker_cool_down", Kind::Duration),
-];
 
 impl CacheConfig {
     /// Preset: in process only, values fresh for a minute, a hung source
-    /// never pins a key for more than 10 s. What
-    /// `Cache::builder(name).build()` gives, made explicit.
+    /// never pins a key for more than 10 s: the builder's defaults
+    /// (`Cache::builder(name).build()`) but for `fill_timeout`, 10 s
+    /// instead of 30 s.
     pub fn in_memory() -> Self {
         Self {
             ttl: Some(Duration::from_secs(60)),
@@ -215,21 +251,18 @@ impl CacheConfig {
         }
     }
 
-    /// Reads a TOML document.
+    /// Reads a TOML document: the global settings, then a table per cache
+    /// (`[cache.users]`).
     ///
     /// # Errors
     ///
     /// [`ConfigError`] naming the field for bad syntax, an unknown field, a
-    /// value of the wrong type or a duration without a unit.
+    /// value of the wrong type or a duration without a unit; and naming
+    /// the cache for a section that sets a process-wide field.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| {
-            let key = e.span().and_then(|span| key_at(text, span.start));
-            let message = one_line(e.message());
-            ConfigError::new(match key {
-                Some(key) => format!("corral config: key `{key}`: {message}"),
-                None => format!("corral config: {message}"),
-            })
-        })
+        let config = env::from_toml(text)?;
+        config.check_sections()?;
+        Ok(config.normalized())
     }
 
     /// Reads `CORRAL_*` variables of the process environment.
@@ -242,10 +275,18 @@ impl CacheConfig {
     }
 
     /// Reads field `x` from variable `{prefix}X` of `vars` (for tests, or
-    /// another prefix): pairs of strings or references to them, e.g.
+    /// another prefix), and field `x` of cache `users` from
+    /// `{prefix}USERS_X`: pairs of strings or references to them, e.g.
     /// `&[("CORRAL_TTL", "60s")]`, a `Vec<(String, String)>` or
-    /// `std::env::vars()`. Cluster URLs are comma-separated. A variable
-    /// whose value is empty (or only spaces) counts as unset.
+    /// `std::env::vars()`. Lists (cluster URLs, versions) are
+    /// comma-separated. A variable whose value is empty (or only spaces)
+    /// counts as unset.
+    ///
+    /// A variable's name is read as a global field if it is one
+    /// (`CORRAL_NEGATIVE_TTL`), otherwise as a cache's name, `_`, and the
+    /// longest field it ends with (`CORRAL_USER_SESSIONS_FILL_TIMEOUT`:
+    /// cache `user_sessions`, which also matches a cache named
+    /// `user-sessions`).
     ///
     /// ```
     /// use std::time::Duration;
@@ -253,9 +294,14 @@ impl CacheConfig {
     ///
     /// let config = CacheConfig::from_vars(
     ///     "CORRAL_",
-    ///     [("CORRAL_TTL", "90s"), ("CORRAL_REDIS_CLUSTER_URLS", "")],
+    ///     [
+    ///         ("CORRAL_TTL", "90s"),
+    ///         ("CORRAL_USERS_TTL", "10s"),
+    ///         ("CORRAL_REDIS_CLUSTER_URLS", ""),
+    ///     ],
     /// )?;
     /// assert_eq!(config.ttl, Some(Duration::from_secs(90)));
+    /// assert_eq!(config.for_cache("users").ttl, Some(Duration::from_secs(10)));
     /// assert_eq!(config.redis_cluster_urls, None);
     ///
     /// let error = CacheConfig::from_vars("CORRAL_", [("CORRAL_TTL", "60")]).unwrap_err();
@@ -267,8 +313,9 @@ impl CacheConfig {
     /// # Errors
     ///
     /// [`ConfigError`] naming the variable and the form expected for a
-    /// value of the wrong type or a duration without a unit, and for an
-    /// unknown `{prefix}*` variable (a typo would otherwise be ignored).
+    /// value of the wrong type or a duration without a unit; for an
+    /// unknown `{prefix}*` variable (a typo would otherwise be ignored); and
+    /// for a process-wide field set per cache (`CORRAL_USERS_REDIS_URL`).
     pub fn from_vars<I, K, V>(prefix: &str, vars: I) -> Result<Self, ConfigError>
     where
         I: IntoIterator,
@@ -276,108 +323,162 @@ impl CacheConfig {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut config = Self::default();
-        for pair in vars {
+        let pairs: Vec<I::Item> = vars.into_iter().collect();
+        let pairs = pairs.iter().map(|pair| {
             let (name, value) = pair.borrow();
-            let (name, value) = (name.as_ref(), value.as_ref());
-            let Some(field) = name.strip_prefix(prefix) else {
-                continue;
-            };
-            let field = field.to_ascii_lowercase();
-            let Some((field, kind)) = FIELDS.iter().find(|(known, _)| *known == field) else {
-                return Err(ConfigError::new(format!(
-                    "unknown variable {name} (known: {})",
-                    FIELDS
-                        .iter()
-                        .map(|(f, _)| format!("{prefix}{}", f.to_ascii_uppercase()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            };
-            let trimmed = value.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
-            // The value of a URL variable may hold a password: never shown.
-            let shown = match kind {
-                Kind::Text | Kind::List => String::new(),
-                _ => format!(", got {trimmed:?}"),
-            };
-            let bad = |what: &str| ConfigError::new(format!("{name}: expected {what}{shown}"));
-            let value = match kind {
-                Kind::Text => toml::Value::String(trimmed.to_owned()),
-                Kind::List => toml::Value::Array(
-                    trimmed
-                        .split(',')
-                        .map(str::trim)
-                        .filter(|url| !url.is_empty())
-                        .map(|url| toml::Value::String(url.to_owned()))
-                        .collect(),
-                ),
-                Kind::Bool => match trimmed.to_ascii_lowercase().as_str() {
-                    "1" | "true" | "yes" | "on" => toml::Value::Boolean(true),
-                    "0" | "false" | "no" | "off" => toml::Value::Boolean(false),
-                    _ => return Err(bad("true or false (also yes/no, on/off, 1/0)")),
-                },
-                Kind::Number => match trimmed.parse::<i64>() {
-                    Ok(int) => toml::Value::Integer(int),
-                    Err(_) => toml::Value::Float(trimmed.parse().map_err(|_| bad("a number"))?),
-                },
-                Kind::Duration => match parse_duration(trimmed) {
-                    Ok(_) => toml::Value::String(trimmed.to_owned()),
-                    Err(e) => return Err(ConfigError::new(format!("{name}: {e}"))),
-                },
-            };
-            // One variable at a time, so an error names its variable.
-            let mut table = toml::Table::new();
-            table.insert((*field).to_owned(), value);
-            let one = Self::deserialize(table).map_err(|e| {
-                ConfigError::new(format!("{name}: {}{shown}", one_line(&e.to_string())))
-            })?;
-            config = config.overlay(one);
-        }
-        Ok(config)
+            (name.as_ref(), value.as_ref())
+        });
+        env::from_vars(prefix, pairs)
     }
 
     /// `self` with every field that `over` sets replaced by `over`'s (e.g.
-    /// a file overlaid with the environment).
+    /// a file overlaid with the environment); the sections of a cache
+    /// named in both are overlaid the same way.
     #[must_use]
     pub fn overlay(self, over: Self) -> Self {
+        let (mut this, mut over) = (self.normalized(), over.normalized());
+        let mut cache = std::mem::take(&mut this.cache);
+        for (name, section) in std::mem::take(&mut over.cache) {
+            let merged = match cache.remove(&name) {
+                Some(under) => under.overlay(section),
+                None => section,
+            };
+            cache.insert(name, merged);
+        }
         Self {
-            redis_url: over.redis_url.or(self.redis_url),
-            redis_cluster_urls: over.redis_cluster_urls.or(self.redis_cluster_urls),
-            redis_sentinel_master: over.redis_sentinel_master.or(self.redis_sentinel_master),
-            redis_sentinel_urls: over.redis_sentinel_urls.or(self.redis_sentinel_urls),
-            redis_master_user: over.redis_master_user.or(self.redis_master_user),
-            redis_master_password: over.redis_master_password.or(self.redis_master_password),
-            l1: over.l1.or(self.l1),
-            backplane: over.backplane.or(self.backplane),
-            l1_lifetime: over.l1_lifetime.or(self.l1_lifetime),
-            ttl: over.ttl.or(self.ttl),
-            jitter: over.jitter.or(self.jitter),
-            grace: over.grace.or(self.grace),
-            eager_refresh: over.eager_refresh.or(self.eager_refresh),
-            fail_safe: over.fail_safe.or(self.fail_safe),
-            fill_timeout: over.fill_timeout.or(self.fill_timeout),
-            soft_timeout: over.soft_timeout.or(self.soft_timeout),
-            negative_ttl: over.negative_ttl.or(self.negative_ttl),
-            lease_ttl: over.lease_ttl.or(self.lease_ttl),
-            store_timeout: over.store_timeout.or(self.store_timeout),
-            redis_connect_timeout: over.redis_connect_timeout.or(self.redis_connect_timeout),
-            redis_health_interval: over.redis_health_interval.or(self.redis_health_interval),
-            redis_tcp_keepalive: over.redis_tcp_keepalive.or(self.redis_tcp_keepalive),
-            max_entries: over.max_entries.or(self.max_entries),
-            max_bytes: over.max_bytes.or(self.max_bytes),
-            max_value_bytes: over.max_value_bytes.or(self.max_value_bytes),
-            circuit_breaker: over.circuit_breaker.or(self.circuit_breaker),
-            breaker_failures: over.breaker_failures.or(self.breaker_failures),
-            breaker_cool_down: over.breaker_cool_down.or(self.breaker_cool_down),
+            redis_url: over.redis_url.or(this.redis_url),
+            redis_cluster_urls: over.redis_cluster_urls.or(this.redis_cluster_urls),
+            redis_sentinel_master: over.redis_sentinel_master.or(this.redis_sentinel_master),
+            redis_sentinel_urls: over.redis_sentinel_urls.or(this.redis_sentinel_urls),
+            redis_master_user: over.redis_master_user.or(this.redis_master_user),
+            redis_master_password: over.redis_master_password.or(this.redis_master_password),
+            l1: over.l1.or(this.l1),
+            backplane: over.backplane.or(this.backplane),
+            l1_lifetime: over.l1_lifetime.or(this.l1_lifetime),
+            ttl: over.ttl.or(this.ttl),
+            jitter: over.jitter.or(this.jitter),
+            grace: over.grace.or(this.grace),
+            eager_refresh: over.eager_refresh.or(this.eager_refresh),
+            fail_safe: over.fail_safe.or(this.fail_safe),
+            fill_timeout: over.fill_timeout.or(this.fill_timeout),
+            soft_timeout: over.soft_timeout.or(this.soft_timeout),
+            negative_ttl: over.negative_ttl.or(this.negative_ttl),
+            lease_ttl: over.lease_ttl.or(this.lease_ttl),
+            store_timeout: over.store_timeout.or(this.store_timeout),
+            redis_connect_timeout: over.redis_connect_timeout.or(this.redis_connect_timeout),
+            redis_health_interval: over.redis_health_interval.or(this.redis_health_interval),
+            redis_tcp_keepalive: over.redis_tcp_keepalive.or(this.redis_tcp_keepalive),
+            max_entries: over.max_entries.or(this.max_entries),
+            max_bytes: over.max_bytes.or(this.max_bytes),
+            max_value_bytes: over.max_value_bytes.or(this.max_value_bytes),
+            circuit_breaker: over.circuit_breaker.or(this.circuit_breaker),
+            breaker_failures: over.breaker_failures.or(this.breaker_failures),
+            breaker_cool_down: over.breaker_cool_down.or(this.breaker_cool_down),
+            version: over.version.or(this.version),
+            also_invalidate_versions: over
+                .also_invalidate_versions
+                .or(this.also_invalidate_versions),
+            fail_safe_throttle: over.fail_safe_throttle.or(this.fail_safe_throttle),
+            poll_interval: over.poll_interval.or(this.poll_interval),
+            tag_retention: over.tag_retention.or(this.tag_retention),
+            refresh_limit: over.refresh_limit.or(this.refresh_limit),
+            metrics_interval: over.metrics_interval.or(this.metrics_interval),
+            trace_raw_keys: over.trace_raw_keys.or(this.trace_raw_keys),
+            cache,
         }
     }
 
+    /// The settings of cache `name`: the global ones overlaid with its
+    /// section, if there is one (names matched ignoring case, `-` and `.`
+    /// read as `_`), without sections.
+    #[must_use]
+    pub fn for_cache(&self, name: &str) -> Self {
+        let mut global = self.clone();
+        let sections = std::mem::take(&mut global.cache);
+        let key = section_key(name);
+        sections
+            .into_iter()
+            .filter(|(section, _)| section_key(section) == key)
+            .fold(global, |config, (_, section)| config.overlay(section))
+    }
+
+    /// Adds `settings` as cache `name`'s section (over any it had).
+    #[must_use]
+    pub fn cache(mut self, name: &str, settings: CacheConfig) -> Self {
+        let key = section_key(name);
+        let merged = match self.cache.remove(&key) {
+            Some(under) => under.overlay(settings),
+            None => settings,
+        };
+        self.cache.insert(key, merged);
+        self
+    }
+
+    /// `self` with its sections keyed by [`section_key`] (sections whose
+    /// names differ only by case, `-` or `.` overlaid in name order).
+    fn normalized(mut self) -> Self {
+        if self.cache.keys().all(|name| section_key(name) == *name) {
+            return self;
+        }
+        let sections = std::mem::take(&mut self.cache);
+        sections
+            .into_iter()
+            .fold(self, |config, (name, section)| config.cache(&name, section))
+    }
+
+    /// An error naming the first section that sets a process-wide field
+    /// or has sections of its own.
+    fn check_sections(&self) -> Result<(), ConfigError> {
+        for (name, section) in &self.cache {
+            if !section.cache.is_empty() {
+                return Err(ConfigError::new(format!(
+                    "cache {name:?}: a cache's section has no sections of its own"
+                )));
+            }
+            let set = section.process_fields_set();
+            if let Some(field) = set.first() {
+                return Err(ConfigError::new(format!(
+                    "cache {name:?}: {field} is set for the whole process, not per cache: \
+                     the caches of a process share one store"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The process-wide fields this config sets.
+    fn process_fields_set(&self) -> Vec<&'static str> {
+        let set = [
+            self.redis_url.is_some(),
+            self.redis_cluster_urls.is_some(),
+            self.redis_sentinel_master.is_some(),
+            self.redis_sentinel_urls.is_some(),
+            self.redis_master_user.is_some(),
+            self.redis_master_password.is_some(),
+            self.redis_connect_timeout.is_some(),
+            self.redis_health_interval.is_some(),
+            self.redis_tcp_keepalive.is_some(),
+        ];
+        PROCESS_FIELDS
+            .iter()
+            .zip(set)
+            .filter_map(|(field, set)| set.then_some(*field))
+            .collect()
+    }
+
     /// Applies the in-process settings to `builder` (everything but the
-    /// store; see [`build`](Self::build)).
-    pub fn apply<V>(&self, mut builder: CacheBuilder<V>) -> CacheBuilder<V>
+    /// store; see [`build`](Self::build)): the global settings, overlaid
+    /// with the section of the builder's cache, if any.
+    pub fn apply<V>(&self, builder: CacheBuilder<V>) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        let config = self.for_cache(builder.name());
+        config.apply_own(builder)
+    }
+
+    /// Applies this config's own fields (not its sections) to `builder`.
+    fn apply_own<V>(&self, mut builder: CacheBuilder<V>) -> CacheBuilder<V>
     where
         V: Clone + Send + Sync + 'static,
     {
@@ -392,7 +493,15 @@ impl CacheConfig {
             fail_safe => fail_safe, fill_timeout => fill_timeout,
             soft_timeout => soft_timeout, negative_ttl => negative_ttl,
             lease_ttl => lease_ttl, store_timeout => store_timeout,
-            max_value_bytes => max_value_bytes,
+            max_value_bytes => max_value_bytes, version => version,
+            also_invalidate_versions => also_invalidate_versions,
+            fail_safe_throttle => fail_safe_throttle, poll_interval => poll_interval,
+            tag_retention => tag_retention, refresh_limit => refresh_limit,
+            trace_raw_keys => trace_raw_keys,
+        }
+        #[cfg(feature = "metrics")]
+        if let Some(interval) = self.metrics_interval {
+            builder = builder.metrics_interval(Some(interval));
         }
         // A bound in bytes wins over one in entries.
         if let Some(entries) = self.max_entries {
@@ -414,14 +523,20 @@ impl CacheConfig {
     }
 
     /// Builds cache `name` on the Redis of `redis_url` (feature `redis`),
-    /// if set, and applies every setting.
+    /// if set, and applies every setting (the global ones, overlaid with
+    /// `name`'s section).
+    ///
+    /// Each call opens a store of its own (on Redis, a command connection
+    /// and a subscriber connection per cache): to build several caches on
+    /// one store, use [`caches`](Self::caches).
     ///
     /// Redis is connected to in the background
     /// ([`RedisStore::connect_lazy`](crate::redis::RedisStore::connect_lazy),
     /// [`RedisStore::connect_cluster_lazy`](crate::redis::RedisStore::connect_cluster_lazy)
     /// for `redis_cluster_urls`, or
     /// [`RedisStore::connect_sentinel_lazy`](crate::redis::RedisStore::connect_sentinel_lazy)
-    /// for `redis_sentinel_master` and `redis_sentinel_urls`): the cache is built even while Redis is
+    /// for `redis_sentinel_master` and `redis_sentinel_urls`), standalone,
+    /// cluster and Sentinel alike: the cache is built even while Redis is
     /// down, serves fail-open meanwhile (`get_or_fill` fills without a
     /// lease; `set` and `invalidate` report
     /// [`Error::Store`](crate::Error::Store)) and uses Redis as soon as it
@@ -437,159 +552,15 @@ impl CacheConfig {
     /// them, a malformed Redis URL or a `rediss://` URL
     /// without the `tls` feature (its [`store_error`](ConfigError::store_error)
     /// holds the store's typed error), a Redis URL in a build without the
-    /// `redis` feature, or a setting the builder refuses. With
-    /// `redis_cluster_urls`, also when no node of the cluster answers:
-    /// then [`store_error`](ConfigError::store_error) is of kind
-    /// [`Unavailable`](crate::StoreErrorKind::Unavailable) or
-    /// [`Timeout`](crate::StoreErrorKind::Timeout) (worth retrying). No
-    /// message shows a password.
+    /// `redis` feature, a section that sets a process-wide field, or a
+    /// setting the builder refuses. No server is asked anything before the
+    /// cache is returned: an unreachable server or cluster is no error
+    /// here. No message shows a password.
     pub async fn build<V>(&self, name: &str) -> Result<Cache<V>, ConfigError>
     where
         V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        let builder = self.apply(Cache::<V>::builder(name));
-        let builder = self.with_store(builder).await?;
-        builder.build()
-    }
-
-    /// The Redis URL, if set to something.
-    fn redis_url_set(&self) -> Option<&str> {
-        self.redis_url
-            .as_deref()
-            .filter(|url| !url.trim().is_empty())
-    }
-
-    /// The cluster URLs, if any is set.
-    fn redis_cluster_urls_set(&self) -> Option<Vec<String>> {
-        non_empty(self.redis_cluster_urls.as_deref())
-    }
-
-    /// The Sentinel master's name and the sentinels' URLs, if either is
-    /// set; an error if only one is, or if the master's credentials are
-    /// set without them.
-    fn redis_sentinel_set(&self) -> Result<Option<(&str, Vec<String>)>, ConfigError> {
-        let name = self
-            .redis_sentinel_master
-            .as_deref()
-            .map(str::trim)
-            .filter(|name| !name.is_empty());
-        let urls = non_empty(self.redis_sentinel_urls.as_deref());
-        let credentials = [&self.redis_master_user, &self.redis_master_password]
-            .iter()
-            .any(|field| field.as_deref().is_some_and(|v| !v.is_empty()));
-        match (name, urls) {
-            (Some(name), Some(urls)) => Ok(Some((name, urls))),
-            (Some(_), None) => Err(ConfigError::new(
-                "redis_sentinel_master is set but redis_sentinel_urls is not: name the sentinels",
-            )),
-            (None, Some(_)) => Err(ConfigError::new(
-                "redis_sentinel_urls is set but redis_sentinel_master is not: name the master",
-            )),
-            (None, None) if credentials => Err(ConfigError::new(
-                "redis_master_user and redis_master_password are used only with \
-                 redis_sentinel_master and redis_sentinel_urls",
-            )),
-            (None, None) => Ok(None),
-        }
-    }
-
-    #[cfg(feature = "redis")]
-    async fn with_store<V>(&self, builder: CacheBuilder<V>) -> Result<CacheBuilder<V>, ConfigError>
-    where
-        V: serde::Serialize + serde::de::DeserializeOwned + Clone + Send + Sync + 'static,
-    {
-        let redis = self.redis_config();
-        let sentinel = self.redis_sentinel_set()?;
-        let other = self.redis_url_set().is_some() || self.redis_cluster_urls_set().is_some();
-        if sentinel.is_some() && other {
-            return Err(ConfigError::new(
-                "set redis_sentinel_urls or redis_url / redis_cluster_urls, not both",
-            ));
-        }
-        if let Some((name, urls)) = sentinel {
-            let store = crate::redis::RedisStore::connect_sentinel_lazy(name, &urls, redis)
-                .map_err(|e| {
-                    let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
-                    ConfigError::from_store(
-                        format!("redis_sentinel_master {name:?}, redis_sentinel_urls {urls:?}"),
-                        e,
-                    )
-                })?;
-            return Ok(builder.store(store));
-        }
-        let store = match (self.redis_url_set(), self.redis_cluster_urls_set()) {
-            (Some(_), Some(_)) => {
-                return Err(ConfigError::new(
-                    "set redis_url or redis_cluster_urls, not both",
-                ))
-            }
-            (Some(url), None) => {
-                crate::redis::RedisStore::connect_lazy(url, redis).map_err(|e| {
-                    ConfigError::from_store(format!("redis_url {}", redact_url(url)), e)
-                })?
-            }
-            (None, Some(urls)) => crate::redis::RedisStore::connect_cluster_lazy(&urls, redis)
-                .map_err(|e| {
-                    let urls: Vec<String> = urls.iter().map(|url| redact_url(url)).collect();
-                    ConfigError::from_store(format!("redis_cluster_urls {urls:?}"), e)
-                })?,
-            (None, None) => return Ok(builder),
-        };
-        Ok(builder.store(store))
-    }
-
-    /// The Redis store's settings this config names, the others at their
-    /// defaults: `store_timeout` → `op_timeout`, `redis_connect_timeout`,
-    /// `redis_health_interval`, `redis_tcp_keepalive` (zero: off) and the
-    /// Sentinel master's credentials.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    ///
-    /// let config = corral::CacheConfig::from_toml(
-    ///     "store_timeout = \"250ms\"\nredis_tcp_keepalive = \"0s\"",
-    /// )
-    /// .expect("valid");
-    /// let redis = config.redis_config();
-    /// assert_eq!(redis.op_timeout, Duration::from_millis(250));
-    /// assert_eq!(redis.tcp_keepalive, None);
-    /// assert_eq!(redis.health_interval, Duration::from_secs(1));
-    /// ```
-    #[cfg(feature = "redis")]
-    pub fn redis_config(&self) -> crate::redis::RedisConfig {
-        let mut redis = crate::redis::RedisConfig::default();
-        if let Some(timeout) = self.store_timeout {
-            redis = redis.op_timeout(timeout);
-        }
-        if let Some(timeout) = self.redis_connect_timeout {
-            redis = redis.connect_timeout(timeout);
-        }
-        if let Some(interval) = self.redis_health_interval {
-            redis = redis.health_interval(interval);
-        }
-        if let Some(idle) = self.redis_tcp_keepalive {
-            redis = redis.tcp_keepalive((!idle.is_zero()).then_some(idle));
-        }
-        if let Some(password) = self.redis_master_password.as_deref() {
-            redis = redis.master_auth(self.redis_master_user.as_deref(), password);
-        }
-        redis
-    }
-
-    #[cfg(not(feature = "redis"))]
-    async fn with_store<V>(
-        &self,
-        builder: CacheBuilder<V>,
-    ) -> Result<CacheBuilder<V>, ConfigError> {
-        if self.redis_url_set().is_some()
-            || self.redis_cluster_urls_set().is_some()
-            || self.redis_sentinel_set()?.is_some()
-        {
-            return Err(ConfigError::new(
-                "a Redis URL is set but corral was built without the `redis` feature",
-            ));
-        }
-        Ok(builder)
+        self.caches()?.build(name)
     }
 }
 
@@ -654,6 +625,23 @@ setters! {
     breaker_failures: u32,
     /// Sets [`breaker_cool_down`](Self::breaker_cool_down).
     breaker_cool_down: Duration,
+    /// Sets [`version`](Self::version).
+    version: u32,
+    /// Sets [`also_invalidate_versions`](Self::also_invalidate_versions).
+    also_invalidate_versions: Vec<u32>,
+    /// Sets [`fail_safe_throttle`](Self::fail_safe_throttle).
+    fail_safe_throttle: Duration,
+    /// Sets [`poll_interval`](Self::poll_interval).
+    poll_interval: Duration,
+    /// Sets [`tag_retention`](Self::tag_retention).
+    tag_retention: Duration,
+    /// Sets [`refresh_limit`](Self::refresh_limit).
+    refresh_limit: usize,
+    /// Sets [`metrics_interval`](Self::metrics_interval) (zero: only on
+    /// `Cache::export_metrics`).
+    metrics_interval: Duration,
+    /// Sets [`trace_raw_keys`](Self::trace_raw_keys).
+    trace_raw_keys: bool,
 }
 
 impl CacheConfig {
@@ -731,6 +719,10 @@ impl fmt::Debug for CacheConfig {
             ("redis_health_interval", self.redis_health_interval),
             ("redis_tcp_keepalive", self.redis_tcp_keepalive),
             ("breaker_cool_down", self.breaker_cool_down),
+            ("fail_safe_throttle", self.fail_safe_throttle),
+            ("poll_interval", self.poll_interval),
+            ("tag_retention", self.tag_retention),
+            ("metrics_interval", self.metrics_interval),
         ];
         for (name, value) in durations {
             if let Some(value) = value {
@@ -756,109 +748,26 @@ impl fmt::Debug for CacheConfig {
                 "breaker_failures",
                 self.breaker_failures.map(|v| v.to_string()),
             ),
+            ("version", self.version.map(|v| v.to_string())),
+            (
+                "also_invalidate_versions",
+                self.also_invalidate_versions
+                    .as_ref()
+                    .map(|v| format!("{v:?}")),
+            ),
+            ("refresh_limit", self.refresh_limit.map(|v| v.to_string())),
+            ("trace_raw_keys", self.trace_raw_keys.map(|v| v.to_string())),
         ];
         for (name, value) in others {
             if let Some(value) = value {
                 set.insert(name, value);
             }
         }
-        f.debug_map().entries(set).finish()
-    }
-}
-
-/// The URLs of `urls` that are not blank, trimmed; `None` if there are
-/// none.
-fn non_empty(urls: Option<&[String]>) -> Option<Vec<String>> {
-    let urls: Vec<String> = urls
-        .into_iter()
-        .flatten()
-        .map(|url| url.trim())
-        .filter(|url| !url.is_empty())
-        .map(str::to_owned)
-        .collect();
-    (!urls.is_empty()).then_some(urls)
-}
-
-/// The form a duration is written in, for error messages.
-const DURATION_FORM: &str = r#"a duration with a unit (ms, s, m, h or d), like "60s""#;
-
-/// Deserializes an optional duration written as a number and a unit.
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-    deserializer.deserialize_any(DurationVisitor).map(Some)
-}
-
-/// Reads a duration string; any other type is an error that shows the
-/// form expected (`ttl = 60` → "expected a duration with a unit ... like
-/// "60s"").
-struct DurationVisitor;
-
-impl serde::de::Visitor<'_> for DurationVisitor {
-    type Value = Duration;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(DURATION_FORM)
-    }
-
-    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
-        parse_duration(text).map_err(E::custom)
-    }
-}
-
-/// The key of the `key = value` line of TOML `text` that holds byte
-/// `offset`, if it is one.
-fn key_at(text: &str, offset: usize) -> Option<String> {
-    let start = text.get(..offset)?.rfind('\n').map_or(0, |at| at + 1);
-    let line = text.get(start..)?.lines().next()?;
-    let (key, _) = line.split_once('=')?;
-    let key = key.trim().trim_matches('"');
-    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_owned())
-}
-
-/// `message` on one line.
-fn one_line(message: &str) -> String {
-    message.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Parses `"250ms"`, `"1.5s"`, `"5m"`, `"2h"`, `"1d"`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| {
-            format!(r#"duration {text:?} has no unit (ms, s, m, h or d), like "60s""#)
-        })?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("duration {text:?}: {number:?} is not a number"))?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        "d" => number * 86_400.0,
-        other => {
-            return Err(format!(
-                "duration {text:?}: unknown unit {other:?} (ms, s, m, h or d)"
-            ))
+        let mut map = f.debug_map();
+        map.entries(set);
+        for (name, section) in &self.cache {
+            map.entry(&format_args!("cache.{name}"), section);
         }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_need_a_unit() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration(" 2h "), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
-        assert!(parse_duration("60").is_err());
-        assert!(parse_duration("5 weeks").is_err());
-        assert!(parse_duration("s").is_err());
+        map.finish()
     }
 }
