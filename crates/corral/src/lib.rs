@@ -260,6 +260,7 @@ mod state;
 mod stats;
 pub mod store;
 mod sync;
+mod throttle;
 mod tier;
 
 #[cfg(feature = "redis")]

@@ -126,9 +126,11 @@ fn sentinel_group(
         .map_err(|e| scrub_seeds(sentinels, e))
 }
 
-/// How a standalone store's connection is made and remade under `config`.
-fn reconnect(config: &RedisConfig) -> Reconnect {
+/// How a standalone store's connection to `store` (its name in logs) is
+/// made and remade under `config`.
+fn reconnect(config: &RedisConfig, store: &str) -> Reconnect {
     Reconnect {
+        store: store.into(),
         connect_timeout: config.connect_timeout,
         initial_attempts: CONNECT_ATTEMPTS,
         min_delay: RECONNECT_MIN_DELAY,
@@ -769,7 +771,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let reconnect = reconnect(&config);
+        let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
         let connection = bounded(
             config.connect_timeout,
@@ -814,6 +816,7 @@ impl RedisStore {
             connection,
             config.connect_timeout,
             runtime.clone(),
+            &seeds.target,
         );
         Self::finish(
             seeds.target,
@@ -846,6 +849,7 @@ impl RedisStore {
             config.connect_timeout,
             runtime.clone(),
             (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
+            &seeds.target,
         );
         Ok(Self::assemble(
             seeds.target,
@@ -896,7 +900,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let reconnect = reconnect(&config);
+        let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
         let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         let feed = Feed::Server(source, connection.moves());
@@ -955,7 +959,11 @@ impl RedisStore {
         let connection = bounded(
             config.connect_timeout.saturating_mul(steps),
             "connect",
-            Standalone::connect(source.clone(), reconnect(&config), runtime.clone()),
+            Standalone::connect(
+                source.clone(),
+                reconnect(&config, &group.target()),
+                runtime.clone(),
+            ),
         )
         .await
         .map_err(|e| group.scrub(scrub_seeds(sentinels, e)))?;
@@ -990,7 +998,8 @@ impl RedisStore {
         let config = config.normalized();
         let group = sentinel_group(master_name, sentinels, &config)?;
         let source = Source::Sentinel(Arc::clone(&group));
-        let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());
+        let reconnect = reconnect(&config, &group.target());
+        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         let feed = Feed::Server(source, connection.moves());
         Ok(Self::assemble(
             group.target(),
