@@ -353,8 +353,10 @@ pub struct RedisKeys {
 
 /// A [`Store`] on Redis, Redis Cluster or Redis under Sentinel: values, fill leases, fenced
 /// commits and pub/sub wake-ups, one round trip per operation — a read is a
-/// pipelined `PTTL` + `GET`, no script; the lease request returns a
-/// present value instead of a lease (Redis 7; Valkey works the same).
+/// plain `GET` of a write the store has read before, `PTTL` + `GET`
+/// pipelined otherwise, no script, and reads in flight together go out as
+/// one batch (`MGET`); the lease request returns a present value instead
+/// of a lease (Valkey works the same; see "What it needs from Redis").
 ///
 /// Cheap to clone (the clones share the connections). The background
 /// subscriber task ends when the last clone is dropped. Works on a
@@ -484,7 +486,7 @@ pub struct RedisKeys {
 ///
 /// A read ([`Store::get`]) is one round trip without a script: `PTTL` and
 /// `GET` of the value key, pipelined (on a cluster both go to the key's
-/// slot). `PTTL` is sent first, so a write landing between the two can
+/// slot), or a plain `GET` of a write the store remembers (below). `PTTL` is sent first, so a write landing between the two can
 /// only make the value look older than it is (an early refresh), never
 /// younger. Freshness is judged by the server's clock: age = the physical
 /// TTL in the envelope − the remaining `PTTL`.
@@ -1143,7 +1145,9 @@ impl RedisStore {
         read
     }
 
-    /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
+    /// The value of `key`, if present: a plain `GET` of a write whose
+    /// expiry is remembered, else (or when the `GET` finds another write)
+    /// a pipelined `PTTL` + `GET`; batched with the reads in flight.
     async fn read_value(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
         let name = keys::ValueName::new(key);
         let id = name.id();
