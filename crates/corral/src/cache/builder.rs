@@ -189,6 +189,7 @@ where
     }
 
     /// The name of the cache being built.
+    #[cfg(feature = "config")]
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
