@@ -139,3 +139,38 @@ async fn redis_logs_name_the_store_and_keep_the_errors_once() {
     assert!(restored[0].contains("down_ms="), "{text}");
     println!("{text}");
 }
+
+/// A silent server (frozen: connections accepted, nothing answered) fails
+/// every health check: the warning is logged once, the repeats at debug
+/// level, and the connection that answers again is kept.
+#[tokio::test]
+async fn a_silent_servers_health_checks_warn_once() {
+    use std::time::Duration;
+
+    use corral::{RedisConfig, RedisStore};
+    use corral_testkit::{until, RedisServer};
+
+    let (captured, _default) = corral_testkit::capture(tracing::Level::DEBUG);
+    let server = RedisServer::start();
+    let config = RedisConfig::default()
+        .health_interval(Duration::from_millis(10))
+        .op_timeout(Duration::from_millis(30))
+        .connect_timeout(Duration::from_millis(30));
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("store");
+    server.freeze();
+    let unanswered = |text: &str| lines(text, "DEBUG", "gave no answer").len();
+    until("three health checks went unanswered", || {
+        unanswered(&captured.text()) >= 3
+    })
+    .await;
+    server.thaw();
+    let text = captured.text();
+    let warned = lines(&text, "WARN", "gave no answer");
+    assert_eq!(warned.len(), 1, "{text}");
+    assert!(warned[0].contains("store=redis://127.0.0.1:"), "{text}");
+    assert!(warned[0].contains("repeats_left_out=0"), "{text}");
+    assert!(lines(&text, "WARN", "not replaced").is_empty(), "{text}");
+    drop(store);
+}
