@@ -1040,6 +1040,7 @@ impl RedisStore {
                 op_timeout: config.op_timeout,
                 max_backoff: config.reconnect_max_delay,
                 health_interval: config.health_interval,
+                store: target.as_str().into(),
             },
         );
         Self {
