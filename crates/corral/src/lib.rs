@@ -29,7 +29,7 @@
 //! |---|---|---|
 //! | nothing (default) | in-process, decoded, bounded by entries or bytes | per process |
 //! | [`.store(MemoryStore)`](store::MemoryStore) | an in-process shared store of envelopes, with leases | per store |
-//! | `.store(RedisStore)` (feature `redis`, default) | Redis or Redis Cluster | across every process sharing it |
+//! | `.store(RedisStore)` (feature `redis`, default) | Redis (one server, Cluster, or Sentinel) | across every process sharing it |
 //! | `.store(..).l1(true)` | decoded in process (L1) in front of the store (L2) | across every process sharing the store |
 //!
 //! With two tiers, an L1 hit costs what an in-process hit costs (no await,
@@ -125,10 +125,10 @@
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `redis` | yes | [`RedisStore`]: standalone and cluster Redis 7 |
+//! | `redis` | yes | [`RedisStore`]: one Redis or Valkey server (any version with Lua scripting), a Redis Cluster (Redis 7+: sharded pub/sub) or a master under Redis Sentinel |
 //! | `macros` | yes | [`#[cached]`](cached): an `async fn` whose body is the fill of a [`Cache::get_or_fill`] |
 //! | `tls` | no | `rediss://` for [`RedisStore`] through rustls (ring): webpki roots or your own CA ([`RedisConfig::tls_root_ca`](RedisConfig)), client certificates |
-//! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets |
+//! | `config` | no | `CacheConfig`: settings from TOML or `CORRAL_*` environment variables, with presets and per-cache sections; `Caches`: every cache of a process on one store |
 //! | `metrics` | no | counters and durations through the [`metrics`](https://docs.rs/metrics) facade |
 //! | `encryption` | no | `Encryption`: values in shared stores sealed with AES-256-GCM |
 //! | `memcached` | no | `MemcachedStore`: memcached 1.6+ as the shared store (leases by `add`, fences by `cas`, waiters that poll) |
@@ -260,6 +260,7 @@ mod state;
 mod stats;
 pub mod store;
 mod sync;
+mod throttle;
 mod tier;
 
 #[cfg(feature = "redis")]
@@ -275,7 +276,7 @@ pub use cache::get_or_fill::{FillOutput, GetOrFill};
 pub use cache::write::Set;
 pub use cache::Cache;
 #[cfg(feature = "config")]
-pub use config::CacheConfig;
+pub use config::{CacheConfig, Caches};
 #[cfg(feature = "encryption")]
 pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
@@ -324,10 +325,13 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 /// # }
 /// ```
 ///
-/// A cache on Redis in a `static`: connecting is `async`, so it cannot
-/// happen in a `LazyLock`'s closure; a `tokio::sync::OnceCell` (or a
-/// `std::sync::OnceLock` set in `main`) holds it, and `cache = ` may be any
-/// expression, `.await` included. The error type is a real error (`Display`
+/// A cache on Redis in a `static`: [`RedisStore::connect_lazy`] is
+/// synchronous, so a `LazyLock` can hold it too, provided it is first
+/// touched inside the tokio runtime that serves the process (the store's
+/// connections and tasks live on the runtime it was made on, and making it
+/// outside one is an error). A `tokio::sync::OnceCell` (or a
+/// `std::sync::OnceLock` set in `main`) makes that explicit, and `cache = `
+/// may be any expression, `.await` included. The error type is a real error (`Display`
 /// and `std::error::Error`), so `?` carries a call's error into
 /// `anyhow::Result` or `Box<dyn Error>`, and the chain reaches it
 /// ([`Error::Fill`]'s `source()` is the fill's error):

@@ -38,7 +38,7 @@
 //! - `store.get`: `corral::RedisStore` through `Store::get`;
 //! - `store.get_or_lease`: `Store::get_or_lease` (`Grant::IfNoValue`) on a
 //!   present value, what a cache's leader asks;
-//! - `cache.get`: `Cache::get` (reads through `Store::get`, decodes; no
+//! - `cache.peek`: `Cache::peek` (reads through `Store::get`, decodes; no
 //!   flight);
 //! - `cache.get_or_fill`: `Cache::get_or_fill` on warm keys (no L1: each
 //!   caller reads through `Store::get` before it claims a flight);
@@ -161,7 +161,7 @@ impl Variant {
             Self::MultiPttlGet => "multi/pttl+get",
             Self::StoreGet => "store.get",
             Self::StoreGetOrLease => "store.get_or_lease",
-            Self::CacheGet => "cache.get",
+            Self::CacheGet => "cache.peek",
             Self::CacheGetOrFill => "cache.get_or_fill",
             Self::CacheL1Miss => "cache+l1.get_or_fill, L1 miss",
             Self::RawMget => "raw/mget (floor)",
@@ -338,7 +338,7 @@ impl Ctx {
                 assert!(matches!(lookup, Lookup::Hit(_)));
             }
             Variant::CacheGet => {
-                let value = self.cache.peek(&k.user).await.expect("cache.get");
+                let value = self.cache.peek(&k.user).await.expect("cache.peek");
                 assert!(value.is_some());
             }
             Variant::CacheGetOrFill => {

@@ -50,6 +50,7 @@ pub enum Capacity {
 pub struct CacheBuilder<V> {
     name: String,
     version: u32,
+    also_invalidate_versions: Vec<u32>,
     policy: Policy,
     capacity: Capacity,
     /// Set by `codec`, or to the default by `store`.
@@ -124,6 +125,7 @@ where
         Self {
             name: name.to_owned(),
             version: 0,
+            also_invalidate_versions: Vec::new(),
             policy: Policy::default(),
             capacity: Capacity::Entries(10_000),
             codec: None,
@@ -146,9 +148,50 @@ where
     /// The schema version of `V`. Bump it when `V` changes shape: a deploy
     /// with a new version reads and writes its own keys and never decodes
     /// the old bytes.
+    ///
+    /// During a rolling deploy the two builds run side by side, each in
+    /// its own namespace: without more, an invalidation made by one does
+    /// not reach the other, which goes on serving what was invalidated
+    /// until it expires. [`also_invalidate_versions`](Self::also_invalidate_versions)
+    /// sends invalidations to the other build's namespace too.
     pub fn version(mut self, version: u32) -> Self {
         self.version = version;
         self
+    }
+
+    /// Versions whose namespaces this cache's invalidations also reach: an
+    /// [`invalidate`](crate::Cache::invalidate), an
+    /// [`invalidate_tag`](crate::Cache::invalidate_tag), a
+    /// [`clear`](crate::Cache::clear) and a [`set`](crate::Cache::set)
+    /// (which invalidates the key there: a value of another schema cannot
+    /// be written) are made in this cache's namespace and then in each of
+    /// theirs, with their backplane messages, so the processes of a build
+    /// with another [`version`](Self::version) that share the store drop
+    /// their copies too. Each version costs one more store call per
+    /// invalidation; the call returns an error if any of them failed.
+    /// Its own version is skipped. Default: none.
+    ///
+    /// For a rolling deploy from version 2 to 3, both ways:
+    ///
+    /// - the new build: `.version(3).also_invalidate_versions([2])`, so
+    ///   the old processes still running drop what the new ones
+    ///   invalidate;
+    /// - the old build must already send its invalidations to version 3:
+    ///   ship `.version(2).also_invalidate_versions([3])` (or set
+    ///   `CORRAL_<CACHE>_ALSO_INVALIDATE_VERSIONS=3` with
+    ///   [`CacheConfig`](crate::CacheConfig)) before the bump. Invalidating
+    ///   a namespace nobody reads yet is harmless.
+    ///
+    /// Once the deploy is over, drop the setting.
+    pub fn also_invalidate_versions(mut self, versions: impl IntoIterator<Item = u32>) -> Self {
+        self.also_invalidate_versions = versions.into_iter().collect();
+        self
+    }
+
+    /// The name of the cache being built.
+    #[cfg(feature = "config")]
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// How long a filled value is fresh. Must be greater than zero.
@@ -505,6 +548,13 @@ where
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         let sizing = self.checked_sizing()?;
         let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
+        let mut also_invalidate: Vec<Arc<str>> = Vec::new();
+        for version in &self.also_invalidate_versions {
+            let other: Arc<str> = format!("{}:v{version}", self.name).into();
+            if *version != self.version && !also_invalidate.contains(&other) {
+                also_invalidate.push(other);
+            }
+        }
         let cipher = match &self.encryption {
             Some(encryption) => Some(encryption.cipher(&namespace)?),
             None => None,
@@ -538,6 +588,7 @@ where
         });
         let inner = Arc::new(Inner::new(InnerParts {
             namespace,
+            also_invalidate: also_invalidate.into(),
             name,
             schema: self.version,
             policy: self.policy,

@@ -327,7 +327,8 @@ where
         let removed = match &inner.tiers().l2 {
             Some(store) => {
                 let skey = inner.store_key(key);
-                store.call(store.invalidate(&skey, inner.origin())).await
+                let removed = store.call(store.invalidate(&skey, inner.origin())).await;
+                removed.and(self.invalidate_other_versions(key).await)
             }
             None => Ok(()),
         };
@@ -508,13 +509,38 @@ where
             Some(store) => {
                 let retention = inner.policy().tag_retention;
                 let call = store.invalidate_tag(inner.namespace(), tag, retention, inner.origin());
-                (store.call(call).await, None)
+                let mut moved = store.call(call).await;
+                for namespace in inner.also_invalidate() {
+                    let call = store.invalidate_tag(namespace, tag, retention, inner.origin());
+                    moved = moved.and(store.call(call).await);
+                }
+                (moved, None)
             }
             None => (Ok(()), Some(inner.new_version())),
         };
         inner.tag_moved(tag, local_version);
         moved.inspect_err(|error| inner.counters().store_failed(error))?;
         Ok(())
+    }
+
+    /// Invalidates `key` in the namespaces of the other versions this
+    /// cache's invalidations reach
+    /// ([`also_invalidate_versions`](crate::CacheBuilder::also_invalidate_versions)):
+    /// the first error, after trying each.
+    pub(crate) async fn invalidate_other_versions(
+        &self,
+        key: &str,
+    ) -> Result<(), crate::data::error::StoreError> {
+        let inner = &self.inner;
+        let (Some(store), others) = (&inner.tiers().l2, inner.also_invalidate()) else {
+            return Ok(());
+        };
+        let mut result = Ok(());
+        for namespace in others {
+            let other = crate::store::StoreKey::of(namespace, key);
+            result = result.and(store.call(store.invalidate(&other, inner.origin())).await);
+        }
+        result
     }
 }
 

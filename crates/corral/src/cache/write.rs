@@ -186,6 +186,12 @@ where
             let written = store
                 .call(store.set(&skey, &bytes, ttls.physical, inner.origin()))
                 .await;
+            // A build of another version drops its copy: it cannot read
+            // this one.
+            let written = match written {
+                Ok(()) => self.invalidate_other_versions(key).await,
+                failed => failed,
+            };
             if let Err(error) = written {
                 inner.counters().store_failed(&error);
                 // The write may or may not have landed: keep no copy of

@@ -151,8 +151,11 @@ pub enum Error<E = Infallible> {
         /// What went wrong.
         message: Arc<str>,
     },
-    /// The shared store failed (only operations that write report this;
-    /// `get_or_fill` fails open).
+    /// The shared store failed. Reported by the operations that must reach
+    /// the store: the writes (`set`, `invalidate`, `invalidate_tag`,
+    /// `clear`) and the reads that look without filling (`peek`,
+    /// `peek_entry`); `get_or_fill` and `get_many_or_fill` fail open (they
+    /// fill without the store) instead.
     Store(StoreError),
     /// The operation was called outside a tokio runtime.
     NoRuntime,
@@ -167,7 +170,10 @@ pub enum Error<E = Infallible> {
 }
 
 impl<E> Error<E> {
-    /// Whether the hard fill timeout passed.
+    /// Whether a timeout passed: the flight's hard `fill_timeout`
+    /// ([`Timeout`](Self::Timeout)), or a store call's
+    /// (a [`Store`](Self::Store) error of kind
+    /// [`StoreErrorKind::Timeout`]).
     pub fn is_timeout(&self) -> bool {
         matches!(self, Self::Timeout { .. }) || matches!(self, Self::Store(e) if e.is_timeout())
     }

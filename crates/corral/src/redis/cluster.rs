@@ -28,6 +28,8 @@ use tokio::runtime::Handle;
 
 use tokio::sync::Notify;
 
+use crate::throttle::{Throttle, WARN_WINDOW};
+
 use super::backoff::Backoff;
 
 use crate::sync::{read, write};
@@ -56,6 +58,10 @@ struct Shared {
     failures: AtomicU32,
     /// Whether a rebuild is running.
     rebuilding: AtomicBool,
+    /// The store's name in logs (its seeds, without passwords).
+    store: Arc<str>,
+    /// Rations the warnings of calls that keep failing.
+    failing: Throttle,
 }
 
 impl Cluster {
@@ -66,6 +72,7 @@ impl Cluster {
         connection: ClusterConnection,
         connect_timeout: Duration,
         runtime: Handle,
+        store: &str,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -76,6 +83,8 @@ impl Cluster {
                 attempted: AtomicBool::new(true),
                 settled: Notify::new(),
                 failures: AtomicU32::new(0),
+                store: store.into(),
+                failing: Throttle::default(),
                 rebuilding: AtomicBool::new(false),
             }),
         }
@@ -90,6 +99,7 @@ impl Cluster {
         connect_timeout: Duration,
         runtime: Handle,
         (min_delay, max_delay): (Duration, Duration),
+        store: &str,
     ) -> Self {
         let shared = Arc::new(Shared {
             client,
@@ -99,6 +109,8 @@ impl Cluster {
             attempted: AtomicBool::new(false),
             settled: Notify::new(),
             failures: AtomicU32::new(0),
+            store: store.into(),
+            failing: Throttle::default(),
             // No rebuild while the first connection is being made.
             rebuilding: AtomicBool::new(true),
         });
@@ -154,10 +166,22 @@ impl Cluster {
     fn failed(&self) {
         let failures = self.shared.failures.fetch_add(1, Relaxed) + 1;
         if failures >= REBUILD_AFTER && !self.shared.rebuilding.swap(true, Relaxed) {
-            tracing::warn!(
-                failures,
-                "redis cluster calls keep failing: rebuilding the connection from the seed nodes"
-            );
+            let store = &self.shared.store;
+            match self.shared.failing.admit() {
+                Some(left_out) => tracing::warn!(
+                    store = %store,
+                    failures,
+                    repeats_left_out = left_out,
+                    "redis cluster calls keep failing: rebuilding the connection from the seed \
+                     nodes (repeats are logged at debug level for {}s)",
+                    WARN_WINDOW.as_secs()
+                ),
+                None => tracing::debug!(
+                    store = %store,
+                    failures,
+                    "redis cluster calls keep failing: rebuilding the connection"
+                ),
+            }
             let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
             runtime.spawn(rebuild(Arc::downgrade(&self.shared)));
         }
@@ -217,10 +241,16 @@ async fn rebuild(weak: Weak<Shared>) {
         Ok(Ok(connection)) => {
             *write(&shared.connection) = Some(connection);
             shared.failures.store(0, Relaxed);
-            tracing::info!("redis cluster connection rebuilt");
+            shared.failing.reset();
+            tracing::info!(store = %shared.store, "redis cluster connection rebuilt");
         }
-        Ok(Err(error)) => tracing::warn!(%error, "redis cluster connection not rebuilt"),
-        Err(_) => tracing::warn!("redis cluster connection not rebuilt: no connection in time"),
+        Ok(Err(error)) => {
+            tracing::debug!(store = %shared.store, %error, "redis cluster connection not rebuilt");
+        }
+        Err(_) => tracing::debug!(
+            store = %shared.store,
+            "redis cluster connection not rebuilt: no connection in time"
+        ),
     }
     shared.rebuilding.store(false, Relaxed);
 }
@@ -242,7 +272,7 @@ async fn connecting(weak: Weak<Shared>, min_delay: Duration, max_delay: Duration
         if let Ok(Ok(connection)) = built {
             *write(&shared.connection) = Some(connection);
             shared.rebuilding.store(false, Relaxed);
-            tracing::info!("redis cluster connected");
+            tracing::info!(store = %shared.store, "redis cluster connected");
         }
         shared.attempted.store(true, Relaxed);
         shared.settled.notify_waiters();

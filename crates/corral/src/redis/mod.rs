@@ -126,9 +126,11 @@ fn sentinel_group(
         .map_err(|e| scrub_seeds(sentinels, e))
 }
 
-/// How a standalone store's connection is made and remade under `config`.
-fn reconnect(config: &RedisConfig) -> Reconnect {
+/// How a standalone store's connection to `store` (its name in logs) is
+/// made and remade under `config`.
+fn reconnect(config: &RedisConfig, store: &str) -> Reconnect {
     Reconnect {
+        store: store.into(),
         connect_timeout: config.connect_timeout,
         initial_attempts: CONNECT_ATTEMPTS,
         min_delay: RECONNECT_MIN_DELAY,
@@ -351,8 +353,10 @@ pub struct RedisKeys {
 
 /// A [`Store`] on Redis, Redis Cluster or Redis under Sentinel: values, fill leases, fenced
 /// commits and pub/sub wake-ups, one round trip per operation — a read is a
-/// pipelined `PTTL` + `GET`, no script; the lease request returns a
-/// present value instead of a lease (Redis 7; Valkey works the same).
+/// plain `GET` of a write the store has read before, `PTTL` + `GET`
+/// pipelined otherwise, no script, and reads in flight together go out as
+/// one batch (`MGET`); the lease request returns a present value instead
+/// of a lease (Valkey works the same; see "What it needs from Redis").
 ///
 /// Cheap to clone (the clones share the connections). The background
 /// subscriber task ends when the last clone is dropped. Works on a
@@ -482,7 +486,7 @@ pub struct RedisKeys {
 ///
 /// A read ([`Store::get`]) is one round trip without a script: `PTTL` and
 /// `GET` of the value key, pipelined (on a cluster both go to the key's
-/// slot). `PTTL` is sent first, so a write landing between the two can
+/// slot), or a plain `GET` of a write the store remembers (below). `PTTL` is sent first, so a write landing between the two can
 /// only make the value look older than it is (an early refresh), never
 /// younger. Freshness is judged by the server's clock: age = the physical
 /// TTL in the envelope − the remaining `PTTL`.
@@ -769,7 +773,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let reconnect = reconnect(&config);
+        let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
         let connection = bounded(
             config.connect_timeout,
@@ -814,6 +818,7 @@ impl RedisStore {
             connection,
             config.connect_timeout,
             runtime.clone(),
+            &seeds.target,
         );
         Self::finish(
             seeds.target,
@@ -846,6 +851,7 @@ impl RedisStore {
             config.connect_timeout,
             runtime.clone(),
             (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
+            &seeds.target,
         );
         Ok(Self::assemble(
             seeds.target,
@@ -896,7 +902,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let client = client::client(url, &config)?;
-        let reconnect = reconnect(&config);
+        let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
         let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         let feed = Feed::Server(source, connection.moves());
@@ -955,7 +961,11 @@ impl RedisStore {
         let connection = bounded(
             config.connect_timeout.saturating_mul(steps),
             "connect",
-            Standalone::connect(source.clone(), reconnect(&config), runtime.clone()),
+            Standalone::connect(
+                source.clone(),
+                reconnect(&config, &group.target()),
+                runtime.clone(),
+            ),
         )
         .await
         .map_err(|e| group.scrub(scrub_seeds(sentinels, e)))?;
@@ -990,7 +1000,8 @@ impl RedisStore {
         let config = config.normalized();
         let group = sentinel_group(master_name, sentinels, &config)?;
         let source = Source::Sentinel(Arc::clone(&group));
-        let connection = Standalone::lazy(source.clone(), reconnect(&config), runtime.clone());
+        let reconnect = reconnect(&config, &group.target());
+        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
         let feed = Feed::Server(source, connection.moves());
         Ok(Self::assemble(
             group.target(),
@@ -1029,6 +1040,7 @@ impl RedisStore {
                 op_timeout: config.op_timeout,
                 max_backoff: config.reconnect_max_delay,
                 health_interval: config.health_interval,
+                store: target.as_str().into(),
             },
         );
         Self {
@@ -1134,7 +1146,9 @@ impl RedisStore {
         read
     }
 
-    /// The value of `key`, if present: one pipelined `PTTL` + `GET`.
+    /// The value of `key`, if present: a plain `GET` of a write whose
+    /// expiry is remembered, else (or when the `GET` finds another write)
+    /// a pipelined `PTTL` + `GET`; batched with the reads in flight.
     async fn read_value(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
         let name = keys::ValueName::new(key);
         let id = name.id();

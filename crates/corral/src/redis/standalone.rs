@@ -58,6 +58,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::sentinel::{is_master, Source};
 use crate::sync::{read, write};
+use crate::throttle::{Throttle, WARN_WINDOW};
 
 /// How to connect and reconnect.
 #[derive(Debug, Clone)]
@@ -74,6 +75,8 @@ pub(super) struct Reconnect {
     pub(super) health_interval: Duration,
     /// How long the heartbeat's `PING` may wait for its answer.
     pub(super) health_timeout: Duration,
+    /// The store's name in logs: its server's URL without password.
+    pub(super) store: Arc<str>,
 }
 
 /// A connection to one server that reconnects by itself. Clones share it.
@@ -95,6 +98,8 @@ struct Shared {
     moves: watch::Sender<u64>,
     /// Set once the server refused `ROLE`: the heartbeat sends `PING`.
     role_refused: AtomicBool,
+    /// Rations the heartbeat's warnings while the server stays silent.
+    unanswered: Throttle,
 }
 
 enum State {
@@ -153,7 +158,9 @@ impl Standalone {
             settled: Notify::new(),
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
+            unanswered: Throttle::default(),
         });
+        tracing::info!(store = %shared.reconnect.store, "redis connected");
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Ok(Self { shared })
     }
@@ -176,8 +183,9 @@ impl Standalone {
             settled: Notify::new(),
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
+            unanswered: Throttle::default(),
         });
-        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, false));
+        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, true, false));
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Self { shared }
     }
@@ -242,7 +250,7 @@ impl Standalone {
             return;
         };
         if error.is_unrecoverable_error() {
-            reconnect(&self.shared, epoch, false);
+            reconnect(&self.shared, epoch, Why::Lost(error));
         } else if error.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly) {
             leave_replica(&self.shared, epoch, "READONLY");
         }
@@ -259,15 +267,26 @@ fn leave_replica(shared: &Arc<Shared>, epoch: u64, found: &str) {
             State::Up { epoch: current, since, .. }
                 if *current == epoch && since.elapsed() >= shared.reconnect.max_delay
         );
-    if due && reconnect(shared, epoch, true) {
-        tracing::warn!("redis server is a replica now ({found}): reconnecting");
+    if due && reconnect(shared, epoch, Why::Demoted) {
+        tracing::warn!(
+            store = %shared.reconnect.store,
+            "redis server is a replica now ({found}): reconnecting"
+        );
     }
 }
 
+/// Why a connection is made anew.
+enum Why<'a> {
+    /// The connection broke, with this error.
+    Lost(&'a RedisError),
+    /// Its server became a replica.
+    Demoted,
+}
+
 /// Marks the connection of `epoch` down and starts the task that replaces
-/// it (`demoted`: because its server became a replica); returns whether
-/// it did, rather than another call before it.
-fn reconnect(shared: &Arc<Shared>, epoch: u64, demoted: bool) -> bool {
+/// it (`why`: lost or demoted); returns whether it did, rather than
+/// another call before it.
+fn reconnect(shared: &Arc<Shared>, epoch: u64, why: Why<'_>) -> bool {
     {
         let mut state = write(&shared.state);
         if !matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
@@ -275,21 +294,31 @@ fn reconnect(shared: &Arc<Shared>, epoch: u64, demoted: bool) -> bool {
         }
         *state = State::Reconnecting { failed: None };
     }
-    if !demoted {
-        tracing::warn!("redis connection lost: reconnecting");
+    if let Why::Lost(error) = &why {
+        tracing::warn!(
+            store = %shared.reconnect.store,
+            %error,
+            "redis connection lost: reconnecting"
+        );
     }
     // On the caller's runtime, where the new connection's driver task
     // will run too; the store's own runtime when called outside one.
     let runtime = Handle::try_current().unwrap_or_else(|_| shared.runtime.clone());
-    runtime.spawn(reconnecting(Arc::downgrade(shared), epoch, demoted));
+    let demoted = matches!(why, Why::Demoted);
+    runtime.spawn(reconnecting(Arc::downgrade(shared), epoch, false, demoted));
     true
 }
 
 /// Connects anew until it succeeds or the store is dropped (the task
-/// holds the store only during an attempt, not across its backoff). When
-/// the connection of `epoch` was left because its server was `demoted`,
-/// [`Standalone::moves`] ticks once the new one is up.
-async fn reconnecting(weak: Weak<Shared>, epoch: u64, demoted: bool) {
+/// holds the store only during an attempt, not across its backoff): the
+/// `first` connection of a lazy store, or the one after the connection of
+/// `epoch`. When that one was left because its server was `demoted`,
+/// [`Standalone::moves`] ticks once the new one is up. Logs the first
+/// failed attempt (with its error) and the connection made: "connected"
+/// the first time, "restored" after a loss, with how long it took.
+async fn reconnecting(weak: Weak<Shared>, epoch: u64, first: bool, demoted: bool) {
+    let began = Instant::now();
+    let mut failures = 0_u64;
     let mut backoff = match weak.upgrade() {
         Some(shared) => Backoff::new(
             Duration::ZERO,
@@ -308,6 +337,16 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, demoted: bool) {
             .connect(&shared.config, shared.reconnect.connect_timeout)
             .await;
         let restored = attempt.is_ok();
+        if let Err(error) = &attempt {
+            failures += 1;
+            if failures == 1 {
+                tracing::warn!(
+                    store = %shared.reconnect.store,
+                    %error,
+                    "redis connection attempt failed: retrying with backoff until it answers"
+                );
+            }
+        }
         *write(&shared.state) = match attempt {
             Ok(conn) => State::Up {
                 conn,
@@ -320,7 +359,25 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, demoted: bool) {
         };
         shared.settled.notify_waiters();
         if restored {
-            tracing::info!("redis connection restored");
+            shared.unanswered.reset();
+            let store = &shared.reconnect.store;
+            if first && failures == 0 {
+                tracing::info!(store = %store, "redis connected");
+            } else if first {
+                tracing::info!(
+                    store = %store,
+                    failed_attempts = failures,
+                    waited_ms = began.elapsed().as_millis(),
+                    "redis connected"
+                );
+            } else {
+                tracing::info!(
+                    store = %store,
+                    failed_attempts = failures,
+                    down_ms = began.elapsed().as_millis(),
+                    "redis connection restored"
+                );
+            }
             if demoted {
                 shared.moves.send_modify(|moves| *moves += 1);
             }
@@ -369,12 +426,28 @@ async fn heartbeat(weak: Weak<Shared>) {
             Ok(Err(error)) if asks_role && !error.is_unrecoverable_error() => {
                 judge_role(&shared, epoch, Err(error));
             }
-            Ok(Ok(_)) => {}
-            _ => {
-                tracing::warn!(
-                    "redis connection gave no answer to a health check within {timeout:?}: \
-                     connecting anew"
-                );
+            Ok(Ok(_)) => shared.unanswered.reset(),
+            // The connection is broken (the error says how): made anew, as
+            // when a call finds it so.
+            Ok(Err(error)) if error.is_unrecoverable_error() => {
+                reconnect(&shared, epoch, Why::Lost(&error));
+            }
+            Ok(Err(_)) => {}
+            Err(_) => {
+                let store = &shared.reconnect.store;
+                match shared.unanswered.admit() {
+                    Some(left_out) => tracing::warn!(
+                        store = %store,
+                        repeats_left_out = left_out,
+                        "redis connection gave no answer to a health check within {timeout:?}: \
+                         connecting anew (repeats are logged at debug level for {}s)",
+                        WARN_WINDOW.as_secs()
+                    ),
+                    None => tracing::debug!(
+                        store = %store,
+                        "redis connection gave no answer to a health check within {timeout:?}"
+                    ),
+                }
                 replace(&shared, epoch).await;
             }
         }
@@ -403,6 +476,7 @@ fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
     };
     shared.role_refused.store(true, Ordering::Relaxed);
     tracing::info!(
+        store = %shared.reconnect.store,
         %refusal,
         "redis refused ROLE: the health check sends PING (a demoted server is found by its \
          READONLY answers alone)"
@@ -425,13 +499,18 @@ async fn replace(shared: &Shared, epoch: u64) {
                     epoch: epoch + 1,
                     since: Instant::now(),
                 };
-                tracing::info!("redis connection replaced");
+                tracing::info!(store = %shared.reconnect.store, "redis connection replaced");
             }
         }
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "redis connection not replaced: calls go on through it");
-        }
-        Err(_) => tracing::warn!(
+        // The heartbeat's warning said the connection is being replaced;
+        // a failure to is logged at debug level.
+        Ok(Err(error)) => tracing::debug!(
+            store = %shared.reconnect.store,
+            %error,
+            "redis connection not replaced: calls go on through it"
+        ),
+        Err(_) => tracing::debug!(
+            store = %shared.reconnect.store,
             "redis connection not replaced (no connection within {timeout:?}): calls go on \
              through it"
         ),

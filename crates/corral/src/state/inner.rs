@@ -23,6 +23,7 @@ use crate::state::flight::{Failure, Flight, FlightTable, Outcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
+use crate::throttle::{Throttle, WARN_WINDOW};
 use crate::tier::local::LocalTier;
 use crate::tier::shared::SharedTier;
 
@@ -48,6 +49,8 @@ pub(crate) struct InL1<V> {
 pub(crate) struct Inner<V> {
     name: Arc<str>,
     namespace: Arc<str>,
+    /// The namespaces of other versions its invalidations also reach.
+    also_invalidate: Arc<[Arc<str>]>,
     schema: u32,
     policy: Policy,
     /// Encodes values for the shared store and weighs them for a capacity
@@ -76,6 +79,8 @@ pub(crate) struct Inner<V> {
     /// Whether values round-trip through the codec, checked on the first
     /// value encoded ([`round_trips`]): an `Err` refuses every write.
     round_trip: OnceLock<Result<(), Arc<str>>>,
+    /// Rations the warnings of failed store calls during an outage.
+    store_warnings: Throttle,
     /// What this instance last exported to `metrics`.
     #[cfg(feature = "metrics")]
     exported: crate::stats::export::Exported,
@@ -85,6 +90,7 @@ pub(crate) struct Inner<V> {
 pub(crate) struct InnerParts<V> {
     pub(crate) name: Arc<str>,
     pub(crate) namespace: Arc<str>,
+    pub(crate) also_invalidate: Arc<[Arc<str>]>,
     pub(crate) schema: u32,
     pub(crate) policy: Policy,
     pub(crate) codec: Option<Arc<dyn Codec<V>>>,
@@ -106,6 +112,7 @@ impl<V: Clone> Inner<V> {
         Self {
             name: Arc::clone(&name),
             namespace: parts.namespace,
+            also_invalidate: parts.also_invalidate,
             schema: parts.schema,
             policy: parts.policy,
             codec: parts.codec,
@@ -120,6 +127,7 @@ impl<V: Clone> Inner<V> {
             refresh_limiter: parts.refresh_limiter,
             budget: parts.budget,
             round_trip: OnceLock::new(),
+            store_warnings: Throttle::default(),
             #[cfg(feature = "metrics")]
             exported: crate::stats::export::Exported::new(Arc::clone(&name)),
         }
@@ -135,6 +143,12 @@ impl<V> Inner<V> {
     /// Its namespace in shared stores (`name:v<schema>`).
     pub(crate) fn namespace(&self) -> &str {
         &self.namespace
+    }
+
+    /// The namespaces of other versions its invalidations also reach
+    /// (during a rolling deploy).
+    pub(crate) fn also_invalidate(&self) -> &[Arc<str>] {
+        &self.also_invalidate
     }
 
     /// Its settings.
@@ -187,13 +201,24 @@ impl<V> Inner<V> {
 impl<V> Inner<V> {
     /// Counts a failed store call and says what the cache does instead:
     /// at debug level while the circuit breaker is open (then every call
-    /// fails, by design), as a warning otherwise.
+    /// fails, by design), as a warning otherwise — at most one per
+    /// [`WARN_WINDOW`], the next one with the count of those left out
+    /// (logged at debug level).
     pub(crate) fn note_store_failure(&self, error: &StoreError, instead: &str) {
         self.counters.store_failed(error);
         if error.is_breaker_open() {
             tracing::debug!(cache = %self.name, "circuit breaker open: {instead}");
-        } else {
-            tracing::warn!(cache = %self.name, %error, "store call failed: {instead}");
+            return;
+        }
+        match self.store_warnings.admit() {
+            Some(left_out) => tracing::warn!(
+                cache = %self.name,
+                %error,
+                repeats_left_out = left_out,
+                "store call failed: {instead} (repeats are logged at debug level for {}s)",
+                WARN_WINDOW.as_secs()
+            ),
+            None => tracing::debug!(cache = %self.name, %error, "store call failed: {instead}"),
         }
     }
 }

@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::data::error::{StoreError, StoreErrorKind};
+use crate::throttle::Throttle;
 
 /// The breaker's settings: open after `failures` consecutive failed store
 /// calls, for `cool_down`.
@@ -46,6 +47,9 @@ impl Default for BreakerSettings {
         }
     }
 }
+
+/// How often a failed probe is logged as a warning at most.
+const PROBE_WARN_WINDOW: Duration = Duration::from_secs(60);
 
 /// The low two bits of the state word.
 const STATE: u64 = 0b11;
@@ -73,6 +77,9 @@ pub(crate) struct Breaker {
     skipped: AtomicU64,
     /// The message of every refusal, allocated once.
     refusal: Arc<str>,
+    /// Rations the warnings of failed probes (one per cool-down while the
+    /// store stays down).
+    probe_warnings: Throttle,
 }
 
 /// The breaker's say on one call it let through.
@@ -109,6 +116,7 @@ impl Breaker {
             opened: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             refusal,
+            probe_warnings: Throttle::new(PROBE_WARN_WINDOW),
         }
     }
 
@@ -211,14 +219,24 @@ impl Breaker {
             self.word
                 .store(self.open_word(self.settings.cool_down), Release);
             self.opened.fetch_add(1, Relaxed);
-            tracing::warn!(
-                cache = %self.cache,
-                cool_down_ms = self.settings.cool_down.as_millis(),
-                "circuit breaker probe failed: opened again"
-            );
+            match self.probe_warnings.admit() {
+                Some(left_out) => tracing::warn!(
+                    cache = %self.cache,
+                    cool_down_ms = self.settings.cool_down.as_millis(),
+                    repeats_left_out = left_out,
+                    "circuit breaker probe failed: opened again (repeats are logged at debug \
+                     level for {}s)",
+                    PROBE_WARN_WINDOW.as_secs()
+                ),
+                None => tracing::debug!(
+                    cache = %self.cache,
+                    "circuit breaker probe failed: opened again"
+                ),
+            }
         } else {
             self.failures.store(0, Relaxed);
             self.word.store(CLOSED, Release);
+            self.probe_warnings.reset();
             tracing::info!(cache = %self.cache, "circuit breaker closed: the store answered the probe");
         }
     }

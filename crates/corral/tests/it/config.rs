@@ -413,3 +413,172 @@ async fn a_configured_health_interval_paces_the_stores_pings() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[test]
+fn a_caches_section_overlays_the_global_settings() {
+    let file = CacheConfig::from_toml(
+        r#"
+        ttl = "5m"
+        grace = "1m"
+
+        [cache.users]
+        ttl = "1m"
+        version = 3
+
+        [cache.user-sessions]
+        negative_ttl = "5s"
+        "#,
+    )
+    .expect("valid");
+    let env = CacheConfig::from_vars(
+        "CORRAL_",
+        vars(&[
+            ("CORRAL_TTL", "10m"),
+            ("CORRAL_USERS_TTL", "30s"),
+            ("CORRAL_USER_SESSIONS_FILL_TIMEOUT", "2s"),
+            ("CORRAL_ORDERS_ALSO_INVALIDATE_VERSIONS", "1, 2"),
+        ]),
+    )
+    .expect("valid");
+    let config = file.overlay(env);
+    let users = config.for_cache("users");
+    assert_eq!(users.ttl, Some(Duration::from_secs(30)), "env over file");
+    assert_eq!(users.version, Some(3), "the file's section fills in");
+    assert_eq!(
+        users.grace,
+        Some(Duration::from_secs(60)),
+        "globals fill in"
+    );
+    let sessions = config.for_cache("user-sessions");
+    assert_eq!(sessions.negative_ttl, Some(Duration::from_secs(5)));
+    assert_eq!(sessions.fill_timeout, Some(Duration::from_secs(2)));
+    assert_eq!(sessions.ttl, Some(Duration::from_secs(600)));
+    let orders = config.for_cache("orders");
+    assert_eq!(orders.also_invalidate_versions, Some(vec![1, 2]));
+    assert_eq!(orders.ttl, Some(Duration::from_secs(600)));
+    assert!(
+        orders.cache.is_empty(),
+        "a cache's settings have no sections"
+    );
+
+    // Process-wide settings stay global: the caches share one store.
+    let per_cache_url = CacheConfig::from_vars(
+        "CORRAL_",
+        vars(&[("CORRAL_USERS_REDIS_URL", "redis://a:hunter2@h/")]),
+    )
+    .expect_err("per-cache URL");
+    let message = per_cache_url.to_string();
+    assert!(message.contains("CORRAL_USERS_REDIS_URL"), "{message}");
+    assert!(message.contains("whole process"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+    let in_toml = CacheConfig::from_toml("[cache.users]\nredis_health_interval = \"1s\"")
+        .expect_err("per-cache connection setting");
+    assert!(in_toml.to_string().contains("users"), "{in_toml}");
+    assert!(
+        in_toml.to_string().contains("redis_health_interval"),
+        "{in_toml}"
+    );
+}
+
+#[tokio::test]
+async fn every_builder_setting_that_config_names_reaches_the_builder() {
+    let config = CacheConfig::from_vars(
+        "CORRAL_",
+        vars(&[
+            ("CORRAL_FAIL_SAFE_THROTTLE", "7s"),
+            ("CORRAL_POLL_INTERVAL", "40ms"),
+            ("CORRAL_TAG_RETENTION", "2d"),
+            ("CORRAL_TRACE_RAW_KEYS", "on"),
+            ("CORRAL_REFRESH_LIMIT", "4"),
+            ("CORRAL_METRICS_INTERVAL", "0s"),
+            ("CORRAL_USERS_VERSION", "3"),
+        ]),
+    )
+    .expect("valid");
+    let store = std::sync::Arc::new(corral::store::MemoryStore::new());
+    let caches = corral::Caches::on_store(config, Some(store.clone()));
+    let shown = format!("{:?}", caches.builder::<String>("users"));
+    for expected in [
+        "fail_safe_throttle: 7s",
+        "poll_interval: 40ms",
+        "tag_retention: 172800s",
+        "trace_raw_keys: true",
+        "version: 3",
+    ] {
+        assert!(shown.contains(expected), "{expected} in {shown}");
+    }
+    // The version names the namespace: a cache of version 3 reads what
+    // the configured one wrote, one of version 0 does not.
+    let users = caches.build::<String>("users").expect("cache");
+    users.set("k", "v3".to_owned()).await.expect("set");
+    let v3 = corral::Cache::<String>::builder("users")
+        .store(store.clone())
+        .version(3)
+        .build()
+        .expect("cache");
+    assert_eq!(v3.peek("k").await.expect("read").as_deref(), Some("v3"));
+    let v0 = corral::Cache::<String>::builder("users")
+        .store(store)
+        .build()
+        .expect("cache");
+    assert_eq!(v0.peek("k").await.expect("read"), None);
+}
+
+/// `CLIENT LIST` without redis-cli's own connection: (command, subscriber)
+/// connections.
+fn connections(server: &RedisServer) -> (usize, usize, String) {
+    let list = server.cli(&["CLIENT", "LIST"]);
+    let others: Vec<&str> = list
+        .lines()
+        .filter(|line| !line.contains("cmd=client|list"))
+        .collect();
+    let subscribers = others
+        .iter()
+        .filter(|line| {
+            line.split(' ')
+                .any(|field| field.starts_with("flags=") && field.contains('P'))
+        })
+        .count();
+    (others.len() - subscribers, subscribers, list)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_caches_from_one_config_share_one_store_and_its_two_connections() {
+    let server = RedisServer::start();
+    let caches = CacheConfig::production(&server.url())
+        .cache(
+            "orders",
+            CacheConfig::default().ttl(Duration::from_secs(30)),
+        )
+        .caches()
+        .expect("valid");
+    let users = caches.build::<String>("users").expect("users");
+    let orders = caches.build::<u64>("orders").expect("orders");
+    let user = users
+        .get_or_fill("1", || async { Ok::<_, std::io::Error>("Ada".to_owned()) })
+        .await
+        .expect("value");
+    let order = orders
+        .get_or_fill("1", || async { Ok::<_, std::io::Error>(7) })
+        .await
+        .expect("value");
+    assert_eq!((user.as_str(), order), ("Ada", 7));
+    users.invalidate("1").await.expect("invalidate");
+    orders.set("2", 8).await.expect("set");
+    // Both caches listen: the one subscriber connection holds both
+    // namespaces' channels.
+    let channels = server.cli(&["PUBSUB", "CHANNELS"]);
+    assert!(
+        channels.contains("users:v0") && channels.contains("orders:v0"),
+        "{channels}"
+    );
+    let (commands, subscribers, list) = connections(&server);
+    assert_eq!((commands, subscribers), (1, 1), "{list}");
+
+    // `build` opens a store per call: what `caches` is for.
+    let config = CacheConfig::production(&server.url());
+    let apart = config.build::<String>("apart").await.expect("cache");
+    apart.set("k", "v".to_owned()).await.expect("set");
+    let (commands, _, list) = connections(&server);
+    assert_eq!(commands, 2, "{list}");
+}

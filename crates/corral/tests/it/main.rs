@@ -31,6 +31,7 @@ mod config;
 mod core;
 mod counts;
 mod dead_connections;
+mod deploys;
 #[cfg(feature = "encryption")]
 mod encryption;
 mod errors;

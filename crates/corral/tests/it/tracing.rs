@@ -61,3 +61,116 @@ async fn raw_keys_appear_only_when_asked_for() {
     .await;
     assert!(text.contains(&format!("key={SECRET}")), "{text}");
 }
+
+/// The lines of `text` at `level` that contain `what`.
+fn lines<'a>(text: &'a str, level: &str, what: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|line| line.contains(level) && line.contains(what))
+        .collect()
+}
+
+/// A Redis store's life in its logs: a first connection says "connected"
+/// (not "restored"); a lost one names the store and keeps the error that
+/// ended it and the one that keeps it down; a hundred fills during the
+/// outage warn once; the connection that comes back says "restored".
+#[tokio::test]
+async fn redis_logs_name_the_store_and_keep_the_errors_once() {
+    use std::time::Duration;
+
+    use corral::{RedisConfig, RedisStore};
+    use corral_testkit::{until, RedisServer};
+
+    let (captured, _default) = corral_testkit::capture(tracing::Level::DEBUG);
+    let mut server = RedisServer::start();
+    let store_label = format!("store=redis://127.0.0.1:{}/", server.port());
+    let config = RedisConfig::default().health_interval(Duration::from_millis(20));
+    let store = RedisStore::connect_lazy(&server.url(), config).expect("store");
+    let cache = Cache::<String>::builder("logged")
+        .store(store)
+        .no_circuit_breaker()
+        .build()
+        .expect("config");
+    cache.set("k", "v".to_owned()).await.expect("set");
+    let text = captured.text();
+    let connected = lines(&text, "INFO", "redis connected");
+    assert_eq!(connected.len(), 1, "{text}");
+    assert!(connected[0].contains(&store_label), "{text}");
+    assert!(!text.contains("restored"), "{text}");
+
+    server.kill();
+    until("the heartbeat found the connection lost", || {
+        captured.text().contains("redis connection attempt failed")
+    })
+    .await;
+    for i in 0..100 {
+        let value = cache
+            .get_or_fill(&format!("k{i}"), || async {
+                Ok::<_, std::io::Error>("filled".to_owned())
+            })
+            .await
+            .expect("a fill without a lease");
+        assert_eq!(value, "filled");
+    }
+    server.restart();
+    until("the connection came back", || {
+        captured.text().contains("redis connection restored")
+    })
+    .await;
+
+    let text = captured.text();
+    // The error that ended the connection, and the one that kept it down.
+    let lost = lines(&text, "WARN", "redis connection lost");
+    assert_eq!(lost.len(), 1, "{text}");
+    assert!(
+        lost[0].contains(&store_label) && lost[0].contains("error="),
+        "{text}"
+    );
+    let refused = lines(&text, "WARN", "redis connection attempt failed");
+    assert_eq!(refused.len(), 1, "one warning for the whole outage: {text}");
+    assert!(refused[0].to_lowercase().contains("refused"), "{text}");
+    assert!(!text.contains("gave no answer"), "{text}");
+    // A hundred fills without a lease: one warning, naming the cache.
+    let failed = lines(&text, "WARN", "store call failed");
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(failed[0].contains("cache=logged"), "{text}");
+    let restored = lines(&text, "INFO", "redis connection restored");
+    assert_eq!(restored.len(), 1, "{text}");
+    assert!(restored[0].contains(&store_label), "{text}");
+    assert!(restored[0].contains("down_ms="), "{text}");
+    println!("{text}");
+}
+
+/// A silent server (frozen: connections accepted, nothing answered) fails
+/// every health check: the warning is logged once, the repeats at debug
+/// level, and the connection that answers again is kept.
+#[tokio::test]
+async fn a_silent_servers_health_checks_warn_once() {
+    use std::time::Duration;
+
+    use corral::{RedisConfig, RedisStore};
+    use corral_testkit::{until, RedisServer};
+
+    let (captured, _default) = corral_testkit::capture(tracing::Level::DEBUG);
+    let server = RedisServer::start();
+    let config = RedisConfig::default()
+        .health_interval(Duration::from_millis(10))
+        .op_timeout(Duration::from_millis(30))
+        .connect_timeout(Duration::from_millis(30));
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .expect("store");
+    server.freeze();
+    let unanswered = |text: &str| lines(text, "DEBUG", "gave no answer").len();
+    until("three health checks went unanswered", || {
+        unanswered(&captured.text()) >= 3
+    })
+    .await;
+    server.thaw();
+    let text = captured.text();
+    let warned = lines(&text, "WARN", "gave no answer");
+    assert_eq!(warned.len(), 1, "{text}");
+    assert!(warned[0].contains("store=redis://127.0.0.1:"), "{text}");
+    assert!(warned[0].contains("repeats_left_out=0"), "{text}");
+    assert!(lines(&text, "WARN", "not replaced").is_empty(), "{text}");
+    drop(store);
+}

@@ -70,7 +70,10 @@ impl Task {
                     if established {
                         backoff.reset();
                     }
-                    tracing::debug!("corral: redis subscriber connection lost; reconnecting");
+                    tracing::debug!(
+                        store = %self.settings.store,
+                        "corral: redis subscriber connection lost; reconnecting"
+                    );
                 }
             }
             let pause = backoff.next_pause();
@@ -152,6 +155,7 @@ impl Task {
                         return Ended::StoreDropped;
                     }
                     tracing::warn!(
+                        store = %self.settings.store,
                         "corral: redis server became a replica: the subscriber connects anew"
                     );
                     return Ended::Lost { established: true };

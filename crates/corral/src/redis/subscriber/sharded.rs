@@ -108,7 +108,11 @@ pub(super) async fn run(
     let cluster = match (client.0)(pushes_to) {
         Ok(cluster) => cluster,
         Err(error) => {
-            tracing::warn!("corral: redis cluster subscriber not started ({error}); waiters poll");
+            tracing::warn!(
+                store = %settings.store,
+                %error,
+                "corral: redis cluster subscriber not started; waiters poll"
+            );
             shared.set_failing(true);
             drain_until_closed(&mut requests).await;
             return;

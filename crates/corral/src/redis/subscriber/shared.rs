@@ -230,6 +230,8 @@ pub(in crate::redis) struct Settings {
     pub(in crate::redis) max_backoff: Duration,
     /// How often the connection is pinged.
     pub(in crate::redis) health_interval: Duration,
+    /// The store's name in logs (its URL or seeds, without passwords).
+    pub(in crate::redis) store: Arc<str>,
 }
 
 /// Consumes requests (their channels are already in the shared set) until

@@ -1,0 +1,324 @@
+//! Reading a [`CacheConfig`] from `CORRAL_*` variables and from TOML text:
+//! the fields and their kinds, per-cache variables (`CORRAL_USERS_TTL`),
+//! durations written with a unit, and errors on one line.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use super::CacheConfig;
+use crate::data::error::ConfigError;
+
+/// How a variable's value is read.
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Text,
+    List,
+    Bool,
+    Number,
+    Numbers,
+    Duration,
+}
+
+/// Every field read from a variable, and how. A field in
+/// [`PROCESS_FIELDS`] is set for the whole process only.
+pub(super) const FIELDS: &[(&str, Kind)] = &[
+    ("redis_url", Kind::Text),
+    ("redis_cluster_urls", Kind::List),
+    ("redis_sentinel_master", Kind::Text),
+    ("redis_sentinel_urls", Kind::List),
+    ("redis_master_user", Kind::Text),
+    ("redis_master_password", Kind::Text),
+    ("l1", Kind::Bool),
+    ("backplane", Kind::Bool),
+    ("l1_lifetime", Kind::Duration),
+    ("version", Kind::Number),
+    ("also_invalidate_versions", Kind::Numbers),
+    ("ttl", Kind::Duration),
+    ("jitter", Kind::Number),
+    ("grace", Kind::Duration),
+    ("eager_refresh", Kind::Number),
+    ("fail_safe", Kind::Duration),
+    ("fail_safe_throttle", Kind::Duration),
+    ("fill_timeout", Kind::Duration),
+    ("soft_timeout", Kind::Duration),
+    ("negative_ttl", Kind::Duration),
+    ("lease_ttl", Kind::Duration),
+    ("poll_interval", Kind::Duration),
+    ("tag_retention", Kind::Duration),
+    ("refresh_limit", Kind::Number),
+    ("metrics_interval", Kind::Duration),
+    ("trace_raw_keys", Kind::Bool),
+    ("store_timeout", Kind::Duration),
+    ("redis_connect_timeout", Kind::Duration),
+    ("redis_health_interval", Kind::Duration),
+    ("redis_tcp_keepalive", Kind::Duration),
+    ("max_entries", Kind::Number),
+    ("max_bytes", Kind::Number),
+    ("max_value_bytes", Kind::Number),
+    ("circuit_breaker", Kind::Bool),
+    ("breaker_failures", Kind::Number),
+    ("breaker_cool_down", Kind::Duration),
+];
+
+/// The fields that describe the process's one store: set globally, never
+/// per cache (every cache of a [`Caches`](super::Caches) shares the store).
+pub(super) const PROCESS_FIELDS: &[&str] = &[
+    "redis_url",
+    "redis_cluster_urls",
+    "redis_sentinel_master",
+    "redis_sentinel_urls",
+    "redis_master_user",
+    "redis_master_password",
+    "redis_connect_timeout",
+    "redis_health_interval",
+    "redis_tcp_keepalive",
+];
+
+/// The key of cache `name`'s section: lowercase, `-` and `.` read as `_`
+/// (the form a variable's name can spell).
+pub(super) fn section_key(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            '-' | '.' => '_',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+/// Reads `vars` into a config: see [`CacheConfig::from_vars`].
+pub(super) fn from_vars<'a>(
+    prefix: &str,
+    vars: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Result<CacheConfig, ConfigError> {
+    let mut config = CacheConfig::default();
+    for (name, value) in vars {
+        let Some(rest) = name.strip_prefix(prefix) else {
+            continue;
+        };
+        let rest = rest.to_ascii_lowercase();
+        let (section, field, kind) = match field_of(&rest) {
+            Some(found) => found,
+            None => {
+                return Err(ConfigError::new(format!(
+                    "unknown variable {name} (known: {prefix}<FIELD> or \
+                     {prefix}<CACHE>_<FIELD>, FIELD one of {})",
+                    FIELDS
+                        .iter()
+                        .map(|(f, _)| f.to_ascii_uppercase())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+        };
+        if section.is_some() && PROCESS_FIELDS.contains(&field) {
+            return Err(ConfigError::new(format!(
+                "{name}: {field} is set for the whole process ({prefix}{}), not per cache: \
+                 the caches of a process share one store",
+                field.to_ascii_uppercase()
+            )));
+        }
+        let trimmed = value.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let one = read_one(name, field, kind, trimmed)?;
+        config = match section {
+            None => config.overlay(one),
+            Some(section) => config.overlay(CacheConfig::default().cache(section, one)),
+        };
+    }
+    Ok(config)
+}
+
+/// The section (a cache's name, `None`: global), field and kind a
+/// variable's lowercase name without its prefix names. A global field
+/// wins; otherwise the longest field the name ends with (`users_fill_timeout`:
+/// cache `users`, field `fill_timeout`).
+fn field_of(rest: &str) -> Option<(Option<&str>, &'static str, Kind)> {
+    if let Some((field, kind)) = FIELDS.iter().find(|(known, _)| *known == rest) {
+        return Some((None, field, *kind));
+    }
+    FIELDS
+        .iter()
+        .filter_map(|(field, kind)| {
+            let section = rest.strip_suffix(field)?.strip_suffix('_')?;
+            (!section.is_empty()).then_some((Some(section), *field, *kind))
+        })
+        .max_by_key(|(_, field, _)| field.len())
+}
+
+/// The config that variable `name` sets: its one `field`, read from
+/// `value` (not blank) as `kind`.
+fn read_one(name: &str, field: &str, kind: Kind, value: &str) -> Result<CacheConfig, ConfigError> {
+    // The value of a URL variable may hold a password: never shown.
+    let shown = match kind {
+        Kind::Text | Kind::List => String::new(),
+        _ => format!(", got {value:?}"),
+    };
+    let bad = |what: &str| ConfigError::new(format!("{name}: expected {what}{shown}"));
+    let items = || {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+    };
+    let value = match kind {
+        Kind::Text => toml::Value::String(value.to_owned()),
+        Kind::List => toml::Value::Array(
+            items()
+                .map(|url| toml::Value::String(url.to_owned()))
+                .collect(),
+        ),
+        Kind::Bool => match value.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => toml::Value::Boolean(true),
+            "0" | "false" | "no" | "off" => toml::Value::Boolean(false),
+            _ => return Err(bad("true or false (also yes/no, on/off, 1/0)")),
+        },
+        Kind::Number => match value.parse::<i64>() {
+            Ok(int) => toml::Value::Integer(int),
+            Err(_) => toml::Value::Float(value.parse().map_err(|_| bad("a number"))?),
+        },
+        Kind::Numbers => toml::Value::Array(
+            items()
+                .map(|item| item.parse::<i64>().map(toml::Value::Integer))
+                .collect::<Result<_, _>>()
+                .map_err(|_| bad("whole numbers separated by commas"))?,
+        ),
+        Kind::Duration => match parse_duration(value) {
+            Ok(_) => toml::Value::String(value.to_owned()),
+            Err(e) => return Err(ConfigError::new(format!("{name}: {e}"))),
+        },
+    };
+    // One variable at a time, so an error names its variable.
+    let mut table = toml::Table::new();
+    table.insert(field.to_owned(), value);
+    CacheConfig::deserialize(table)
+        .map_err(|e| ConfigError::new(format!("{name}: {}{shown}", one_line(&e.to_string()))))
+}
+
+/// Reads TOML text: see [`CacheConfig::from_toml`].
+pub(super) fn from_toml(text: &str) -> Result<CacheConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let key = e.span().and_then(|span| key_at(text, span.start));
+        let message = one_line(e.message());
+        ConfigError::new(match key {
+            Some(key) => format!("corral config: key `{key}`: {message}"),
+            None => format!("corral config: {message}"),
+        })
+    })
+}
+
+/// The form a duration is written in, for error messages.
+const DURATION_FORM: &str = r#"a duration with a unit (ms, s, m, h or d), like "60s""#;
+
+/// Deserializes an optional duration written as a number and a unit.
+pub(super) fn duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    deserializer.deserialize_any(DurationVisitor).map(Some)
+}
+
+/// Reads a duration string; any other type is an error that shows the
+/// form expected (`ttl = 60` → "expected a duration with a unit ... like
+/// "60s"").
+struct DurationVisitor;
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(DURATION_FORM)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
+        parse_duration(text).map_err(E::custom)
+    }
+}
+
+/// The key of the `key = value` line of TOML `text` that holds byte
+/// `offset`, if it is one.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let start = text.get(..offset)?.rfind('\n').map_or(0, |at| at + 1);
+    let line = text.get(start..)?.lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.starts_with('[')).then(|| key.to_owned())
+}
+
+/// `message` on one line.
+fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Parses `"250ms"`, `"1.5s"`, `"5m"`, `"2h"`, `"1d"`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| {
+            format!(r#"duration {text:?} has no unit (ms, s, m, h or d), like "60s""#)
+        })?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?}: {number:?} is not a number"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        "d" => number * 86_400.0,
+        other => {
+            return Err(format!(
+                "duration {text:?}: unknown unit {other:?} (ms, s, m, h or d)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration(" 2h "), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("60").is_err());
+        assert!(parse_duration("5 weeks").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn a_variable_names_a_global_field_or_a_caches() {
+        let field = |rest| field_of(rest).map(|(section, field, _)| (section, field));
+        assert_eq!(field("ttl"), Some((None, "ttl")));
+        assert_eq!(field("negative_ttl"), Some((None, "negative_ttl")));
+        assert_eq!(field("users_ttl"), Some((Some("users"), "ttl")));
+        assert_eq!(
+            field("user_sessions_fill_timeout"),
+            Some((Some("user_sessions"), "fill_timeout"))
+        );
+        assert_eq!(
+            field("users_negative_ttl"),
+            Some((Some("users"), "negative_ttl"))
+        );
+        assert_eq!(
+            field("users_l1_lifetime"),
+            Some((Some("users"), "l1_lifetime"))
+        );
+        assert_eq!(field("tttl"), None);
+        assert_eq!(field("_ttl"), None);
+    }
+
+    #[test]
+    fn section_keys_are_what_a_variable_can_spell() {
+        assert_eq!(section_key("User-Sessions.v2"), "user_sessions_v2");
+    }
+}
