@@ -3,9 +3,9 @@
 //! bounded map). Seeded: every run replays the same keys.
 
 /// A named stream of key ids.
-pub struct Workload {
-    pub name: &'static str,
-    pub keys: Vec<u64>,
+pub(crate) struct Workload {
+    pub(crate) name: &'static str,
+    pub(crate) keys: Vec<u64>,
 }
 
 /// The workloads for a cache of `capacity` entries, `requests` each:
@@ -13,7 +13,7 @@ pub struct Workload {
 /// (capacity − 13 keys: 1,011 in 1,024), a loop of twice the capacity, and
 /// a Zipf core (skew 1.0 over 4× the capacity) interrupted by scans of
 /// keys never seen again.
-pub fn standard(capacity: u64, requests: usize, seed: u64) -> Vec<Workload> {
+pub(crate) fn standard(capacity: u64, requests: usize, seed: u64) -> Vec<Workload> {
     let universe = capacity * 10;
     vec![
         Workload {
@@ -40,20 +40,20 @@ pub fn standard(capacity: u64, requests: usize, seed: u64) -> Vec<Workload> {
 }
 
 /// `requests` draws of Zipf(`skew`) over `keys` ids (id 0 the likeliest).
-pub fn zipf(keys: u64, skew: f64, requests: usize, seed: u64) -> Vec<u64> {
+pub(crate) fn zipf(keys: u64, skew: f64, requests: usize, seed: u64) -> Vec<u64> {
     let sampler = Zipf::new(keys, skew);
     let mut rng = fastrand::Rng::with_seed(seed);
     (0..requests).map(|_| sampler.sample(&mut rng)).collect()
 }
 
 /// Ids `0..keys` in order, over and over.
-pub fn looping(keys: u64, requests: usize) -> Vec<u64> {
+pub(crate) fn looping(keys: u64, requests: usize) -> Vec<u64> {
     (0..requests as u64).map(|i| i % keys).collect()
 }
 
 /// Blocks of 2× `capacity` Zipf(1.0) draws over 4× `capacity` ids, each
 /// followed by a scan of `capacity` / 2 ids never requested before.
-pub fn scan_with_core(capacity: u64, requests: usize, seed: u64) -> Vec<u64> {
+pub(crate) fn scan_with_core(capacity: u64, requests: usize, seed: u64) -> Vec<u64> {
     let sampler = Zipf::new(capacity * 4, 1.0);
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut next_scanned = u64::MAX / 2;

@@ -299,7 +299,7 @@ fn shard_count(weight_capacity: u64) -> usize {
 }
 
 #[cfg(test)]
-#[allow(dead_code, unreachable_pub)]
+#[allow(dead_code)]
 #[path = "../../benches/support/workloads.rs"]
 mod workloads;
 
