@@ -41,7 +41,8 @@ pub enum Capacity {
 ///
 /// Defaults: TTL 60 s, no jitter, 10,000 entries in process, hard fill
 /// timeout 30 s, postcard codec (with a store), schema version 0, values up to 8 MiB
-/// encoded; with a shared store: lease 3 s (renewed every second while a
+/// encoded; with a shared store: an L1 in front of it if the store has a
+/// backplane (see [`l1`](CacheBuilder::l1)), lease 3 s (renewed every second while a
 /// fill runs), waiters poll every 250 ms as a fallback to notifications,
 /// store calls time out after 1 s, and a circuit breaker skips store calls
 /// for 5 s after 5 consecutive ones failed (see

@@ -298,14 +298,10 @@ fn shard_count(weight_capacity: u64) -> usize {
     count
 }
 
-#[cfg(test)]
-#[allow(dead_code)]
-#[path = "../../benches/support/workloads.rs"]
-mod workloads;
-
-#[cfg(test)]
+#[cfg(all(test, not(shuttle)))]
 mod tests {
     use super::*;
+    use crate::tier::workloads;
     use quick_cache::UnitWeighter;
 
     #[test]
@@ -383,6 +379,43 @@ mod tests {
         let refused = map.insert(1_000, 98);
         assert_eq!(refused, vec![(1_000, 5), (1_000, 98)]);
         assert_eq!(map.get(&1_000), None);
+    }
+
+    #[test]
+    fn threads_inserting_reading_and_removing_keep_the_bound_and_the_count() {
+        let map = BoundedMap::<u64, u64, UnitWeighter>::with_shards(64, 64, UnitWeighter, Some(16));
+        let left = std::sync::atomic::AtomicUsize::new(0);
+        let inserted = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for seed in 0..4 {
+                let (map, left, inserted) = (&map, &left, &inserted);
+                scope.spawn(move || {
+                    let mut rng = fastrand::Rng::with_seed(seed);
+                    for _ in 0..20_000 {
+                        let key = rng.u64(0..200);
+                        match rng.u8(0..10) {
+                            0 => {
+                                let gone = map.remove(&key).is_some();
+                                left.fetch_add(usize::from(gone), Ordering::Relaxed);
+                            }
+                            1..=4 => {
+                                inserted.fetch_add(1, Ordering::Relaxed);
+                                let gone = map.insert(key, key).len();
+                                left.fetch_add(gone, Ordering::Relaxed);
+                            }
+                            _ => assert!(map.get(&key).is_none_or(|value| value == key)),
+                        }
+                    }
+                });
+            }
+        });
+        assert!(map.len() <= 64, "{} entries", map.len());
+        assert_eq!(map.weight(), map.len() as u64);
+        assert_eq!(
+            map.len() + left.load(Ordering::Relaxed),
+            inserted.load(Ordering::Relaxed),
+            "every entry that left was handed back once"
+        );
     }
 
     #[test]

@@ -8,3 +8,6 @@ pub(crate) mod eviction;
 pub(crate) mod local;
 pub(crate) mod shared;
 pub(crate) mod ticker;
+#[cfg(all(test, not(shuttle)))]
+#[allow(dead_code)]
+pub(crate) mod workloads;

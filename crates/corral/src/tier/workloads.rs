@@ -1,6 +1,7 @@
 //! Generated request streams for hit-ratio comparisons of the L1 with one
-//! unsharded S3-FIFO (`examples/l1_hit_ratio.rs`, and the unit test of the
-//! bounded map). Seeded: every run replays the same keys.
+//! unsharded S3-FIFO: the unit test of the bounded map, and
+//! `examples/l1_hit_ratio.rs` (which includes this file). Seeded: every run
+//! replays the same keys. Compiled into test builds only.
 
 /// A named stream of key ids.
 pub(crate) struct Workload {
