@@ -332,8 +332,12 @@ mod tests {
     #[test]
     fn holds_exactly_the_capacity_asked_for_at_any_shard_count() {
         for shards in [1, 8, 32, 64] {
-            let map =
-                BoundedMap::<u64, u64, UnitWeighter>::with_shards(500, 500, UnitWeighter, Some(shards));
+            let map = BoundedMap::<u64, u64, UnitWeighter>::with_shards(
+                500,
+                500,
+                UnitWeighter,
+                Some(shards),
+            );
             for i in 0..5_000 {
                 map.insert(i, i);
             }

@@ -81,7 +81,8 @@ impl Order {
     /// The order of a map of about `estimated_items` entries and at most
     /// `capacity` total weight.
     pub(crate) fn new(estimated_items: usize, capacity: u64) -> Self {
-        let target_hot = ((capacity as f64 * HOT_ALLOCATION) as u64).clamp(capacity.min(1), capacity);
+        let target_hot =
+            ((capacity as f64 * HOT_ALLOCATION) as u64).clamp(capacity.min(1), capacity);
         Self {
             nodes: Vec::new(),
             free: Vec::new(),
@@ -266,7 +267,9 @@ impl Order {
         // Each pass takes a reference from every entry it passes over, and
         // hits raise none above MAX_REFERENCES: this ends, but bound it all
         // the same against hits racing the sweep.
-        let limit = self.residents.saturating_mul(usize::from(MAX_REFERENCES) + 2);
+        let limit = self
+            .residents
+            .saturating_mul(usize::from(MAX_REFERENCES) + 2);
         for _ in 0..=limit {
             let Node { hash, next, .. } = self.nodes[id as usize];
             if !residents.take_reference(hash, id) {

@@ -248,8 +248,7 @@ mod tests {
 
     #[test]
     fn a_hot_tier_expires_entries_on_the_ticked_reading_and_never_early() {
-        let tier =
-            LocalTier::<u32>::new(
+        let tier = LocalTier::<u32>::new(
             16,
             16,
             TierClock::Coarse(TickedClock::new("t")),
