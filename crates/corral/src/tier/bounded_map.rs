@@ -132,7 +132,15 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V>> BoundedMap<K, V, W> {
             evicted.push((key, value));
             return evicted;
         }
-        let replaced = {
+        // Only holders of the order change a shard: what the read lock
+        // finds stays until this insert writes. Most inserts are of new
+        // keys, which then take the shard's write lock once.
+        let present = read(self.shard(hash))
+            .find(hash, |slot| slot.key == key)
+            .is_some();
+        let replaced = if !present {
+            Err((key, value))
+        } else {
             let mut table = write(self.shard(hash));
             match table.find_mut(hash, |slot| slot.key == key) {
                 Some(slot) => {
