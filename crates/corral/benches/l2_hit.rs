@@ -148,11 +148,13 @@ fn l2_hit(c: &mut Criterion) {
         }
         let cache = Cache::<String>::builder("l2cache")
             .store(store.clone())
+            .l1(false)
             .ttl(Duration::from_secs(3600))
             .build()
             .expect("cache");
         let tagged = Cache::<String>::builder("l2tagged")
             .store(store.clone())
+            .l1(false)
             .ttl(Duration::from_secs(3600))
             .build()
             .expect("cache");

@@ -28,9 +28,17 @@
 //! | built with | values live | one fill per key |
 //! |---|---|---|
 //! | nothing (default) | in-process, decoded, bounded by entries or bytes | per process |
-//! | [`.store(MemoryStore)`](store::MemoryStore) | an in-process shared store of envelopes, with leases | per store |
-//! | `.store(RedisStore)` (feature `redis`, default) | Redis (one server, Cluster, or Sentinel) | across every process sharing it |
-//! | `.store(..).l1(true)` | decoded in process (L1) in front of the store (L2) | across every process sharing the store |
+//! | [`.store(MemoryStore)`](store::MemoryStore) | decoded in process (L1) in front of an in-process shared store of envelopes, with leases | per store |
+//! | `.store(RedisStore)` (feature `redis`, default) | decoded in process (L1) in front of Redis: one server, Cluster, or Sentinel (L2) | across every process sharing it |
+//! | `.store(..).l1(false)` | in the store only: every read asks it | across every process sharing the store |
+//!
+//! The L1 is on by default in front of a store that has a backplane (Redis,
+//! [`MemoryStore`](store::MemoryStore)) while the cache listens to it
+//! ([`CacheBuilder::backplane`], on by default); in front of memcached, or
+//! with `backplane(false)`, it is on only with [`CacheBuilder::l1`]`(true)`.
+//! A read of a key the L1 holds fresh does not reach the store: another
+//! process's change is seen once its backplane message arrives, not on the
+//! very next read. `l1(false)` makes every read ask the store.
 //!
 //! With two tiers, an L1 hit costs what an in-process hit costs (no await,
 //! no allocation, no shared write); an L2 hit copies the entry into the L1

@@ -457,6 +457,7 @@ async fn setup(server: &RedisServer) -> Ctx {
     let cache = Cache::<String>::builder(NAMESPACE_NAME)
         .ttl(Duration::from_secs(3600))
         .store(store.clone())
+        .l1(false)
         .build()
         .expect("cache");
     let mut keys = Vec::new();

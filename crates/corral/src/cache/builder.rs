@@ -41,7 +41,8 @@ pub enum Capacity {
 ///
 /// Defaults: TTL 60 s, no jitter, 10,000 entries in process, hard fill
 /// timeout 30 s, postcard codec (with a store), schema version 0, values up to 8 MiB
-/// encoded; with a shared store: lease 3 s (renewed every second while a
+/// encoded; with a shared store: an L1 in front of it if the store has a
+/// backplane (see [`l1`](CacheBuilder::l1)), lease 3 s (renewed every second while a
 /// fill runs), waiters poll every 250 ms as a fallback to notifications,
 /// store calls time out after 1 s, and a circuit breaker skips store calls
 /// for 5 s after 5 consecutive ones failed (see
@@ -57,7 +58,9 @@ pub struct CacheBuilder<V> {
     codec: Option<Arc<dyn Codec<V>>>,
     encryption: Option<Encryption>,
     store: Option<Arc<dyn Store>>,
-    l1_with_store: bool,
+    /// `None`: on if the cache listens to a store with a backplane.
+    l1_with_store: Option<bool>,
+    l1_shards: Option<usize>,
     l1_lifetime: Option<Duration>,
     backplane: bool,
     clock: Option<Arc<dyn Clock>>,
@@ -131,7 +134,8 @@ where
             codec: None,
             encryption: None,
             store: None,
-            l1_with_store: false,
+            l1_with_store: None,
+            l1_shards: None,
             l1_lifetime: None,
             backplane: true,
             clock: None,
@@ -436,12 +440,34 @@ where
     /// clock judged it, so an L1 copy never stays fresh longer than the
     /// store's. Writes, invalidations, tag invalidations and clears made
     /// through any cache of the same namespace reach this L1 through the
-    /// [`backplane`](CacheBuilder::backplane). Default: off: every read asks
-    /// the store, and concurrent reads of one key are not coalesced (each
-    /// is one `GET`; fills still are). Without a store the in-process tier
-    /// is always on.
+    /// [`backplane`](CacheBuilder::backplane).
+    ///
+    /// Default: on when the cache listens to a store that has a backplane
+    /// (Redis, and the in-memory store; [`backplane`](Self::backplane) is on
+    /// by default), off otherwise (memcached, a store without one, or
+    /// `backplane(false)`): an L1 is on by default only where messages keep
+    /// it coherent. With the L1, a read of a key this process holds fresh
+    /// does not reach the store: a change another process makes is seen
+    /// here once its backplane message arrives (within a millisecond
+    /// between processes on one Redis), not on the very next read, and the
+    /// store sees fewer reads (its hit counters and command counts with
+    /// them). `l1(false)` restores the store read on every read: then
+    /// concurrent reads of one key are not coalesced (each is one `GET`;
+    /// fills still are). Without a store the in-process tier is always on.
     pub fn l1(mut self, on: bool) -> Self {
-        self.l1_with_store = on;
+        self.l1_with_store = Some(on);
+        self
+    }
+
+    /// Splits the in-process tier into this many shards (rounded up to a
+    /// power of two, at most 1,024) instead of four per CPU: how corral's
+    /// own tests and `examples/l1_hit_ratio.rs` show the layout of a
+    /// many-CPU machine on a small one. What the tier keeps does not depend
+    /// on it (one eviction order over all shards); only how many threads
+    /// insert at once without waiting on one another does.
+    #[doc(hidden)]
+    pub fn l1_shards(mut self, shards: usize) -> Self {
+        self.l1_shards = Some(shards);
         self
     }
 
@@ -559,19 +585,6 @@ where
             Some(encryption) => Some(encryption.cipher(&namespace)?),
             None => None,
         };
-        let l1 = (self.store.is_none() || self.l1_with_store).then(|| {
-            let clock = match self.clock {
-                Some(clock) => TierClock::Injected(clock),
-                None => TierClock::Coarse(TickedClock::new(&self.name)),
-            };
-            LocalTier::new(
-                sizing.estimated_items.min(1 << 24),
-                sizing.weight_capacity,
-                clock,
-                self.policy.eager_refresh,
-                self.l1_lifetime,
-            )
-        });
         let mut rng = match self.seed {
             Some(seed) => fastrand::Rng::with_seed(seed),
             None => fastrand::Rng::new(),
@@ -586,24 +599,50 @@ where
                 .map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
             SharedTier::new(store, breaker, store_timeout)
         });
-        let inner = Arc::new(Inner::new(InnerParts {
-            namespace,
-            also_invalidate: also_invalidate.into(),
-            name,
-            schema: self.version,
-            policy: self.policy,
-            codec: self.codec,
-            cipher,
-            tiers: Tiers { l1, l2: store },
-            origin,
-            rng,
-            weigh_by_bytes: sizing.weigh_by_bytes,
-            refresh_limiter: self
-                .refresh_limiter
-                .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
-            budget: self.budget,
-        }));
-        attach_to_store(&inner, listens, self.l1_lifetime.is_some());
+        let mut coherent = false;
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner<V>>| {
+            // Subscribed before the tiers exist, so that the default L1 is
+            // made only where messages keep it coherent. Messages that come
+            // before the cache is whole find no cache: nothing is cached yet.
+            coherent = listens
+                && store.as_ref().is_some_and(|store| {
+                    let sink: Weak<dyn ChangeSink> = weak.clone();
+                    store.backplane(&namespace, sink)
+                });
+            let l1_on = store.is_none() || self.l1_with_store.unwrap_or(coherent);
+            let l1 = l1_on.then(|| {
+                let clock = match self.clock {
+                    Some(clock) => TierClock::Injected(clock),
+                    None => TierClock::Coarse(TickedClock::new(&name)),
+                };
+                LocalTier::new(
+                    sizing.estimated_items.min(1 << 24),
+                    sizing.weight_capacity,
+                    clock,
+                    self.policy.eager_refresh,
+                    self.l1_lifetime,
+                    self.l1_shards,
+                )
+            });
+            Inner::new(InnerParts {
+                namespace,
+                also_invalidate: also_invalidate.into(),
+                name,
+                schema: self.version,
+                policy: self.policy,
+                codec: self.codec,
+                cipher,
+                tiers: Tiers { l1, l2: store },
+                origin,
+                rng,
+                weigh_by_bytes: sizing.weigh_by_bytes,
+                refresh_limiter: self
+                    .refresh_limiter
+                    .unwrap_or_else(|| Arc::new(Semaphore::new(self.refresh_limit))),
+                budget: self.budget,
+            })
+        });
+        attach_to_store(&inner, listens, coherent, self.l1_lifetime.is_some());
         #[cfg(feature = "metrics")]
         if let Some(interval) = self.metrics_interval {
             let weak = Arc::downgrade(&inner);
@@ -672,22 +711,20 @@ struct Sizing {
     weigh_by_bytes: bool,
 }
 
-/// Connects a cache built on a shared store to it. Attaching the sink
-/// subscribes the namespace: its L1 copies and tag versions are kept
-/// current by the messages. A cache that does not listen subscribes
+/// Connects a cache built on a shared store to it, its sink attached
+/// (`coherent`: the store has a backplane and the cache listens). Attaching
+/// the sink subscribes the namespace: its L1 copies and tag versions are
+/// kept current by the messages. A cache that does not listen subscribes
 /// nothing now; its first waiter for another process's fill does
 /// ([`Store::listen`](crate::store::Store::listen)).
 fn attach_to_store<V: Clone + Send + Sync + 'static>(
     inner: &Arc<Inner<V>>,
     listens: bool,
+    coherent: bool,
     l1_lifetime_set: bool,
 ) {
     let Some(store) = &inner.tiers().l2 else {
         return;
-    };
-    let coherent = listens && {
-        let sink: Weak<dyn ChangeSink> = Arc::downgrade(inner) as Weak<dyn ChangeSink>;
-        store.backplane(inner.namespace(), sink)
     };
     // Tag versions are remembered only while messages keep them current;
     // otherwise every check reads them from the store.

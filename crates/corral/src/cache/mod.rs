@@ -49,11 +49,12 @@ use crate::tier::local::LocalTier;
 /// else one request for the value or else the fill lease (on Redis one
 /// script). A cold key then costs that request and the commit of the fill
 /// (and, for a new cache, one read of its tag and clear versions), however
-/// many callers wait for it. Without an L1 (`.store(..)` alone) every caller first
+/// many callers wait for it. Without an L1 (`.l1(false)`, or a store
+/// without a backplane such as memcached) every caller first
 /// reads the store itself — an L2 hit then costs about one `GET`, touching
 /// no flight table — and joins the flight only if it found no fresh value
 /// or a flight of the key is already running: fills are coalesced, reads
-/// are not. Turn the L1 on for keys that many tasks read at once.
+/// are not. Keep the L1 for keys that many tasks read at once.
 ///
 /// The fill runs on its own tokio task, so it must be `'static` and `Send`:
 /// a caller that is cancelled does not cancel the fill; the other callers

@@ -108,7 +108,8 @@ pub struct CacheConfig {
     /// (the sentinels' own passwords are in their URLs). Never shown by
     /// `Debug` or in errors.
     pub redis_master_password: Option<String>,
-    /// With a store, also keep decoded values in process (the L1).
+    /// With a store, also keep decoded values in process (the L1; default:
+    /// on with a store that has a backplane, see `CacheBuilder::l1`).
     pub l1: Option<bool>,
     /// Listen to the store's backplane (default on).
     pub backplane: Option<bool>,

@@ -98,18 +98,23 @@ pub(crate) struct LocalTier<V> {
 }
 
 impl<V: Clone> LocalTier<V> {
+    /// A tier of about `estimated_items` entries and at most
+    /// `weight_capacity` total weight, in `shards` shards if given (else
+    /// as many as suit this machine: see [`BoundedMap::with_shards`]).
     pub(crate) fn new(
         estimated_items: usize,
         weight_capacity: u64,
         clock: TierClock,
         eager: Option<f64>,
         lifetime: Option<Duration>,
+        shards: Option<usize>,
     ) -> Self {
         Self {
-            map: BoundedMap::new(
+            map: BoundedMap::with_shards(
                 estimated_items.max(1),
                 weight_capacity.max(1),
                 EntryWeighter,
+                shards,
             ),
             clock,
             eager,
@@ -243,8 +248,14 @@ mod tests {
 
     #[test]
     fn a_hot_tier_expires_entries_on_the_ticked_reading_and_never_early() {
-        let tier =
-            LocalTier::<u32>::new(16, 16, TierClock::Coarse(TickedClock::new("t")), None, None);
+        let tier = LocalTier::<u32>::new(
+            16,
+            16,
+            TierClock::Coarse(TickedClock::new("t")),
+            None,
+            None,
+            None,
+        );
         // Two milestones in quick succession: as hot as a cache gets.
         tier.hit_milestone();
         tier.hit_milestone();

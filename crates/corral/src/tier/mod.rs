@@ -4,6 +4,10 @@
 
 pub(crate) mod bounded_map;
 pub(crate) mod breaker;
+pub(crate) mod eviction;
 pub(crate) mod local;
 pub(crate) mod shared;
 pub(crate) mod ticker;
+#[cfg(all(test, not(shuttle)))]
+#[allow(dead_code)]
+pub(crate) mod workloads;

@@ -74,11 +74,13 @@ impl Fixture {
             .lease_ttl(Duration::from_millis(500));
         match self {
             Self::Local => builder,
-            Self::Memory(store) => builder.store(store.clone()),
-            Self::Redis(_, store) | Self::Cluster(_, store) => builder.store(store.clone()),
+            Self::Memory(store) => builder.store(store.clone()).l1(false),
+            Self::Redis(_, store) | Self::Cluster(_, store) => {
+                builder.store(store.clone()).l1(false)
+            }
             Self::Tiered(inner) => inner.builder(name).l1(true),
             #[cfg(feature = "memcached")]
-            Self::Memcached(_, store) => builder.store(store.clone()),
+            Self::Memcached(_, store) => builder.store(store.clone()).l1(false),
         }
     }
 

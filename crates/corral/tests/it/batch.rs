@@ -195,6 +195,7 @@ async fn redis_round_trips_per_batch() {
         .expect("connect");
     let cache = Cache::<String>::builder("batch-trips")
         .store(store)
+        .l1(false)
         .build()
         .expect("config");
     // Learn the clear version once, so the counts below are the batch's.

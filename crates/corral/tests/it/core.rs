@@ -512,6 +512,7 @@ fn shared(name: &str, store: &MemoryStore) -> Cache<String> {
     Cache::<String>::builder(name)
         .ttl(Duration::from_secs(60))
         .store(store.clone())
+        .l1(false)
         .build()
         .expect("config")
 }

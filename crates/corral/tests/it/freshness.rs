@@ -55,7 +55,7 @@ impl Caches {
             .clock(TokioClock::new());
         let builder = match self.tier {
             Tier::Local => builder,
-            Tier::Memory => builder.store(self.store.clone()),
+            Tier::Memory => builder.store(self.store.clone()).l1(false),
             Tier::Tiered => builder.store(self.store.clone()).l1(true),
         };
         configure(builder).build().expect("config")

@@ -568,6 +568,7 @@ async fn redis_a_value_key_of_another_type_heals_with_one_fill_across_processes(
         .expect("connect");
     let fresh = Cache::<String>::builder(NAME)
         .store(store)
+        .l1(false)
         .build()
         .expect("config");
     let read = fresh.peek("typed").await.expect("get");
@@ -638,6 +639,7 @@ async fn redis_a_value_key_of_another_type_is_a_counted_miss_on_every_read_path(
         .expect("connect");
     let cache = Cache::<String>::builder("typed")
         .store(store)
+        .l1(false)
         .build()
         .expect("config");
     wrong_type_reads(&server.url(), &cache).await;
@@ -655,6 +657,7 @@ async fn cluster_broken_leases_and_foreign_types_heal() {
     broken_cluster_leases(&cluster, &cache).await;
     let typed = Cache::<String>::builder("typed")
         .store(store)
+        .l1(false)
         .build()
         .expect("config");
     wrong_type_cluster_reads(&cluster, &typed).await;

@@ -24,6 +24,7 @@ fn ok(
 fn cache(store: &(impl Store + Clone), name: &str, max: usize) -> Cache<String> {
     Cache::<String>::builder(name)
         .store(store.clone())
+        .l1(false)
         .max_value_bytes(max)
         .ttl(Duration::from_secs(60))
         .build()

@@ -25,6 +25,7 @@ async fn store(server: &RedisServer) -> RedisStore {
 fn cache(store: &RedisStore, lease: Duration) -> Cache<String> {
     Cache::<String>::builder("faults")
         .store(store.clone())
+        .l1(false)
         .ttl(Duration::from_secs(60))
         .lease_ttl(lease)
         .store_timeout(OP_TIMEOUT)

@@ -780,6 +780,7 @@ async fn unframed_bytes_are_a_counted_miss_and_overwritten() {
     let store = connect(&server).await;
     let cache = Cache::<String>::builder("foreign")
         .store(store.clone())
+        .l1(false)
         .ttl(Duration::from_secs(60))
         .build()
         .expect("cache");

@@ -65,14 +65,14 @@ async fn redis_cache(url: &str) -> Cache<String> {
     let store = RedisStore::connect(url, RedisConfig::default())
         .await
         .expect("connect");
-    builder().store(store).build().expect("config")
+    builder().store(store).l1(false).build().expect("config")
 }
 
 async fn memcached_cache(server: &MemcachedServer) -> Cache<String> {
     let store = MemcachedStore::connect(&[server.addr()], MemcachedConfig::default())
         .await
         .expect("connect");
-    builder().store(store).build().expect("config")
+    builder().store(store).l1(false).build().expect("config")
 }
 
 fn options() -> FillOptions {
@@ -301,7 +301,7 @@ async fn redis_cluster_del_of_the_version_key() {
             let store = RedisStore::connect_cluster(&cluster.urls(), RedisConfig::default())
                 .await
                 .expect("connect");
-            builder().store(store).build().expect("config")
+            builder().store(store).l1(false).build().expect("config")
         };
         let old = connect().await;
         let late = before_loss(&old, target).await;
@@ -379,6 +379,7 @@ async fn memcached_flush_all() {
 fn memory_cache(store: &MemoryStore) -> Cache<String> {
     builder()
         .store(store.clone())
+        .l1(false)
         .clock(TokioClock::new())
         .build()
         .expect("config")
