@@ -149,6 +149,21 @@ impl<'a> ValueName<'a> {
         bucket_tag(self.hash)
     }
 
+    /// The key named.
+    pub(super) fn key(&self) -> &'a StoreKey {
+        self.key
+    }
+
+    /// The name's hash slot: [`slot`] of the name, without writing it out
+    /// (its first `{...}` is the bucket's tag unless the namespace holds a
+    /// `{`, which a cache's never does).
+    pub(super) fn slot(&self) -> u16 {
+        if self.key.namespace().contains('{') {
+            return slot(&self.owned());
+        }
+        crc_slot(self.bucket().as_bytes())
+    }
+
     /// A 64-bit id of the name (not its FNV-1a): the key's FNV-1a, folded
     /// on with the namespace.
     pub(super) fn id(&self) -> u64 {
@@ -197,6 +212,11 @@ pub(super) fn slot(name: &str) -> u16 {
             (close > 0).then(|| &rest[..close])
         })
         .unwrap_or(bytes);
+    crc_slot(tagged)
+}
+
+/// CRC16 (XMODEM) of `tagged`, modulo 16384.
+fn crc_slot(tagged: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &byte in tagged {
         crc ^= u16::from(byte) << 8;
@@ -297,8 +317,13 @@ mod tests {
             "}{x}{",
             "ключ{}",
         ] {
-            let names = KeyNames::new(&StoreKey::new("ns:v3", raw));
+            let key = StoreKey::new("ns:v3", raw);
+            let names = KeyNames::new(&key);
             let want = slot(&names.value);
+            assert_eq!(ValueName::new(&key).slot(), want, "{raw:?}");
+            // A namespace no cache has: the name's first `{` is in it.
+            let odd = StoreKey::new("n{s}:v3", raw);
+            assert_eq!(ValueName::new(&odd).slot(), slot(&value_name(&odd)));
             assert_eq!(slot(&names.lease), want, "{raw:?}");
             assert_eq!(slot(&names.fence), want, "{raw:?}");
             let bucket = (fnv1a64(raw.as_bytes()) % 256) as usize;

@@ -1149,15 +1149,12 @@ impl RedisStore {
                     return Ok(None);
                 }
                 Value::BulkString(bytes) => {
-                    let (bytes, generation) = frame::unframe(bytes);
-                    let remaining = generation
-                        .as_deref()
-                        .and_then(|generation| known.remaining_of(generation));
-                    if let Some(remaining) = remaining {
+                    if let Some(bytes) = frame::unframe_as(bytes, known.token()) {
+                        let (remaining, generation) = known.remaining();
                         return Ok(Some(Stored {
                             bytes,
                             remaining: Some(remaining),
-                            generation,
+                            generation: Some(generation),
                         }));
                     }
                 }
