@@ -9,7 +9,7 @@
 //! `redis_store_get` reads them through `Store::get` (a plain `GET` of a
 //! value it read before, or reads batched into one `MGET` while two round
 //! trips of reads are in flight; the frame split off, the generation
-//! parsed); `cache_get_or_fill`
+//! compared with the one remembered); `cache_get_or_fill`
 //! reads 50 other keys through a `Cache<String>` on the same store built
 //! with `.l1(false)` (the whole L2 hit: the flight, the read, the decode,
 //! the tag check);

@@ -22,6 +22,9 @@ const INLINE_VERSION: usize = 16;
 /// One `(tag, version)` pair as the list holds it.
 pub(crate) type Stamp = (Arc<str>, Option<Arc<str>>);
 
+/// One `(tag, version)` pair as read: the version's bytes.
+type Pair<'a> = (&'a str, Option<&'a [u8]>);
+
 /// The versions an entry was filled under: `(tag, version)` pairs for its
 /// tags and the clear tag. A version read back as `None` (or a missing
 /// clear stamp) matches no current version: such an entry is never served.
@@ -59,7 +62,7 @@ impl Stamps {
 
     /// The stamped `(tag, version)` pairs, in order, as written (without
     /// the implicit clear stamp of [`all`](Self::all)).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Pair<'_>> {
         let (clear, list) = self.parts();
         clear.into_iter().chain(
             list.iter()
@@ -103,7 +106,7 @@ impl Stamps {
     }
 
     /// Every `(tag, version)` stamped, the implicit clear stamp included.
-    pub(crate) fn all(&self) -> impl Iterator<Item = (&str, Option<&[u8]>)> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = Pair<'_>> {
         let implicit_clear = match &self.0 {
             Repr::List(list) if !list.iter().any(|(tag, _)| tag.is_empty()) => Some((CLEAR, None)),
             _ => None,
@@ -160,7 +163,7 @@ impl Stamps {
     }
 
     /// The inline clear stamp, if held so, and the list.
-    fn parts(&self) -> (Option<(&str, Option<&[u8]>)>, &[Stamp]) {
+    fn parts(&self) -> (Option<Pair<'_>>, &[Stamp]) {
         match &self.0 {
             Repr::List(list) => (None, list),
             Repr::Clear(version) => (Some((CLEAR, Some(&version[..]))), &[]),

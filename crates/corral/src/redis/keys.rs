@@ -175,25 +175,43 @@ impl<'a> ValueName<'a> {
         PREFIX.len() + self.key.namespace().len() + 10 + self.key.key().len()
     }
 
-    /// Appends the name to `out`.
-    fn write(&self, out: &mut impl std::io::Write) {
-        for part in [
+    /// The name's parts, in order.
+    fn parts(&self) -> [&[u8]; 6] {
+        [
             PREFIX.as_bytes(),
             self.key.namespace().as_bytes(),
             b":{",
             self.bucket().as_bytes(),
             b"}:v:",
             self.key.key().as_bytes(),
-        ] {
+        ]
+    }
+
+    /// Appends the name to `out`.
+    fn write(&self, out: &mut impl std::io::Write) {
+        for part in self.parts() {
             // Writing to a `Vec` or a command's buffer cannot fail.
             let _ = out.write_all(part);
         }
     }
 }
 
+/// Value names up to this long are assembled on the stack and written to
+/// a command in one piece.
+const INLINE_NAME: usize = 160;
+
 impl ::redis::ToRedisArgs for ValueName<'_> {
     fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
-        self.write(&mut out.writer_for_next_arg());
+        if self.len() > INLINE_NAME {
+            self.write(&mut out.writer_for_next_arg());
+            return;
+        }
+        let mut name = arrayvec::ArrayVec::<u8, INLINE_NAME>::new();
+        for part in self.parts() {
+            // Fits: the length was checked.
+            let _ = name.try_extend_from_slice(part);
+        }
+        out.write_arg(&name);
     }
 }
 
@@ -303,6 +321,23 @@ mod tests {
         assert!(odd.lease.ends_with("}:l:v:}{l:f:"), "{}", odd.lease);
         assert!(odd.fence.ends_with("}:f:v:}{l:f:"), "{}", odd.fence);
         assert_eq!(channel("users:v1"), "corral:users:v1:filled");
+    }
+
+    #[test]
+    fn value_names_are_written_whole_short_or_long() {
+        for raw in ["user:42".to_owned(), "k".repeat(INLINE_NAME + 1)] {
+            let key = StoreKey::new("users:v1", &raw);
+            let mut cmd = ::redis::cmd("GET");
+            cmd.arg(ValueName::new(&key));
+            let written: Vec<Vec<u8>> = cmd
+                .args_iter()
+                .map(|arg| match arg {
+                    ::redis::Arg::Simple(bytes) => bytes.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            assert_eq!(written, [b"GET".to_vec(), value_name(&key).into_bytes()]);
+        }
     }
 
     #[test]
