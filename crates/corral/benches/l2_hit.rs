@@ -9,9 +9,10 @@
 //! `redis_store_get` reads them through `Store::get` (a plain `GET` of a
 //! value it read before, or reads batched into one `MGET` while two round
 //! trips of reads are in flight; the frame split off, the generation
-//! parsed); `cache_get_or_fill`
-//! reads 50 other keys through a `Cache<String>` on the same store with no
-//! L1 (the whole L2 hit: the flight, the read, the decode, the tag check);
+//! compared with the one remembered); `cache_get_or_fill`
+//! reads 50 other keys through a `Cache<String>` on the same store built
+//! with `.l1(false)` (the whole L2 hit: the flight, the read, the decode,
+//! the tag check);
 //! `cache_get_or_fill_3_tags` the same on entries filled with three tags
 //! (what tags cost an L2 hit: the stamps in the envelope and their check
 //! against the versions the cache keeps).
@@ -150,12 +151,14 @@ fn l2_hit(c: &mut Criterion) {
             .store(store.clone())
             .l1(false)
             .ttl(Duration::from_secs(3600))
+            .l1(false)
             .build()
             .expect("cache");
         let tagged = Cache::<String>::builder("l2tagged")
             .store(store.clone())
             .l1(false)
             .ttl(Duration::from_secs(3600))
+            .l1(false)
             .build()
             .expect("cache");
         let mut cache_keys = Vec::new();

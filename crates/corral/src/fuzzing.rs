@@ -3,11 +3,11 @@
 //! must never panic, and checks the invariants that do not depend on the
 //! input being well formed.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::{Codec, Json, Postcard};
 use crate::data::entry::{self, Ttls};
+use crate::data::stamps::Stamps;
 
 /// The envelope decoder on arbitrary bytes, with both codecs; whatever
 /// decodes re-encodes to bytes that decode to the same entry.
@@ -22,9 +22,15 @@ pub fn envelope(bytes: &[u8]) {
         stale: Duration::from_millis(2),
         physical: Duration::from_millis(3),
     };
-    if let Ok(mut framed) =
-        entry::encode::<Vec<u8>>(&Postcard, 7, ttls, 0, Some(&Vec::new()), 1 << 20, &[])
-    {
+    if let Ok(mut framed) = entry::encode::<Vec<u8>>(
+        &Postcard,
+        7,
+        ttls,
+        0,
+        Some(&Vec::new()),
+        1 << 20,
+        &Stamps::default(),
+    ) {
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         framed.truncate(entry::HEADER_LEN);
         if let Some(field) = framed.get_mut(36..40) {
@@ -47,7 +53,6 @@ where
         let Ok(decoded) = entry::decode(codec, schema, bytes, 1 << 20) else {
             continue;
         };
-        let stamps: Vec<(Arc<str>, Option<Arc<str>>)> = decoded.stamps.clone();
         let again = entry::encode(
             codec,
             schema,
@@ -55,7 +60,7 @@ where
             decoded.flags,
             decoded.value.as_ref(),
             1 << 20,
-            &stamps,
+            &decoded.stamps,
         );
         let Ok(again) = again else {
             continue;

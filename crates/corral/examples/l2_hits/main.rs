@@ -18,7 +18,9 @@
 //! `L2_HITS_VARIANTS=store,cache` runs only the variants whose names start
 //! with one of the given prefixes, beside the baseline (more rounds in the
 //! same time); `L2_HITS_PROFILE=<prefix>` runs one variant alone, for a
-//! profiler.
+//! profiler, and prints its rate and how many reads it made (two runs of
+//! different lengths under callgrind give instructions per read without
+//! the setup: the difference of their totals over that of their reads).
 //!
 //! Variants:
 //! - `get/mux`: bare `GET` on a redis-rs `MultiplexedConnection` (the
@@ -40,8 +42,9 @@
 //!   present value, what a cache's leader asks;
 //! - `cache.peek`: `Cache::peek` (reads through `Store::get`, decodes; no
 //!   flight);
-//! - `cache.get_or_fill`: `Cache::get_or_fill` on warm keys (no L1: each
-//!   caller reads through `Store::get` before it claims a flight);
+//! - `cache.get_or_fill`: `Cache::get_or_fill` on warm keys of a cache
+//!   built with `.l1(false)` (each caller reads through `Store::get`
+//!   before it claims a flight);
 //! - `cache+l1.get_or_fill, L1 miss`: `Cache::get_or_fill` of a cache with
 //!   an L1 of 16 entries, each task rotating over 64 warm keys of its own,
 //!   so that (almost) every read misses the L1 and hits the L2 (the flight's
@@ -389,6 +392,7 @@ fn cpu_micros(pid: &str) -> f64 {
 /// One timed loop: reads per second, and CPU microseconds per read spent
 /// by this process and by the server.
 struct Sample {
+    reads: u64,
     rate: f64,
     client_us: f64,
     server_us: f64,
@@ -426,8 +430,10 @@ async fn measure(ctx: &Arc<Ctx>, variant: Variant, ms: u64, server_pid: &str) ->
     }
     let elapsed = start.elapsed().as_secs_f64();
     let (client1, server1) = (cpu_micros("self"), cpu_micros(server_pid));
+    let count = reads;
     let reads = reads as f64;
     Sample {
+        reads: count,
         rate: reads / elapsed,
         client_us: (client1 - client0) / reads,
         server_us: (server1 - server0) / reads,
@@ -454,6 +460,7 @@ async fn setup(server: &RedisServer) -> Ctx {
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("store");
+    // No L1, said so: every read of it is an L2 hit.
     let cache = Cache::<String>::builder(NAMESPACE_NAME)
         .ttl(Duration::from_secs(3600))
         .store(store.clone())
@@ -566,7 +573,12 @@ async fn run(rounds: u64, ms: u64) {
         });
         for variant in chosen {
             let sample = measure(&ctx, *variant, ms * rounds, &pid).await;
-            println!("{}: {:.0} reads/s", variant.name(), sample.rate);
+            println!(
+                "{}: {:.0} reads/s ({} reads)",
+                variant.name(),
+                sample.rate,
+                sample.reads
+            );
         }
         return;
     }

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use crate::clock::millis;
 use crate::codec::Codec;
+use crate::data::stamps::Stamps;
 
 const MAGIC: [u8; 4] = *b"CRL\0";
 const FORMAT: u8 = 1;
@@ -71,10 +72,6 @@ pub(crate) const FLAG_STAMPED: u16 = 4;
 const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED;
 /// The most tags one entry may carry.
 pub(crate) const MAX_TAGS: usize = 64;
-
-/// The tag versions an entry was filled under: `(tag, version)` pairs, the
-/// empty tag standing for the namespace's clear version.
-pub(crate) type Stamps = Vec<(Arc<str>, Option<Arc<str>>)>;
 
 /// Why an envelope was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,7 +141,7 @@ pub(crate) fn encode<V: 'static>(
     flags: u16,
     value: Option<&V>,
     max_value_bytes: usize,
-    stamps: &[(Arc<str>, Option<Arc<str>>)],
+    stamps: &Stamps,
 ) -> Result<Vec<u8>, String> {
     let stamped = stamps
         .iter()
@@ -181,19 +178,19 @@ pub(crate) fn encode<V: 'static>(
     Ok(out)
 }
 
-fn encode_stamps(stamps: &[(Arc<str>, Option<Arc<str>>)], out: &mut Vec<u8>) -> Result<(), String> {
+fn encode_stamps(stamps: &Stamps, out: &mut Vec<u8>) -> Result<(), String> {
     if stamps.len() > MAX_TAGS {
         return Err(format!("{} tags, the limit is {MAX_TAGS}", stamps.len()));
     }
     out.extend_from_slice(&(stamps.len() as u16).to_le_bytes());
-    for (tag, version) in stamps {
+    for (tag, version) in stamps.iter() {
         let tag_len = u16::try_from(tag.len()).map_err(|_| "tag too long".to_owned())?;
         out.extend_from_slice(&tag_len.to_le_bytes());
         out.extend_from_slice(tag.as_bytes());
-        let version = version.as_deref().unwrap_or("");
+        let version = version.unwrap_or_default();
         let version_len = u8::try_from(version.len()).map_err(|_| "tag version too long")?;
         out.push(version_len);
-        out.extend_from_slice(version.as_bytes());
+        out.extend_from_slice(version);
     }
     Ok(())
 }
@@ -201,6 +198,15 @@ fn encode_stamps(stamps: &[(Arc<str>, Option<Arc<str>>)], out: &mut Vec<u8>) -> 
 /// Reads the stamps after the value; `None` if malformed or not exactly
 /// filling `bytes`.
 fn decode_stamps(bytes: &[u8]) -> Option<Stamps> {
+    // The usual stamps, read without allocating: one stamp, the empty tag
+    // (the clear version), a version that is all the rest.
+    if let [1, 0, 0, 0, len, version @ ..] = bytes {
+        if usize::from(*len) == version.len() {
+            if let Some(stamps) = Stamps::clear_only(version) {
+                return Some(stamps);
+            }
+        }
+    }
     let (count, mut rest) = split(bytes, 2)?;
     let count = usize::from(u16::from_le_bytes([count[0], count[1]]));
     if count > MAX_TAGS {
@@ -220,7 +226,7 @@ fn decode_stamps(bytes: &[u8]) -> Option<Stamps> {
         stamps.push((tag, version));
         rest = tail;
     }
-    rest.is_empty().then_some(stamps)
+    rest.is_empty().then_some(Stamps::new(stamps))
 }
 
 fn split(bytes: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
@@ -271,7 +277,7 @@ pub(crate) fn decode<V: 'static>(
         let (body, tail) = split(rest, len).ok_or(DecodeError::LengthMismatch)?;
         (body, decode_stamps(tail).ok_or(DecodeError::BadStamps)?)
     } else {
-        (rest, Vec::new())
+        (rest, Stamps::default())
     };
     if body.len() != len {
         return Err(DecodeError::LengthMismatch);
@@ -331,25 +337,26 @@ mod tests {
             FLAG_FAIL_SAFE,
             Some(&"hello".to_string()),
             MAX,
-            &[],
+            &Stamps::default(),
         )
         .expect("encodes");
         let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
         assert_eq!(decoded.value.as_deref(), Some("hello"));
         assert_eq!(decoded.ttls, ttls);
         assert_eq!(decoded.flags, FLAG_FAIL_SAFE);
-        let bytes = encode::<String>(codec, 7, ttls, 0, None, MAX, &[]).expect("encodes");
+        let bytes =
+            encode::<String>(codec, 7, ttls, 0, None, MAX, &Stamps::default()).expect("encodes");
         let decoded = decode(codec, 7, &bytes, MAX).expect("decodes");
         assert_eq!(decoded.value, None);
         assert_eq!(decoded.flags, FLAG_NOT_FOUND);
     }
 
     fn stamps() -> Stamps {
-        vec![
+        Stamps::new(vec![
             ("".into(), Some("c0ffee".into())),
             ("team:7".into(), None),
             ("user:42".into(), Some("0123456789abcdef".into())),
-        ]
+        ])
     }
 
     #[test]
@@ -374,7 +381,7 @@ mod tests {
             0,
             Some(&value),
             MAX,
-            &[("".into(), None)],
+            &Stamps::new(vec![("".into(), None)]),
         )
         .expect("encodes");
         assert_eq!(
@@ -389,6 +396,41 @@ mod tests {
     }
 
     #[test]
+    fn the_usual_stamps_decode_like_any_other() {
+        let ttls = Ttls::simple(Duration::from_secs(1));
+        let value = "v".to_string();
+        for version in [
+            "0123456789abcdef",
+            "c0ffee",
+            "0123456789abcdé",
+            "0123456789abcdef0",
+        ] {
+            let stamps = Stamps::new(vec![("".into(), Some(version.into()))]);
+            let bytes = encode(&Postcard, 1, ttls, 0, Some(&value), MAX, &stamps).expect("encodes");
+            let decoded = decode::<String>(&Postcard, 1, &bytes, MAX).expect("decodes");
+            assert_eq!(decoded.stamps, stamps, "{version}");
+            assert_eq!(decoded.flags, FLAG_STAMPED);
+            for cut in HEADER_LEN..bytes.len() {
+                assert!(decode::<String>(&Postcard, 1, &bytes[..cut], MAX).is_err());
+            }
+        }
+        // A version that is not UTF-8 is rejected, as before, at the inline
+        // length or not.
+        for version in ["0123456789abcdef", "0123456789abcdeé"] {
+            let stamps = Stamps::new(vec![("".into(), Some(version.into()))]);
+            let mut bytes =
+                encode(&Postcard, 1, ttls, 0, Some(&value), MAX, &stamps).expect("encodes");
+            let last = bytes.len() - 1;
+            bytes[last] = 0xff;
+            assert_eq!(
+                decode::<String>(&Postcard, 1, &bytes, MAX),
+                Err(DecodeError::BadStamps),
+                "{version}"
+            );
+        }
+    }
+
+    #[test]
     fn roundtrips_with_both_codecs() {
         roundtrip(&Postcard);
         roundtrip(&Json);
@@ -397,8 +439,16 @@ mod tests {
     #[test]
     fn rejects_other_schema_codec_and_oversize() {
         let ttls = Ttls::simple(Duration::from_secs(1));
-        let bytes =
-            encode(&Postcard, 1, ttls, 0, Some(&"v".to_string()), MAX, &[]).expect("encodes");
+        let bytes = encode(
+            &Postcard,
+            1,
+            ttls,
+            0,
+            Some(&"v".to_string()),
+            MAX,
+            &Stamps::default(),
+        )
+        .expect("encodes");
         assert_eq!(
             decode::<String>(&Postcard, 2, &bytes, MAX),
             Err(DecodeError::SchemaMismatch { found: 1 })
@@ -415,7 +465,7 @@ mod tests {
             0,
             Some(&"long value".to_string()),
             4,
-            &[]
+            &Stamps::default()
         )
         .is_err());
     }
@@ -423,8 +473,16 @@ mod tests {
     #[test]
     fn rejects_truncation_and_trailing_bytes() {
         let ttls = Ttls::simple(Duration::from_secs(1));
-        let bytes =
-            encode(&Postcard, 1, ttls, 0, Some(&"value".to_string()), MAX, &[]).expect("encodes");
+        let bytes = encode(
+            &Postcard,
+            1,
+            ttls,
+            0,
+            Some(&"value".to_string()),
+            MAX,
+            &Stamps::default(),
+        )
+        .expect("encodes");
         for cut in 0..bytes.len() {
             assert!(decode::<String>(&Postcard, 1, &bytes[..cut], MAX).is_err());
         }
@@ -456,7 +514,7 @@ mod tests {
         #[test]
         fn roundtrip_any_string(value in ".{0,100}", fresh in 0u64..1_000_000) {
             let ttls = Ttls { fresh: Duration::from_millis(fresh), stale: Duration::from_millis(fresh), physical: Duration::from_millis(fresh) };
-            let bytes = encode(&Postcard, 3, ttls, 0, Some(&value), MAX, &[]).expect("encodes");
+            let bytes = encode(&Postcard, 3, ttls, 0, Some(&value), MAX, &Stamps::default()).expect("encodes");
             prop_assert_eq!(decode::<String>(&Postcard, 3, &bytes, MAX).expect("decodes").value, Some(value));
         }
     }

@@ -62,12 +62,33 @@ pub fn validate_key(key: &str) -> Result<(), InvalidKey> {
     if key.len() > MAX_KEY_LEN {
         return Err(InvalidKey::TooLong { len: key.len() });
     }
-    if let Some(position) = key.char_indices().find(|(_, c)| c.is_control()) {
-        return Err(InvalidKey::ControlCharacter {
-            byte_offset: position.0,
-        });
+    if let Some(byte_offset) = first_control(key) {
+        return Err(InvalidKey::ControlCharacter { byte_offset });
     }
     Ok(())
+}
+
+/// Where the first control character of `key` starts, read byte by byte
+/// (every `get_or_fill` that reaches the store checks its key): the ASCII
+/// ones are single bytes, `\u{80}`–`\u{9f}` are `0xC2` then `0x80`–`0x9F`,
+/// and a lead byte `0xC2` always starts a character.
+fn first_control(key: &str) -> Option<usize> {
+    let bytes = key.as_bytes();
+    // Printable ASCII, the usual key: one comparison a byte, no branch.
+    if bytes.iter().fold(true, |printable, &byte| {
+        printable & (0x20..0x7f).contains(&byte)
+    }) {
+        return None;
+    }
+    bytes.iter().enumerate().find_map(|(at, &byte)| {
+        let control = byte < 0x20
+            || byte == 0x7f
+            || (byte == 0xc2
+                && bytes
+                    .get(at + 1)
+                    .is_some_and(|next| (0x80..=0x9f).contains(next)));
+        control.then_some(at)
+    })
 }
 
 /// 64-bit FNV-1a of `bytes`: fixed by its specification, so every process
@@ -145,6 +166,35 @@ mod tests {
         );
         assert!(validate_key("a\0").is_err());
         assert!(validate_key("a\u{7f}").is_err());
+    }
+
+    #[test]
+    fn control_characters_are_found_where_chars_say() {
+        let by_chars = |key: &str| {
+            key.char_indices()
+                .find(|(_, c)| c.is_control())
+                .map(|(at, _)| at)
+        };
+        let mut cases: Vec<String> = [
+            "",
+            "plain",
+            "ключ",
+            "é\u{9f}",
+            "a\u{a0}b",
+            "\u{c2}\u{80}",
+            "x\u{80}",
+            "\u{7e}\u{7f}",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for c in (0..0x250u32).filter_map(char::from_u32) {
+            cases.push(format!("k{c}ey"));
+            cases.push(format!("ж{c}"));
+        }
+        for key in &cases {
+            assert_eq!(first_control(key), by_chars(key), "{key:?}");
+        }
     }
 
     #[test]

@@ -9,4 +9,5 @@ pub(crate) mod error;
 pub(crate) mod freshness;
 pub(crate) mod key;
 pub(crate) mod policy;
+pub(crate) mod stamps;
 pub(crate) mod tags;

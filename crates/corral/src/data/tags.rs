@@ -46,77 +46,7 @@ pub(crate) const CLEAR: &str = "";
 /// characters.
 pub(crate) const MOVED: &str = "\u{1}moved";
 
-/// The versions an entry was filled under: `(tag, version)` pairs for its
-/// tags and the clear tag. A version read back as `None` (or a missing
-/// clear stamp) matches no current version: such an entry is never served.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Stamps(pub(crate) Vec<(Arc<str>, Option<Arc<str>>)>);
-
-impl Stamps {
-    /// The tags stamped, without the clear tag.
-    pub(crate) fn user_tags(&self) -> impl Iterator<Item = &Arc<str>> {
-        self.0
-            .iter()
-            .map(|(tag, _)| tag)
-            .filter(|tag| !tag.is_empty())
-    }
-
-    /// Every `(tag, version)` stamped, the implicit clear stamp included.
-    fn all(&self) -> impl Iterator<Item = (&str, Option<&Arc<str>>)> {
-        let implicit_clear =
-            (!self.0.iter().any(|(tag, _)| tag.is_empty())).then_some((CLEAR, None));
-        implicit_clear.into_iter().chain(
-            self.0
-                .iter()
-                .map(|(tag, version)| (&**tag, version.as_ref())),
-        )
-    }
-
-    /// Every tag stamped, the clear tag included.
-    pub(crate) fn tags(&self) -> Vec<Arc<str>> {
-        self.all().map(|(tag, _)| Arc::from(tag)).collect()
-    }
-
-    /// Whether `versions` (of [`tags`](Self::tags), in order) are the
-    /// stamped ones.
-    pub(crate) fn matches(&self, versions: &[Arc<str>]) -> bool {
-        self.all()
-            .zip(versions)
-            .all(|((_, stamped), current)| stamped == Some(current))
-    }
-
-    /// The stamps of an entry carrying `tags` (deduplicated), with their
-    /// versions read from `versions` in the same order, the clear tag
-    /// first.
-    pub(crate) fn zip(tags: &[Arc<str>], versions: Vec<Arc<str>>) -> Self {
-        Self(
-            tags.iter()
-                .cloned()
-                .zip(versions.into_iter().map(Some))
-                .collect(),
-        )
-    }
-
-    /// Takes out the [`MOVED`] stamp a fill's stamps carry (see
-    /// [`Inner::fill_stamps`](crate::state::inner::Inner::fill_stamps)),
-    /// returning its version: `Some(None)` if it was stamped unread, `None`
-    /// if it was not there.
-    pub(crate) fn take_moved(&mut self) -> Option<Option<Arc<str>>> {
-        let at = self.0.iter().position(|(tag, _)| &**tag == MOVED)?;
-        Some(self.0.remove(at).1)
-    }
-
-    /// `CLEAR` followed by `tags` without duplicates: what a fill asks for.
-    pub(crate) fn wanted(tags: &[Arc<str>]) -> Vec<Arc<str>> {
-        let mut wanted: Vec<Arc<str>> = vec![CLEAR.into()];
-        for tag in tags {
-            if !wanted.contains(tag) {
-                wanted.push(Arc::clone(tag));
-            }
-        }
-        wanted
-    }
-}
+pub(crate) use super::stamps::Stamps;
 
 /// At most this many tag versions are remembered per cache: past it the
 /// least used are forgotten (read again from the store when next needed),
@@ -231,7 +161,7 @@ impl TagState {
     fn check(&self, stamps: &Stamps) -> Option<bool> {
         let mut current = true;
         for (tag, stamped) in stamps.all() {
-            current &= Some(self.known.get(tag)?) == stamped;
+            current &= Some(self.known.get(tag)?.as_bytes()) == stamped;
         }
         Some(current)
     }
@@ -447,8 +377,8 @@ mod tests {
         table.learn(&wanted, &["c".into(), "v".into()], 0);
         // Written before versions always existed: no version for the tag,
         // or no clear stamp at all.
-        let unversioned = Stamps(vec![("".into(), Some("c".into())), ("t".into(), None)]);
-        let unstamped = Stamps(vec![("t".into(), Some("v".into()))]);
+        let unversioned = Stamps::new(vec![("".into(), Some("c".into())), ("t".into(), None)]);
+        let unstamped = Stamps::new(vec![("t".into(), Some("v".into()))]);
         for stamps in [&unversioned, &unstamped] {
             assert_eq!(table.check(stamps), Some(false), "{stamps:?}");
             assert!(!stamps.matches(&["c".into(), "v".into()]), "{stamps:?}");

@@ -66,7 +66,13 @@ where
 {
     let counted = look == Look::Counted;
     let judged = inner.judge_stored(key, stored, counted)?;
-    if !inner.stamps_current(&judged.stamps).await {
+    // Versions the cache knows are checked in place, without awaiting the
+    // (larger) future that reads unknown ones from the store.
+    let current = match inner.tags().check(&judged.stamps) {
+        Some(current) => current,
+        None => inner.stamps_current(&judged.stamps).await,
+    };
+    if !current {
         if counted {
             // A tag invalidation or clear made it a miss.
             Counters::bump(&inner.counters().tag_misses);

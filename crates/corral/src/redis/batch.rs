@@ -46,8 +46,9 @@ use tokio::sync::oneshot;
 
 use super::conn::{answered, Connection};
 use super::errors::{refusal, unexpected};
-use super::keys::{self, ValueName};
+use super::keys::ValueName;
 use crate::data::error::{StoreError, StoreErrorKind};
+use crate::store::StoreKey;
 
 /// The most reads one batch sends; more wait for the next round trip.
 const MAX_BATCH: usize = 512;
@@ -88,7 +89,10 @@ struct State {
 
 /// One read waiting for the next batch.
 struct Queued {
-    name: String,
+    /// The key whose value key is read: a copy (inline for the usual
+    /// lengths, so queueing a read builds no name; the batch writes the
+    /// name straight into its commands).
+    key: StoreKey,
     /// Whether the read needs the key's `PTTL` too.
     pttl: bool,
     reply: oneshot::Sender<Result<Answer, StoreError>>,
@@ -191,7 +195,7 @@ impl Reads {
         }
         let (reply, answer) = oneshot::channel();
         state.queue.push(Queued {
-            name: name.owned(),
+            key: name.key().clone(),
             pttl,
             reply,
         });
@@ -294,7 +298,7 @@ impl Drop for Driving<'_> {
 async fn send(shared: &Shared, batch: Vec<Queued>) {
     let groups = shared
         .connection
-        .by_slot(batch, |read| keys::slot(&read.name));
+        .by_slot(batch, |read| ValueName::new(&read.key).slot());
     let sends = groups.into_iter().map(|group| send_group(shared, group));
     futures_util::future::join_all(sends).await;
 }
@@ -305,13 +309,16 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
     let pttls = group.iter().filter(|read| read.pttl).count();
     let mut pipe = ::redis::Pipeline::with_capacity(pttls + 1);
     for read in group.iter().filter(|read| read.pttl) {
-        pipe.cmd("PTTL").arg(&read.name);
+        pipe.cmd("PTTL").arg(ValueName::new(&read.key));
     }
-    let bytes = group.iter().map(|read| read.name.len()).sum::<usize>();
+    let bytes = group
+        .iter()
+        .map(|read| ValueName::new(&read.key).len())
+        .sum::<usize>();
     let mut mget = Cmd::with_capacity(group.len() + 1, bytes + 4);
     mget.arg("MGET");
     for read in &group {
-        mget.arg(&read.name);
+        mget.arg(ValueName::new(&read.key));
     }
     pipe.add_command(mget);
     pipe.ignore_errors();

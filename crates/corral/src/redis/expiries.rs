@@ -13,6 +13,7 @@
 
 use std::time::{Duration, Instant};
 
+use arrayvec::ArrayString;
 use quick_cache::UnitWeighter;
 
 use crate::store::Stored;
@@ -20,11 +21,16 @@ use crate::tier::bounded_map::BoundedMap;
 
 type Map = BoundedMap<u64, Expiry, UnitWeighter>;
 
+/// The length of the generation tokens `RedisStore` draws.
+const TOKEN_LEN: usize = 32;
+
 /// When the value of one generation expires. Generations are the tokens
-/// `RedisStore` draws (32 hex digits), kept as the number they spell.
+/// `RedisStore` draws (32 lowercase hex digits), kept as read: a plain
+/// `GET` compares its frame's token with this one byte for byte (no digit
+/// checked or parsed again).
 #[derive(Clone, Copy)]
 pub(super) struct Expiry {
-    generation: u128,
+    token: ArrayString<TOKEN_LEN>,
     deadline: Instant,
 }
 
@@ -34,31 +40,23 @@ impl Expiry {
         self.deadline > Instant::now()
     }
 
-    /// What is left of the value's life if `generation` is this one's.
-    pub(super) fn remaining_of(self, generation: &str) -> Option<Duration> {
-        (parse(generation) == Some(self.generation))
-            .then(|| self.deadline.saturating_duration_since(Instant::now()))
+    /// The generation's token.
+    pub(super) fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// What is left of the value's life.
+    pub(super) fn remaining(self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 }
 
-/// A generation token as a number; `None` for one `RedisStore` did not
-/// draw.
-fn parse(generation: &str) -> Option<u128> {
-    let digits = generation.as_bytes();
-    if digits.len() != 32 {
-        return None;
-    }
-    // By hand: `u128::from_str_radix` costs a read several hundred
-    // instructions more, on every read of a remembered key.
-    digits.iter().try_fold(0u128, |n, &digit| {
-        let value = match digit {
-            b'0'..=b'9' => digit - b'0',
-            b'a'..=b'f' => digit - b'a' + 10,
-            b'A'..=b'F' => digit - b'A' + 10,
-            _ => return None,
-        };
-        Some(n << 4 | u128::from(value))
-    })
+/// Whether `generation` is a token `RedisStore` draws.
+fn is_drawn(generation: &str) -> bool {
+    generation.len() == TOKEN_LEN
+        && generation
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The remembered expiries of one store, bounded by entries.
@@ -85,13 +83,19 @@ impl Expiries {
     /// Remembers that `generation` of `id` had `remaining` to live when
     /// `asked` (when its `PTTL` was sent: the deadline errs early).
     pub(super) fn learn(&self, id: u64, generation: &str, remaining: Duration, asked: Instant) {
-        let (Some(map), Some(generation)) = (&self.map, parse(generation)) else {
+        let Some(map) = &self.map else {
+            return;
+        };
+        if !is_drawn(generation) {
+            return;
+        }
+        let Ok(token) = ArrayString::from(generation) else {
             return;
         };
         map.insert(
             id,
             Expiry {
-                generation,
+                token,
                 deadline: asked + remaining,
             },
         );
@@ -126,26 +130,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_known_generation_ages_and_others_are_unknown() {
+    fn a_known_generation_ages_and_only_drawn_tokens_are_kept() {
         let expiries = Expiries::new(16);
         let token = format!("{:032x}", 0x1234_u128);
         let asked = Instant::now();
         expiries.learn(7, &token, Duration::from_secs(60), asked);
         let expiry = expiries.get(7).expect("remembered");
-        let left = expiry.remaining_of(&token).expect("same generation");
+        assert!(expiry.is_live());
+        assert_eq!(expiry.token(), token);
+        let left = expiry.remaining();
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
-        assert_eq!(expiry.remaining_of(&format!("{:032x}", 0x1235_u128)), None);
-        assert_eq!(expiry.remaining_of("not-a-token"), None);
-        assert_eq!(parse(&token), Some(0x1234));
-        assert_eq!(parse(&format!("{:032x}", u128::MAX)), Some(u128::MAX));
-        assert_eq!(parse(&format!("{:032X}", 0xabc_u128)), Some(0xabc));
-        assert_eq!(parse(&format!("{:031x}g", 0)), None);
-        assert_eq!(parse(&format!("{:031x}", 1)), None);
-        expiries.learn(8, "short", Duration::from_secs(1), asked);
-        assert!(
-            expiries.get(8).is_none(),
-            "foreign generations are not kept"
-        );
+        assert!(is_drawn(&format!("{:032x}", u128::MAX)));
+        for foreign in [
+            "short".to_owned(),
+            format!("{:032X}", 0xabc_u128),
+            format!("{:031x}g", 0),
+            format!("{:031x}", 1),
+            format!("{:033x}", 1),
+        ] {
+            assert!(!is_drawn(&foreign), "{foreign}");
+            expiries.learn(8, &foreign, Duration::from_secs(1), asked);
+            assert!(
+                expiries.get(8).is_none(),
+                "foreign generations are not kept"
+            );
+        }
         expiries.forget(7);
         assert!(expiries.get(7).is_none());
         assert!(Expiries::new(0).get(7).is_none());

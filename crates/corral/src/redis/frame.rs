@@ -80,6 +80,24 @@ pub(super) fn unframe(mut bytes: Vec<u8>) -> (Vec<u8>, Option<Arc<str>>) {
     (bytes, generation)
 }
 
+/// The envelope bytes of a stored value framed with exactly `token` (a
+/// valid token), reusing the buffer; `None` for any other value. What
+/// [`unframe`] gives when the generation is `token`, without checking the
+/// token's digits again or building a string of it.
+pub(super) fn unframe_as(mut bytes: Vec<u8>, token: &str) -> Option<Vec<u8>> {
+    let framed = match bytes.as_slice() {
+        [TAG, n, rest @ ..] => {
+            usize::from(*n) == token.len() && rest.get(..token.len()) == Some(token.as_bytes())
+        }
+        _ => false,
+    };
+    if !framed {
+        return None;
+    }
+    bytes.drain(..2 + token.len());
+    Some(bytes)
+}
+
 /// The length of the token of a well-framed value.
 fn token_len(bytes: &[u8]) -> Option<usize> {
     match bytes {
@@ -141,6 +159,28 @@ mod tests {
             assert_eq!(bytes, case, "unframed bytes pass whole");
             assert_eq!(generation, None, "{case:?}");
         }
+    }
+
+    #[test]
+    fn unframing_as_a_known_token_is_unframing() {
+        let framed = frame(TOKEN, b"CRL\0 envelope");
+        assert_eq!(
+            unframe_as(framed.clone(), TOKEN).as_deref(),
+            Some(&b"CRL\0 envelope"[..])
+        );
+        let other = "1123456789abcdef0123456789abcdef";
+        assert_eq!(unframe_as(framed.clone(), other), None);
+        assert_eq!(
+            unframe_as(framed[..2 + TOKEN.len() - 1].to_vec(), TOKEN),
+            None
+        );
+        assert_eq!(
+            unframe_as(frame(TOKEN, b"").to_vec(), TOKEN),
+            Some(Vec::new())
+        );
+        assert_eq!(unframe_as(frame(&TOKEN[1..], b"e"), TOKEN), None);
+        assert_eq!(unframe_as(b"CRL\0legacy".to_vec(), TOKEN), None);
+        assert_eq!(unframe_as(Vec::new(), TOKEN), None);
     }
 
     #[test]

@@ -149,6 +149,21 @@ impl<'a> ValueName<'a> {
         bucket_tag(self.hash)
     }
 
+    /// The key named.
+    pub(super) fn key(&self) -> &'a StoreKey {
+        self.key
+    }
+
+    /// The name's hash slot: [`slot`] of the name, without writing it out
+    /// (its first `{...}` is the bucket's tag unless the namespace holds a
+    /// `{`, which a cache's never does).
+    pub(super) fn slot(&self) -> u16 {
+        if self.key.namespace().contains('{') {
+            return slot(&self.owned());
+        }
+        crc_slot(self.bucket().as_bytes())
+    }
+
     /// A 64-bit id of the name (not its FNV-1a): the key's FNV-1a, folded
     /// on with the namespace.
     pub(super) fn id(&self) -> u64 {
@@ -160,25 +175,43 @@ impl<'a> ValueName<'a> {
         PREFIX.len() + self.key.namespace().len() + 10 + self.key.key().len()
     }
 
-    /// Appends the name to `out`.
-    fn write(&self, out: &mut impl std::io::Write) {
-        for part in [
+    /// The name's parts, in order.
+    fn parts(&self) -> [&[u8]; 6] {
+        [
             PREFIX.as_bytes(),
             self.key.namespace().as_bytes(),
             b":{",
             self.bucket().as_bytes(),
             b"}:v:",
             self.key.key().as_bytes(),
-        ] {
+        ]
+    }
+
+    /// Appends the name to `out`.
+    fn write(&self, out: &mut impl std::io::Write) {
+        for part in self.parts() {
             // Writing to a `Vec` or a command's buffer cannot fail.
             let _ = out.write_all(part);
         }
     }
 }
 
+/// Value names up to this long are assembled on the stack and written to
+/// a command in one piece.
+const INLINE_NAME: usize = 160;
+
 impl ::redis::ToRedisArgs for ValueName<'_> {
     fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
-        self.write(&mut out.writer_for_next_arg());
+        if self.len() > INLINE_NAME {
+            self.write(&mut out.writer_for_next_arg());
+            return;
+        }
+        let mut name = arrayvec::ArrayVec::<u8, INLINE_NAME>::new();
+        for part in self.parts() {
+            // Fits: the length was checked.
+            let _ = name.try_extend_from_slice(part);
+        }
+        out.write_arg(&name);
     }
 }
 
@@ -197,6 +230,11 @@ pub(super) fn slot(name: &str) -> u16 {
             (close > 0).then(|| &rest[..close])
         })
         .unwrap_or(bytes);
+    crc_slot(tagged)
+}
+
+/// CRC16 (XMODEM) of `tagged`, modulo 16384.
+fn crc_slot(tagged: &[u8]) -> u16 {
     let mut crc: u16 = 0;
     for &byte in tagged {
         crc ^= u16::from(byte) << 8;
@@ -286,6 +324,23 @@ mod tests {
     }
 
     #[test]
+    fn value_names_are_written_whole_short_or_long() {
+        for raw in ["user:42".to_owned(), "k".repeat(INLINE_NAME + 1)] {
+            let key = StoreKey::new("users:v1", &raw);
+            let mut cmd = ::redis::cmd("GET");
+            cmd.arg(ValueName::new(&key));
+            let written: Vec<Vec<u8>> = cmd
+                .args_iter()
+                .map(|arg| match arg {
+                    ::redis::Arg::Simple(bytes) => bytes.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            assert_eq!(written, [b"GET".to_vec(), value_name(&key).into_bytes()]);
+        }
+    }
+
+    #[test]
     fn braces_in_keys_do_not_split_slots() {
         for raw in [
             "plain",
@@ -297,8 +352,13 @@ mod tests {
             "}{x}{",
             "ключ{}",
         ] {
-            let names = KeyNames::new(&StoreKey::new("ns:v3", raw));
+            let key = StoreKey::new("ns:v3", raw);
+            let names = KeyNames::new(&key);
             let want = slot(&names.value);
+            assert_eq!(ValueName::new(&key).slot(), want, "{raw:?}");
+            // A namespace no cache has: the name's first `{` is in it.
+            let odd = StoreKey::new("n{s}:v3", raw);
+            assert_eq!(ValueName::new(&odd).slot(), slot(&value_name(&odd)));
             assert_eq!(slot(&names.lease), want, "{raw:?}");
             assert_eq!(slot(&names.fence), want, "{raw:?}");
             let bucket = (fnv1a64(raw.as_bytes()) % 256) as usize;

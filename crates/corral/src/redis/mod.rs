@@ -198,7 +198,7 @@ pub struct RedisConfig {
     /// How many keys the store remembers the expiry of, so that reading a
     /// value already read (the same write) is a plain `GET` (see the
     /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
-    /// its `GET`. Default: **65,536** (about 4 MiB).
+    /// its `GET`. Default: **65,536** (about 6 MiB).
     pub read_memory: usize,
     /// TLS material for `rediss://` connections (feature `tls`): see
     /// [`tls_root_ca`](Self::tls_root_ca) and
@@ -1163,15 +1163,11 @@ impl RedisStore {
                     return Ok(None);
                 }
                 Value::BulkString(bytes) => {
-                    let (bytes, generation) = frame::unframe(bytes);
-                    let remaining = generation
-                        .as_deref()
-                        .and_then(|generation| known.remaining_of(generation));
-                    if let Some(remaining) = remaining {
+                    if let Some(bytes) = frame::unframe_as(bytes, known.token()) {
                         return Ok(Some(Stored {
                             bytes,
-                            remaining: Some(remaining),
-                            generation,
+                            remaining: Some(known.remaining()),
+                            generation: Some(Arc::from(known.token())),
                         }));
                     }
                 }

@@ -256,7 +256,7 @@ impl<V: 'static> Inner<V> {
             flags,
             value,
             self.policy.max_value_bytes,
-            &stamps.0,
+            stamps,
         )?;
         match &self.cipher {
             Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
@@ -349,7 +349,7 @@ impl<V: 'static> Inner<V> {
             fail_safe,
             self.policy.eager_refresh,
         );
-        judged.stamps = Stamps(decoded.stamps);
+        judged.stamps = decoded.stamps;
         Some(judged)
     }
 
@@ -572,14 +572,14 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
                 tracing::warn!(cache = %self.name, %invalid, "answer's tag invalid: not stored");
                 return None;
             }
-            if !stamps.0.iter().any(|(have, _)| have == tag) && !added.contains(tag) {
+            if !stamps.has(tag) && !added.contains(tag) {
                 added.push(Arc::clone(tag));
             }
         }
         if added.is_empty() {
             return Some(stamps);
         }
-        if stamps.0.len() + added.len() > entry::MAX_TAGS {
+        if stamps.len() + added.len() > entry::MAX_TAGS {
             tracing::warn!(cache = %self.name, "answer declared too many tags: not stored");
             return None;
         }
@@ -606,9 +606,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
             tracing::debug!(cache = %self.name, "a tag moved while the fill ran: its answer is not stored");
             return None;
         }
-        stamps
-            .0
-            .extend(added.into_iter().zip(versions.iter().cloned().map(Some)));
+        stamps.extend(added.into_iter().zip(versions.iter().cloned().map(Some)));
         Some(stamps)
     }
 
