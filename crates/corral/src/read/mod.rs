@@ -66,7 +66,7 @@ where
 {
     let counted = look == Look::Counted;
     let judged = inner.judge_stored(key, stored, counted)?;
-    if !inner.stamps_current(&judged.stamps).await {
+    if !inner.stamps_current(inner.home(key), &judged.stamps).await {
         if counted {
             // A tag invalidation or clear made it a miss.
             Counters::bump(&inner.counters().tag_misses);

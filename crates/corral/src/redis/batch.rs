@@ -314,6 +314,7 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
         mget.arg(&read.name);
     }
     pipe.add_command(mget);
+    touch_clear_copies(shared, &mut pipe, &group);
     pipe.ignore_errors();
     let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
         Ok(reply) if mget_refused(&reply) => {
@@ -340,6 +341,21 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
                 let _ = read.reply.send(Err(error.clone()));
             }
         }
+    }
+}
+
+/// Adds the touches of the clear versions guarding `group`'s entries (one
+/// per namespace; on a cluster, the group's bucket's copy) to `pipe`.
+fn touch_clear_copies(shared: &Shared, pipe: &mut ::redis::Pipeline, group: &[Queued]) {
+    let cluster = shared.connection.is_cluster();
+    let mut copies: Vec<String> = group
+        .iter()
+        .filter_map(|read| keys::clear_copy_of(&read.name, cluster))
+        .collect();
+    copies.sort_unstable();
+    copies.dedup();
+    for copy in copies {
+        shared.connection.touch(pipe, copy);
     }
 }
 

@@ -9,7 +9,7 @@ use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::cluster::Cluster;
 use super::errors::{bounded, store_error, unexpected};
-use super::keys::{KeyNames, ValueName};
+use super::keys::{self, ClearCopy, KeyNames, ValueName};
 use super::scripts::{self, Lua};
 use super::standalone::Standalone;
 use crate::data::error::StoreError;
@@ -56,18 +56,17 @@ impl Connection {
     /// at most an early refresh, which asks over the generation read and so
     /// cannot overwrite anything newer.
     ///
-    /// Returns the raw `PTTL` and `GET` replies.
+    /// Returns the raw `PTTL` and `GET` replies. The pipeline also touches
+    /// the entry's clear version ([`touch`](Self::touch)).
     pub(super) async fn read(
         &self,
         value_key: ValueName<'_>,
         timeout: Duration,
     ) -> Result<(Value, Value), StoreError> {
         let mut pipe = ::redis::pipe();
-        pipe.cmd("PTTL")
-            .arg(value_key)
-            .cmd("GET")
-            .arg(value_key)
-            .ignore_errors();
+        pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
+        self.touch(&mut pipe, ClearCopy::of(&value_key, self.is_cluster()));
+        pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
             Value::Array(items) => match <[Value; 2]>::try_from(items) {
                 Ok([pttl, value]) => Ok((answered(pttl)?, answered(value)?)),
@@ -77,7 +76,8 @@ impl Connection {
         }
     }
 
-    /// A plain `GET` of a value key, bounded by `timeout`.
+    /// A plain `GET` of a value key, bounded by `timeout`, pipelined with
+    /// the [`touch`](Self::touch) of its clear version.
     pub(super) async fn get(
         &self,
         value_key: ValueName<'_>,
@@ -85,13 +85,28 @@ impl Connection {
     ) -> Result<Value, StoreError> {
         let mut get = Cmd::with_capacity(2, 3 + value_key.len());
         get.arg("GET").arg(value_key);
-        bounded(timeout, "read", async {
-            match self.query(&get).await {
-                Err(e) if wrong_type(&e) => Ok(foreign()),
-                reply => reply,
-            }
-        })
-        .await
+        let mut pipe = ::redis::Pipeline::with_capacity(2);
+        pipe.add_command(get);
+        self.touch(&mut pipe, ClearCopy::of(&value_key, self.is_cluster()));
+        pipe.ignore_errors();
+        match self.pipelined(&pipe, timeout).await? {
+            Value::Array(mut items) if items.len() == 1 => answered(items.pop().unwrap_or_default()),
+            other => Err(unexpected("read", &other)),
+        }
+    }
+
+    /// Adds to `pipe` a `TOUCH` of the clear version's copy that guards
+    /// the entries read (its reply dropped; refused by an ACL, it is
+    /// dropped too), so under an `allkeys-*` eviction policy the version is
+    /// never colder than the entries read with it. On a cluster the copy
+    /// is in the entries' slot: the pipeline stays on one node.
+    pub(super) fn touch(&self, pipe: &mut ::redis::Pipeline, copy: impl ::redis::ToSingleRedisArg) {
+        pipe.cmd("TOUCH").arg(copy).ignore();
+    }
+
+    /// Whether this is a cluster connection (version copies per bucket).
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
     }
 
     /// [`read`](Self::read) of several value keys of one hash slot in one
@@ -104,6 +119,15 @@ impl Connection {
         let mut pipe = ::redis::pipe();
         for key in value_keys {
             pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
+        }
+        let mut copies: Vec<String> = value_keys
+            .iter()
+            .filter_map(|key| keys::clear_copy_of(key, self.is_cluster()))
+            .collect();
+        copies.sort_unstable();
+        copies.dedup();
+        for copy in copies {
+            self.touch(&mut pipe, copy);
         }
         pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {

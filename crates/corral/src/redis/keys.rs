@@ -87,13 +87,83 @@ impl KeyNames {
     }
 }
 
-/// The key holding the version of `tag` in `namespace` (the empty tag: the
-/// clear version): `corral:<namespace>:{<namespace>}:t:<tag>`. Every tag key
-/// of a namespace shares one hash slot, so one script reads any of them on
-/// a cluster.
+/// The key holding the version of `tag` in `namespace` on one server (the
+/// empty tag: the clear version): `corral:<namespace>:{<namespace>}:t:<tag>`.
 pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
     format!("{PREFIX}{namespace}:{{{namespace}}}:t:{tag}")
 }
+
+/// The bucket of `key` (0 to 255): on a cluster, the home of the copies
+/// of the versions that guard its entry.
+pub(super) fn bucket_of(key: &StoreKey) -> u32 {
+    (fnv1a64(key.key().as_bytes()) % BUCKETS as u64) as u32
+}
+
+/// The hash tag of bucket `home` (taken modulo [`BUCKETS`]).
+pub(super) fn home_tag(home: u32) -> &'static str {
+    BUCKET_TAGS[home as usize % BUCKETS]
+}
+
+/// The key holding bucket `home`'s copy of the version of `tag` in
+/// `namespace`, on a cluster: `corral:<namespace>:{<b>}:t:<tag>`, in the
+/// slot of the bucket's value keys, so a shard holds the copies that guard
+/// its own entries.
+pub(super) fn copy_key(namespace: &str, home: u32, tag: &str) -> String {
+    format!("{PREFIX}{namespace}:{{{}}}:t:{tag}", home_tag(home))
+}
+
+/// The name of the clear version's copy that guards the entry of a value
+/// key, written straight into the command that touches it with a read:
+/// [`copy_key`] of the key's bucket on a cluster, [`tag_key`] on one
+/// server.
+#[derive(Clone, Copy)]
+pub(super) struct ClearCopy<'a> {
+    namespace: &'a str,
+    /// The hash tag: the key's bucket (cluster) or the namespace.
+    tag: &'a str,
+}
+
+impl<'a> ClearCopy<'a> {
+    /// The copy guarding `name`'s entry; `cluster`: the bucket's own.
+    pub(super) fn of(name: &ValueName<'a>, cluster: bool) -> Self {
+        let namespace = name.key.namespace();
+        let tag = if cluster { name.bucket() } else { namespace };
+        Self { namespace, tag }
+    }
+
+    fn write(&self, out: &mut impl std::io::Write) {
+        for part in [
+            PREFIX.as_bytes(),
+            self.namespace.as_bytes(),
+            b":{",
+            self.tag.as_bytes(),
+            b"}:t:",
+        ] {
+            // Writing to a command's buffer cannot fail.
+            let _ = out.write_all(part);
+        }
+    }
+}
+
+/// [`ClearCopy`] of the value key named `value` (as [`value_name`] spells
+/// it), as a `String`: for reads that carry names, not keys.
+pub(super) fn clear_copy_of(value: &str, cluster: bool) -> Option<String> {
+    let open = value.find('{')?;
+    let close = open + 1 + value[open + 1..].find('}')?;
+    if cluster {
+        return Some(format!("{}:t:", &value[..=close]));
+    }
+    let namespace = value.get(PREFIX.len()..open.checked_sub(1)?)?;
+    Some(tag_key(namespace, ""))
+}
+
+impl ::redis::ToRedisArgs for ClearCopy<'_> {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        self.write(&mut out.writer_for_next_arg());
+    }
+}
+
+impl ::redis::ToSingleRedisArg for ClearCopy<'_> {}
 
 /// The namespace whose changes `channel` carries (see [`channel`] and
 /// [`shard_channels`]).
@@ -232,8 +302,9 @@ pub(super) fn bucket_channel(namespace: &str, bucket: &str) -> String {
 }
 
 /// The sharded channel on which a cluster store publishes the tag and
-/// clear changes of `namespace`: `corral:<namespace>:{<namespace>}:filled`,
-/// in the slot of its tag keys ([`tag_key`]).
+/// clear invalidations of `namespace`:
+/// `corral:<namespace>:{<namespace>}:filled`. (A copy created anew is
+/// announced on its bucket's channel, in its own slot.)
 pub(super) fn tag_channel(namespace: &str) -> String {
     format!("{PREFIX}{namespace}:{{{namespace}}}:filled")
 }
@@ -327,6 +398,28 @@ mod tests {
             slot(&tag_key("users:v1", "some-tag"))
         );
         assert!(channels.iter().all(|c| namespace_of(c) == Some("users:v1")));
+    }
+
+    #[test]
+    fn version_copies_share_their_entries_slot() {
+        for raw in ["plain", "}", "{x}", "ключ"] {
+            let key = StoreKey::new("ns:v3", raw);
+            let names = KeyNames::new(&key);
+            let home = bucket_of(&key);
+            let copy = copy_key("ns:v3", home, "");
+            assert_eq!(slot(&copy), slot(&names.value), "{raw:?}");
+            assert_eq!(slot(&copy_key("ns:v3", home, "some tag")), slot(&copy));
+            let name = ValueName::new(&key);
+            let mut written = Vec::new();
+            ClearCopy::of(&name, true).write(&mut written);
+            assert_eq!(String::from_utf8(written).ok(), Some(copy));
+            let mut written = Vec::new();
+            ClearCopy::of(&name, false).write(&mut written);
+            assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
+            let value = value_name(&key);
+            assert_eq!(clear_copy_of(&value, true), Some(copy_key("ns:v3", home, "")));
+            assert_eq!(clear_copy_of(&value, false), Some(tag_key("ns:v3", "")));
+        }
     }
 
     #[test]

@@ -1099,6 +1099,21 @@ impl RedisStore {
         self.announcement(namespace, || keys::tag_channel(namespace))
     }
 
+    /// The key of the copy of `tag`'s version at `home` in `namespace`:
+    /// one per bucket on a cluster (in the slot of the entries it guards),
+    /// the one key of the tag on one server.
+    fn version_key(&self, namespace: &str, home: u32, tag: &str) -> String {
+        match self.inner.connection {
+            Connection::Cluster(_) => keys::copy_key(namespace, home, tag),
+            Connection::Standalone(_) => keys::tag_key(namespace, tag),
+        }
+    }
+
+    /// The clear version's copy guarding `key`'s entry.
+    fn clear_copy(&self, key: &StoreKey) -> String {
+        self.version_key(key.namespace(), self.version_home(key), "")
+    }
+
     /// A fresh random lease token: 128 bits as 32 hex digits.
     fn token(&self) -> String {
         let mut rng = self
@@ -1328,11 +1343,14 @@ impl Store for RedisStore {
             let token = self.token();
             let lease_ms = millis(request.lease_ttl);
             let fence_ms = millis(request.fence_ttl);
+            let clear = self.clear_copy(key);
             let asked = std::time::Instant::now();
             let reply = self
-                .run(
+                .inner
+                .connection
+                .invoke_on(
                     &scripts::GET_OR_LEASE,
-                    &names,
+                    &[&names.value, &names.lease, &names.fence, &clear],
                     &[
                         token.as_bytes(),
                         lease_ms.as_bytes(),
@@ -1340,6 +1358,7 @@ impl Store for RedisStore {
                         mode,
                         expected,
                     ],
+                    self.inner.config.op_timeout,
                 )
                 .await?;
             match reply {
@@ -1538,9 +1557,20 @@ impl Store for RedisStore {
         })
     }
 
+    /// On a cluster, `key`'s bucket: each bucket holds its own copy of the
+    /// versions, in its slot (a shard holds the copies that guard its own
+    /// entries). On one server, 0: one copy.
+    fn version_home(&self, key: &StoreKey) -> u32 {
+        match self.inner.connection {
+            Connection::Cluster(_) => keys::bucket_of(key),
+            Connection::Standalone(_) => 0,
+        }
+    }
+
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
+        home: u32,
         tags: &'a [Arc<str>],
         retention: Duration,
         origin: Origin,
@@ -1552,7 +1582,7 @@ impl Store for RedisStore {
             let ahead = self.ahead_of_backplane(namespace).await;
             let names: Vec<String> = tags
                 .iter()
-                .map(|tag| keys::tag_key(namespace, tag))
+                .map(|tag| self.version_key(namespace, home, tag))
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             let fresh: Vec<Arc<str>> = {
@@ -1564,7 +1594,10 @@ impl Store for RedisStore {
                 tags.iter().map(|_| new_version(&mut rng)).collect()
             };
             let retention_ms = millis(retention);
-            let (verb, channel) = self.tag_channel(namespace);
+            // A copy created anew is announced in its own slot.
+            let (verb, channel) = self.announcement(namespace, || {
+                keys::bucket_channel(namespace, keys::home_tag(home))
+            });
             let origin = origin.to_hex();
             let mut args: Vec<&[u8]> = vec![
                 retention_ms.as_bytes(),
@@ -1606,7 +1639,6 @@ impl Store for RedisStore {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let key = keys::tag_key(namespace, tag);
             let (verb, channel) = self.tag_channel(namespace);
             let kind = if tag.is_empty() { 'x' } else { 't' };
             let message = format!("{kind}|{}|{tag}", origin.to_hex());
@@ -1618,6 +1650,23 @@ impl Store for RedisStore {
                     .unwrap_or_else(PoisonError::into_inner),
             );
             let retention_ms = millis(retention);
+            if let Connection::Cluster(cluster) = &self.inner.connection {
+                let timeout = self.inner.config.op_timeout;
+                let copies: Vec<String> = (0..keys::BUCKETS as u32)
+                    .map(|home| keys::copy_key(namespace, home, tag))
+                    .collect();
+                let moves = cluster::MoveCopies {
+                    copies: &copies,
+                    version: &version,
+                    retention_ms: &retention_ms,
+                };
+                bounded(timeout, "invalidate tag", cluster.move_copies(moves)).await?;
+                let mut announce = ::redis::cmd("SPUBLISH");
+                announce.arg(&channel).arg(&message);
+                bounded(timeout, "invalidate tag", cluster.query(&announce)).await?;
+                return Ok(());
+            }
+            let key = keys::tag_key(namespace, tag);
             let reply = self
                 .inner
                 .connection

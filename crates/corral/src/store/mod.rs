@@ -419,8 +419,22 @@ pub trait Store: Send + Sync + Debug + 'static {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The current versions of `tags` in `namespace`, in order; the empty
-    /// tag is the namespace's clear version. A tag without a version — never
+    /// Where the copies of the tag and clear versions that guard `key`'s
+    /// entry live: an id of this store's choosing (a server, a group of
+    /// slots), the same for every key whose entry lives in the same place,
+    /// and stable for the life of the store. A store that loses data a
+    /// part at a time keeps one copy of each version per part, beside the
+    /// entries it guards, so losing a part loses its entries and their
+    /// versions together and nothing elsewhere. The default: 0, one copy
+    /// of each version for the whole store.
+    fn version_home(&self, key: &StoreKey) -> u32 {
+        let _ = key;
+        0
+    }
+
+    /// The current versions of `tags` in `namespace`, in order, as the
+    /// copies at `home` ([`version_home`](Store::version_home)) hold them;
+    /// the empty tag is the namespace's clear version. A tag without a version — never
     /// used, or its version was evicted, expired, flushed or lost in a
     /// restart — gets a new random one, created atomically (concurrent
     /// callers agree on one) and announced on the
@@ -436,6 +450,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
+        home: u32,
         tags: &'a [Arc<str>],
         retention: Duration,
         origin: Origin,
@@ -443,8 +458,11 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Moves `tag` of `namespace` to a new random version kept for
     /// `retention` (an entry filled under an older version is a miss from
-    /// then on) and announces it on the backplane — [`Event::TagInvalidated`],
-    /// or [`Event::Cleared`] for the empty tag — atomically.
+    /// then on) at every home, then announces it on the backplane —
+    /// [`Event::TagInvalidated`], or [`Event::Cleared`] for the empty tag.
+    /// Each copy moves atomically; a home without a copy gets none (its
+    /// first read creates a new one). An error means some copies may not
+    /// have moved: the call should be repeated.
     fn invalidate_tag<'a>(
         &'a self,
         namespace: &'a str,
