@@ -19,12 +19,19 @@
 //! before an invalidation. Entries stamped without a version (written
 //! before versions were always created) are never current.
 //!
-//! Each cache keeps the versions it has read ([`TagTable`]) and trusts them
+//! A store may keep several copies of each version, one per part of it
+//! that can be lost alone (a memcached server, a Redis Cluster bucket:
+//! their *homes*, see [`Store::version_home`](crate::store::Store::version_home)):
+//! an entry is stamped with, and checked against, the copies at its own
+//! key's home, so a lost part costs only its own entries.
+//!
+//! Each cache keeps the versions it has read ([`TagTable`], by home and
+//! tag) and trusts them
 //! only while the backplane keeps them current: a backplane message about a
 //! tag makes it forget that tag's version (read again when next needed), a
 //! lost-messages notice makes it forget all of them, and a cache without a
 //! backplane reads them from the store on every check (one script on Redis:
-//! all tag keys of a namespace share one hash slot). An entry in the L1 was
+//! the copies of one home share one hash slot). An entry in the L1 was
 //! checked when it got there; a tag invalidation evicts the L1 entries
 //! that carry the tag (indexed by tag here), a clear drops the whole L1.
 

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use std::time::Duration;
 
 use crate::data::freshness::{Answer, Standing};
-use crate::data::tags::{Home, Stamps};
 use crate::data::policy::FillOptions;
+use crate::data::tags::{Home, Stamps};
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
 use crate::flight::permit::{self, Waited};
 use crate::read::{finish_hit, judge_current, Look};
@@ -158,16 +158,20 @@ where
         let failure = match filled {
             Ok(Ok(mut found)) => {
                 let inner = &self.inner;
-                let keeps = to_fill.into_iter().zip(&homes).map(|((key, mut flight, lease), home)| {
-                    let answer = found.remove(&key).unwrap_or_else(Answer::not_found);
-                    let kept = Kept {
-                        lease,
-                        stamps: stamps.get(home).cloned().flatten(),
-                    };
-                    async move {
-                        leader::succeed(inner, &mut flight, &key, ttl, answer, kept).await;
-                    }
-                });
+                let keeps =
+                    to_fill
+                        .into_iter()
+                        .zip(&homes)
+                        .map(|((key, mut flight, lease), home)| {
+                            let answer = found.remove(&key).unwrap_or_else(Answer::not_found);
+                            let kept = Kept {
+                                lease,
+                                stamps: stamps.get(home).cloned().flatten(),
+                            };
+                            async move {
+                                leader::succeed(inner, &mut flight, &key, ttl, answer, kept).await;
+                            }
+                        });
                 futures_util::future::join_all(keeps).await;
                 return;
             }

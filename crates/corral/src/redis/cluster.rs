@@ -140,7 +140,10 @@ impl Cluster {
                 .arg("XX");
             cmd
         };
-        let masters = match self.query(&::redis::cmd("CLUSTER").arg("SLOTS").clone()).await {
+        let masters = match self
+            .query(&::redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await
+        {
             Ok(reply) => masters(&reply),
             Err(_) => Vec::new(),
         };
@@ -157,7 +160,10 @@ impl Cluster {
             }
         }
         let connection = self.current().await?;
-        let pipelines = masters.iter().zip(&by_master).filter(|(_, copies)| !copies.is_empty());
+        let pipelines = masters
+            .iter()
+            .zip(&by_master)
+            .filter(|(_, copies)| !copies.is_empty());
         let sends = pipelines.map(|((_, host, port), copies)| {
             let mut pipe = ::redis::pipe();
             for copy in copies {
@@ -252,13 +258,17 @@ pub(super) struct MoveCopies<'a> {
     pub(super) retention_ms: &'a str,
 }
 
-/// The masters of a `CLUSTER SLOTS` reply: their slot ranges, host and
-/// port (a reply of another shape: none).
-fn masters(reply: &Value) -> Vec<(Vec<(u16, u16)>, String, u16)> {
+/// A master in a `CLUSTER SLOTS` reply: the slot ranges it serves, its
+/// host and port.
+type Master = (Vec<(u16, u16)>, String, u16);
+
+/// The masters of a `CLUSTER SLOTS` reply (a reply of another shape:
+/// none).
+fn masters(reply: &Value) -> Vec<Master> {
     let Value::Array(ranges) = reply else {
         return Vec::new();
     };
-    let mut masters: Vec<(Vec<(u16, u16)>, String, u16)> = Vec::new();
+    let mut masters: Vec<Master> = Vec::new();
     for range in ranges {
         let Value::Array(fields) = range else {
             continue;
@@ -281,7 +291,10 @@ fn masters(reply: &Value) -> Vec<(Vec<(u16, u16)>, String, u16)> {
         let Ok(port) = u16::try_from(*port) else {
             continue;
         };
-        match masters.iter_mut().find(|(_, h, p)| *h == host && *p == port) {
+        match masters
+            .iter_mut()
+            .find(|(_, h, p)| *h == host && *p == port)
+        {
             Some((ranges, _, _)) => ranges.push((start, end)),
             None => masters.push((vec![(start, end)], host, port)),
         }

@@ -90,7 +90,9 @@ impl Connection {
         self.touch(&mut pipe, ClearCopy::of(&value_key, self.is_cluster()));
         pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
-            Value::Array(mut items) if items.len() == 1 => answered(items.pop().unwrap_or_default()),
+            Value::Array(mut items) if items.len() == 1 => {
+                answered(items.pop().unwrap_or_default())
+            }
             other => Err(unexpected("read", &other)),
         }
     }

@@ -417,7 +417,10 @@ mod tests {
             ClearCopy::of(&name, false).write(&mut written);
             assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
             let value = value_name(&key);
-            assert_eq!(clear_copy_of(&value, true), Some(copy_key("ns:v3", home, "")));
+            assert_eq!(
+                clear_copy_of(&value, true),
+                Some(copy_key("ns:v3", home, ""))
+            );
             assert_eq!(clear_copy_of(&value, false), Some(tag_key("ns:v3", "")));
         }
     }

@@ -388,6 +388,62 @@ pub struct RedisKeys {
 ///   version of corral computes the same names (`std`'s `DefaultHasher` may
 ///   change between Rust releases).
 ///
+/// Tag and clear versions ([`Store::tag_versions`]; the clear version is
+/// the empty tag's) live beside the entries they guard:
+///
+/// | store | key | holds |
+/// |---|---|---|
+/// | one server (or Sentinel) | `corral:<namespace>:{<namespace>}:t:<tag>` | the tag's one version |
+/// | cluster | `corral:<namespace>:{<b>}:t:<tag>` | bucket `b`'s copy of the version: it guards the entries of that bucket and shares their slot |
+///
+/// Each is kept for the cache's tag retention from its last read. On a
+/// cluster a bucket's copy is created on the first read of the tag by an
+/// entry of that bucket, so a tag used by a few entries has a few copies,
+/// and the clear version of a namespace in use has up to 256.
+///
+/// # What a loss costs
+///
+/// A lost version is created anew (a new random token) on its next read,
+/// and only the entries stamped with the lost one become misses; every
+/// entry is checked against the copy in its own bucket (cluster) or the
+/// one version (one server).
+///
+/// - **One server** loses everything at once (a flush, a restart without
+///   persistence): every entry is a miss anyway. A lost clear version
+///   alone (`DEL`, an eviction) costs a refill of the namespace; a lost
+///   tag version, of that tag's entries.
+/// - **A cluster shard** that loses its data (`FLUSHALL`, a restart
+///   without persistence, a failover to a replica that had not caught up)
+///   loses its entries and the copies guarding them, and nothing else:
+///   the refills are that shard's entries. The other shards' copies are
+///   untouched, so a `clear` or `invalidate_tag` made before the loss
+///   stays in force there. Each copy the shard re-creates is announced on
+///   its bucket's channel like an invalidation, so caches listening to the
+///   backplane forget that tag's versions (all buckets, read again when
+///   needed) and — for the clear version — drop their L1; values read
+///   again from the other shards are still hits.
+/// - **An evicted key** under an `allkeys-*` policy: a value costs its own
+///   refill. Every read of a value — the plain `GET`, the batched `MGET`,
+///   the lease request that finds it — also `TOUCH`es the clear version
+///   that guards it, in the same round trip (on a cluster, the copy in the
+///   value's own slot), so the clear version is never colder than the
+///   entries read with it and is evicted after them: memory pressure costs
+///   the entries it evicts, not the namespace. A tag's version is kept
+///   warm by the fills that read it, not by reads of its entries: evicted,
+///   it costs a refill of that tag's entries.
+///
+/// [`Cache::invalidate_tag`](crate::Cache::invalidate_tag) and
+/// [`Cache::clear`](crate::Cache::clear) move every copy. On one server:
+/// one script, one round trip. On a cluster: `CLUSTER SLOTS` (one round
+/// trip), then one pipeline per master of `SET ... XX` for the copies of
+/// the buckets it serves (one round trip, all masters at once; `XX`: a
+/// bucket without a copy gets none, its first read creates one), then the
+/// `SPUBLISH` announcing it (one round trip): three round trips. A copy
+/// whose slot moved meanwhile is sent again alone, routed by its slot.
+/// Each copy moves atomically, and a fill checks its stamps against the
+/// copy of its own bucket, so a fill that read a copy before the move is
+/// refused wherever it commits.
+///
 /// # Values carry their generation
 ///
 /// A value is stored as `0xC0`, one byte `n`, the `n`-character token of
@@ -476,13 +532,15 @@ pub struct RedisKeys {
 /// a miss (one more fill); an evicted fence makes its leader's commit be
 /// refused (the value is not stored, the next caller fills again); an evicted
 /// lease lets a second leader start a duplicate fill — still never a stale
-/// overwrite, because each commit is fenced to its own grant.
+/// overwrite, because each commit is fenced to its own grant. Reads touch
+/// the clear version guarding what they read (see "What a loss costs"), so
+/// LRU evicts it after the entries.
 ///
 /// # Round trips and timeouts
 ///
 /// A read ([`Store::get`]) is one round trip without a script: `PTTL` and
-/// `GET` of the value key, pipelined (on a cluster both go to the key's
-/// slot). `PTTL` is sent first, so a write landing between the two can
+/// `GET` of the value key, pipelined with a `TOUCH` of the clear version
+/// guarding it (on a cluster all three go to the key's slot). `PTTL` is sent first, so a write landing between the two can
 /// only make the value look older than it is (an early refresh), never
 /// younger. Freshness is judged by the server's clock: age = the physical
 /// TTL in the envelope − the remaining `PTTL`.
@@ -491,7 +549,8 @@ pub struct RedisKeys {
 /// `PTTL` read with it, aged on this process's monotonic clock, as an L1
 /// copy is aged; the deadline errs early). A write's time to live never
 /// changes, so reading the same write again is a plain `GET`: its frame
-/// names its generation, and a remembered one needs no `PTTL`. A new write
+/// names its generation, and a remembered one needs no `PTTL` (the
+/// `TOUCH` still goes with it). A new write
 /// (another generation) is read with its `PTTL` again.
 /// A cache without an L1 reads this way first, in every caller, so an L2
 /// hit costs that one round trip; a miss goes on to
@@ -675,15 +734,19 @@ pub struct RedisKeys {
 /// ```text
 /// ACL SETUSER orders-app on >password resetkeys ~corral:orders:* resetchannels &corral:orders:*
 ///     -@all +get +mget +pttl +set +del +pexpire +publish +evalsha +eval +script|load
-///     +subscribe +unsubscribe +ping +role
+///     +subscribe +unsubscribe +ping +role +touch
 /// ```
 ///
 /// (`SET`, `DEL`, `PEXPIRE` and `PUBLISH` are called by the scripts;
 /// `MGET` reads batches, see "Round trips and timeouts": a user refused
 /// `MGET` still works, its reads each sent alone, as a warning logged once
 /// says.)
-/// On a cluster, add `+spublish +ssubscribe +sunsubscribe` (the sharded channels
-/// match `&corral:orders:*` too).
+/// On a cluster, add `+spublish +ssubscribe +sunsubscribe +cluster|slots` (the
+/// sharded channels match `&corral:orders:*` too; `CLUSTER SLOTS` groups a
+/// tag invalidation's copies by master). `+touch` keeps the clear version
+/// warm under an `allkeys-*` policy; a user refused it works the same
+/// (the refused touch is ignored), with the clear version read only by
+/// the fills.
 /// `+role` lets the health check find a demoted server without a write
 /// (refused it, the check sends `PING`, and only a write's `READONLY`
 /// answer reveals a demotion); under Sentinel it is needed (the master is

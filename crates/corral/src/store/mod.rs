@@ -46,6 +46,26 @@
 //! replaced by a new random one on its next read ([`Store::tag_versions`]),
 //! so the entries stamped with the lost one are misses from then on.
 //!
+//! What a loss costs depends on where the versions live. A store that can
+//! lose a part of its data — a memcached server, a Redis Cluster shard —
+//! keeps a copy of each version in each part ([`Store::version_home`]),
+//! beside the entries it guards, and every entry is checked against the
+//! copy of its own part: losing a part costs the refills of its own
+//! entries, never the namespace's. Per store:
+//!
+//! | store | lost | refills |
+//! |---|---|---|
+//! | [`MemoryStore`] | a version ([`MemoryStore::forget_tag_versions`]) | its tag's entries (all, for the clear version) |
+//! | Redis, one server | everything (flush, restart) | every entry |
+//! | Redis, one server | a version key (`DEL`, eviction) | its tag's entries (all, for the clear version); reads touch the clear version, so LRU evicts it after the entries |
+//! | Redis Cluster | a shard's data | that shard's entries only |
+//! | Redis Cluster | one bucket's copy | that bucket's entries of its tag |
+//! | memcached | a server (removed, restarted, flushed) | that server's entries only |
+//! | memcached | one server's copy | that server's entries of its tag |
+//!
+//! The details are on each store (`RedisStore`: "What a loss costs";
+//! `MemcachedStore`: "Tags, and what a loss costs").
+//!
 //! Each store judges time by one clock of its own: Redis by the server's
 //! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
 //! written by one host is compared with another host's clock.

@@ -66,7 +66,10 @@ async fn read_all(
     (filled, stale)
 }
 
-async fn memcached_cache(servers: &[&MemcachedServer], name: &str) -> (Cache<String>, MemcachedStore) {
+async fn memcached_cache(
+    servers: &[&MemcachedServer],
+    name: &str,
+) -> (Cache<String>, MemcachedStore) {
     let addrs: Vec<String> = servers.iter().map(|s| s.addr()).collect();
     let store = MemcachedStore::connect(&addrs, MemcachedConfig::default())
         .await
@@ -87,7 +90,12 @@ struct Removal {
 /// [`DROPPED`] on three servers, invalidates [`DROPPED`], removes server
 /// `removed` from the list and reads every key again through a store on
 /// the other two.
-async fn remove_one(servers: &[MemcachedServer], removed: usize, keys: usize, name: &str) -> Removal {
+async fn remove_one(
+    servers: &[MemcachedServer],
+    removed: usize,
+    keys: usize,
+    name: &str,
+) -> Removal {
     let all: Vec<&MemcachedServer> = servers.iter().collect();
     let (before, store) = memcached_cache(&all, name).await;
     let kept: Vec<String> = (0..keys).map(|i| format!("k{i}")).collect();
@@ -96,7 +104,10 @@ async fn remove_one(servers: &[MemcachedServer], removed: usize, keys: usize, na
     assert_eq!(filled.len(), dropped.len());
     let (filled, _) = read_all(&before, &kept, KEPT, "old", None).await;
     assert_eq!(filled.len(), kept.len());
-    before.invalidate_tag(DROPPED).await.expect("invalidate_tag");
+    before
+        .invalidate_tag(DROPPED)
+        .await
+        .expect("invalidate_tag");
     let on_removed: HashSet<String> = kept
         .iter()
         .filter(|key| {
@@ -142,7 +153,10 @@ async fn removals(keys: usize, runs: usize, max_share: f64) {
             let share = removal.refilled.len() as f64 / keys as f64;
             shares.push(format!("{:.1}%", share * 100.0));
             assert_eq!(removal.stale, 0, "invalidated values served: {name}");
-            assert!(!removal.on_removed.is_empty(), "{name}: server {removed} held no key");
+            assert!(
+                !removal.on_removed.is_empty(),
+                "{name}: server {removed} held no key"
+            );
             assert_eq!(
                 removal.refilled, removal.on_removed,
                 "{name}: the refilled keys are those server {removed} held"
@@ -194,7 +208,10 @@ async fn cluster_a_flushed_master_costs_only_its_shard() {
     let (dropped, kept) = (keys("d"), keys("k"));
     read_all(&tagged, &dropped, DROPPED, "old", None).await;
     read_all(&tagged, &kept, KEPT, "old", None).await;
-    tagged.invalidate_tag(DROPPED).await.expect("invalidate_tag");
+    tagged
+        .invalidate_tag(DROPPED)
+        .await
+        .expect("invalidate_tag");
     // Another for the clear: `cleared` filled before it, `after` since.
     let cleared_ns = connect("homes-clear").await;
     let (cleared, after) = (keys("c"), keys("a"));
@@ -210,9 +227,17 @@ async fn cluster_a_flushed_master_costs_only_its_shard() {
     let tagged = connect("homes-tag").await;
     let cleared_ns = connect("homes-clear").await;
     let (refilled, stale) = read_all(&tagged, &dropped, DROPPED, "new", Some("old")).await;
-    assert_eq!((refilled.len(), stale), (dropped.len(), 0), "invalidate_tag in force");
+    assert_eq!(
+        (refilled.len(), stale),
+        (dropped.len(), 0),
+        "invalidate_tag in force"
+    );
     let (refilled, stale) = read_all(&cleared_ns, &cleared, KEPT, "new", Some("old")).await;
-    assert_eq!((refilled.len(), stale), (cleared.len(), 0), "clear in force");
+    assert_eq!(
+        (refilled.len(), stale),
+        (cleared.len(), 0),
+        "clear in force"
+    );
     for (cache, keys) in [(&tagged, &kept), (&cleared_ns, &after)] {
         let on_flushed: HashSet<String> = keys
             .iter()
@@ -243,14 +268,17 @@ fn existing(server: &RedisServer, names: &[String]) -> usize {
 async fn lru_evicts_entries_before_the_versions_guarding_them() {
     const ENTRIES: usize = 600;
     const ROUNDS: usize = 10;
-    let server = RedisServer::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"]);
+    let server =
+        RedisServer::start_with(&["--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru"]);
     let store = RedisStore::connect(&server.url(), RedisConfig::default())
         .await
         .expect("connect");
     // No L1, and versions remembered in process (the backplane keeps them
     // current): the cache itself never reads the versions again.
     let cache = builder("homes-lru").store(store).build().expect("config");
-    let keys: Vec<String> = (0..ENTRIES).map(|i| format!("e{i:04}-{}", "x".repeat(64))).collect();
+    let keys: Vec<String> = (0..ENTRIES)
+        .map(|i| format!("e{i:04}-{}", "x".repeat(64)))
+        .collect();
     let names: Vec<String> = keys
         .iter()
         .map(|key| RedisStore::keys_of(&StoreKey::new(cache.namespace().to_owned(), key)).value)
@@ -258,7 +286,12 @@ async fn lru_evicts_entries_before_the_versions_guarding_them() {
     let value = "v".repeat(1024);
     let fills = Arc::new(AtomicUsize::new(0));
     let read_round = |round: usize| {
-        let (cache, keys, value, fills) = (cache.clone(), keys.clone(), value.clone(), Arc::clone(&fills));
+        let (cache, keys, value, fills) = (
+            cache.clone(),
+            keys.clone(),
+            value.clone(),
+            Arc::clone(&fills),
+        );
         async move {
             let before = fills.load(SeqCst);
             for key in &keys {
@@ -276,7 +309,10 @@ async fn lru_evicts_entries_before_the_versions_guarding_them() {
     };
     assert_eq!(read_round(0).await, ENTRIES);
     let client = redis::Client::open(server.url()).expect("url");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connection");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connection");
     let mut total_evicted = 0;
     for round in 1..=ROUNDS {
         // Pressure: new keys until about half the entries are gone, then
@@ -305,7 +341,10 @@ async fn lru_evicts_entries_before_the_versions_guarding_them() {
         let refills = read_round(round).await;
         eprintln!("round {round}: {evicted} of {ENTRIES} entries evicted, {refills} refilled");
         assert!(evicted > 0, "no entry evicted");
-        assert_eq!(refills, evicted, "round {round}: refills are the evicted entries, no more");
+        assert_eq!(
+            refills, evicted,
+            "round {round}: refills are the evicted entries, no more"
+        );
         total_evicted += evicted;
     }
     eprintln!("{ROUNDS} rounds: {total_evicted} entries evicted, as many refilled");
