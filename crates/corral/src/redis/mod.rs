@@ -399,7 +399,11 @@ pub struct RedisKeys {
 /// Each is kept for the cache's tag retention from its last read. On a
 /// cluster a bucket's copy is created on the first read of the tag by an
 /// entry of that bucket, so a tag used by a few entries has a few copies,
-/// and the clear version of a namespace in use has up to 256.
+/// and the clear version of a namespace in use has up to 256. A cache
+/// reads (and, with a backplane, remembers) the versions of each bucket it
+/// reads entries from: after a start, a `clear` or an `invalidate_tag`, up
+/// to 256 version reads (one per bucket, each one round trip, as the
+/// bucket's entries are read) where one server needs one.
 ///
 /// # What a loss costs
 ///

@@ -386,6 +386,44 @@ async fn memcached_flush_all() {
     }
 }
 
+/// Three servers, each with its own copies of the versions: the gated
+/// fills of keys spread over them are fenced by the copies of their own
+/// servers, and one server flushed loses only its copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcached_three_servers_fence_fills_at_each_servers_copy() {
+    let servers = [
+        MemcachedServer::start(),
+        MemcachedServer::start(),
+        MemcachedServer::start(),
+    ];
+    let addrs: Vec<String> = servers.iter().map(MemcachedServer::addr).collect();
+    let connect = || async {
+        let store = MemcachedStore::connect(&addrs, MemcachedConfig::default())
+            .await
+            .expect("connect");
+        builder().store(store).build().expect("config")
+    };
+    for target in [Target::Tag, Target::Clear] {
+        let old = connect().await;
+        let late = before_loss(&old, target).await;
+        let item = memcached_version_item(&old, target);
+        assert!(
+            servers.iter().all(|server| server.exists(&item)),
+            "every server holds a copy of {item}"
+        );
+        servers[1].flush_all();
+        let fresh = connect().await;
+        assert_nothing_served(
+            "memcached, 3 servers, one flushed",
+            target,
+            after_loss(&old, &fresh, late).await,
+        );
+        for server in &servers {
+            server.flush_all();
+        }
+    }
+}
+
 fn memory_cache(store: &MemoryStore) -> Cache<String> {
     builder()
         .store(store.clone())
