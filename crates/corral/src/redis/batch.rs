@@ -347,14 +347,8 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
 /// Adds the touches of the clear versions guarding `group`'s entries (one
 /// per namespace; on a cluster, the group's bucket's copy) to `pipe`.
 fn touch_clear_copies(shared: &Shared, pipe: &mut ::redis::Pipeline, group: &[Queued]) {
-    let cluster = shared.connection.is_cluster();
-    let mut copies: Vec<String> = group
-        .iter()
-        .filter_map(|read| keys::clear_copy_of(&read.name, cluster))
-        .collect();
-    copies.sort_unstable();
-    copies.dedup();
-    for copy in copies {
+    let names = group.iter().map(|read| read.name.as_str());
+    for copy in keys::clear_copies_of(names, shared.connection.is_cluster()) {
         shared.connection.touch(pipe, copy);
     }
 }

@@ -122,13 +122,8 @@ impl Connection {
         for key in value_keys {
             pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
         }
-        let mut copies: Vec<String> = value_keys
-            .iter()
-            .filter_map(|key| keys::clear_copy_of(key, self.is_cluster()))
-            .collect();
-        copies.sort_unstable();
-        copies.dedup();
-        for copy in copies {
+        let names = value_keys.iter().copied();
+        for copy in keys::clear_copies_of(names, self.is_cluster()) {
             self.touch(&mut pipe, copy);
         }
         pipe.ignore_errors();

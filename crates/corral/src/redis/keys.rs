@@ -145,16 +145,41 @@ impl<'a> ClearCopy<'a> {
     }
 }
 
-/// [`ClearCopy`] of the value key named `value` (as [`value_name`] spells
-/// it), as a `String`: for reads that carry names, not keys.
-pub(super) fn clear_copy_of(value: &str, cluster: bool) -> Option<String> {
+/// What names the clear version's copy guarding the value key named
+/// `value` (as [`value_name`] spells it), without allocating: on a cluster
+/// the name up to its hash tag (`corral:<namespace>:{<b>}`), on one server
+/// the namespace. Equal for value keys guarded by the same copy.
+fn clear_copy_base(value: &str, cluster: bool) -> Option<&str> {
     let open = value.find('{')?;
-    let close = open + 1 + value[open + 1..].find('}')?;
     if cluster {
-        return Some(format!("{}:t:", &value[..=close]));
+        let close = open + 1 + value[open + 1..].find('}')?;
+        return value.get(..=close);
     }
-    let namespace = value.get(PREFIX.len()..open.checked_sub(1)?)?;
-    Some(tag_key(namespace, ""))
+    value.get(PREFIX.len()..open.checked_sub(1)?)
+}
+
+/// The names of the clear versions' copies guarding the value keys named
+/// `values`, each once (a batch of one slot, or of one namespace, names
+/// one): for reads that carry names, not keys.
+pub(super) fn clear_copies_of<'a>(
+    values: impl Iterator<Item = &'a str>,
+    cluster: bool,
+) -> Vec<String> {
+    let mut bases: Vec<&str> = Vec::new();
+    for value in values {
+        if let Some(base) = clear_copy_base(value, cluster) {
+            if !bases.contains(&base) {
+                bases.push(base);
+            }
+        }
+    }
+    bases
+        .into_iter()
+        .map(|base| match cluster {
+            true => format!("{base}:t:"),
+            false => tag_key(base, ""),
+        })
+        .collect()
 }
 
 impl ::redis::ToRedisArgs for ClearCopy<'_> {
@@ -417,11 +442,13 @@ mod tests {
             ClearCopy::of(&name, false).write(&mut written);
             assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
             let value = value_name(&key);
-            assert_eq!(
-                clear_copy_of(&value, true),
-                Some(copy_key("ns:v3", home, ""))
-            );
-            assert_eq!(clear_copy_of(&value, false), Some(tag_key("ns:v3", "")));
+            let other = value_name(&StoreKey::new("ns:v3", &format!("{raw}-other")));
+            let same = [value.as_str(), value.as_str()];
+            let copies = clear_copies_of(same.into_iter(), true);
+            assert_eq!(copies, [copy_key("ns:v3", home, "")]);
+            let both = [value.as_str(), other.as_str()];
+            let copies = clear_copies_of(both.into_iter(), false);
+            assert_eq!(copies, [tag_key("ns:v3", "")]);
         }
     }
 
