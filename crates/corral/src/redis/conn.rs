@@ -9,7 +9,7 @@ use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::cluster::Cluster;
 use super::errors::{bounded, store_error, unexpected};
-use super::keys::{self, ClearCopy, KeyNames, ValueName};
+use super::keys::{ClearCopy, KeyNames, ValueName};
 use super::scripts::{self, Lua};
 use super::standalone::Standalone;
 use crate::data::error::StoreError;
@@ -56,16 +56,19 @@ impl Connection {
     /// at most an early refresh, which asks over the generation read and so
     /// cannot overwrite anything newer.
     ///
-    /// Returns the raw `PTTL` and `GET` replies. The pipeline also touches
-    /// the entry's clear version ([`touch`](Self::touch)).
+    /// Returns the raw `PTTL` and `GET` replies. With `touch`, the pipeline
+    /// also touches the entry's clear version ([`touch`](Self::touch)).
     pub(super) async fn read(
         &self,
         value_key: ValueName<'_>,
+        touch: Option<ClearCopy<'_>>,
         timeout: Duration,
     ) -> Result<(Value, Value), StoreError> {
         let mut pipe = ::redis::pipe();
         pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
-        self.touch(&mut pipe, ClearCopy::of(&value_key, self.is_cluster()));
+        if let Some(copy) = touch {
+            self.touch(&mut pipe, copy);
+        }
         pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
             Value::Array(items) => match <[Value; 2]>::try_from(items) {
@@ -76,18 +79,28 @@ impl Connection {
         }
     }
 
-    /// A plain `GET` of a value key, bounded by `timeout`, pipelined with
-    /// the [`touch`](Self::touch) of its clear version.
+    /// A plain `GET` of a value key, bounded by `timeout`; with `touch`,
+    /// pipelined with the [`touch`](Self::touch) of its clear version.
     pub(super) async fn get(
         &self,
         value_key: ValueName<'_>,
+        touch: Option<ClearCopy<'_>>,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
         let mut get = Cmd::with_capacity(2, 3 + value_key.len());
         get.arg("GET").arg(value_key);
+        let Some(copy) = touch else {
+            return bounded(timeout, "read", async {
+                match self.query(&get).await {
+                    Err(e) if wrong_type(&e) => Ok(foreign()),
+                    reply => reply,
+                }
+            })
+            .await;
+        };
         let mut pipe = ::redis::Pipeline::with_capacity(2);
         pipe.add_command(get);
-        self.touch(&mut pipe, ClearCopy::of(&value_key, self.is_cluster()));
+        self.touch(&mut pipe, copy);
         pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
             Value::Array(mut items) if items.len() == 1 => {
@@ -112,18 +125,19 @@ impl Connection {
     }
 
     /// [`read`](Self::read) of several value keys of one hash slot in one
-    /// pipeline: their `PTTL` and `GET` replies, in order.
+    /// pipeline, with the touches of the clear versions' copies `touch`:
+    /// their `PTTL` and `GET` replies, in order.
     pub(super) async fn read_many(
         &self,
         value_keys: &[&str],
+        touch: Vec<String>,
         timeout: Duration,
     ) -> Result<Vec<(Value, Value)>, StoreError> {
         let mut pipe = ::redis::pipe();
         for key in value_keys {
             pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
         }
-        let names = value_keys.iter().copied();
-        for copy in keys::clear_copies_of(names, self.is_cluster()) {
+        for copy in touch {
             self.touch(&mut pipe, copy);
         }
         pipe.ignore_errors();

@@ -121,6 +121,7 @@ pub(super) struct ClearCopy<'a> {
     namespace: &'a str,
     /// The hash tag: the key's bucket (cluster) or the namespace.
     tag: &'a str,
+    cluster: bool,
 }
 
 impl<'a> ClearCopy<'a> {
@@ -128,7 +129,33 @@ impl<'a> ClearCopy<'a> {
     pub(super) fn of(name: &ValueName<'a>, cluster: bool) -> Self {
         let namespace = name.key.namespace();
         let tag = if cluster { name.bucket() } else { namespace };
-        Self { namespace, tag }
+        Self {
+            namespace,
+            tag,
+            cluster,
+        }
+    }
+
+    /// Whether `due` says to touch this copy now, asked with the bytes
+    /// [`clear_copies_of`] asks it with for the same copy.
+    pub(super) fn due(&self, due: impl FnOnce(&[u8]) -> bool) -> bool {
+        if !self.cluster {
+            return due(self.namespace.as_bytes());
+        }
+        let mut base = arrayvec::ArrayVec::<u8, 160>::new();
+        for part in [
+            PREFIX.as_bytes(),
+            self.namespace.as_bytes(),
+            b":{",
+            self.tag.as_bytes(),
+            b"}",
+        ] {
+            if base.try_extend_from_slice(part).is_err() {
+                // A namespace too long to copy here: touch anyway.
+                return true;
+            }
+        }
+        due(&base)
     }
 
     fn write(&self, out: &mut impl std::io::Write) {
@@ -160,10 +187,12 @@ fn clear_copy_base(value: &str, cluster: bool) -> Option<&str> {
 
 /// The names of the clear versions' copies guarding the value keys named
 /// `values`, each once (a batch of one slot, or of one namespace, names
-/// one): for reads that carry names, not keys.
+/// one) and only those `due` says to touch: for reads that carry names,
+/// not keys.
 pub(super) fn clear_copies_of<'a>(
     values: impl Iterator<Item = &'a str>,
     cluster: bool,
+    mut due: impl FnMut(&str) -> bool,
 ) -> Vec<String> {
     let mut bases: Vec<&str> = Vec::new();
     for value in values {
@@ -173,6 +202,7 @@ pub(super) fn clear_copies_of<'a>(
             }
         }
     }
+    bases.retain(|base| due(base));
     bases
         .into_iter()
         .map(|base| match cluster {
@@ -442,12 +472,21 @@ mod tests {
             ClearCopy::of(&name, false).write(&mut written);
             assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
             let value = value_name(&key);
+            for cluster in [true, false] {
+                let mut asked = Vec::new();
+                ClearCopy::of(&name, cluster).due(|base| {
+                    asked = base.to_vec();
+                    true
+                });
+                let base = clear_copy_base(&value, cluster).map(str::as_bytes);
+                assert_eq!(Some(asked.as_slice()), base, "{raw:?}");
+            }
             let other = value_name(&StoreKey::new("ns:v3", &format!("{raw}-other")));
             let same = [value.as_str(), value.as_str()];
-            let copies = clear_copies_of(same.into_iter(), true);
+            let copies = clear_copies_of(same.into_iter(), true, |_| true);
             assert_eq!(copies, [copy_key("ns:v3", home, "")]);
             let both = [value.as_str(), other.as_str()];
-            let copies = clear_copies_of(both.into_iter(), false);
+            let copies = clear_copies_of(both.into_iter(), false, |_| true);
             assert_eq!(copies, [tag_key("ns:v3", "")]);
         }
     }

@@ -16,6 +16,7 @@ mod scripts;
 mod sentinel;
 mod standalone;
 mod subscriber;
+mod touches;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -1272,7 +1273,13 @@ impl RedisStore {
         let timeout = self.inner.config.op_timeout;
         let reads = groups.iter().map(|group| {
             let group_names: Vec<&str> = group.iter().map(|&i| names[i].as_str()).collect();
-            async move { self.inner.connection.read_many(&group_names, timeout).await }
+            let touch = self.inner.reads.touches_of(group_names.iter().copied());
+            async move {
+                self.inner
+                    .connection
+                    .read_many(&group_names, touch, timeout)
+                    .await
+            }
         });
         let replies = futures_util::future::join_all(reads).await;
         let mut found: Vec<Option<Stored>> = vec![None; keys.len()];
@@ -1520,10 +1527,13 @@ impl Store for RedisStore {
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let framed = frame::frame(lease.token(), bytes);
+            let clear = self.clear_copy(key);
             let reply = self
-                .run(
+                .inner
+                .connection
+                .invoke_on(
                     &scripts::COMMIT,
-                    &names,
+                    &[&names.value, &names.lease, &names.fence, &clear],
                     &[
                         lease.token().as_bytes(),
                         &framed,
@@ -1532,6 +1542,7 @@ impl Store for RedisStore {
                         channel.as_bytes(),
                         message.as_bytes(),
                     ],
+                    self.inner.config.op_timeout,
                 )
                 .await?;
             Ok(if int("commit", &reply)? == 1 {
@@ -1584,10 +1595,13 @@ impl Store for RedisStore {
             let ttl_ms = millis(ttl);
             let generation = self.token();
             let framed = frame::frame(&generation, bytes);
+            let clear = self.clear_copy(key);
             let reply = self
-                .run(
+                .inner
+                .connection
+                .invoke_on(
                     &scripts::SET,
-                    &names,
+                    &[&names.value, &names.lease, &names.fence, &clear],
                     &[
                         &framed,
                         ttl_ms.as_bytes(),
@@ -1596,6 +1610,7 @@ impl Store for RedisStore {
                         channel.as_bytes(),
                         message.as_bytes(),
                     ],
+                    self.inner.config.op_timeout,
                 )
                 .await?;
             let written = int("set", &reply).map(drop);

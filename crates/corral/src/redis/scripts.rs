@@ -160,7 +160,9 @@ return 1
 });
 
 /// Fenced write (the token stays as the fence for the value's life),
-/// owner-checked unlock and notification.
+/// owner-checked unlock and notification. A stored value touches
+/// `KEYS[4]`, the clear version's copy guarding it (as `GET_OR_LEASE`
+/// does).
 ///
 /// ARGV: token, bytes (framed with the token as generation), ttl_ms,
 /// verb, channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
@@ -177,6 +179,7 @@ end
 if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  redis.pcall('TOUCH', KEYS[4])
   announce('c')
   return 1
 end
@@ -207,7 +210,7 @@ return 0
 });
 
 /// Unconditional write that drops the lease and moves the fence to a new
-/// generation.
+/// generation, touching `KEYS[4]` (as `COMMIT` does).
 ///
 /// ARGV: bytes (framed with the new token as generation), ttl_ms, new
 /// token, verb, channel, message. Returns 0.
@@ -218,6 +221,7 @@ pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
+redis.pcall('TOUCH', KEYS[4])
 announce('s')
 return 0
 ",
