@@ -57,7 +57,7 @@
 //! |---|---|---|
 //! | [`MemoryStore`] | a version ([`MemoryStore::forget_tag_versions`]) | its tag's entries (all, for the clear version) |
 //! | Redis, one server | everything (flush, restart) | every entry |
-//! | Redis, one server | a version key (`DEL`, eviction) | its tag's entries (all, for the clear version); reads touch the clear version, so LRU evicts it after the entries |
+//! | Redis, one server | a version key (`DEL`, eviction) | its tag's entries (all, for the clear version); reads and writes touch the clear version, so LRU evicts it after the entries |
 //! | Redis Cluster | a shard's data | that shard's entries only |
 //! | Redis Cluster | one bucket's copy | that bucket's entries of its tag |
 //! | memcached | a server (removed, restarted, flushed) | that server's entries only |
