@@ -172,7 +172,8 @@ where
             None => 0,
         };
         let wanted = Stamps::wanted(&tags);
-        let stamps = Stamps::zip(&wanted, inner.current_versions(&wanted).await?);
+        let home = inner.home(key);
+        let stamps = Stamps::zip(&wanted, inner.current_versions(home, &wanted).await?);
         if let Some(store) = &inner.tiers().l2 {
             let bytes = inner
                 .encode(key, Some(&value), ttls, 0, &stamps)

@@ -19,12 +19,19 @@
 //! before an invalidation. Entries stamped without a version (written
 //! before versions were always created) are never current.
 //!
-//! Each cache keeps the versions it has read ([`TagTable`]) and trusts them
+//! A store may keep several copies of each version, one per part of it
+//! that can be lost alone (a memcached server, a Redis Cluster bucket:
+//! their *homes*, see [`Store::version_home`](crate::store::Store::version_home)):
+//! an entry is stamped with, and checked against, the copies at its own
+//! key's home, so a lost part costs only its own entries.
+//!
+//! Each cache keeps the versions it has read ([`TagTable`], by home and
+//! tag) and trusts them
 //! only while the backplane keeps them current: a backplane message about a
 //! tag makes it forget that tag's version (read again when next needed), a
 //! lost-messages notice makes it forget all of them, and a cache without a
 //! backplane reads them from the store on every check (one script on Redis:
-//! all tag keys of a namespace share one hash slot). An entry in the L1 was
+//! the copies of one home share one hash slot). An entry in the L1 was
 //! checked when it got there; a tag invalidation evicts the L1 entries
 //! that carry the tag (indexed by tag here), a clear drops the whole L1.
 
@@ -48,6 +55,9 @@ pub(crate) const MOVED: &str = "\u{1}moved";
 
 pub(crate) use super::stamps::Stamps;
 
+/// The home of the versions of a cache without a store: its own.
+const OWN: Home = 0;
+
 /// At most this many tag versions are remembered per cache: past it the
 /// least used are forgotten (read again from the store when next needed),
 /// so per-user or per-tenant tags cost memory only while they are in use.
@@ -61,8 +71,27 @@ pub(crate) struct TagTable {
     state: ShardedLock<TagState>,
 }
 
+/// Where a copy of a version lives in the store: a server or slot group
+/// ([`Store::version_home`](crate::store::Store::version_home)); 0 for a
+/// store that keeps one copy.
+pub(crate) type Home = u32;
+
+/// A version's address in the table: its copy's home and its tag.
+type Copy = (Home, Arc<str>);
+
+/// [`Copy`] borrowed, for lookups that allocate nothing: hashes as the
+/// tuple does.
+#[derive(Hash)]
+struct CopyRef<'a>(Home, &'a str);
+
+impl quick_cache::Equivalent<Copy> for CopyRef<'_> {
+    fn equivalent(&self, key: &Copy) -> bool {
+        self.0 == key.0 && self.1 == &*key.1
+    }
+}
+
 type Versions = quick_cache::unsync::Cache<
-    Arc<str>,
+    Copy,
     Arc<str>,
     quick_cache::UnitWeighter,
     foldhash::fast::RandomState,
@@ -158,10 +187,10 @@ impl L1Index {
 }
 
 impl TagState {
-    fn check(&self, stamps: &Stamps) -> Option<bool> {
+    fn check(&self, home: Home, stamps: &Stamps) -> Option<bool> {
         let mut current = true;
         for (tag, stamped) in stamps.all() {
-            current &= Some(self.known.get(tag)?.as_bytes()) == stamped;
+            current &= Some(self.known.get(&CopyRef(home, tag))?.as_bytes()) == stamped;
         }
         Some(current)
     }
@@ -201,19 +230,20 @@ impl TagTable {
         write(&self.state).remember = remember;
     }
 
-    /// Whether `stamps` are all current, if every version they name is
+    /// Whether `stamps` are all current at `home` (the copies of the
+    /// versions that guard the entry), if every version they name is
     /// known (`None`: read the unknown ones from the store). Allocates
     /// nothing: the check of every read of the store.
-    pub(crate) fn check(&self, stamps: &Stamps) -> Option<bool> {
-        read(&self.state).check(stamps)
+    pub(crate) fn check(&self, home: Home, stamps: &Stamps) -> Option<bool> {
+        read(&self.state).check(home, stamps)
     }
 
-    /// The known versions of `tags`, if all are known.
-    pub(crate) fn lookup(&self, tags: &[Arc<str>]) -> Known {
+    /// The known versions of `tags` at `home`, if all are known.
+    pub(crate) fn lookup(&self, home: Home, tags: &[Arc<str>]) -> Known {
         let state = read(&self.state);
         let versions: Option<Vec<_>> = tags
             .iter()
-            .map(|tag| state.known.get(&**tag).cloned())
+            .map(|tag| state.known.get(&CopyRef(home, tag)).cloned())
             .collect();
         match versions {
             Some(versions) => Known::All(versions),
@@ -223,15 +253,17 @@ impl TagTable {
         }
     }
 
-    /// Remembers versions read from the store since `mark`, unless a
+    /// Remembers versions read from `home`'s copies since `mark`, unless a
     /// version was forgotten meanwhile (the read may predate it).
-    pub(crate) fn learn(&self, tags: &[Arc<str>], versions: &[Arc<str>], mark: u64) {
+    pub(crate) fn learn(&self, home: Home, tags: &[Arc<str>], versions: &[Arc<str>], mark: u64) {
         let mut state = write(&self.state);
         if !state.remember || state.forgets != mark {
             return;
         }
         for (tag, version) in tags.iter().zip(versions) {
-            state.known.insert(Arc::clone(tag), Arc::clone(version));
+            state
+                .known
+                .insert((home, Arc::clone(tag)), Arc::clone(version));
         }
     }
 
@@ -249,19 +281,22 @@ impl TagTable {
         let mut state = write(&self.state);
         tags.iter()
             .map(|tag| {
-                if let Some(version) = state.known.get(&**tag) {
+                if let Some(version) = state.known.get(&CopyRef(OWN, tag)) {
                     return Arc::clone(version);
                 }
                 let version = new_version();
-                state.known.insert(Arc::clone(tag), Arc::clone(&version));
+                state
+                    .known
+                    .insert((OWN, Arc::clone(tag)), Arc::clone(&version));
                 version
             })
             .collect()
     }
 
-    /// `tag` was invalidated: forgets its version, or — for a cache without
-    /// a store, whose versions are its own — replaces it with `replaced_by`.
-    /// Returns the L1 keys that carry it, forgetting them too.
+    /// `tag` was invalidated: forgets its version at every home, or — for
+    /// a cache without a store, whose versions are its own — replaces it
+    /// with `replaced_by`. Returns the L1 keys that carry it, forgetting
+    /// them too.
     pub(crate) fn invalidated(
         &self,
         tag: &str,
@@ -270,11 +305,9 @@ impl TagTable {
         let mut state = write(&self.state);
         match replaced_by {
             Some(version) => {
-                state.known.insert(tag.into(), version);
+                state.known.insert((OWN, tag.into()), version);
             }
-            None => {
-                state.known.remove(tag);
-            }
+            None => state.known.retain(|(_, known), _| &**known != tag),
         }
         state.forgets += 1;
         if tag == CLEAR {
@@ -298,9 +331,9 @@ impl TagTable {
     /// its tags for the L1, returning the id to insert it with: called
     /// under the flight table's lock with the L1 insert, so an invalidation
     /// either sees the key indexed or the insert sees the version moved.
-    pub(crate) fn admit_to_l1(&self, key: &str, stamps: &Stamps) -> Option<u64> {
+    pub(crate) fn admit_to_l1(&self, key: &str, home: Home, stamps: &Stamps) -> Option<u64> {
         let mut state = write(&self.state);
-        if state.remember && state.check(stamps) != Some(true) {
+        if state.remember && state.check(home, stamps) != Some(true) {
             return None;
         }
         Some(state.l1.admit(key, stamps.user_tags()))
@@ -340,32 +373,32 @@ mod tests {
     fn a_read_racing_an_invalidation_is_not_remembered() {
         let table = TagTable::new(true);
         let wanted = tags(&["", "t"]);
-        let Known::Unknown { mark } = table.lookup(&wanted) else {
+        let Known::Unknown { mark } = table.lookup(0, &wanted) else {
             panic!("nothing is known yet");
         };
         table.invalidated("t", None);
-        table.learn(&wanted, &["c".into(), "v0".into()], mark);
-        assert!(matches!(table.lookup(&wanted), Known::Unknown { .. }));
-        let Known::Unknown { mark } = table.lookup(&wanted) else {
+        table.learn(0, &wanted, &["c".into(), "v0".into()], mark);
+        assert!(matches!(table.lookup(0, &wanted), Known::Unknown { .. }));
+        let Known::Unknown { mark } = table.lookup(0, &wanted) else {
             panic!("still unknown");
         };
-        table.learn(&wanted, &["c".into(), "v1".into()], mark);
-        assert!(matches!(table.lookup(&wanted), Known::All(v) if &*v[1] == "v1"));
+        table.learn(0, &wanted, &["c".into(), "v1".into()], mark);
+        assert!(matches!(table.lookup(0, &wanted), Known::All(v) if &*v[1] == "v1"));
     }
 
     #[test]
     fn stale_stamps_are_not_admitted_and_admitted_keys_are_evicted_by_tag() {
         let table = TagTable::new(true);
         let wanted = tags(&["", "t"]);
-        table.learn(&wanted, &["c".into(), "v1".into()], 0);
+        table.learn(0, &wanted, &["c".into(), "v1".into()], 0);
         let old = Stamps::zip(&wanted, vec!["c".into(), "v0".into()]);
         let new = Stamps::zip(&wanted, vec!["c".into(), "v1".into()]);
-        assert!(table.admit_to_l1("k", &old).is_none());
-        assert!(table.admit_to_l1("k", &new).is_some());
+        assert!(table.admit_to_l1("k", 0, &old).is_none());
+        assert!(table.admit_to_l1("k", 0, &new).is_some());
         let evicted = table.invalidated("t", None);
         assert!(evicted.contains("k"));
         assert!(
-            table.admit_to_l1("k", &new).is_none(),
+            table.admit_to_l1("k", 0, &new).is_none(),
             "the version was forgotten"
         );
     }
@@ -374,19 +407,35 @@ mod tests {
     fn entries_without_a_version_never_match() {
         let table = TagTable::new(true);
         let wanted = tags(&["", "t"]);
-        table.learn(&wanted, &["c".into(), "v".into()], 0);
+        table.learn(0, &wanted, &["c".into(), "v".into()], 0);
         // Written before versions always existed: no version for the tag,
         // or no clear stamp at all.
         let unversioned = Stamps::new(vec![("".into(), Some("c".into())), ("t".into(), None)]);
         let unstamped = Stamps::new(vec![("t".into(), Some("v".into()))]);
         for stamps in [&unversioned, &unstamped] {
-            assert_eq!(table.check(stamps), Some(false), "{stamps:?}");
+            assert_eq!(table.check(0, stamps), Some(false), "{stamps:?}");
             assert!(!stamps.matches(&["c".into(), "v".into()]), "{stamps:?}");
         }
         assert_eq!(
-            table.check(&Stamps::zip(&wanted, vec!["c".into(), "v".into()])),
+            table.check(0, &Stamps::zip(&wanted, vec!["c".into(), "v".into()])),
             Some(true)
         );
+    }
+
+    #[test]
+    fn each_home_has_its_own_copies_and_an_invalidation_forgets_all() {
+        let table = TagTable::new(true);
+        let wanted = tags(&["", "t"]);
+        table.learn(1, &wanted, &["c1".into(), "v1".into()], 0);
+        table.learn(2, &wanted, &["c2".into(), "v2".into()], 0);
+        let at_1 = Stamps::zip(&wanted, vec!["c1".into(), "v1".into()]);
+        assert_eq!(table.check(1, &at_1), Some(true));
+        assert_eq!(table.check(2, &at_1), Some(false), "another home's copy");
+        assert_eq!(table.check(3, &at_1), None, "unknown at home 3");
+        table.invalidated("t", None);
+        assert_eq!(table.check(1, &at_1), None);
+        assert!(matches!(table.lookup(2, &wanted), Known::Unknown { .. }));
+        assert!(matches!(table.lookup(2, &wanted[..1]), Known::All(v) if &*v[0] == "c2"));
     }
 
     #[test]
@@ -419,10 +468,10 @@ mod tests {
     fn a_key_leaves_the_index_with_its_entry_and_not_with_an_older_one() {
         let table = TagTable::new(true);
         let wanted = tags(&["", "t", "u"]);
-        table.learn(&wanted, &["c".into(), "v".into(), "w".into()], 0);
+        table.learn(0, &wanted, &["c".into(), "v".into(), "w".into()], 0);
         let both = Stamps::zip(&wanted, vec!["c".into(), "v".into(), "w".into()]);
-        let first = table.admit_to_l1("k", &both).expect("current");
-        let second = table.admit_to_l1("k", &both).expect("current");
+        let first = table.admit_to_l1("k", 0, &both).expect("current");
+        let second = table.admit_to_l1("k", 0, &both).expect("current");
         table.left_l1(&[("k".into(), first)]);
         assert_eq!(table.sizes().0, 1, "an older insert leaving keeps the key");
         table.left_l1(&[("k".into(), second)]);
@@ -430,9 +479,9 @@ mod tests {
         assert!(read(&table.state).l1.by_tag.is_empty());
 
         // Written again without tags: indexed under none.
-        table.admit_to_l1("k", &both).expect("current");
+        table.admit_to_l1("k", 0, &both).expect("current");
         let untagged = Stamps::zip(&wanted[..1], vec!["c".into()]);
-        table.admit_to_l1("k", &untagged).expect("current");
+        table.admit_to_l1("k", 0, &untagged).expect("current");
         assert_eq!(table.sizes().0, 0);
         assert!(table.invalidated("t", None).is_empty());
     }

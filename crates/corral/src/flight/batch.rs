@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use crate::data::freshness::{Answer, Standing};
 use crate::data::policy::FillOptions;
+use crate::data::tags::{Home, Stamps};
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
 use crate::flight::permit::{self, Waited};
 use crate::read::{finish_hit, judge_current, Look};
@@ -129,7 +130,16 @@ where
         };
         Counters::bump(&cache.counters().fills);
         let deadline = Instant::now() + self.fill_timeout;
-        let stamps = cache.fill_stamps(&self.tags, reachable).await;
+        // Read before the fill runs, at each home the batch's keys use.
+        let homes: Vec<Home> = to_fill.iter().map(|(key, _, _)| cache.home(key)).collect();
+        let mut distinct = homes.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let reads = distinct
+            .iter()
+            .map(|&home| cache.fill_stamps(home, &self.tags, reachable));
+        let read = futures_util::future::join_all(reads).await;
+        let stamps: HashMap<Home, Option<Stamps>> = distinct.into_iter().zip(read).collect();
         drop(cache);
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
@@ -148,16 +158,20 @@ where
         let failure = match filled {
             Ok(Ok(mut found)) => {
                 let inner = &self.inner;
-                let keeps = to_fill.into_iter().map(|(key, mut flight, lease)| {
-                    let answer = found.remove(&key).unwrap_or_else(Answer::not_found);
-                    let kept = Kept {
-                        lease,
-                        stamps: stamps.clone(),
-                    };
-                    async move {
-                        leader::succeed(inner, &mut flight, &key, ttl, answer, kept).await;
-                    }
-                });
+                let keeps =
+                    to_fill
+                        .into_iter()
+                        .zip(&homes)
+                        .map(|((key, mut flight, lease), home)| {
+                            let answer = found.remove(&key).unwrap_or_else(Answer::not_found);
+                            let kept = Kept {
+                                lease,
+                                stamps: stamps.get(home).cloned().flatten(),
+                            };
+                            async move {
+                                leader::succeed(inner, &mut flight, &key, ttl, answer, kept).await;
+                            }
+                        });
                 futures_util::future::join_all(keeps).await;
                 return;
             }

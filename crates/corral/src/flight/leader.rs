@@ -286,7 +286,9 @@ where
         let stamps = match self.inner.upgrade() {
             Some(cache) => {
                 Counters::bump(&cache.counters().fills);
-                cache.fill_stamps(&tags, reachable).await
+                cache
+                    .fill_stamps(cache.home(&self.key), &tags, reachable)
+                    .await
             }
             None => None,
         };
@@ -531,7 +533,9 @@ pub(crate) async fn succeed<V>(
         tags,
     } = answer;
     if let (Some(cache), true) = (inner.upgrade(), keep) {
-        let stamps = cache.settle_stamps(kept.stamps, tags.as_deref()).await;
+        let stamps = cache
+            .settle_stamps(cache.home(key), kept.stamps, tags.as_deref())
+            .await;
         let kept = Kept { stamps, ..kept };
         let base = match (&value, answer_ttl) {
             (_, Some(ttl)) => ttl,
@@ -583,7 +587,7 @@ async fn keep_value<V>(
         (None, _) => true,
         (Some(_), None) => true,
         (Some(_), Some(lease)) => {
-            if !cache.stamps_current(&stamps).await {
+            if !cache.stamps_current(cache.home(key), &stamps).await {
                 // A tag or clear moved while the fill ran: the lease is
                 // released unused.
                 Counters::bump(&cache.counters().commits_refused);

@@ -6,7 +6,8 @@
 //! ```text
 //! <prefix>v:<body>   the slot: fence, generation and value (see `frame`)
 //! <prefix>l:<body>   the lease: the token of the fill allowed to run
-//! <prefix>t:<body>   a tag version (body built from namespace and tag)
+//! <prefix>t:<body>   a tag version (body built from namespace and tag):
+//!                    one copy on every server that holds entries
 //! ```
 //!
 //! `<body>` is `<namespace>:<key>` verbatim when the namespace is that of a
@@ -61,18 +62,32 @@ fn cache_namespace(namespace: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
 }
 
-/// The body and route of `(namespace, name)`, for items of kind `kind`
-/// under `prefix` (whose length the body must leave room for).
-fn body(prefix: &str, namespace: &str, name: &str, kind: u8) -> (String, u64) {
+fn digest(namespace: &str, name: &str, kind: u8) -> [u8; 32] {
     let mut hasher = Sha256::new();
     hasher.update(namespace.as_bytes());
     hasher.update([0]);
     hasher.update(name.as_bytes());
     hasher.update([kind]);
-    let digest = hasher.finalize();
+    hasher.finalize().into()
+}
+
+fn route_of(digest: &[u8; 32]) -> u64 {
     let mut route = [0u8; 8];
     route.copy_from_slice(&digest[..8]);
-    let route = u64::from_be_bytes(route);
+    u64::from_be_bytes(route)
+}
+
+/// Where `key`'s items live (input of the server choice), as
+/// [`items`] names it, without building the names.
+pub(super) fn route(key: &StoreKey) -> u64 {
+    route_of(&digest(key.namespace(), key.key(), 0))
+}
+
+/// The body and route of `(namespace, name)`, for items of kind `kind`
+/// under `prefix` (whose length the body must leave room for).
+fn body(prefix: &str, namespace: &str, name: &str, kind: u8) -> (String, u64) {
+    let digest = digest(namespace, name, kind);
+    let route = route_of(&digest);
     let fixed = prefix.len() + 2;
     let verbatim = namespace.len() + 1 + name.len();
     if cache_namespace(namespace) && name.bytes().all(plain) && fixed + verbatim <= MAX_ITEM_KEY {
@@ -102,10 +117,11 @@ pub(super) fn items(prefix: &str, key: &StoreKey) -> Items {
     }
 }
 
-/// The item of `tag`'s version in `namespace`, and its route.
-pub(super) fn tag(prefix: &str, namespace: &str, tag: &str) -> (String, u64) {
-    let (body, route) = body(prefix, namespace, tag, 1);
-    (format!("{prefix}t:{body}"), route)
+/// The item of `tag`'s version in `namespace`: every server holds its own
+/// copy under this name (the store sends it to each, not by its route).
+pub(super) fn tag(prefix: &str, namespace: &str, tag: &str) -> String {
+    let (body, _) = body(prefix, namespace, tag, 1);
+    format!("{prefix}t:{body}")
 }
 
 #[cfg(test)]
@@ -146,6 +162,7 @@ mod tests {
         assert_eq!(items.slot.len(), "corral:v:users:v1:a_b#".len() + 32);
         // Pinned: a change of this value moves every key.
         assert_eq!(items.route, items_route_pinned());
+        assert_eq!(route(&StoreKey::new("users:v1", "a b")), items.route);
     }
 
     fn items_route_pinned() -> u64 {
@@ -159,7 +176,7 @@ mod tests {
 
     #[test]
     fn tags_and_values_differ() {
-        let (tag, _) = tag("c:", "n:v1", "t");
+        let tag = tag("c:", "n:v1", "t");
         assert_eq!(tag, "c:t:n:v1:t");
         assert!(!valid_prefix("a b"));
         assert!(valid_prefix("corral:"));

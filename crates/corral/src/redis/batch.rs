@@ -46,7 +46,8 @@ use tokio::sync::oneshot;
 
 use super::conn::{answered, Connection};
 use super::errors::{refusal, unexpected};
-use super::keys::ValueName;
+use super::keys::{self, ClearCopy, ValueName};
+use super::touches::Touches;
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::store::StoreKey;
 
@@ -76,6 +77,8 @@ struct Shared {
     state: Mutex<State>,
     /// Whether the server refused `MGET` (an ACL): every read goes alone.
     unbatched: AtomicBool,
+    /// Whose turn it is to touch each clear version.
+    touches: Touches,
 }
 
 struct State {
@@ -132,6 +135,7 @@ impl Reads {
                     progress: Instant::now(),
                 }),
                 unbatched: AtomicBool::new(false),
+                touches: Touches::new(),
             }),
         }
     }
@@ -144,11 +148,17 @@ impl Reads {
         timeout: Duration,
     ) -> Result<Value, StoreError> {
         match self.enter(name, false) {
-            Entry::Alone(_flight) => self.shared.connection.get(name, timeout).await,
+            Entry::Alone(_flight) => {
+                let touch = self.touch(&name);
+                self.shared.connection.get(name, touch, timeout).await
+            }
             Entry::Queued(reply) => match patiently(reply, timeout).await? {
                 Some(Answer::Read(_, value)) => Ok(value),
-                Some(Answer::Alone) => self.shared.connection.get(name, timeout).await,
-                None => self.shared.connection.get(name, timeout / 2).await,
+                Some(Answer::Alone) => self.shared.connection.get(name, None, timeout).await,
+                None => {
+                    let touch = self.touch(&name);
+                    self.shared.connection.get(name, touch, timeout / 2).await
+                }
             },
         }
     }
@@ -161,13 +171,37 @@ impl Reads {
         timeout: Duration,
     ) -> Result<(Value, Value), StoreError> {
         match self.enter(name, true) {
-            Entry::Alone(_flight) => self.shared.connection.read(name, timeout).await,
+            Entry::Alone(_flight) => {
+                let touch = self.touch(&name);
+                self.shared.connection.read(name, touch, timeout).await
+            }
             Entry::Queued(reply) => match patiently(reply, timeout).await? {
                 Some(Answer::Read(pttl, value)) => Ok((pttl, value)),
-                Some(Answer::Alone) => self.shared.connection.read(name, timeout).await,
-                None => self.shared.connection.read(name, timeout / 2).await,
+                Some(Answer::Alone) => self.shared.connection.read(name, None, timeout).await,
+                None => {
+                    let touch = self.touch(&name);
+                    self.shared.connection.read(name, touch, timeout / 2).await
+                }
             },
         }
+    }
+
+    /// The clear version's copy a lone read of `name` touches, if its turn
+    /// is due ([`Touches`]).
+    #[inline]
+    fn touch<'a>(&self, name: &ValueName<'a>) -> Option<ClearCopy<'a>> {
+        let copy = ClearCopy::of(name, self.shared.connection.is_cluster());
+        copy.due(|base| self.shared.touches.due(base))
+            .then_some(copy)
+    }
+
+    /// The copies guarding the value keys named `names` whose touch is
+    /// due, for reads sent outside the batches.
+    pub(super) fn touches_of<'a>(&self, names: impl Iterator<Item = &'a str>) -> Vec<String> {
+        let cluster = self.shared.connection.is_cluster();
+        keys::clear_copies_of(names, cluster, |base| {
+            self.shared.touches.due(base.as_bytes())
+        })
     }
 
     /// Sends the read alone if fewer than [`IN_FLIGHT`] round trips are in
@@ -321,6 +355,7 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
         mget.arg(ValueName::new(&read.key));
     }
     pipe.add_command(mget);
+    touch_clear_copies(shared, &mut pipe, &group);
     pipe.ignore_errors();
     let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
         Ok(reply) if mget_refused(&reply) => {
@@ -346,6 +381,24 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
             for read in group {
                 let _ = read.reply.send(Err(error.clone()));
             }
+        }
+    }
+}
+
+/// Adds the touches of the clear versions guarding `group`'s entries (one
+/// per namespace; on a cluster, the group's bucket's copy) whose turn is
+/// due ([`Touches`]) to `pipe`.
+fn touch_clear_copies(shared: &Shared, pipe: &mut ::redis::Pipeline, group: &[Queued]) {
+    let cluster = shared.connection.is_cluster();
+    let mut named: Vec<ClearCopy<'_>> = Vec::new();
+    for read in group {
+        let copy = ClearCopy::of(&ValueName::new(&read.key), cluster);
+        if named.contains(&copy) {
+            continue;
+        }
+        named.push(copy);
+        if copy.due(|base| shared.touches.due(base)) {
+            shared.connection.touch(pipe, copy);
         }
     }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::SingleNodeRoutingInfo;
 use ::redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use crossbeam_utils::sync::ShardedLock;
 use tokio::runtime::Handle;
@@ -136,6 +137,83 @@ impl Cluster {
         reply
     }
 
+    /// Moves every copy of a version ([`MoveCopies`]) with one pipeline per
+    /// master: the slot map (`CLUSTER SLOTS`, one round trip), then each
+    /// master's `SET ... XX`s at once (one round trip). A copy its master
+    /// did not take (the slot moved meanwhile) or whose master the map does
+    /// not name is sent again alone, routed by its slot.
+    pub(super) async fn move_copies(&self, moves: MoveCopies<'_>) -> RedisResult<()> {
+        let set = |copy: &str| {
+            let mut cmd = ::redis::cmd("SET");
+            cmd.arg(copy)
+                .arg(moves.version)
+                .arg("PX")
+                .arg(moves.retention_ms)
+                .arg("XX");
+            cmd
+        };
+        let masters = match self
+            .query(&::redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await
+        {
+            Ok(reply) => masters(&reply),
+            Err(_) => Vec::new(),
+        };
+        let mut by_master: Vec<Vec<&str>> = vec![Vec::new(); masters.len()];
+        let mut alone: Vec<&str> = Vec::new();
+        for copy in moves.copies {
+            let slot = super::keys::slot(copy);
+            match masters
+                .iter()
+                .position(|(ranges, _, _)| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
+            {
+                Some(at) => by_master[at].push(copy),
+                None => alone.push(copy),
+            }
+        }
+        let connection = self.current().await?;
+        let pipelines = masters
+            .iter()
+            .zip(&by_master)
+            .filter(|(_, copies)| !copies.is_empty());
+        let sends = pipelines.map(|((_, host, port), copies)| {
+            let mut pipe = ::redis::pipe();
+            for copy in copies {
+                pipe.add_command(set(copy));
+            }
+            pipe.ignore_errors();
+            let route = SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port: *port,
+            };
+            let mut connection = connection.clone();
+            async move {
+                let count = copies.len();
+                let replies = connection.route_pipeline(pipe, 0, count, route).await;
+                match replies {
+                    Ok(replies) if replies.len() == count => copies
+                        .iter()
+                        .zip(replies)
+                        .filter(|(_, reply)| matches!(reply, Value::ServerError(_)))
+                        .map(|(copy, _)| *copy)
+                        .collect(),
+                    _ => copies.clone(),
+                }
+            }
+        });
+        let refused: Vec<Vec<&str>> = futures_util::future::join_all(sends).await;
+        alone.extend(refused.into_iter().flatten());
+        let retries = alone.iter().map(|copy| {
+            let cmd = set(copy);
+            let mut connection = connection.clone();
+            async move { cmd.query_async::<Value>(&mut connection).await }
+        });
+        for reply in futures_util::future::join_all(retries).await {
+            reply?;
+        }
+        Ok(())
+    }
+
     /// The connection; while a lazy one is not made yet, waits for its
     /// first attempt, then fails at once.
     async fn current(&self) -> RedisResult<ClusterConnection> {
@@ -194,6 +272,58 @@ impl Cluster {
             self.shared.failures.store(0, Relaxed);
         }
     }
+}
+
+/// The copies of one version to move ([`Cluster::move_copies`]): their
+/// keys, the new version and how long to keep it (ms).
+pub(super) struct MoveCopies<'a> {
+    pub(super) copies: &'a [String],
+    pub(super) version: &'a str,
+    pub(super) retention_ms: &'a str,
+}
+
+/// A master in a `CLUSTER SLOTS` reply: the slot ranges it serves, its
+/// host and port.
+type Master = (Vec<(u16, u16)>, String, u16);
+
+/// The masters of a `CLUSTER SLOTS` reply (a reply of another shape:
+/// none).
+fn masters(reply: &Value) -> Vec<Master> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let mut masters: Vec<Master> = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(node))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let (Some(Value::Int(port)), Ok(start), Ok(end)) =
+            (node.get(1), u16::try_from(*start), u16::try_from(*end))
+        else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(*port) else {
+            continue;
+        };
+        match masters
+            .iter_mut()
+            .find(|(_, h, p)| *h == host && *p == port)
+        {
+            Some((ranges, _, _)) => ranges.push((start, end)),
+            None => masters.push((vec![(start, end)], host, port)),
+        }
+    }
+    masters
 }
 
 /// One call in progress: counted as failed if it ends in a connection-level

@@ -9,7 +9,7 @@ use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
 use super::cluster::Cluster;
 use super::errors::{bounded, store_error, unexpected};
-use super::keys::{KeyNames, ValueName};
+use super::keys::{ClearCopy, KeyNames, ValueName};
 use super::scripts::{self, Lua};
 use super::standalone::Standalone;
 use crate::data::error::StoreError;
@@ -56,18 +56,20 @@ impl Connection {
     /// at most an early refresh, which asks over the generation read and so
     /// cannot overwrite anything newer.
     ///
-    /// Returns the raw `PTTL` and `GET` replies.
+    /// Returns the raw `PTTL` and `GET` replies. With `touch`, the pipeline
+    /// also touches the entry's clear version ([`touch`](Self::touch)).
     pub(super) async fn read(
         &self,
         value_key: ValueName<'_>,
+        touch: Option<ClearCopy<'_>>,
         timeout: Duration,
     ) -> Result<(Value, Value), StoreError> {
         let mut pipe = ::redis::pipe();
-        pipe.cmd("PTTL")
-            .arg(value_key)
-            .cmd("GET")
-            .arg(value_key)
-            .ignore_errors();
+        pipe.cmd("PTTL").arg(value_key).cmd("GET").arg(value_key);
+        if let Some(copy) = touch {
+            self.touch(&mut pipe, copy);
+        }
+        pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {
             Value::Array(items) => match <[Value; 2]>::try_from(items) {
                 Ok([pttl, value]) => Ok((answered(pttl)?, answered(value)?)),
@@ -77,33 +79,66 @@ impl Connection {
         }
     }
 
-    /// A plain `GET` of a value key, bounded by `timeout`.
+    /// A plain `GET` of a value key, bounded by `timeout`; with `touch`,
+    /// pipelined with the [`touch`](Self::touch) of its clear version.
     pub(super) async fn get(
         &self,
         value_key: ValueName<'_>,
+        touch: Option<ClearCopy<'_>>,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
         let mut get = Cmd::with_capacity(2, 3 + value_key.len());
         get.arg("GET").arg(value_key);
-        bounded(timeout, "read", async {
-            match self.query(&get).await {
-                Err(e) if wrong_type(&e) => Ok(foreign()),
-                reply => reply,
+        let Some(copy) = touch else {
+            return bounded(timeout, "read", async {
+                match self.query(&get).await {
+                    Err(e) if wrong_type(&e) => Ok(foreign()),
+                    reply => reply,
+                }
+            })
+            .await;
+        };
+        let mut pipe = ::redis::Pipeline::with_capacity(2);
+        pipe.add_command(get);
+        self.touch(&mut pipe, copy);
+        pipe.ignore_errors();
+        match self.pipelined(&pipe, timeout).await? {
+            Value::Array(mut items) if items.len() == 1 => {
+                answered(items.pop().unwrap_or_default())
             }
-        })
-        .await
+            other => Err(unexpected("read", &other)),
+        }
+    }
+
+    /// Adds to `pipe` a `TOUCH` of the clear version's copy that guards
+    /// the entries read (its reply dropped; refused by an ACL, it is
+    /// dropped too), so under an `allkeys-*` eviction policy the version is
+    /// never colder than the entries read with it. On a cluster the copy
+    /// is in the entries' slot: the pipeline stays on one node.
+    pub(super) fn touch(&self, pipe: &mut ::redis::Pipeline, copy: impl ::redis::ToSingleRedisArg) {
+        pipe.cmd("TOUCH").arg(copy).ignore();
+    }
+
+    /// Whether this is a cluster connection (version copies per bucket).
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
     }
 
     /// [`read`](Self::read) of several value keys of one hash slot in one
-    /// pipeline: their `PTTL` and `GET` replies, in order.
+    /// pipeline, with the touches of the clear versions' copies `touch`:
+    /// their `PTTL` and `GET` replies, in order.
     pub(super) async fn read_many(
         &self,
         value_keys: &[&str],
+        touch: Vec<String>,
         timeout: Duration,
     ) -> Result<Vec<(Value, Value)>, StoreError> {
         let mut pipe = ::redis::pipe();
         for key in value_keys {
             pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
+        }
+        for copy in touch {
+            self.touch(&mut pipe, copy);
         }
         pipe.ignore_errors();
         match self.pipelined(&pipe, timeout).await? {

@@ -87,13 +87,138 @@ impl KeyNames {
     }
 }
 
-/// The key holding the version of `tag` in `namespace` (the empty tag: the
-/// clear version): `corral:<namespace>:{<namespace>}:t:<tag>`. Every tag key
-/// of a namespace shares one hash slot, so one script reads any of them on
-/// a cluster.
+/// The key holding the version of `tag` in `namespace` on one server (the
+/// empty tag: the clear version): `corral:<namespace>:{<namespace>}:t:<tag>`.
 pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
     format!("{PREFIX}{namespace}:{{{namespace}}}:t:{tag}")
 }
+
+/// The bucket of `key` (0 to 255): on a cluster, the home of the copies
+/// of the versions that guard its entry.
+pub(super) fn bucket_of(key: &StoreKey) -> u32 {
+    (fnv1a64(key.key().as_bytes()) % BUCKETS as u64) as u32
+}
+
+/// The hash tag of bucket `home` (taken modulo [`BUCKETS`]).
+pub(super) fn home_tag(home: u32) -> &'static str {
+    BUCKET_TAGS[home as usize % BUCKETS]
+}
+
+/// The key holding bucket `home`'s copy of the version of `tag` in
+/// `namespace`, on a cluster: `corral:<namespace>:{<b>}:t:<tag>`, in the
+/// slot of the bucket's value keys, so a shard holds the copies that guard
+/// its own entries.
+pub(super) fn copy_key(namespace: &str, home: u32, tag: &str) -> String {
+    format!("{PREFIX}{namespace}:{{{}}}:t:{tag}", home_tag(home))
+}
+
+/// The name of the clear version's copy that guards the entry of a value
+/// key, written straight into the command that touches it with a read:
+/// [`copy_key`] of the key's bucket on a cluster, [`tag_key`] on one
+/// server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct ClearCopy<'a> {
+    namespace: &'a str,
+    /// The hash tag: the key's bucket (cluster) or the namespace.
+    tag: &'a str,
+    cluster: bool,
+}
+
+impl<'a> ClearCopy<'a> {
+    /// The copy guarding `name`'s entry; `cluster`: the bucket's own.
+    pub(super) fn of(name: &ValueName<'a>, cluster: bool) -> Self {
+        let namespace = name.key.namespace();
+        let tag = if cluster { name.bucket() } else { namespace };
+        Self {
+            namespace,
+            tag,
+            cluster,
+        }
+    }
+
+    /// Whether `due` says to touch this copy now, asked with the bytes
+    /// [`clear_copies_of`] asks it with for the same copy.
+    pub(super) fn due(&self, due: impl FnOnce(&[u8]) -> bool) -> bool {
+        if !self.cluster {
+            return due(self.namespace.as_bytes());
+        }
+        let mut base = arrayvec::ArrayVec::<u8, 160>::new();
+        for part in [
+            PREFIX.as_bytes(),
+            self.namespace.as_bytes(),
+            b":{",
+            self.tag.as_bytes(),
+            b"}",
+        ] {
+            if base.try_extend_from_slice(part).is_err() {
+                // A namespace too long to copy here: touch anyway.
+                return true;
+            }
+        }
+        due(&base)
+    }
+
+    fn write(&self, out: &mut impl std::io::Write) {
+        for part in [
+            PREFIX.as_bytes(),
+            self.namespace.as_bytes(),
+            b":{",
+            self.tag.as_bytes(),
+            b"}:t:",
+        ] {
+            // Writing to a command's buffer cannot fail.
+            let _ = out.write_all(part);
+        }
+    }
+}
+
+/// What names the clear version's copy guarding the value key named
+/// `value` (as [`value_name`] spells it), without allocating: on a cluster
+/// the name up to its hash tag (`corral:<namespace>:{<b>}`), on one server
+/// the namespace. Equal for value keys guarded by the same copy.
+fn clear_copy_base(value: &str, cluster: bool) -> Option<&str> {
+    let open = value.find('{')?;
+    if cluster {
+        let close = open + 1 + value[open + 1..].find('}')?;
+        return value.get(..=close);
+    }
+    value.get(PREFIX.len()..open.checked_sub(1)?)
+}
+
+/// The names of the clear versions' copies guarding the value keys named
+/// `values`, each once (a batch of one slot, or of one namespace, names
+/// one) and only those `due` says to touch: for reads that carry names,
+/// not keys.
+pub(super) fn clear_copies_of<'a>(
+    values: impl Iterator<Item = &'a str>,
+    cluster: bool,
+    mut due: impl FnMut(&str) -> bool,
+) -> Vec<String> {
+    let mut bases: Vec<&str> = Vec::new();
+    for value in values {
+        if let Some(base) = clear_copy_base(value, cluster) {
+            if !bases.contains(&base) {
+                bases.push(base);
+            }
+        }
+    }
+    bases.retain(|base| due(base));
+    bases
+        .into_iter()
+        .map(|base| match cluster {
+            true => format!("{base}:t:"),
+            false => tag_key(base, ""),
+        })
+        .collect()
+}
+
+impl ::redis::ToRedisArgs for ClearCopy<'_> {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        self.write(&mut out.writer_for_next_arg());
+    }
+}
+
+impl ::redis::ToSingleRedisArg for ClearCopy<'_> {}
 
 /// The namespace whose changes `channel` carries (see [`channel`] and
 /// [`shard_channels`]).
@@ -270,8 +395,9 @@ pub(super) fn bucket_channel(namespace: &str, bucket: &str) -> String {
 }
 
 /// The sharded channel on which a cluster store publishes the tag and
-/// clear changes of `namespace`: `corral:<namespace>:{<namespace>}:filled`,
-/// in the slot of its tag keys ([`tag_key`]).
+/// clear invalidations of `namespace`:
+/// `corral:<namespace>:{<namespace>}:filled`. (A copy created anew is
+/// announced on its bucket's channel, in its own slot.)
 pub(super) fn tag_channel(namespace: &str) -> String {
     format!("{PREFIX}{namespace}:{{{namespace}}}:filled")
 }
@@ -387,6 +513,42 @@ mod tests {
             slot(&tag_key("users:v1", "some-tag"))
         );
         assert!(channels.iter().all(|c| namespace_of(c) == Some("users:v1")));
+    }
+
+    #[test]
+    fn version_copies_share_their_entries_slot() {
+        for raw in ["plain", "}", "{x}", "ключ"] {
+            let key = StoreKey::new("ns:v3", raw);
+            let names = KeyNames::new(&key);
+            let home = bucket_of(&key);
+            let copy = copy_key("ns:v3", home, "");
+            assert_eq!(slot(&copy), slot(&names.value), "{raw:?}");
+            assert_eq!(slot(&copy_key("ns:v3", home, "some tag")), slot(&copy));
+            let name = ValueName::new(&key);
+            let mut written = Vec::new();
+            ClearCopy::of(&name, true).write(&mut written);
+            assert_eq!(String::from_utf8(written).ok(), Some(copy));
+            let mut written = Vec::new();
+            ClearCopy::of(&name, false).write(&mut written);
+            assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
+            let value = value_name(&key);
+            for cluster in [true, false] {
+                let mut asked = Vec::new();
+                ClearCopy::of(&name, cluster).due(|base| {
+                    asked = base.to_vec();
+                    true
+                });
+                let base = clear_copy_base(&value, cluster).map(str::as_bytes);
+                assert_eq!(Some(asked.as_slice()), base, "{raw:?}");
+            }
+            let other = value_name(&StoreKey::new("ns:v3", &format!("{raw}-other")));
+            let same = [value.as_str(), value.as_str()];
+            let copies = clear_copies_of(same.into_iter(), true, |_| true);
+            assert_eq!(copies, [copy_key("ns:v3", home, "")]);
+            let both = [value.as_str(), other.as_str()];
+            let copies = clear_copies_of(both.into_iter(), false, |_| true);
+            assert_eq!(copies, [tag_key("ns:v3", "")]);
+        }
     }
 
     #[test]

@@ -98,6 +98,10 @@ end
 /// fence to the new token — so the lapsed leader's late commit is refused
 /// by `COMMIT`'s fence check.
 ///
+/// `KEYS[4]` is the clear version's copy that guards the entry: a hit
+/// touches it (see `Connection::touch`), so it is never colder than the
+/// entries it serves.
+///
 /// A value key of another type reads as `''` (see `lua_read`): a hit the
 /// cache cannot decode, then a grant over "no generation", and `COMMIT`'s
 /// `SET` replaces it. A lease key that is broken — no expiry (`PTTL` -1),
@@ -112,6 +116,7 @@ pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
 if ARGV[4] == '0' then
   local value = read(KEYS[1])
   if value then
+    redis.pcall('TOUCH', KEYS[4])
     return {1, value, redis.call('PTTL', KEYS[1])}
   end
 elseif ARGV[4] == '2' then
@@ -155,7 +160,9 @@ return 1
 });
 
 /// Fenced write (the token stays as the fence for the value's life),
-/// owner-checked unlock and notification.
+/// owner-checked unlock and notification. A stored value touches
+/// `KEYS[4]`, the clear version's copy guarding it (as `GET_OR_LEASE`
+/// does).
 ///
 /// ARGV: token, bytes (framed with the token as generation), ttl_ms,
 /// verb, channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
@@ -172,6 +179,7 @@ end
 if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  redis.pcall('TOUCH', KEYS[4])
   announce('c')
   return 1
 end
@@ -202,7 +210,7 @@ return 0
 });
 
 /// Unconditional write that drops the lease and moves the fence to a new
-/// generation.
+/// generation, touching `KEYS[4]` (as `COMMIT` does).
 ///
 /// ARGV: bytes (framed with the new token as generation), ttl_ms, new
 /// token, verb, channel, message. Returns 0.
@@ -213,6 +221,7 @@ pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
+redis.pcall('TOUCH', KEYS[4])
 announce('s')
 return 0
 ",
@@ -234,7 +243,9 @@ return 0
 });
 
 /// Moves a tag (or, for the empty tag, the namespace's clear version) to a
-/// new version and announces it. One key: `KEYS[1]` the tag's version key.
+/// new version and announces it, on one server. One key: `KEYS[1]` the
+/// tag's version key. (A cluster moves each bucket's copy with a plain
+/// `SET ... XX`, then announces.)
 ///
 /// ARGV: new version, retention_ms, verb, channel, message (with its kind
 /// letter). Returns 0.
@@ -255,7 +266,8 @@ return 0
 /// announced as an invalidation, so an entry stamped with a version the
 /// store lost never matches again. Every version read or created is kept
 /// for the retention from now: a tag in use keeps its version. `KEYS`: the
-/// tags' version keys (one hash slot per namespace).
+/// tags' version keys (on a cluster, the copies of one bucket, in its
+/// slot; the announcement goes on that bucket's channel).
 ///
 /// ARGV: retention_ms, verb, channel, origin (hex), then for each key its
 /// tag and a new random version to create it with. Returns the versions, in

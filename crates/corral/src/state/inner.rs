@@ -18,7 +18,7 @@ use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Fetched, Judged};
 use crate::data::key::KeyLabel;
 use crate::data::policy::{jittered, Policy};
-use crate::data::tags::{Known, Stamps, TagTable, CLEAR, MOVED};
+use crate::data::tags::{Home, Known, Stamps, TagTable, CLEAR, MOVED};
 use crate::state::flight::{Failure, Flight, FlightTable, Outcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
@@ -234,6 +234,16 @@ impl<V: 'static> Inner<V> {
         StoreKey::of(&self.namespace, key)
     }
 
+    /// Where the copies of the versions guarding `key`'s entry live in the
+    /// store ([`Store::version_home`](crate::store::Store::version_home));
+    /// 0 without a store.
+    pub(crate) fn home(&self, key: &str) -> Home {
+        self.tiers
+            .l2
+            .as_ref()
+            .map_or(0, |store| store.version_home(&self.store_key(key)))
+    }
+
     /// The bytes of `key`'s `value` (`None`: "not found") in the shared
     /// store, written with `ttls`, filled under `stamps`: its envelope,
     /// sealed when the cache encrypts.
@@ -408,7 +418,7 @@ impl<V: 'static> Inner<V> {
         let Some(local) = &self.tiers.l1 else {
             return false;
         };
-        let Some(id) = self.tags.admit_to_l1(key, stamps) else {
+        let Some(id) = self.tags.admit_to_l1(key, self.home(key), stamps) else {
             return false;
         };
         let left = local.insert(
@@ -509,9 +519,10 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// current. Without a store, versions are the table's own.
     pub(crate) async fn current_versions(
         &self,
+        home: Home,
         tags: &[Arc<str>],
     ) -> Result<Vec<Arc<str>>, StoreError> {
-        let mark = match self.tags.lookup(tags) {
+        let mark = match self.tags.lookup(home, tags) {
             Known::All(versions) => return Ok(versions),
             Known::Unknown { mark } => mark,
         };
@@ -520,10 +531,10 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         };
         let retention = self.policy.tag_retention;
         let versions = store
-            .call(store.tag_versions(&self.namespace, tags, retention, self.origin))
+            .call(store.tag_versions(&self.namespace, home, tags, retention, self.origin))
             .await
             .inspect_err(|error| self.counters.store_failed(error))?;
-        self.tags.learn(tags, &versions, mark);
+        self.tags.learn(home, tags, &versions, mark);
         Ok(versions)
     }
 
@@ -535,14 +546,19 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// not stored). They also carry the [`MOVED`] version, which
     /// [`settle_stamps`](Self::settle_stamps) takes out before the entry is
     /// written.
-    pub(crate) async fn fill_stamps(&self, tags: &[Arc<str>], from_store: bool) -> Option<Stamps> {
+    pub(crate) async fn fill_stamps(
+        &self,
+        home: Home,
+        tags: &[Arc<str>],
+        from_store: bool,
+    ) -> Option<Stamps> {
         let mut wanted = Stamps::wanted(tags);
         wanted.push(MOVED.into());
-        let versions = match (self.tags.lookup(&wanted), from_store) {
+        let versions = match (self.tags.lookup(home, &wanted), from_store) {
             (Known::All(versions), _) => versions,
-            (Known::Unknown { .. }, true) => self.current_versions(&wanted).await.ok()?,
+            (Known::Unknown { .. }, true) => self.current_versions(home, &wanted).await.ok()?,
             (Known::Unknown { .. }, false) if self.tiers.l2.is_none() => {
-                self.current_versions(&wanted).await.ok()?
+                self.current_versions(home, &wanted).await.ok()?
             }
             (Known::Unknown { .. }, false) => return None,
         };
@@ -558,6 +574,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// versions could not be read, or if the tags are invalid.
     pub(crate) async fn settle_stamps(
         &self,
+        home: Home,
         stamps: Option<Stamps>,
         declared: Option<&[Arc<str>]>,
     ) -> Option<Stamps> {
@@ -591,7 +608,8 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
             // lag a move the backplane has not brought yet.
             Some(store) => {
                 let retention = self.policy.tag_retention;
-                let read = store.tag_versions(&self.namespace, &asked, retention, self.origin);
+                let read =
+                    store.tag_versions(&self.namespace, home, &asked, retention, self.origin);
                 store
                     .call(read)
                     .await
@@ -610,18 +628,18 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         Some(stamps)
     }
 
-    /// Whether every version in `stamps` is still current (an entry read
+    /// Whether every version in `stamps` is still current at `home` (an entry read
     /// from the store carrying them may be served; a fill stamped with them
     /// may be stored). A store error counts as "not current": invalidation
     /// wins. Known versions are checked in place; reading unknown ones
     /// from the store is boxed, so the future every store read awaits stays
     /// small.
-    pub(crate) async fn stamps_current(&self, stamps: &Stamps) -> bool {
-        if let Some(current) = self.tags.check(stamps) {
+    pub(crate) async fn stamps_current(&self, home: Home, stamps: &Stamps) -> bool {
+        if let Some(current) = self.tags.check(home, stamps) {
             return current;
         }
         let tags = stamps.tags();
-        match Box::pin(self.current_versions(&tags)).await {
+        match Box::pin(self.current_versions(home, &tags)).await {
             Ok(versions) => stamps.matches(&versions),
             Err(_) => false,
         }

@@ -46,6 +46,26 @@
 //! replaced by a new random one on its next read ([`Store::tag_versions`]),
 //! so the entries stamped with the lost one are misses from then on.
 //!
+//! What a loss costs depends on where the versions live. A store that can
+//! lose a part of its data — a memcached server, a Redis Cluster shard —
+//! keeps a copy of each version in each part ([`Store::version_home`]),
+//! beside the entries it guards, and every entry is checked against the
+//! copy of its own part: losing a part costs the refills of its own
+//! entries, never the namespace's. Per store:
+//!
+//! | store | lost | refills |
+//! |---|---|---|
+//! | [`MemoryStore`] | a version ([`MemoryStore::forget_tag_versions`]) | its tag's entries (all, for the clear version) |
+//! | Redis, one server | everything (flush, restart) | every entry |
+//! | Redis, one server | a version key (`DEL`, eviction) | its tag's entries (all, for the clear version); reads and writes touch the clear version, so LRU evicts it after the entries |
+//! | Redis Cluster | a shard's data | that shard's entries only |
+//! | Redis Cluster | one bucket's copy | that bucket's entries of its tag |
+//! | memcached | a server (removed, restarted, flushed) | that server's entries only |
+//! | memcached | one server's copy | that server's entries of its tag |
+//!
+//! The details are on each store (`RedisStore`: "What a loss costs";
+//! `MemcachedStore`: "Tags, and what a loss costs").
+//!
 //! Each store judges time by one clock of its own: Redis by the server's
 //! clock (`PX` and `PTTL`), [`MemoryStore`] by tokio's clock. No timestamp
 //! written by one host is compared with another host's clock.
@@ -419,8 +439,22 @@ pub trait Store: Send + Sync + Debug + 'static {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// The current versions of `tags` in `namespace`, in order; the empty
-    /// tag is the namespace's clear version. A tag without a version — never
+    /// Where the copies of the tag and clear versions that guard `key`'s
+    /// entry live: an id of this store's choosing (a server, a group of
+    /// slots), the same for every key whose entry lives in the same place,
+    /// and stable for the life of the store. A store that loses data a
+    /// part at a time keeps one copy of each version per part, beside the
+    /// entries it guards, so losing a part loses its entries and their
+    /// versions together and nothing elsewhere. The default: 0, one copy
+    /// of each version for the whole store.
+    fn version_home(&self, key: &StoreKey) -> u32 {
+        let _ = key;
+        0
+    }
+
+    /// The current versions of `tags` in `namespace`, in order, as the
+    /// copies at `home` ([`version_home`](Store::version_home)) hold them;
+    /// the empty tag is the namespace's clear version. A tag without a version — never
     /// used, or its version was evicted, expired, flushed or lost in a
     /// restart — gets a new random one, created atomically (concurrent
     /// callers agree on one) and announced on the
@@ -436,6 +470,7 @@ pub trait Store: Send + Sync + Debug + 'static {
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
+        home: u32,
         tags: &'a [Arc<str>],
         retention: Duration,
         origin: Origin,
@@ -443,8 +478,11 @@ pub trait Store: Send + Sync + Debug + 'static {
 
     /// Moves `tag` of `namespace` to a new random version kept for
     /// `retention` (an entry filled under an older version is a miss from
-    /// then on) and announces it on the backplane — [`Event::TagInvalidated`],
-    /// or [`Event::Cleared`] for the empty tag — atomically.
+    /// then on) at every home, then announces it on the backplane —
+    /// [`Event::TagInvalidated`], or [`Event::Cleared`] for the empty tag.
+    /// Each copy moves atomically; a home without a copy gets none (its
+    /// first read creates a new one). An error means some copies may not
+    /// have moved: the call should be repeated.
     fn invalidate_tag<'a>(
         &'a self,
         namespace: &'a str,

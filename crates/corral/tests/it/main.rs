@@ -67,3 +67,5 @@ mod tiers_redis;
 #[cfg(feature = "tls")]
 mod tls_acl;
 mod tracing;
+#[cfg(feature = "memcached")]
+mod version_homes;

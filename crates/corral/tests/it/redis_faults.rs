@@ -35,8 +35,10 @@ fn cache(store: &RedisStore, lease: Duration) -> Cache<String> {
 }
 
 /// Commands Redis counts when corral's scripts run them: not round trips.
-/// (`get` and `pttl` are also the pipelined read: see [`round_trips`].)
-const INSIDE_SCRIPTS: [&str; 6] = ["get", "set", "del", "pexpire", "pttl", "publish"];
+/// (`get` and `pttl` are also the pipelined read: see [`round_trips`];
+/// `touch`, of the clear version, rides in a read's pipeline or in the
+/// lease script.)
+const INSIDE_SCRIPTS: [&str; 7] = ["get", "set", "del", "pexpire", "pttl", "publish", "touch"];
 /// Not an operation's traffic: the health checks (the subscriber's `PING`,
 /// the command connection's `ROLE`) and the fixture's own `CONFIG
 /// RESETSTAT`.

@@ -16,8 +16,8 @@ fn lease_answer(command: &Executed) -> &'static str {
         .filter_map(|call| call.first().map(String::as_str))
         .collect();
     match calls.as_slice() {
-        // `GET value`, `PTTL value`.
-        ["GET", "PTTL"] => "hit",
+        // `GET value`, `TOUCH` of the clear version guarding it, `PTTL value`.
+        ["GET", "TOUCH", "PTTL"] => "hit",
         // `GET value`, `SET lease NX` (refused), `PTTL lease`, `GET lease`.
         ["GET", "SET", "PTTL", "GET"] => "held",
         // `GET value`, `SET lease NX`, `SET fence`.
@@ -272,8 +272,10 @@ async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
         names(&commands),
         [
             // Recalled: a plain read, without its `PTTL` (the expiry is
-            // remembered), and no script.
+            // remembered), and no script; pipelined with it, the touch of
+            // the clear version guarding the entry.
             "GET",
+            "TOUCH",
             // This cache's clear version.
             "TAG_VERSIONS",
         ],

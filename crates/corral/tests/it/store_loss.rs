@@ -305,9 +305,19 @@ async fn redis_cluster_del_of_the_version_key() {
         };
         let old = connect().await;
         let late = before_loss(&old, target).await;
-        let key = redis_version_key(&old, target);
-        let node = &cluster.nodes()[cluster.master_of(&key)];
-        assert_eq!(node.cli(&["DEL", &key]), "1", "{key} existed");
+        // Each bucket holds its own copy of the version, beside its
+        // entries: every copy is lost.
+        let pattern = format!("corral:{}:{{*}}:t:{}", old.namespace(), target.tag());
+        let mut deleted = 0;
+        for node in cluster.nodes() {
+            let Ok(found) = node.try_cli(&["KEYS", &pattern]) else {
+                continue;
+            };
+            for copy in found.lines().filter(|line| !line.is_empty()) {
+                deleted += usize::from(node.cli(&["DEL", copy]) == "1");
+            }
+        }
+        assert!(deleted > 0, "no copy of {pattern} found");
         let fresh = connect().await;
         assert_nothing_served("cluster DEL", target, after_loss(&old, &fresh, late).await);
         // The next target starts from an empty namespace.
@@ -373,6 +383,44 @@ async fn memcached_flush_all() {
             target,
             after_loss(&old, &fresh, late).await,
         );
+    }
+}
+
+/// Three servers, each with its own copies of the versions: the gated
+/// fills of keys spread over them are fenced by the copies of their own
+/// servers, and one server flushed loses only its copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memcached_three_servers_fence_fills_at_each_servers_copy() {
+    let servers = [
+        MemcachedServer::start(),
+        MemcachedServer::start(),
+        MemcachedServer::start(),
+    ];
+    let addrs: Vec<String> = servers.iter().map(MemcachedServer::addr).collect();
+    let connect = || async {
+        let store = MemcachedStore::connect(&addrs, MemcachedConfig::default())
+            .await
+            .expect("connect");
+        builder().store(store).build().expect("config")
+    };
+    for target in [Target::Tag, Target::Clear] {
+        let old = connect().await;
+        let late = before_loss(&old, target).await;
+        let item = memcached_version_item(&old, target);
+        assert!(
+            servers.iter().all(|server| server.exists(&item)),
+            "every server holds a copy of {item}"
+        );
+        servers[1].flush_all();
+        let fresh = connect().await;
+        assert_nothing_served(
+            "memcached, 3 servers, one flushed",
+            target,
+            after_loss(&old, &fresh, late).await,
+        );
+        for server in &servers {
+            server.flush_all();
+        }
     }
 }
 
@@ -604,7 +652,7 @@ async fn a_memory_store_forgets_a_tag_version_a_retention_after_its_last_read() 
     let retention = 10 * SECOND;
     let read = || async {
         store
-            .tag_versions("bound:v0", &tags, retention, Origin::new(0))
+            .tag_versions("bound:v0", 0, &tags, retention, Origin::new(0))
             .await
             .expect("tag versions")
             .remove(0)

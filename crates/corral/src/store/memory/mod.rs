@@ -352,6 +352,7 @@ impl Store for MemoryStore {
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,
+        _home: u32,
         tags: &'a [Arc<str>],
         retention: Duration,
         origin: Origin,

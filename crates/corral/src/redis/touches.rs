@@ -1,0 +1,70 @@
+//! When a read touches the clear version guarding what it reads.
+//!
+//! Under an `allkeys-*` policy Redis evicts the key idle longest (of a
+//! sample), and it keeps idle time to the second (`LRU_CLOCK_RESOLUTION`,
+//! 1000 ms). A read that `TOUCH`es the clear version's copy guarding its
+//! entry keeps the copy as warm as the entries read, but one `TOUCH` per
+//! [`INTERVAL_MS`] and copy is as good at that resolution: the copy is
+//! then never idle more than a quarter second longer than the last entry
+//! read under it. So a read touches the copy only when its turn is due,
+//! and otherwise sends exactly what it sent before (a lone `GET` stays a
+//! lone `GET`). The lease script touches on every hit: inside a script
+//! it costs no reply and no round trip.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::clock::{Clock, CoarseClock};
+use crate::data::key::fnv1a64;
+
+/// The longest a copy goes untouched while entries under it are read.
+pub(super) const INTERVAL_MS: u64 = 250;
+
+/// Slots of the table of last touches: copies whose ids share a slot
+/// share its turn (each is then touched at least every other turn).
+const SLOTS: usize = 4096;
+
+/// When each copy (by the slot of its id) was last touched, by this
+/// store's coarse clock. Reads only load a slot; a due touch claims it
+/// with one compare-and-swap, so one read per interval touches.
+pub(super) struct Touches {
+    clock: CoarseClock,
+    last: Box<[AtomicU64]>,
+}
+
+impl Touches {
+    pub(super) fn new() -> Self {
+        Self {
+            clock: CoarseClock::new(),
+            last: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Whether a read under the copy named by `base` (its name, or what
+    /// tells it apart) should touch it now; claims the turn if so.
+    #[inline]
+    pub(super) fn due(&self, base: &[u8]) -> bool {
+        // Offset by the interval: 0 stands for "never touched".
+        let now = self.clock.now_millis() + INTERVAL_MS;
+        let slot = &self.last[(fnv1a64(base) % SLOTS as u64) as usize];
+        let last = slot.load(Relaxed);
+        if now.saturating_sub(last) < INTERVAL_MS {
+            return false;
+        }
+        slot.compare_exchange(last, now, Relaxed, Relaxed).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_read_per_interval_touches_each_copy() {
+        let touches = Touches::new();
+        assert!(touches.due(b"corral:a:v1:{0abc}"));
+        assert!(!touches.due(b"corral:a:v1:{0abc}"), "within the interval");
+        assert!(touches.due(b"corral:a:v1:{1xyz}"), "another copy");
+        std::thread::sleep(std::time::Duration::from_millis(INTERVAL_MS + 20));
+        assert!(touches.due(b"corral:a:v1:{0abc}"), "the next interval");
+    }
+}
