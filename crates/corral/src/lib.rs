@@ -271,11 +271,14 @@ mod memcached;
 pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
 pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
-pub use cache::get_or_fill::{FillOutput, GetOrFill};
+pub use cache::get_or_fill::{CallOptions, FillOutput, GetOrFill};
 pub use cache::write::Set;
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::CacheConfig;
+#[doc(hidden)]
+pub use data::cause::marker as fill_cause;
+pub use data::cause::{FillCause, FillError};
 #[cfg(feature = "encryption")]
 pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};

@@ -138,6 +138,14 @@ enum Down {
     NotANumber,
 }
 
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl std::error::Error for Down {}
+
 impl From<ParseIntError> for Down {
     fn from(_: ParseIntError) -> Self {
         Self::NotANumber
