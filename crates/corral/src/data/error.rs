@@ -347,7 +347,7 @@ impl Error {
 impl<E: fmt::Display> fmt::Display for Error<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidKey(_) => f.write_str("invalid key"),
+            Self::InvalidKey(_) => f.write_str("key rejected"),
             // The fill's error is the source; a message has none, so it
             // is said here.
             Self::Fill(e) => match e.cause() {

@@ -729,3 +729,25 @@ async fn per_call_options_apply_whatever_the_fill_answers() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn per_call_options_given_as_a_closure_are_built_only_on_a_miss() {
+    let cache = cache("lazy-options");
+    let builds = AtomicUsize::new(0);
+    let tenant = 7;
+    for _ in 0..3 {
+        let value = cache
+            .get_or_fill("user:1", || async { Ok::<_, SourceDown>("u".to_owned()) })
+            .options(|| {
+                builds.fetch_add(1, SeqCst);
+                FillOptions::new().tags([format!("tenant:{tenant}")])
+            })
+            .await
+            .expect("value");
+        assert_eq!(value, "u");
+    }
+    assert_eq!(builds.load(SeqCst), 1, "built by the one miss");
+    assert_eq!(cache.stats().hits, 2);
+    cache.invalidate_tag("tenant:7").await.expect("invalidate tag");
+    assert_eq!(cache.peek("user:1").await.expect("peek"), None, "the tag applied");
+}
