@@ -207,12 +207,12 @@ impl Targets {
         // Built interleaved, so no target gets all the neighbouring memory.
         for _ in 0..INSTANCES {
             targets.corral.push(corral(None));
-            targets
-                .tagged
-                .push(CorralTagged(corral_builder().build().expect("corral cache")));
-            targets
-                .tagged_eager
-                .push(CorralTaggedEager(corral_builder().build().expect("corral cache")));
+            targets.tagged.push(CorralTagged(
+                corral_builder().build().expect("corral cache"),
+            ));
+            targets.tagged_eager.push(CorralTaggedEager(
+                corral_builder().build().expect("corral cache"),
+            ));
             targets.corral_storing.push(corral(Some(StoringCoarseClock(
                 coarsetime::Instant::now_without_cache_update(),
             ))));

@@ -199,10 +199,11 @@ pub enum Error<E = Infallible> {
     /// shut down, or it has no time driver (build it with `enable_time()` or
     /// `enable_all()`: corral's timeouts need tokio's timers).
     Aborted,
-    /// The key holds a cached "not found" (the negative answer of a
-    /// fill answering `Option<V>` or an [`Answer`](crate::Answer)), met by
-    /// a [`get_or_fill`](crate::Cache::get_or_fill) whose fill answers `V`;
-    /// fills answering `Option<V>` or an `Answer` get it as `None`.
+    /// The key holds a cached "not found" (written by
+    /// [`get_or_fill_option`](crate::Cache::get_or_fill_option) or
+    /// [`get_or_fill_answer`](crate::Cache::get_or_fill_answer)), met by a
+    /// [`get_or_fill`](crate::Cache::get_or_fill), whose fill answers `V`;
+    /// those two get it as `None`.
     NotFound,
     /// The value could not be encoded or is larger than the cache's
     /// `max_value_bytes`.

@@ -64,7 +64,10 @@ async fn an_option_result_caches_none_as_not_found_for_the_negative_ttl() {
     tokio::time::advance(Duration::from_secs(10)).await;
     assert_eq!(find(7).await.expect("looked up again"), None);
     assert_eq!(runs.load(SeqCst), 3);
-    assert_eq!(find(42).await.expect("still cached").as_deref(), Some("Ada"));
+    assert_eq!(
+        find(42).await.expect("still cached").as_deref(),
+        Some("Ada")
+    );
     assert_eq!(runs.load(SeqCst), 3);
 }
 
@@ -304,6 +307,9 @@ async fn options_are_built_only_by_a_call_that_misses() {
     assert_eq!(OPTION_BUILDS.load(SeqCst), 1, "built by the one miss");
     assert_eq!(cache.stats().hits, 2);
     // They applied: the entry carries the tag.
-    cache.invalidate_tag("org:acme").await.expect("invalidate tag");
+    cache
+        .invalidate_tag("org:acme")
+        .await
+        .expect("invalidate tag");
     assert_eq!(cache.peek("lazy:1").await.expect("peek"), None);
 }

@@ -748,6 +748,13 @@ async fn per_call_options_given_as_a_closure_are_built_only_on_a_miss() {
     }
     assert_eq!(builds.load(SeqCst), 1, "built by the one miss");
     assert_eq!(cache.stats().hits, 2);
-    cache.invalidate_tag("tenant:7").await.expect("invalidate tag");
-    assert_eq!(cache.peek("user:1").await.expect("peek"), None, "the tag applied");
+    cache
+        .invalidate_tag("tenant:7")
+        .await
+        .expect("invalidate tag");
+    assert_eq!(
+        cache.peek("user:1").await.expect("peek"),
+        None,
+        "the tag applied"
+    );
 }

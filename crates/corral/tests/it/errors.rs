@@ -49,14 +49,7 @@ async fn anyhow_chain_reaches_the_fills_io_error() {
     let outcome: anyhow::Result<String> = async { Ok(failing(&cache).await?) }.await;
     let error = outcome.expect_err("the fill failed");
     let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
-    assert_eq!(
-        chain,
-        [
-            "fill failed",
-            "database: no answer",
-            "no answer"
-        ],
-    );
+    assert_eq!(chain, ["fill failed", "database: no answer", "no answer"],);
     let io = error
         .chain()
         .find_map(|cause| cause.downcast_ref::<io::Error>())
@@ -118,7 +111,11 @@ async fn a_fill_failing_with_anyhow_composes_into_anyhow() {
     let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
     assert_eq!(
         chain,
-        ["loading a user", "fill failed", "invalid digit found in string"],
+        [
+            "loading a user",
+            "fill failed",
+            "invalid digit found in string"
+        ],
     );
     assert!(error
         .chain()
@@ -149,7 +146,9 @@ async fn a_message_is_said_by_the_display_and_has_no_source() {
     let cache = cache();
     let outcome: Result<String, BoxError> = async {
         Ok(cache
-            .get_or_fill("message", || async { Err::<String, _>("db down".to_owned()) })
+            .get_or_fill("message", || async {
+                Err::<String, _>("db down".to_owned())
+            })
             .await?)
     }
     .await;
@@ -186,7 +185,10 @@ async fn a_store_refusal_is_said_once_in_a_config_error() {
         .build::<String>("users")
         .await
         .expect_err("a malformed URL");
-    let store = refused.store_error().expect("the store's error").to_string();
+    let store = refused
+        .store_error()
+        .expect("the store's error")
+        .to_string();
     assert!(!refused.to_string().contains(&store), "{refused}");
     let chain = format!("{:#}", anyhow::Error::from(refused));
     assert_eq!(chain.matches(&store).count(), 1, "{chain}");
