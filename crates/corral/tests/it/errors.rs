@@ -95,13 +95,15 @@ async fn an_infallible_fill_returns_its_value() {
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn anyhow_fill(cache: &Cache<String>) -> anyhow::Result<String> {
+    use anyhow::Context as _;
     let name = cache
         .get_or_fill("anyhow", || async {
             let port: u16 = "x".parse().map_err(anyhow::Error::from)?;
             Err(anyhow::anyhow!("db down on port {port}"))
         })
-        .await;
-    Ok(name.map_err(|error| anyhow::Error::from(error).context("loading a user"))?)
+        .await
+        .context("loading a user")?;
+    Ok(name)
 }
 
 #[tokio::test]
