@@ -86,18 +86,16 @@ where
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::collections::HashMap;
     /// use corral::{Cache, FillOptions};
     ///
-    /// async fn load_names(ids: Vec<String>) -> Result<Vec<(String, String)>, std::io::Error> {
-    ///     Ok(ids.into_iter().map(|key| (key.clone(), format!("name of {key}"))).collect())
+    /// async fn load_names(keys: Vec<String>) -> Result<HashMap<String, String>, std::io::Error> {
+    ///     Ok(keys.into_iter().map(|key| { let name = format!("name of {key}"); (key, name) }).collect())
     /// }
     ///
     /// let users = Cache::<String>::builder("users").build()?;
     /// let batch = users
-    ///     .get_many_or_fill(&["user:1", "user:2"], |keys| async move {
-    ///         let rows = load_names(keys).await?;
-    ///         Ok(rows.into_iter().collect())
-    ///     })
+    ///     .get_many_or_fill(&["user:1", "user:2"], load_names)
     ///     .options(|| FillOptions::new().tags(["users"]))
     ///     .await;
     /// assert_eq!(batch.len(), 2);
