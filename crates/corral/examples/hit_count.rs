@@ -14,7 +14,9 @@
 //! map, for the like-for-like comparison. `corral_tags_hot` and
 //! `corral_eager_tags_hot` are `corral_hot` with per-call options carrying
 //! a `format!`ed tag, given as a closure (built only on a miss) and as a
-//! `FillOptions` value (built on every call). The
+//! `FillOptions` value (built on every call). `corral_loop` and
+//! `corral_tags_loop` run the targets' own loops of awaited hits, as
+//! `hit_pairs` times them, with the clock left to itself. The
 //! hot key is 16 bytes and the 32-byte `String` value is cloned per hit, as
 //! in `benches/hit_path.rs`; each hit is awaited in one loop inside one
 //! current-thread tokio runtime.
@@ -91,6 +93,18 @@ fn hot_loop<T: HitTarget>(target: &T, hits: u64) {
     }
 }
 
+fn corral_cache() -> corral::Cache<String> {
+    corral_builder().build().expect("corral cache")
+}
+
+/// A warm-up hit, then `target`'s own loop of `hits` awaited hits (the
+/// loop `hit_pairs` times in its `Direct` shape), the clock left to itself.
+async fn loop_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: u64) {
+    black_box(target.hit(KEY).await);
+    target.hits(KEY, hits).await;
+    assert_eq!(cache.stats().hits, hits + 1, "every call but the first is a hit");
+}
+
 async fn moka_hits(hits: u64) {
     let cache = moka_cache();
     for _ in 0..=hits {
@@ -140,6 +154,14 @@ fn main() -> ExitCode {
                 _ => runtime.block_on(corral_hot_hits(CorralTaggedEager(cache), handle, hits)),
             }
         }
+        "corral_loop" => {
+            let cache = corral_cache();
+            runtime.block_on(loop_hits(Corral::<false>(cache.clone()), cache, hits));
+        }
+        "corral_tags_loop" => {
+            let cache = corral_cache();
+            runtime.block_on(loop_hits(CorralTagged(cache.clone()), cache, hits));
+        }
         "moka" => runtime.block_on(moka_hits(hits)),
         "quick_cache" => runtime.block_on(quick_cache_hits(hits)),
         "quick_cache_hot" => hot_loop(&QuickCache(quick_cache()), hits),
@@ -150,8 +172,8 @@ fn main() -> ExitCode {
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: hit_count <corral|corral_hot|corral_tags_hot|corral_eager_tags_hot|moka|\
-         quick_cache|quick_cache_hot> <hits>"
+        "usage: hit_count <corral|corral_hot|corral_tags_hot|corral_eager_tags_hot|corral_loop|\
+         corral_tags_loop|moka|quick_cache|quick_cache_hot> <hits>"
     );
     ExitCode::from(2)
 }

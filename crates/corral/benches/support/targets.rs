@@ -117,7 +117,7 @@ impl HitTarget for CorralTagged {
         match self
             .0
             .get_or_fill(key, || async { Ok::<_, Infallible>(VALUE.to_owned()) })
-            .options(|| corral::FillOptions::new().tags([format!("tenant:{tenant}")]))
+            .options(move || corral::FillOptions::new().tags([format!("tenant:{tenant}")]))
             .await
         {
             Ok(value) => value,
@@ -133,7 +133,7 @@ impl HitTarget for CorralTagged {
                 .get_or_fill(black_box(key), || async {
                     Ok::<_, Infallible>(VALUE.to_owned())
                 })
-                .options(|| corral::FillOptions::new().tags([format!("tenant:{tenant}")]))
+                .options(move || corral::FillOptions::new().tags([format!("tenant:{tenant}")]))
                 .await
             {
                 Ok(value) => black_box(value),

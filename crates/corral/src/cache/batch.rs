@@ -338,7 +338,7 @@ impl<V, F, E, M> GetMany<'_, V, F, E, M> {
     /// or a closure returning one (a batch builds them when it is set).
     /// Keys this call joins (already in flight elsewhere) get what their
     /// flight gives. Set them before the first poll.
-    pub fn options(mut self, options: impl CallOptions) -> Self {
+    pub fn options(mut self, mut options: impl CallOptions) -> Self {
         self.options = options.resolve();
         self
     }

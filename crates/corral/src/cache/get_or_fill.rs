@@ -10,7 +10,9 @@
 //! a third of a hit (see `BENCHMARKS.md`). So a hit only reads the future,
 //! the slow path starts from plain arguments taken by value,
 //! `get_or_fill` carries zero-sized default options, and options given as a
-//! closure are built on the slow path. And `poll` is
+//! closure are built on the slow path, called through `&mut` from the
+//! field that holds them (moving them into the state the hit reads cost a
+//! lazy option's hit twice a plain one's). And `poll` is
 //! `#[inline(always)]`: as a mere hint the compiler inlined it for some fill
 //! types and not for others (a closure fill against a `fn` item fill), and a
 //! hit that is a call costs half as much again.
@@ -132,7 +134,7 @@ mod sealed {
 
     impl SealedOptions for super::Defaults {}
     impl SealedOptions for crate::data::policy::FillOptions {}
-    impl<F: FnOnce() -> crate::data::policy::FillOptions> SealedOptions for F {}
+    impl<F: FnMut() -> crate::data::policy::FillOptions> SealedOptions for F {}
 }
 
 /// Per-call settings as a [`GetOrFill`] holds them: the cache's defaults
@@ -140,9 +142,9 @@ mod sealed {
 /// only by a call that misses, so options that allocate (tags made with
 /// `format!`) cost nothing on a hit. Sealed.
 pub trait CallOptions: sealed::SealedOptions + Send {
-    /// The settings the slow path applies.
+    /// The settings the slow path applies (asked once).
     #[doc(hidden)]
-    fn resolve(self) -> FillOptions;
+    fn resolve(&mut self) -> FillOptions;
 }
 
 /// The options of a [`GetOrFill`] without [`options`](GetOrFill::options):
@@ -151,26 +153,26 @@ pub trait CallOptions: sealed::SealedOptions + Send {
 pub struct Defaults;
 
 impl CallOptions for Defaults {
-    fn resolve(self) -> FillOptions {
+    fn resolve(&mut self) -> FillOptions {
         FillOptions::default()
     }
 }
 
 impl CallOptions for FillOptions {
-    fn resolve(self) -> FillOptions {
-        self
+    fn resolve(&mut self) -> FillOptions {
+        std::mem::take(self)
     }
 }
 
-impl<F: FnOnce() -> FillOptions + Send> CallOptions for F {
-    fn resolve(self) -> FillOptions {
+impl<F: FnMut() -> FillOptions + Send> CallOptions for F {
+    fn resolve(&mut self) -> FillOptions {
         self()
     }
 }
 
-enum State<'a, F, O, T, E> {
-    /// Not polled yet: the fill and the options.
-    Start(F, O),
+enum State<'a, F, T, E> {
+    /// Not polled yet.
+    Start(F),
     /// The slow path is running.
     Slow(SlowFill<'a, T, E>),
     /// The output was returned.
@@ -189,7 +191,8 @@ enum State<'a, F, O, T, E> {
 pub struct GetOrFill<'a, V, F, T: FillOutput<V>, E, M, O = Defaults> {
     cache: &'a Cache<V>,
     key: &'a str,
-    state: State<'a, F, O, T::Output, E>,
+    options: O,
+    state: State<'a, F, T::Output, E>,
     marker: PhantomData<fn() -> M>,
 }
 
@@ -202,7 +205,8 @@ impl<'a, V, F, T: FillOutput<V>, E, M> GetOrFill<'a, V, F, T, E, M, Defaults> {
         Self {
             cache,
             key,
-            state: State::Start(fill, Defaults),
+            options: Defaults,
+            state: State::Start(fill),
             marker: PhantomData,
         }
     }
@@ -211,8 +215,9 @@ impl<'a, V, F, T: FillOutput<V>, E, M> GetOrFill<'a, V, F, T, E, M, Defaults> {
 impl<'a, V, F, T: FillOutput<V>, E, M, O> GetOrFill<'a, V, F, T, E, M, O> {
     /// Per-call settings (TTL, timeouts, tags; see [`FillOptions`]) for
     /// this call's fill, instead of the cache's: a `FillOptions`, or a
-    /// closure returning one — built only if the call misses, so a hit
-    /// pays nothing for tags made with `format!`:
+    /// closure returning one (`FnMut`, called once) — built only if the
+    /// call misses, so a hit pays no allocation for tags made with
+    /// `format!`:
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -235,15 +240,11 @@ impl<'a, V, F, T: FillOutput<V>, E, M, O> GetOrFill<'a, V, F, T, E, M, O> {
     /// value gives. Set them before the first poll: the future starts with
     /// what it holds then.
     pub fn options<P: CallOptions>(self, options: P) -> GetOrFill<'a, V, F, T, E, M, P> {
-        let state = match self.state {
-            State::Start(fill, _) => State::Start(fill, options),
-            State::Slow(slow) => State::Slow(slow),
-            State::Done => State::Done,
-        };
         GetOrFill {
             cache: self.cache,
             key: self.key,
-            state,
+            options,
+            state: self.state,
             marker: PhantomData,
         }
     }
@@ -266,10 +267,10 @@ enum Started<'a, T, E> {
 /// Starts the slow path and polls it once.
 #[cold]
 #[inline(never)]
-fn start_slow<'a, V, F, Fut, T, E, M, O>(
+fn start_slow<'a, V, F, Fut, T, E, M>(
     cache: &'a Cache<V>,
     key: &'a str,
-    options: O,
+    options: FillOptions,
     fill: F,
     cx: &mut Context<'_>,
 ) -> Started<'a, T::Output, E>
@@ -279,9 +280,8 @@ where
     Fut: Future<Output = Result<T, E>> + Send + 'static,
     T: FillOutput<V>,
     E: FillCause<M>,
-    O: CallOptions,
 {
-    let mut slow = cache.slow_fill::<F, Fut, T, E, M>(key, options.resolve(), fill);
+    let mut slow = cache.slow_fill::<F, Fut, T, E, M>(key, options, fill);
     match slow.as_mut().poll(cx) {
         Poll::Ready(output) => Started::Finished(output),
         Poll::Pending => Started::Running(slow),
@@ -304,7 +304,7 @@ where
         let this = self.get_mut();
         // A hit leaves the state as it is (the fill is dropped with the
         // future): nothing is written to the future on the hit path.
-        if let State::Start(..) = this.state {
+        if let State::Start(_) = this.state {
             if T::QUICK_HIT {
                 if let Some(value) = this.cache.local_hit(this.key) {
                     return Poll::Ready(Ok(T::hit(value)));
@@ -312,8 +312,9 @@ where
             }
         }
         match mem::replace(&mut this.state, State::Done) {
-            State::Start(fill, options) => {
-                match start_slow::<V, F, Fut, T, E, M, O>(this.cache, this.key, options, fill, cx) {
+            State::Start(fill) => {
+                let options = this.options.resolve();
+                match start_slow::<V, F, Fut, T, E, M>(this.cache, this.key, options, fill, cx) {
                     Started::Finished(output) => Poll::Ready(output),
                     Started::Running(slow) => {
                         this.state = State::Slow(slow);
