@@ -102,7 +102,11 @@ fn corral_cache() -> corral::Cache<String> {
 async fn loop_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: u64) {
     black_box(target.hit(KEY).await);
     target.hits(KEY, hits).await;
-    assert_eq!(cache.stats().hits, hits + 1, "every call but the first is a hit");
+    assert_eq!(
+        cache.stats().hits,
+        hits + 1,
+        "every call but the first is a hit"
+    );
 }
 
 async fn moka_hits(hits: u64) {
