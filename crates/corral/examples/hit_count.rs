@@ -16,7 +16,9 @@
 //! a `format!`ed tag, given as a closure (built only on a miss) and as a
 //! `FillOptions` value (built on every call). `corral_loop` and
 //! `corral_tags_loop` run the targets' own loops of awaited hits, as
-//! `hit_pairs` times them, with the clock left to itself. The
+//! `hit_pairs` times them, with the clock left to itself;
+//! `corral_ttl_loop` is `corral`'s loop with options that allocate nothing
+//! (a TTL). The
 //! hot key is 16 bytes and the 32-byte `String` value is cloned per hit, as
 //! in `benches/hit_path.rs`; each hit is awaited in one loop inside one
 //! current-thread tokio runtime.
@@ -109,6 +111,66 @@ async fn loop_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: 
     );
 }
 
+/// Awaited hits with per-call options that allocate nothing (a TTL): what
+/// passing options at all costs in an awaited loop.
+async fn ttl_loop_hits(hits: u64) {
+    let cache = corral_cache();
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .options(corral::FillOptions::new().ttl(std::time::Duration::from_secs(3600)))
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
+}
+
+/// [`ttl_loop_hits`] with the options given as a closure.
+async fn lazy_ttl_loop_hits(hits: u64) {
+    let cache = corral_cache();
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .options(|| corral::FillOptions::new().ttl(std::time::Duration::from_secs(3600)))
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
+}
+
+/// Awaited hits with a lazy tag made with `format!` from a tenant known
+/// before the loop (no `black_box` per hit, unlike `CorralTagged::hits`).
+async fn lazy_tags_loop_hits(hits: u64) {
+    let cache = corral_cache();
+    let tenant = black_box(7_u32);
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .options(|| corral::FillOptions::new().tags([format!("tenant:{tenant}")]))
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
+}
+
 async fn moka_hits(hits: u64) {
     let cache = moka_cache();
     for _ in 0..=hits {
@@ -166,6 +228,9 @@ fn main() -> ExitCode {
             let cache = corral_cache();
             runtime.block_on(loop_hits(CorralTagged(cache.clone()), cache, hits));
         }
+        "corral_ttl_loop" => runtime.block_on(ttl_loop_hits(hits)),
+        "corral_lazy_ttl_loop" => runtime.block_on(lazy_ttl_loop_hits(hits)),
+        "corral_lazy_tags_loop" => runtime.block_on(lazy_tags_loop_hits(hits)),
         "moka" => runtime.block_on(moka_hits(hits)),
         "quick_cache" => runtime.block_on(quick_cache_hits(hits)),
         "quick_cache_hot" => hot_loop(&QuickCache(quick_cache()), hits),
@@ -177,7 +242,7 @@ fn main() -> ExitCode {
 fn usage() -> ExitCode {
     eprintln!(
         "usage: hit_count <corral|corral_hot|corral_tags_hot|corral_eager_tags_hot|corral_loop|\
-         corral_tags_loop|moka|quick_cache|quick_cache_hot> <hits>"
+         corral_tags_loop|corral_ttl_loop|corral_lazy_ttl_loop|corral_lazy_tags_loop|moka|quick_cache|quick_cache_hot> <hits>"
     );
     ExitCode::from(2)
 }
