@@ -90,6 +90,16 @@ fn generate(
         error,
         written,
     } = output;
+    // `Option<V>` reads through a `Cache<V>`: `None` is cached as "not
+    // found" for the cache's negative TTL.
+    let (cached, method, found) = match signature::option_inner(value) {
+        Some(inner) => (
+            inner,
+            quote!(get_or_fill_option),
+            quote!(::core::option::Option::Some),
+        ),
+        None => (value, quote!(get_or_fill), TokenStream::new()),
+    };
 
     let mut sig = func.sig.clone();
     sig.output = match error {
@@ -116,13 +126,13 @@ fn generate(
     let cache_ref = quote_spanned!(cache.span()=> &(#cache));
     let borrow_cache = if mentions_any(cache.to_token_stream(), arg_names) {
         quote! {
-            let #owned_var: ::corral::Cache<#value> =
-                <::corral::Cache<#value> as ::core::clone::Clone>::clone(#cache_ref);
-            let #cache_var: &::corral::Cache<#value> = &#owned_var;
+            let #owned_var: ::corral::Cache<#cached> =
+                <::corral::Cache<#cached> as ::core::clone::Clone>::clone(#cache_ref);
+            let #cache_var: &::corral::Cache<#cached> = &#owned_var;
         }
     } else {
         quote! {
-            let #cache_var: &::corral::Cache<#value> = #cache_ref;
+            let #cache_var: &::corral::Cache<#cached> = #cache_ref;
         }
     };
 
@@ -147,18 +157,27 @@ fn generate(
         (None, Some((_, ttl))) => Some(quote!(::corral::FillOptions::new().ttl(#ttl))),
         (None, None) => None,
     };
+    // Options are built only by a call that misses: a hit answers before
+    // (the options may use the arguments, which the fill then moves).
     let (make_options, call) = match options {
         Some(options) => (
-            quote! { let #options_var: ::corral::FillOptions = #options; },
             quote! {
-                ::corral::Cache::get_or_fill(#cache_var, &#key_var, #fill_var)
+                if let ::core::option::Option::Some(#out_var) =
+                    ::corral::Cache::__quick_hit(#cache_var, &#key_var)
+                {
+                    return ::core::result::Result::Ok(#found(#out_var));
+                }
+                let #options_var: ::corral::FillOptions = #options;
+            },
+            quote! {
+                ::corral::Cache::#method(#cache_var, &#key_var, #fill_var)
                     .options(#options_var)
                     .await
             },
         ),
         None => (
             TokenStream::new(),
-            quote! { ::corral::Cache::get_or_fill(#cache_var, &#key_var, #fill_var).await },
+            quote! { ::corral::Cache::#method(#cache_var, &#key_var, #fill_var).await },
         ),
     };
 
@@ -166,8 +185,8 @@ fn generate(
         #(#attrs)*
         #vis #sig {
             #make_key
-            #make_options
             #borrow_cache
+            #make_options
             #make_fill
             #call
         }

@@ -26,6 +26,12 @@ use proc_macro::TokenStream;
 ///
 /// #[derive(Debug)]
 /// struct DbError;
+/// impl std::fmt::Display for DbError {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("db down")
+///     }
+/// }
+/// impl std::error::Error for DbError {}
 ///
 /// /// The user's name, from the database at most once per TTL.
 /// #[corral::cached(cache = USERS, key = "user:{id}")]
@@ -48,6 +54,36 @@ use proc_macro::TokenStream;
 /// |---|---|
 /// | `async fn f(..) -> Result<V, E>` | `async fn f(..) -> Result<V, corral::Error<E>>` |
 /// | `async fn f(..) -> V` | `async fn f(..) -> Result<V, corral::Error>` |
+/// | `async fn f(..) -> Result<Option<V>, E>` | `async fn f(..) -> Result<Option<V>, corral::Error<E>>`, through a `Cache<V>` |
+///
+/// A function answering `Option<V>` reads through a `Cache<V>` (not a
+/// `Cache<Option<V>>`): a `None` is cached as "not found" for the cache's
+/// [`negative_ttl`], not for the TTL of values, as
+/// [`Cache::get_or_fill_option`] does.
+///
+/// ```
+/// use std::sync::LazyLock;
+/// use std::time::Duration;
+/// use corral::Cache;
+///
+/// static USERS: LazyLock<Cache<String>> = LazyLock::new(|| {
+///     Cache::builder("users")
+///         .negative_ttl(Duration::from_secs(5))
+///         .build()
+///         .expect("valid config")
+/// });
+///
+/// #[corral::cached(cache = USERS, key = "user:{id}")]
+/// async fn find_user(id: u64) -> Result<Option<String>, std::io::Error> {
+///     Ok((id == 42).then(|| "Ada".to_owned()))
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert_eq!(find_user(42).await.expect("found").as_deref(), Some("Ada"));
+/// assert_eq!(find_user(7).await.expect("looked up"), None);
+/// # }
+/// ```
 ///
 /// A call can fail in ways the body cannot: the flight passes the cache's
 /// hard `fill_timeout` ([`Error::Timeout`]), the body panics
@@ -79,9 +115,10 @@ use proc_macro::TokenStream;
 ///   since `Display` output is joined as is, `"{a}:{b}"` gives the same key
 ///   for `("x:y", "z")` and `("x", "y:z")` — keep such arguments last, or
 ///   free of the separator.
-/// - `options = <expr>`: a `corral::FillOptions` built per call (TTL, hard
-///   timeout, tags; it may use the arguments), passed to the call's
-///   [`GetOrFill::options`].
+/// - `options = <expr>`: a `corral::FillOptions` (TTL, hard timeout, tags;
+///   it may use the arguments), passed to the call's
+///   [`GetOrFill::options`]. It is built only by a call that misses the
+///   in-process tier, so tags made with `format!` cost a hit nothing.
 /// - `ttl = <expr>`: a `Duration`, short for
 ///   `options = corral::FillOptions::new().ttl(<expr>)`.
 ///
@@ -97,7 +134,8 @@ use proc_macro::TokenStream;
 ///   Trait`, and the function is not generic (instantiations would share
 ///   keys);
 /// - the body's future is `Send`; `V` is the cache's value type and `E` is
-///   `Send + Sync + 'static`.
+///   a `std::error::Error + Send + Sync + 'static`, an `anyhow::Error`, a
+///   `Box<dyn Error + Send + Sync>` or a `String` (see [`FillCause`]).
 ///
 /// Each of these is a compile error pointing at the offending part, as are
 /// unknown attribute arguments and a template that names an unknown
@@ -105,6 +143,9 @@ use proc_macro::TokenStream;
 /// visibility.
 ///
 /// [`Cache::get_or_fill`]: https://docs.rs/corral-cache/latest/corral/struct.Cache.html#method.get_or_fill
+/// [`Cache::get_or_fill_option`]: https://docs.rs/corral-cache/latest/corral/struct.Cache.html#method.get_or_fill_option
+/// [`negative_ttl`]: https://docs.rs/corral-cache/latest/corral/struct.CacheBuilder.html#method.negative_ttl
+/// [`FillCause`]: https://docs.rs/corral-cache/latest/corral/trait.FillCause.html
 /// [`GetOrFill::options`]: https://docs.rs/corral-cache/latest/corral/struct.GetOrFill.html#method.options
 /// [`Error::Timeout`]: https://docs.rs/corral-cache/latest/corral/enum.Error.html#variant.Timeout
 /// [`Error::FillPanicked`]: https://docs.rs/corral-cache/latest/corral/enum.Error.html#variant.FillPanicked

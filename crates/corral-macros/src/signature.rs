@@ -229,3 +229,21 @@ fn impl_trait_error(impl_trait: &TypeImplTrait, place: &str) -> syn::Error {
 fn is_static(lifetime: Option<&Lifetime>) -> bool {
     lifetime.is_some_and(|lifetime| lifetime.ident == "static")
 }
+
+/// `T` when `ty` is written `Option<T>` (any path ending in `Option`).
+pub(crate) fn option_inner(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if last.ident != "Option" || path.qself.is_some() {
+        return None;
+    }
+    let PathArguments::AngleBracketed(generics) = &last.arguments else {
+        return None;
+    };
+    match generics.args.iter().collect::<Vec<_>>().as_slice() {
+        [GenericArgument::Type(inner)] => Some(inner),
+        _ => None,
+    }
+}

@@ -13,8 +13,10 @@
 //! bounded pool (`deadpool-sqlite`; a request waits at most
 //! `--pool-wait-ms` for a connection, then gets a 503).
 //!
-//! - `GET /users/{id}`: the user's totals through `Cache::get_or_fill`: one
-//!   query per user per TTL, however many requests arrive at once. With
+//! - `GET /users/{id}`: the user's totals through a `#[corral::cached]`
+//!   function: one query per user per TTL, however many requests arrive at
+//!   once; "no such user" is cached as "not found" for a shorter negative
+//!   TTL (a user created meanwhile shows up within it). With
 //!   `--redis URL` (or `CORRAL_REDIS_URL`) the cache is a `RedisStore` with
 //!   an in-process L1 in front, so every instance of the service shares one
 //!   fill per key; without it, the embedded in-process cache.
@@ -211,7 +213,7 @@ impl Db {
 #[derive(Clone)]
 struct App {
     db: Db,
-    users: corral::Cache<Option<UserTotals>>,
+    users: corral::Cache<UserTotals>,
     metrics: PrometheusHandle,
 }
 
@@ -238,20 +240,39 @@ fn found(
         .ok_or_else(|| failure(route, StatusCode::NOT_FOUND, format!("no user {id}")))
 }
 
-/// `GET /users/{id}`: through corral; concurrent requests for one user
-/// share one query. "No such user" is cached too (as `None`).
+/// One user's totals read through `users`: concurrent calls for one user
+/// share one query, in this process and (with Redis) across instances.
+/// `Some` is cached for the cache's TTL; `None` ("no such user") as "not
+/// found" for its negative TTL. `db` is left out of the key.
+#[corral::cached(cache = users, key = "user:{id}")]
+async fn cached_totals(
+    users: corral::Cache<UserTotals>,
+    db: Db,
+    id: i64,
+) -> Result<Option<UserTotals>, DbError> {
+    db.user_totals(id, "cached").await
+}
+
+/// An error with its causes on one line (`Display` of a corral error says
+/// what happened; the cause is its `source`).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        line.push_str(&format!(": {next}"));
+        cause = next.source();
+    }
+    line
+}
+
+/// `GET /users/{id}`: through corral.
 async fn cached_user(
     State(app): State<App>,
     UrlPath(id): UrlPath<i64>,
 ) -> Result<Json<UserTotals>, Failure> {
     const ROUTE: &str = "cached";
     metrics::counter!("app_requests_total", "route" => ROUTE).increment(1);
-    let db = app.db.clone();
-    let user = app
-        .users
-        .get_or_fill(&format!("user:{id}"), move || async move {
-            db.user_totals(id, ROUTE).await
-        })
+    let user = cached_totals(app.users.clone(), app.db.clone(), id)
         .await
         .map_err(|e| {
             let status = match &e {
@@ -260,7 +281,7 @@ async fn cached_user(
                 }
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
-            failure(ROUTE, status, e.to_string())
+            failure(ROUTE, status, with_causes(&e))
         })?;
     found(ROUTE, id, user)
 }
@@ -315,8 +336,9 @@ async fn main() -> Result<(), BoxError> {
         started.elapsed()
     );
 
-    let builder = corral::Cache::<Option<UserTotals>>::builder("users")
+    let builder = corral::Cache::<UserTotals>::builder("users")
         .ttl(Duration::from_secs(60))
+        .negative_ttl(Duration::from_secs(5))
         .fill_timeout(Duration::from_secs(10));
     let users = match &args.redis {
         Some(url) => {

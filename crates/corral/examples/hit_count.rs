@@ -2,7 +2,7 @@
 //! `valgrind --tool=callgrind` (see `scripts/callgrind` and `BENCHMARKS.md`).
 //!
 //! ```text
-//! hit_count <corral|corral_hot|moka|quick_cache|quick_cache_hot> <K>
+//! hit_count <corral|corral_hot|corral_tags_hot|corral_eager_tags_hot|moka|quick_cache|quick_cache_hot> <K>
 //! ```
 //!
 //! Every run builds the cache, fills the hot key and does one warm-up hit
@@ -11,7 +11,14 @@
 //! is, and waits until its hits read the ticked clock reading instead of
 //! the clock, so `scripts/callgrind` counts only inside its `hot_loop`
 //! (`--toggle-collect`); `quick_cache_hot` runs the same loop on the bare
-//! map, for the like-for-like comparison. The
+//! map, for the like-for-like comparison. `corral_tags_hot` and
+//! `corral_eager_tags_hot` are `corral_hot` with per-call options carrying
+//! a `format!`ed tag, given as a closure (built only on a miss) and as a
+//! `FillOptions` value (built on every call). `corral_loop` and
+//! `corral_tags_loop` run the targets' own loops of awaited hits, as
+//! `hit_pairs` times them, with the clock left to itself;
+//! `corral_ttl_loop` is `corral`'s loop with options that allocate nothing
+//! (a TTL). The
 //! hot key is 16 bytes and the 32-byte `String` value is cloned per hit, as
 //! in `benches/hit_path.rs`; each hit is awaited in one loop inside one
 //! current-thread tokio runtime.
@@ -28,7 +35,10 @@ use std::task::{Context, Poll, Waker};
 #[path = "../benches/support/targets.rs"]
 mod targets;
 
-use targets::{corral_builder, moka_cache, quick_cache, Corral, HitTarget, QuickCache, KEY, VALUE};
+use targets::{
+    corral_builder, moka_cache, quick_cache, Corral, CorralTagged, CorralTaggedEager, HitTarget,
+    QuickCache, KEY, VALUE,
+};
 
 async fn corral_hits(hits: u64) {
     let cache = corral_builder().build().expect("corral cache");
@@ -47,23 +57,24 @@ async fn corral_hits(hits: u64) {
     );
 }
 
-async fn corral_hot_hits(hits: u64) {
-    let cache: Corral = Corral(corral_builder().build().expect("corral cache"));
-    black_box(cache.hit(KEY).await);
+/// `hot_loop` over `target`, a corral target over `cache`, once its hits
+/// read the ticked clock.
+async fn corral_hot_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: u64) {
+    black_box(target.hit(KEY).await);
     // Under valgrind hits come far too slowly to heat the cache: its clock
     // is kept ticking instead, as a hot cache's is.
-    assert!(cache.0.keep_clock_ticking(), "the default clock ticks");
+    assert!(cache.keep_clock_ticking(), "the default clock ticks");
     let started = std::time::Instant::now();
-    while !cache.0.hits_read_ticked_clock() {
+    while !cache.hits_read_ticked_clock() {
         assert!(
             started.elapsed() < std::time::Duration::from_secs(120),
             "the clock never started ticking"
         );
         std::thread::yield_now();
     }
-    hot_loop(&cache, hits);
+    hot_loop(&target, hits);
     assert!(
-        cache.0.hits_read_ticked_clock(),
+        cache.hits_read_ticked_clock(),
         "the clock stopped ticking during the measured hits"
     );
 }
@@ -82,6 +93,82 @@ fn hot_loop<T: HitTarget>(target: &T, hits: u64) {
             Poll::Pending => panic!("a hit was not ready on its first poll"),
         };
     }
+}
+
+fn corral_cache() -> corral::Cache<String> {
+    corral_builder().build().expect("corral cache")
+}
+
+/// A warm-up hit, then `target`'s own loop of `hits` awaited hits (the
+/// loop `hit_pairs` times in its `Direct` shape), the clock left to itself.
+async fn loop_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: u64) {
+    black_box(target.hit(KEY).await);
+    target.hits(KEY, hits).await;
+    assert_eq!(
+        cache.stats().hits,
+        hits + 1,
+        "every call but the first is a hit"
+    );
+}
+
+/// Awaited hits with per-call options that allocate nothing (a TTL): what
+/// passing options at all costs in an awaited loop.
+async fn ttl_loop_hits(hits: u64) {
+    let cache = corral_cache();
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .options(corral::FillOptions::new().ttl(std::time::Duration::from_secs(3600)))
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
+}
+
+/// [`ttl_loop_hits`] with the options given as a closure.
+async fn lazy_ttl_loop_hits(hits: u64) {
+    let cache = corral_cache();
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .options(|| corral::FillOptions::new().ttl(std::time::Duration::from_secs(3600)))
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
+}
+
+/// Awaited hits with a lazy tag made with `format!` from a tenant known
+/// before the loop (no `black_box` per hit, unlike `CorralTagged::hits`).
+async fn lazy_tags_loop_hits(hits: u64) {
+    let cache = corral_cache();
+    let tenant = black_box(7_u32);
+    for _ in 0..=hits {
+        let value = cache
+            .get_or_fill(black_box(KEY), || async {
+                Ok::<_, Infallible>(VALUE.to_owned())
+            })
+            .options(|| corral::FillOptions::new().tags([format!("tenant:{tenant}")]))
+            .await;
+        black_box(value.expect("corral get_or_fill"));
+    }
+    assert_eq!(
+        cache.stats().hits,
+        hits,
+        "every call but the first is a hit"
+    );
 }
 
 async fn moka_hits(hits: u64) {
@@ -120,7 +207,30 @@ fn main() -> ExitCode {
         .expect("tokio runtime");
     match kind {
         "corral" => runtime.block_on(corral_hits(hits)),
-        "corral_hot" => runtime.block_on(corral_hot_hits(hits)),
+        "corral_hot" | "corral_tags_hot" | "corral_eager_tags_hot" => {
+            let cache = corral_builder().build().expect("corral cache");
+            let handle = cache.clone();
+            match kind {
+                "corral_hot" => {
+                    runtime.block_on(corral_hot_hits(Corral::<false>(cache), handle, hits))
+                }
+                "corral_tags_hot" => {
+                    runtime.block_on(corral_hot_hits(CorralTagged(cache), handle, hits));
+                }
+                _ => runtime.block_on(corral_hot_hits(CorralTaggedEager(cache), handle, hits)),
+            }
+        }
+        "corral_loop" => {
+            let cache = corral_cache();
+            runtime.block_on(loop_hits(Corral::<false>(cache.clone()), cache, hits));
+        }
+        "corral_tags_loop" => {
+            let cache = corral_cache();
+            runtime.block_on(loop_hits(CorralTagged(cache.clone()), cache, hits));
+        }
+        "corral_ttl_loop" => runtime.block_on(ttl_loop_hits(hits)),
+        "corral_lazy_ttl_loop" => runtime.block_on(lazy_ttl_loop_hits(hits)),
+        "corral_lazy_tags_loop" => runtime.block_on(lazy_tags_loop_hits(hits)),
         "moka" => runtime.block_on(moka_hits(hits)),
         "quick_cache" => runtime.block_on(quick_cache_hits(hits)),
         "quick_cache_hot" => hot_loop(&QuickCache(quick_cache()), hits),
@@ -130,6 +240,9 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: hit_count <corral|corral_hot|moka|quick_cache|quick_cache_hot> <hits>");
+    eprintln!(
+        "usage: hit_count <corral|corral_hot|corral_tags_hot|corral_eager_tags_hot|corral_loop|\
+         corral_tags_loop|corral_ttl_loop|corral_lazy_ttl_loop|corral_lazy_tags_loop|moka|quick_cache|quick_cache_hot> <hits>"
+    );
     ExitCode::from(2)
 }

@@ -27,10 +27,13 @@
 //! an instance's memory is laid out moves its contended cost (see
 //! `INSTANCES`).
 //!
-//! The targets are corral, corral with a clock that stores every reading
-//! into a process-wide atomic as `coarsetime::Instant::now` does (what
-//! `CoarseClock` did before; shows what that shared store costs), moka's
-//! `get_with_by_ref` and a bare quick_cache `get`.
+//! The targets are corral, corral with per-call options carrying a tag made
+//! with `format!` — given as a closure (built only on a miss) and as a
+//! `FillOptions` value (built on every call) —, corral with a clock that
+//! stores every reading into a process-wide atomic as
+//! `coarsetime::Instant::now` does (what `CoarseClock` did before; shows
+//! what that shared store costs), moka's `get_with_by_ref` and a bare
+//! quick_cache `get`.
 
 use std::process::ExitCode;
 use std::sync::Barrier;
@@ -43,7 +46,8 @@ mod targets;
 
 use targets::{
     corral_builder, corral_two_tier_builder, current_thread, hit_loop, moka_cache, on_cpu_nanos,
-    quick_cache, Corral, CorralTwoTier, HitTarget, Moka, QuickCache, Shape, KEY, VALUE,
+    quick_cache, Corral, CorralTagged, CorralTaggedEager, CorralTwoTier, HitTarget, Moka,
+    QuickCache, Shape, KEY, VALUE,
 };
 
 /// `corral::clock::CoarseClock` as it was before it switched to
@@ -151,8 +155,10 @@ fn measure_mode<T: HitTarget>(
 }
 
 /// The targets, in report order; ratios are of the first over the others.
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 7] = [
     "corral",
+    "corral+tags()",
+    "corral+tags",
     "corral+store",
     "corral L1+L2",
     "moka",
@@ -171,6 +177,8 @@ const INSTANCES: usize = 4;
 
 struct Targets {
     corral: Vec<Corral>,
+    tagged: Vec<CorralTagged>,
+    tagged_eager: Vec<CorralTaggedEager>,
     corral_storing: Vec<Corral>,
     two_tier: Vec<CorralTwoTier>,
     moka: Vec<Moka>,
@@ -189,6 +197,8 @@ impl Targets {
         };
         let mut targets = Self {
             corral: Vec::new(),
+            tagged: Vec::new(),
+            tagged_eager: Vec::new(),
             corral_storing: Vec::new(),
             two_tier: Vec::new(),
             moka: Vec::new(),
@@ -197,6 +207,12 @@ impl Targets {
         // Built interleaved, so no target gets all the neighbouring memory.
         for _ in 0..INSTANCES {
             targets.corral.push(corral(None));
+            targets.tagged.push(CorralTagged(
+                corral_builder().build().expect("corral cache"),
+            ));
+            targets.tagged_eager.push(CorralTaggedEager(
+                corral_builder().build().expect("corral cache"),
+            ));
             targets.corral_storing.push(corral(Some(StoringCoarseClock(
                 coarsetime::Instant::now_without_cache_update(),
             ))));
@@ -211,6 +227,8 @@ impl Targets {
                 // The first get_or_fill / get_with fills; the rest are hits.
                 for _ in 0..2 {
                     assert_eq!(targets.corral[instance].hit(KEY).await, VALUE);
+                    assert_eq!(targets.tagged[instance].hit(KEY).await, VALUE);
+                    assert_eq!(targets.tagged_eager[instance].hit(KEY).await, VALUE);
                     assert_eq!(targets.corral_storing[instance].hit(KEY).await, VALUE);
                     assert_eq!(targets.two_tier[instance].hit(KEY).await, VALUE);
                     assert_eq!(targets.moka[instance].hit(KEY).await, VALUE);
@@ -230,9 +248,11 @@ impl Targets {
     ) -> (f64, f64) {
         match index {
             0 => measure_mode(&self.corral, instance, mode, calls),
-            1 => measure_mode(&self.corral_storing, instance, mode, calls),
-            2 => measure_mode(&self.two_tier, instance, mode, calls),
-            3 => measure_mode(&self.moka, instance, mode, calls),
+            1 => measure_mode(&self.tagged, instance, mode, calls),
+            2 => measure_mode(&self.tagged_eager, instance, mode, calls),
+            3 => measure_mode(&self.corral_storing, instance, mode, calls),
+            4 => measure_mode(&self.two_tier, instance, mode, calls),
+            5 => measure_mode(&self.moka, instance, mode, calls),
             _ => measure_mode(&self.quick, instance, mode, calls),
         }
     }

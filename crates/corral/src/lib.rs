@@ -97,15 +97,19 @@
 //! | `eager_refresh(f)` | a background refresh once `f` of the TTL has passed |
 //! | `fail_safe(max)` | if the fill fails, the expired value ([`Freshness::FailSafe`]), re-cached for `fail_safe_throttle` |
 //! | `soft_timeout` | with a fail-safe value at hand, that value after the soft timeout while the fill goes on |
-//! | `negative_ttl` | a cached "not found": a fill's `None` (answering `Option<V>`) or an [`Answer::not_found`] |
+//! | `negative_ttl` | a cached "not found": a `None` of [`Cache::get_or_fill_option`] or an [`Answer::not_found`] |
 //!
-//! [`Cache::get_or_fill`] is the one read-through call; what its fill
-//! answers decides what its caller gets ([`FillOutput`]): `V`; `Option<V>`
-//! (a `None` cached as "not found"); or an [`Answer`] (a value or "not
-//! found", with its own TTL, or not to be cached), for which the caller
-//! gets a [`Fetched`] value with its [`Freshness`]. Per-call settings go on
-//! its future: [`GetOrFill::options`]. [`Cache::peek`] looks without
-//! filling.
+//! [`Cache::get_or_fill`] is the read-through call: its fill answers `V`.
+//! A source that may have nothing calls [`Cache::get_or_fill_option`] (a
+//! `None` cached as "not found"); one that sets a TTL per value, or wants
+//! the [`Freshness`] of what it gets, calls [`Cache::get_or_fill_answer`]
+//! (an [`Answer`] in, a [`Fetched`] out). The method fixes the fill's
+//! answer ([`FillOutput`]), so a fill's `Ok(..)` needs no annotation.
+//! Per-call settings go on its future: [`GetOrFill::options`], a
+//! [`FillOptions`] or a closure building one only on a miss.
+//! [`Cache::peek`] looks without filling. Errors compose: `?` takes a
+//! corral [`Error`] into `anyhow::Result` or `Box<dyn Error + Send + Sync>`,
+//! whatever the fill's error type ([`FillCause`]).
 //!
 //! ## A sick store
 //!
@@ -280,11 +284,14 @@ mod memcached;
 pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
 pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
-pub use cache::get_or_fill::{FillOutput, GetOrFill};
+pub use cache::get_or_fill::{CallOptions, FillOutput, GetOrFill};
 pub use cache::write::Set;
 pub use cache::Cache;
 #[cfg(feature = "config")]
 pub use config::{CacheConfig, Caches};
+#[doc(hidden)]
+pub use data::cause::marker as fill_cause;
+pub use data::cause::{FillCause, FillError};
 #[cfg(feature = "encryption")]
 pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
@@ -308,8 +315,10 @@ pub use memcached::{MemcachedConfig, MemcachedStore};
 /// `-> Result<V, corral::Error<E>>` and `-> V` becomes
 /// `-> Result<V, corral::Error>`, because a call can fail in ways the body
 /// cannot (the hard fill timeout, a panic, an invalid key) and a coalesced
-/// caller gets the leader's error, shared, as [`Error::Fill`]`(Arc<E>)`.
-/// Only `Ok` values are cached.
+/// caller gets the leader's error, shared, as [`Error::Fill`]. Only `Ok`
+/// values are cached. A body answering `Option<V>` reads through a
+/// `Cache<V>`, its `None` cached as "not found" for the negative TTL (as
+/// [`Cache::get_or_fill_option`]).
 ///
 /// ```
 /// use std::sync::LazyLock;

@@ -54,7 +54,7 @@ impl Contender for CorralSide {
         let CorralSide(cache, source, fail_safe_answers) = self;
         let (source, owned) = (Arc::clone(source), key.to_owned());
         let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
-        let fetched = cache.get_or_fill(key, fill).await;
+        let fetched = cache.get_or_fill_answer(key, fill).await;
         let fetched = fetched.map_err(|e| anyhow::anyhow!("corral fetch({key}): {e}"))?;
         if fetched.freshness == corral::Freshness::FailSafe {
             fail_safe_answers.fetch_add(1, Relaxed);

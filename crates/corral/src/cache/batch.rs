@@ -5,6 +5,7 @@
 use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,7 +13,8 @@ use std::task::{Context, Poll};
 use tokio::runtime::Handle;
 
 use super::{validate_tags, Cache};
-use crate::cache::get_or_fill::FillOutput;
+use crate::cache::get_or_fill::{CallOptions, FillOutput};
+use crate::data::cause::{cause_fn, CauseFn, FillCause, FillError};
 use crate::data::error::Error;
 use crate::data::freshness::Answer;
 use crate::data::freshness::{Fetched, Judged, Standing};
@@ -72,38 +74,32 @@ where
     /// [`get_or_fill`](Cache::get_or_fill) caches it (TTL with jitter,
     /// grace, fail-safe window), and fenced the same way.
     ///
-    /// `fill_many` answers each key as a fill of `get_or_fill` may
-    /// ([`FillOutput`]): a plain `V`, an `Option<V>` (`None`: "not found"),
-    /// or an [`Answer`](crate::Answer) — with its own TTL, not to be
-    /// cached, or [tagged](crate::Answer::tags) by what was loaded for that
-    /// key. Per-call settings are set on the returned future with
+    /// `fill_many` answers a map of the values it found; to give a key its
+    /// own TTL, leave it uncached, or [tag](crate::Answer::tags) it by what
+    /// was loaded for it, call
+    /// [`get_many_or_fill_answers`](Cache::get_many_or_fill_answers).
+    /// Per-call settings are set on the returned future with
     /// [`options`](GetMany::options): the TTL, the hard fill timeout and the
     /// tags of every entry it fills (the soft timeout does not apply to
     /// batches).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     /// use std::collections::HashMap;
-    /// use corral::{Answer, Cache, FillOptions};
+    /// use corral::{Cache, FillOptions};
+    ///
+    /// async fn load_names(keys: Vec<String>) -> Result<HashMap<String, String>, std::io::Error> {
+    ///     Ok(keys.into_iter().map(|key| { let name = format!("name of {key}"); (key, name) }).collect())
+    /// }
     ///
     /// let users = Cache::<String>::builder("users").build()?;
     /// let batch = users
-    ///     .get_many_or_fill(&["user:1", "user:2"], |keys| async move {
-    ///         let found: HashMap<String, Answer<String>> = keys
-    ///             .into_iter()
-    ///             .map(|key| {
-    ///                 let answer = Answer::value(format!("name of {key}")).tags(["tenant:acme"]);
-    ///                 (key, answer)
-    ///             })
-    ///             .collect();
-    ///         Ok::<_, std::io::Error>(found)
-    ///     })
-    ///     .options(FillOptions::new().tags(["users"]))
+    ///     .get_many_or_fill(&["user:1", "user:2"], load_names)
+    ///     .options(|| FillOptions::new().tags(["users"]))
     ///     .await;
     /// assert_eq!(batch.len(), 2);
-    /// users.invalidate_tag("tenant:acme").await?;
-    /// assert_eq!(users.peek("user:1").await?, None);
+    /// assert_eq!(batch.get("user:1").expect("asked").as_deref().ok(), Some("name of user:1"));
     /// # Ok(()) }
     /// ```
     ///
@@ -139,27 +135,67 @@ where
     /// fill; [`Error::FillPanicked`]; [`Error::Timeout`]; [`Error::NotFound`];
     /// [`Error::NoRuntime`] for every key outside a tokio runtime;
     /// [`Error::InvalidKey`] for every key if the options' tags are invalid.
-    pub fn get_many_or_fill<K, F, Fut, A, E>(
+    pub fn get_many_or_fill<K, F, Fut, E, M>(
         &self,
         keys: &[K],
         fill_many: F,
-    ) -> GetMany<'_, V, F, E>
+    ) -> GetMany<'_, V, F, E, M>
     where
         K: AsRef<str>,
         F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<HashMap<String, A>, E>> + Send + 'static,
-        A: FillOutput<V>,
-        E: Send + Sync + 'static,
+        Fut: Future<Output = Result<HashMap<String, V>, E>> + Send + 'static,
+        E: FillCause<M>,
     {
-        GetMany {
-            cache: self,
-            start: Some((
-                keys.iter().map(|key| key.as_ref().to_owned()).collect(),
-                fill_many,
-            )),
-            options: FillOptions::default(),
-            running: None,
-        }
+        GetMany::new(self, keys, fill_many)
+    }
+
+    /// [`get_many_or_fill`](Cache::get_many_or_fill) whose fill answers
+    /// each key with an [`Answer`](crate::Answer): a value or "not found"
+    /// with its own TTL, not to be cached, or
+    /// [tagged](crate::Answer::tags) by what was loaded for that key.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::collections::HashMap;
+    /// use corral::{Answer, Cache, FillOptions};
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// let batch = users
+    ///     .get_many_or_fill_answers(&["user:1", "user:2"], |keys| async move {
+    ///         let found: HashMap<String, Answer<String>> = keys
+    ///             .into_iter()
+    ///             .map(|key| {
+    ///                 let answer = Answer::value(format!("name of {key}")).tags(["tenant:acme"]);
+    ///                 (key, answer)
+    ///             })
+    ///             .collect();
+    ///         Ok::<_, std::io::Error>(found)
+    ///     })
+    ///     .options(FillOptions::new().tags(["users"]))
+    ///     .await;
+    /// assert_eq!(batch.len(), 2);
+    /// users.invalidate_tag("tenant:acme").await?;
+    /// assert_eq!(users.peek("user:1").await?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`get_many_or_fill`](Cache::get_many_or_fill): a key answered
+    /// "not found" is [`Error::NotFound`] in the [`Batch`].
+    pub fn get_many_or_fill_answers<K, F, Fut, E, M>(
+        &self,
+        keys: &[K],
+        fill_many: F,
+    ) -> GetMany<'_, V, F, E, M>
+    where
+        K: AsRef<str>,
+        F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<HashMap<String, Answer<V>>, E>> + Send + 'static,
+        E: FillCause<M>,
+    {
+        GetMany::new(self, keys, fill_many)
     }
 
     async fn fill_many<F, Fut, A, E>(
@@ -167,6 +203,7 @@ where
         keys: Vec<String>,
         options: FillOptions,
         fill_many: F,
+        cause: CauseFn<E>,
     ) -> Batch<V, E>
     where
         F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
@@ -229,12 +266,14 @@ where
             let fill_many = Arc::new(move |keys| {
                 let filling = fill_many(keys);
                 async move {
-                    let found = filling.await?;
+                    let found = filling
+                        .await
+                        .map_err(|error| FillError::with_cause(Arc::new(error), cause))?;
                     let answers: HashMap<String, Answer<V>> = found
                         .into_iter()
                         .map(|(key, found)| (key, found.into_answer()))
                         .collect();
-                    Ok::<_, E>(answers)
+                    Ok::<_, FillError<E>>(answers)
                 }
             });
             BatchLeader::spawn(inner, &runtime, fill_many, &options, led);
@@ -252,21 +291,38 @@ type Filling<'a, V, E> = Pin<Box<dyn Future<Output = Batch<V, E>> + Send + 'a>>;
 
 /// A pending [`Cache::get_many_or_fill`]: it does nothing until first
 /// polled. Await it, after setting per-call [`options`](GetMany::options)
-/// if the cache's defaults do not fit.
+/// if the cache's defaults do not fit. `M` is the
+/// [`FillCause`](crate::FillCause) marker of `E`, inferred.
 #[must_use = "futures do nothing unless awaited"]
-pub struct GetMany<'a, V, F, E> {
+pub struct GetMany<'a, V, F, E, M> {
     cache: &'a Cache<V>,
     /// The keys and the batch fill, taken by the first poll.
     start: Option<(Vec<String>, F)>,
     options: FillOptions,
     running: Option<Filling<'a, V, E>>,
+    marker: PhantomData<fn() -> M>,
+}
+
+impl<'a, V, F, E, M> GetMany<'a, V, F, E, M> {
+    fn new<K: AsRef<str>>(cache: &'a Cache<V>, keys: &[K], fill_many: F) -> Self {
+        GetMany {
+            cache,
+            start: Some((
+                keys.iter().map(|key| key.as_ref().to_owned()).collect(),
+                fill_many,
+            )),
+            options: FillOptions::default(),
+            running: None,
+            marker: PhantomData,
+        }
+    }
 }
 
 // Nothing is pinned in place: the fill is moved out by value and the call
 // is boxed.
-impl<V, F, E> Unpin for GetMany<'_, V, F, E> {}
+impl<V, F, E, M> Unpin for GetMany<'_, V, F, E, M> {}
 
-impl<V, F, E> std::fmt::Debug for GetMany<'_, V, F, E> {
+impl<V, F, E, M> std::fmt::Debug for GetMany<'_, V, F, E, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GetMany")
             .field("options", &self.options)
@@ -274,25 +330,27 @@ impl<V, F, E> std::fmt::Debug for GetMany<'_, V, F, E> {
     }
 }
 
-impl<V, F, E> GetMany<'_, V, F, E> {
+impl<V, F, E, M> GetMany<'_, V, F, E, M> {
     /// Per-call settings for the entries this call fills: TTL (jitter
     /// still applies), hard fill timeout and tags (see [`FillOptions`]; the
-    /// soft timeout does not apply to batches). Keys this call joins
-    /// (already in flight elsewhere) get what their flight gives. Set them
-    /// before the first poll.
-    pub fn options(mut self, options: FillOptions) -> Self {
-        self.options = options;
+    /// soft timeout does not apply to batches), given as for
+    /// [`GetOrFill::options`](crate::GetOrFill::options): a `FillOptions`
+    /// or a closure returning one (a batch builds them when it is set).
+    /// Keys this call joins (already in flight elsewhere) get what their
+    /// flight gives. Set them before the first poll.
+    pub fn options(mut self, mut options: impl CallOptions) -> Self {
+        self.options = options.resolve();
         self
     }
 }
 
-impl<'a, V, F, Fut, A, E> Future for GetMany<'a, V, F, E>
+impl<'a, V, F, Fut, A, E, M> Future for GetMany<'a, V, F, E, M>
 where
     V: Clone + Send + Sync + 'static,
     F: Fn(Vec<String>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<HashMap<String, A>, E>> + Send + 'static,
     A: FillOutput<V>,
-    E: Send + Sync + 'static,
+    E: FillCause<M>,
 {
     type Output = Batch<V, E>;
 
@@ -300,7 +358,10 @@ where
         let this = self.get_mut();
         if let Some((keys, fill_many)) = this.start.take() {
             let options = std::mem::take(&mut this.options);
-            this.running = Some(Box::pin(this.cache.fill_many(keys, options, fill_many)));
+            let filling = this
+                .cache
+                .fill_many(keys, options, fill_many, cause_fn::<E, M>());
+            this.running = Some(Box::pin(filling));
         }
         match this.running.as_mut() {
             Some(running) => {

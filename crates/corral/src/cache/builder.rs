@@ -353,8 +353,7 @@ where
     }
 
     /// How long a "not found" answer is cached (see
-    /// [`Cache::get_or_fill`] with a fill answering `Option<V>`). Default
-    /// 60 s.
+    /// [`Cache::get_or_fill_option`]). Default 60 s.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
         self.policy.negative_ttl = ttl;
         self

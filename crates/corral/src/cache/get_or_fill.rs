@@ -1,24 +1,30 @@
-//! The future of [`Cache::get_or_fill`]: a fresh in-process hit answers on
-//! the first poll through a small, inlinable path; anything else starts the
-//! boxed slow path out of line. Per-call options are set on the future
-//! ([`GetOrFill::options`]); what the fill answers ([`FillOutput`]) decides
-//! what the caller gets.
+//! The future of [`Cache::get_or_fill`] and its kin: a fresh in-process
+//! hit answers on the first poll through a small, inlinable path; anything
+//! else starts the boxed slow path out of line. Per-call options are set on
+//! the future ([`GetOrFill::options`]), and built only by a call that
+//! misses; the method called fixes what the fill answers ([`FillOutput`])
+//! and so what the caller gets.
 //!
 //! The hit path must not hand the future's own address to out-of-line code,
 //! nor move per-call options around: either costs the caller's state machine
 //! a third of a hit (see `BENCHMARKS.md`). So a hit only reads the future,
-//! the slow path starts from plain arguments taken by value, and
-//! `get_or_fill` carries zero-sized default options. And `poll` is
+//! the slow path starts from plain arguments taken by value,
+//! `get_or_fill` carries zero-sized default options, and options given as a
+//! closure are built on the slow path, called through `&mut` from the
+//! field that holds them (moving them into the state the hit reads cost a
+//! lazy option's hit twice a plain one's). And `poll` is
 //! `#[inline(always)]`: as a mere hint the compiler inlined it for some fill
 //! types and not for others (a closure fill against a `fn` item fill), and a
 //! hit that is a call costs half as much again.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::mem;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use super::Cache;
+use crate::data::cause::FillCause;
 use crate::data::error::Error;
 use crate::data::freshness::{Answer, Fetched};
 use crate::data::policy::FillOptions;
@@ -26,14 +32,14 @@ use crate::data::policy::FillOptions;
 /// The rest of a call that found no quiet value in process.
 pub(crate) type SlowFill<'a, T, E> = Pin<Box<dyn Future<Output = Result<T, Error<E>>> + Send + 'a>>;
 
-/// What a fill passed to [`Cache::get_or_fill`] answers (inside its
-/// `Result`), and so what its caller gets:
+/// What a fill answers (inside its `Result`), and so what its caller gets;
+/// fixed by the method called, so a fill's `Ok(..)` needs no annotation:
 ///
-/// | the fill answers | the caller gets | a "not found" |
-/// |---|---|---|
-/// | `V` | `V` | a cached "not found" is [`Error::NotFound`] |
-/// | `Option<V>` | `Option<V>` | `None` is cached for the negative TTL and returned as `None` |
-/// | [`Answer<V>`] | [`Fetched<V>`]: the value with its [`Freshness`](crate::Freshness) | as the answer says, with its own TTL or not cached |
+/// | method | the fill answers | the caller gets | a "not found" |
+/// |---|---|---|---|
+/// | [`get_or_fill`](Cache::get_or_fill) | `V` | `V` | a cached "not found" is [`Error::NotFound`] |
+/// | [`get_or_fill_option`](Cache::get_or_fill_option) | `Option<V>` | `Option<V>` | `None` is cached for the negative TTL and returned as `None` |
+/// | [`get_or_fill_answer`](Cache::get_or_fill_answer) | [`Answer<V>`] | [`Fetched<V>`]: the value with its [`Freshness`](crate::Freshness) | as the answer says, with its own TTL or not cached |
 ///
 /// Sealed: these three are all.
 pub trait FillOutput<V>: sealed::Sealed<V> + Send + 'static {
@@ -123,19 +129,22 @@ mod sealed {
     impl<V> Sealed<V> for Option<V> {}
     impl<V> Sealed<V> for Answer<V> {}
 
-    /// Keeps [`CallOptions`](super::CallOptions) to its two forms.
+    /// Keeps [`CallOptions`](super::CallOptions) to its three forms.
     pub trait SealedOptions {}
 
     impl SealedOptions for super::Defaults {}
     impl SealedOptions for crate::data::policy::FillOptions {}
+    impl<F: FnMut() -> crate::data::policy::FillOptions> SealedOptions for F {}
 }
 
 /// Per-call settings as a [`GetOrFill`] holds them: the cache's defaults
-/// (zero-sized) or a [`FillOptions`]. Sealed.
-pub trait CallOptions: sealed::SealedOptions + Clone + Send {
-    /// The settings the slow path applies.
+/// (zero-sized), a [`FillOptions`], or a closure that builds them — called
+/// only by a call that misses, so options that allocate (tags made with
+/// `format!`) cost nothing on a hit. Sealed.
+pub trait CallOptions: sealed::SealedOptions + Send {
+    /// The settings the slow path applies (asked once).
     #[doc(hidden)]
-    fn resolve(self) -> FillOptions;
+    fn resolve(&mut self) -> FillOptions;
 }
 
 /// The options of a [`GetOrFill`] without [`options`](GetOrFill::options):
@@ -144,14 +153,20 @@ pub trait CallOptions: sealed::SealedOptions + Clone + Send {
 pub struct Defaults;
 
 impl CallOptions for Defaults {
-    fn resolve(self) -> FillOptions {
+    fn resolve(&mut self) -> FillOptions {
         FillOptions::default()
     }
 }
 
 impl CallOptions for FillOptions {
-    fn resolve(self) -> FillOptions {
-        self
+    fn resolve(&mut self) -> FillOptions {
+        std::mem::take(self)
+    }
+}
+
+impl<F: FnMut() -> FillOptions + Send> CallOptions for F {
+    fn resolve(&mut self) -> FillOptions {
+        self()
     }
 }
 
@@ -170,53 +185,75 @@ enum State<'a, F, T, E> {
 ///
 /// Its output is `Result<T::Output, Error<E>>` where the fill answers
 /// `Result<T, E>` (see [`FillOutput`]). It borrows the cache and the key and
-/// is `Send`.
+/// is `Send`. `M` is the [`FillCause`](crate::FillCause) marker of `E`,
+/// inferred.
 #[must_use = "futures do nothing unless awaited"]
-pub struct GetOrFill<'a, V, F, T: FillOutput<V>, E, O = Defaults> {
+pub struct GetOrFill<'a, V, F, T: FillOutput<V>, E, M, O = Defaults> {
     cache: &'a Cache<V>,
     key: &'a str,
     options: O,
     state: State<'a, F, T::Output, E>,
+    marker: PhantomData<fn() -> M>,
 }
 
 // Nothing is ever pinned in place: `fill` is only moved out by value and the
 // slow path is boxed.
-impl<V, F, T: FillOutput<V>, E, O> Unpin for GetOrFill<'_, V, F, T, E, O> {}
+impl<V, F, T: FillOutput<V>, E, M, O> Unpin for GetOrFill<'_, V, F, T, E, M, O> {}
 
-impl<'a, V, F, T: FillOutput<V>, E> GetOrFill<'a, V, F, T, E, Defaults> {
+impl<'a, V, F, T: FillOutput<V>, E, M> GetOrFill<'a, V, F, T, E, M, Defaults> {
     pub(crate) fn new(cache: &'a Cache<V>, key: &'a str, fill: F) -> Self {
         Self {
             cache,
             key,
             options: Defaults,
             state: State::Start(fill),
+            marker: PhantomData,
         }
     }
 }
 
-impl<'a, V, F, T: FillOutput<V>, E, O> GetOrFill<'a, V, F, T, E, O> {
+impl<'a, V, F, T: FillOutput<V>, E, M, O> GetOrFill<'a, V, F, T, E, M, O> {
     /// Per-call settings (TTL, timeouts, tags; see [`FillOptions`]) for
-    /// this call's fill, instead of the cache's. They apply when this call
-    /// leads the key's flight; a call that joins a flight in progress, or
-    /// finds a value, gets what that flight or value gives. Set them before
-    /// the first poll: the future starts with what it holds then.
-    pub fn options(self, options: FillOptions) -> GetOrFill<'a, V, F, T, E, FillOptions> {
+    /// this call's fill, instead of the cache's: a `FillOptions`, or a
+    /// closure returning one (`FnMut`, called once) — built only if the
+    /// call misses, so a hit pays no allocation for tags made with
+    /// `format!`:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::time::Duration;
+    /// use corral::{Cache, FillOptions};
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// let tenant = 7;
+    /// let name = users
+    ///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_owned()) })
+    ///     .options(|| FillOptions::new().ttl(Duration::from_secs(5)).tags([format!("tenant:{tenant}")]))
+    ///     .await?;
+    /// assert_eq!(name, "Ada");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// They apply when this call leads the key's flight; a call that joins
+    /// a flight in progress, or finds a value, gets what that flight or
+    /// value gives. Set them before the first poll: the future starts with
+    /// what it holds then.
+    pub fn options<P: CallOptions>(self, options: P) -> GetOrFill<'a, V, F, T, E, M, P> {
         GetOrFill {
             cache: self.cache,
             key: self.key,
             options,
             state: self.state,
+            marker: PhantomData,
         }
     }
 }
 
-impl<V, F, T: FillOutput<V>, E, O: std::fmt::Debug> std::fmt::Debug
-    for GetOrFill<'_, V, F, T, E, O>
-{
+impl<V, F, T: FillOutput<V>, E, M, O> std::fmt::Debug for GetOrFill<'_, V, F, T, E, M, O> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GetOrFill")
             .field("key", &self.key)
-            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -230,10 +267,10 @@ enum Started<'a, T, E> {
 /// Starts the slow path and polls it once.
 #[cold]
 #[inline(never)]
-fn start_slow<'a, V, F, Fut, T, E, O>(
+fn start_slow<'a, V, F, Fut, T, E, M>(
     cache: &'a Cache<V>,
     key: &'a str,
-    options: O,
+    options: FillOptions,
     fill: F,
     cx: &mut Context<'_>,
 ) -> Started<'a, T::Output, E>
@@ -242,23 +279,22 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, E>> + Send + 'static,
     T: FillOutput<V>,
-    E: Send + Sync + 'static,
-    O: CallOptions,
+    E: FillCause<M>,
 {
-    let mut slow = cache.slow_fill(key, options.resolve(), fill);
+    let mut slow = cache.slow_fill::<F, Fut, T, E, M>(key, options, fill);
     match slow.as_mut().poll(cx) {
         Poll::Ready(output) => Started::Finished(output),
         Poll::Pending => Started::Running(slow),
     }
 }
 
-impl<V, F, Fut, T, E, O> Future for GetOrFill<'_, V, F, T, E, O>
+impl<V, F, Fut, T, E, M, O> Future for GetOrFill<'_, V, F, T, E, M, O>
 where
     V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = Result<T, E>> + Send + 'static,
     T: FillOutput<V>,
-    E: Send + Sync + 'static,
+    E: FillCause<M>,
     O: CallOptions,
 {
     type Output = Result<T::Output, Error<E>>;
@@ -277,7 +313,8 @@ where
         }
         match mem::replace(&mut this.state, State::Done) {
             State::Start(fill) => {
-                match start_slow(this.cache, this.key, this.options.clone(), fill, cx) {
+                let options = this.options.resolve();
+                match start_slow::<V, F, Fut, T, E, M>(this.cache, this.key, options, fill, cx) {
                     Started::Finished(output) => Poll::Ready(output),
                     Started::Running(slow) => {
                         this.state = State::Slow(slow);

@@ -9,9 +9,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::cache::get_or_fill::{FillOutput, GetOrFill, SlowFill};
+use crate::data::cause::{cause_fn, CauseFn, FillCause, FillError};
 use crate::data::entry::{self};
 use crate::data::error::Error;
-use crate::data::freshness::{Cached, Judged};
+use crate::data::freshness::{Answer, Cached, Judged};
 use crate::data::key::validate_key;
 use crate::data::key::InvalidKey;
 use crate::data::policy::FillOptions;
@@ -69,8 +70,8 @@ use crate::tier::local::LocalTier;
 /// `eager_refresh` that refresh starts before the TTL ends. With fail-safe
 /// ([`CacheBuilder::fail_safe`](crate::CacheBuilder::fail_safe)), an expired entry is kept that much longer and served
 /// if the fill fails, and — with a `soft_timeout` — if the fill is slow.
-/// A fill answering an [`Answer`](crate::Answer) tells its caller which of these it got
-/// (see [`get_or_fill`](Cache::get_or_fill)).
+/// [`get_or_fill_answer`](Cache::get_or_fill_answer) tells its caller
+/// which of these it got.
 pub struct Cache<V> {
     pub(crate) inner: Arc<Inner<V>>,
 }
@@ -97,46 +98,79 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// Returns the cached value of `key`, or runs `fill` once — however many
-    /// callers ask at once — caches its answer and returns it to all of them.
+    /// callers ask at once — caches its value and returns it to all of them.
     ///
-    /// This is the one read-through call. What the fill answers decides what
-    /// its caller gets ([`FillOutput`]): a fill answering `V` gets `V`; one
-    /// answering `Option<V>` gets `Option<V>`, and its `None` is cached for
-    /// the [`negative_ttl`](crate::CacheBuilder::negative_ttl) as a "not
-    /// found"; one answering an [`Answer`](crate::Answer) (a value or "not found", with
-    /// its own TTL, or not to be cached) gets a [`Fetched`](crate::Fetched)
-    /// value with its [`Freshness`](crate::Freshness) (fresh, stale or
-    /// fail-safe). Per-call settings (TTL, timeouts, tags) are set on the
-    /// returned future with [`options`](GetOrFill::options):
+    /// This is the read-through call. The fill answers `Result<V, E>`; a
+    /// source that may have nothing calls
+    /// [`get_or_fill_option`](Cache::get_or_fill_option) instead, and one
+    /// that wants to set a TTL per value or learn the freshness of what it
+    /// gets calls [`get_or_fill_answer`](Cache::get_or_fill_answer). The
+    /// method fixes what the fill answers, so its `Ok(..)` needs no
+    /// annotation: `E` is inferred from what the fill calls, or from where
+    /// the result goes.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use std::time::Duration;
-    /// use corral::{Answer, Cache, FillOptions, Freshness};
+    /// # async fn main() {
+    /// use corral::{Cache, Error};
     ///
-    /// let users = Cache::<String>::builder("users").build()?;
-    /// let name = users
-    ///     .get_or_fill("user:42", || async { Ok::<_, std::io::Error>("Ada".to_owned()) })
-    ///     .options(FillOptions::new().ttl(Duration::from_secs(5)).tags(["team:7"]))
-    ///     .await?;
-    /// assert_eq!(name, "Ada");
+    /// #[derive(Clone, Debug, PartialEq)]
+    /// struct User { name: String }
+    /// struct Row { name: String }
+    /// impl From<Row> for User {
+    ///     fn from(row: Row) -> User { User { name: row.name } }
+    /// }
     ///
-    /// // A source that may have nothing: `None` is cached as "not found".
-    /// let missing = users
-    ///     .get_or_fill("user:0", || async { Ok::<Option<String>, std::io::Error>(None) })
-    ///     .await?;
-    /// assert_eq!(missing, None);
+    /// #[derive(Debug)]
+    /// struct DbError;
+    /// impl std::fmt::Display for DbError {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str("db down") }
+    /// }
+    /// impl std::error::Error for DbError {}
     ///
-    /// // The value with its freshness.
-    /// let fetched = users
-    ///     .get_or_fill("user:7", || async { Ok::<_, std::io::Error>(Answer::value("Bo".to_owned())) })
-    ///     .await?;
-    /// assert_eq!(fetched.value.as_deref(), Some("Bo"));
-    /// assert_eq!(fetched.freshness, Freshness::Fresh);
-    /// # Ok(())
+    /// async fn query(id: u64) -> Result<Row, DbError> {
+    ///     Ok(Row { name: format!("user {id}") })
+    /// }
+    /// async fn load_user(id: u64) -> Result<User, DbError> {
+    ///     Ok(query(id).await?.into())
+    /// }
+    ///
+    /// // A fill that calls an `async fn`.
+    /// async fn user(users: &Cache<User>, id: u64) -> Result<User, Error<DbError>> {
+    ///     users.get_or_fill(&format!("user:{id}"), move || load_user(id)).await
+    /// }
+    ///
+    /// // A fill written in place: `Ok(user)` after `?`, and `Ok(row.into())`.
+    /// async fn user_inline(users: &Cache<User>, id: u64) -> Result<User, Error<DbError>> {
+    ///     users
+    ///         .get_or_fill(&format!("user:{id}"), move || async move {
+    ///             let user: User = query(id).await?.into();
+    ///             Ok(user)
+    ///         })
+    ///         .await
+    /// }
+    ///
+    /// async fn user_converted(users: &Cache<User>, id: u64) -> Result<User, Error<DbError>> {
+    ///     users
+    ///         .get_or_fill(&format!("user:{id}"), move || async move {
+    ///             let row = query(id).await?;
+    ///             Ok(row.into())
+    ///         })
+    ///         .await
+    /// }
+    ///
+    /// let users = Cache::<User>::builder("users").build().expect("valid");
+    /// assert_eq!(user(&users, 1).await.expect("filled").name, "user 1");
+    /// assert_eq!(user_inline(&users, 2).await.expect("filled").name, "user 2");
+    /// assert_eq!(user_converted(&users, 3).await.expect("filled").name, "user 3");
     /// # }
     /// ```
+    ///
+    /// Where nothing names the fill's error type (a closure using `?`
+    /// whose result goes into `anyhow::Result`), Rust cannot infer it:
+    /// call an `async fn` as above, or end with `anyhow::Ok(..)`. Per-call
+    /// settings (TTL, timeouts, tags) are set on the returned future with
+    /// [`options`](GetOrFill::options).
     ///
     /// See [`Cache`] for what concurrent callers see and how stale and
     /// fail-safe values are served. Reads fail open: if the shared store is
@@ -156,9 +190,9 @@ where
     /// - [`Error::FillPanicked`] if the fill panicked;
     /// - [`Error::Timeout`] if the flight passed the hard `fill_timeout` (the
     ///   fill was dropped; nothing it produced is stored);
-    /// - [`Error::NotFound`], for a fill answering `V` only, if the key
-    ///   holds a cached "not found" (written by a fill answering
-    ///   `Option<V>` or an [`Answer`](crate::Answer));
+    /// - [`Error::NotFound`] if the key holds a cached "not found" (written
+    ///   by [`get_or_fill_option`](Cache::get_or_fill_option) or
+    ///   [`get_or_fill_answer`](Cache::get_or_fill_answer));
     /// - [`Error::NoRuntime`] outside a tokio runtime.
     ///
     /// With fail-safe on and an expired value kept, a failed fill returns that
@@ -172,16 +206,93 @@ where
     ///
     /// The returned future borrows the cache and the key, is `Send`, and does
     /// nothing until polled, like an `async fn`'s.
-    pub fn get_or_fill<'a, F, Fut, T, E>(
+    pub fn get_or_fill<'a, F, Fut, E, M>(
         &'a self,
         key: &'a str,
         fill: F,
-    ) -> GetOrFill<'a, V, F, T, E>
+    ) -> GetOrFill<'a, V, F, V, E, M>
     where
         F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-        T: FillOutput<V>,
-        E: Send + Sync + 'static,
+        Fut: Future<Output = Result<V, E>> + Send + 'static,
+        E: FillCause<M>,
+    {
+        GetOrFill::new(self, key, fill)
+    }
+
+    /// [`get_or_fill`](Cache::get_or_fill) for a source that may have
+    /// nothing: the fill answers `Option<V>`, and its `None` is cached as a
+    /// "not found" for the [`negative_ttl`](crate::CacheBuilder::negative_ttl)
+    /// (not for the TTL of values) and returned as `None`, to this caller
+    /// and to the ones that ask meanwhile.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use corral::Cache;
+    ///
+    /// async fn find_user(id: u64) -> Result<Option<String>, std::io::Error> {
+    ///     Ok((id == 42).then(|| "Ada".to_owned()))
+    /// }
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// assert_eq!(users.get_or_fill_option("user:42", || find_user(42)).await?.as_deref(), Some("Ada"));
+    /// assert_eq!(users.get_or_fill_option("user:0", || find_user(0)).await?, None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`get_or_fill`](Cache::get_or_fill), but a cached "not found" is
+    /// `Ok(None)`, not an error.
+    pub fn get_or_fill_option<'a, F, Fut, E, M>(
+        &'a self,
+        key: &'a str,
+        fill: F,
+    ) -> GetOrFill<'a, V, F, Option<V>, E, M>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Option<V>, E>> + Send + 'static,
+        E: FillCause<M>,
+    {
+        GetOrFill::new(self, key, fill)
+    }
+
+    /// [`get_or_fill`](Cache::get_or_fill) with the details: the fill
+    /// answers an [`Answer`](crate::Answer) — a value or "not found", with
+    /// its own TTL, tags, or not to be cached — and the caller gets a
+    /// [`Fetched`](crate::Fetched) value with its
+    /// [`Freshness`](crate::Freshness) (fresh, stale or fail-safe).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// use std::time::Duration;
+    /// use corral::{Answer, Cache, Freshness};
+    ///
+    /// let users = Cache::<String>::builder("users").build()?;
+    /// let fetched = users
+    ///     .get_or_fill_answer("user:7", || async {
+    ///         Ok::<_, std::io::Error>(Answer::value("Bo".to_owned()).ttl(Duration::from_secs(5)))
+    ///     })
+    ///     .await?;
+    /// assert_eq!(fetched.value.as_deref(), Some("Bo"));
+    /// assert_eq!(fetched.freshness, Freshness::Fresh);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`get_or_fill`](Cache::get_or_fill), but a cached "not found" is
+    /// a `Fetched` without a value, not an error.
+    pub fn get_or_fill_answer<'a, F, Fut, E, M>(
+        &'a self,
+        key: &'a str,
+        fill: F,
+    ) -> GetOrFill<'a, V, F, Answer<V>, E, M>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: FillCause<M>,
     {
         GetOrFill::new(self, key, fill)
     }
@@ -190,7 +301,7 @@ where
     /// boxed: kept out of the hit path's code.
     #[cold]
     #[inline(never)]
-    pub(crate) fn slow_fill<'a, F, Fut, T, E>(
+    pub(crate) fn slow_fill<'a, F, Fut, T, E, M>(
         &'a self,
         key: &'a str,
         options: FillOptions,
@@ -200,17 +311,19 @@ where
         F: FnOnce() -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, E>> + Send + 'static,
         T: FillOutput<V>,
-        E: Send + Sync + 'static,
+        E: FillCause<M>,
     {
-        Box::pin(self.fill_value(key, options, fill))
+        Box::pin(self.fill_value(key, options, fill, cause_fn::<E, M>()))
     }
 
-    /// The rest of a `get_or_fill` that found no quiet value in process.
+    /// The rest of a `get_or_fill` that found no quiet value in process;
+    /// `cause` shows the fill's error as a `std::error::Error`.
     async fn fill_value<F, Fut, T, E>(
         &self,
         key: &str,
         options: FillOptions,
         fill: F,
+        cause: CauseFn<E>,
     ) -> Result<T::Output, Error<E>>
     where
         F: FnOnce() -> Fut + Send + 'static,
@@ -222,9 +335,23 @@ where
         if let Some(tags) = &options.tags {
             validate_tags(tags)?;
         }
-        let answer = move || async move { fill().await.map(T::into_answer) };
+        let answer = move || async move {
+            fill()
+                .await
+                .map(T::into_answer)
+                .map_err(|error| FillError::with_cause(Arc::new(error), cause))
+        };
         let fetched = caller::fetch(&self.inner, key, options, answer).await?;
         T::output(fetched)
+    }
+
+    /// The in-process value of `key` if it is quiet, counted as a hit: what
+    /// a `get_or_fill` answers on its first poll. For `#[corral::cached]`,
+    /// which looks before it builds per-call options; not a stable API.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn __quick_hit(&self, key: &str) -> Option<V> {
+        self.local_hit(key)
     }
 
     /// The in-process value of `key` if it is quiet (fresh, nothing due),

@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::data::cause::FillError;
 use crate::data::key::InvalidKey;
 
 /// A failure of the shared store (Redis or the in-memory store).
@@ -107,12 +108,69 @@ impl std::error::Error for StoreError {}
 ///
 /// `E` is the error type of the fill passed to
 /// [`get_or_fill`](crate::Cache::get_or_fill); operations without a fill use
-/// `Error` (that is, `Error<Infallible>`).
+/// `Error` (that is, `Error<Infallible>`, which
+/// [`widen`](Error::widen) turns into any `Error<E>`).
 ///
 /// Every caller coalesced onto one fill receives the same error: a fill error
-/// arrives as [`Error::Fill`] holding the leader's `Arc<E>`, never flattened
-/// to a string. Callers are only coalesced onto a fill of their own error
-/// type, so the error is always theirs.
+/// arrives as [`Error::Fill`] holding the leader's error (a [`FillError`],
+/// an `Arc<E>` inside), never flattened to a string. Callers are only
+/// coalesced onto a fill of their own error type, so the error is always
+/// theirs.
+///
+/// # Composing
+///
+/// `Error<E>` is a [`std::error::Error`] whatever the fill's error type
+/// (anything [`FillCause`](crate::FillCause) admits: std errors,
+/// `anyhow::Error`, `Box<dyn Error + Send + Sync>`, `String`), so `?`
+/// carries it into `anyhow::Result` and `Box<dyn Error + Send + Sync>`.
+/// Its `Display` says what happened; the cause — the fill's error, the
+/// store's, the key's — is its [`source`](std::error::Error::source), so
+/// `{:#}` in anyhow prints each once:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use corral::Cache;
+///
+/// async fn load(id: u64) -> anyhow::Result<String> {
+///     anyhow::bail!("db down (user {id})")
+/// }
+///
+/// async fn handler(users: &Cache<String>) -> anyhow::Result<String> {
+///     // The fill's error is an `anyhow::Error`; `?` takes the corral error into anyhow.
+///     let name = users.get_or_fill("user:1", || load(1)).await?;
+///     Ok(name)
+/// }
+///
+/// let users = Cache::<String>::builder("users").build().expect("valid");
+/// let error = handler(&users).await.expect_err("the fill failed");
+/// assert_eq!(format!("{error:#}"), "fill failed: db down (user 1)");
+/// # }
+/// ```
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::error::Error as StdError;
+/// use corral::Cache;
+///
+/// type BoxError = Box<dyn StdError + Send + Sync>;
+///
+/// async fn load(id: u64) -> Result<String, BoxError> {
+///     Err(format!("no row for {id}").into())
+/// }
+///
+/// async fn handler(users: &Cache<String>) -> Result<String, BoxError> {
+///     // Boxed errors in, boxed errors out.
+///     Ok(users.get_or_fill("user:1", || load(1)).await?)
+/// }
+///
+/// let users = Cache::<String>::builder("users").build().expect("valid");
+/// let error = handler(&users).await.expect_err("the fill failed");
+/// assert_eq!(error.to_string(), "fill failed");
+/// assert_eq!(error.source().expect("the cause").to_string(), "no row for 1");
+/// # }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 // A whole-word tag in front: a `Result<V, Error>` then moves in whole words.
@@ -123,8 +181,9 @@ impl std::error::Error for StoreError {}
 pub enum Error<E = Infallible> {
     /// The key was rejected before anything ran.
     InvalidKey(InvalidKey),
-    /// The fill returned this error.
-    Fill(Arc<E>),
+    /// The fill returned this error (the leader's, shared by every caller
+    /// of the flight).
+    Fill(FillError<E>),
     /// The fill panicked.
     FillPanicked {
         /// The panic payload when it was a string.
@@ -140,10 +199,11 @@ pub enum Error<E = Infallible> {
     /// shut down, or it has no time driver (build it with `enable_time()` or
     /// `enable_all()`: corral's timeouts need tokio's timers).
     Aborted,
-    /// The key holds a cached "not found" (the negative answer of a
-    /// fill answering `Option<V>` or an [`Answer`](crate::Answer)), met by
-    /// a [`get_or_fill`](crate::Cache::get_or_fill) whose fill answers `V`;
-    /// fills answering `Option<V>` or an `Answer` get it as `None`.
+    /// The key holds a cached "not found" (written by
+    /// [`get_or_fill_option`](crate::Cache::get_or_fill_option) or
+    /// [`get_or_fill_answer`](crate::Cache::get_or_fill_answer)), met by a
+    /// [`get_or_fill`](crate::Cache::get_or_fill), whose fill answers `V`;
+    /// those two get it as `None`.
     NotFound,
     /// The value could not be encoded or is larger than the cache's
     /// `max_value_bytes`.
@@ -233,8 +293,60 @@ impl<E> Error<E> {
     /// The fill's error, when the fill returned one.
     pub fn fill_error(&self) -> Option<&Arc<E>> {
         match self {
-            Self::Fill(error) => Some(error),
+            Self::Fill(error) => Some(error.arc()),
             _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// This error of an operation without a fill (`set`, `invalidate`,
+    /// `peek`...) as an `Error<E>`, for a function that also returns
+    /// `get_or_fill`'s errors: `cache.invalidate(key).await.map_err(Error::widen)?`.
+    ///
+    /// (A `From` impl cannot do it: `From<Error> for Error<E>` would
+    /// overlap `From<T> for T` at `E = Infallible`.)
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use corral::{Cache, Error};
+    ///
+    /// #[derive(Debug)]
+    /// struct DbError;
+    /// impl std::fmt::Display for DbError {
+    ///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    ///         f.write_str("db down")
+    ///     }
+    /// }
+    /// impl std::error::Error for DbError {}
+    ///
+    /// async fn load(id: u64) -> Result<String, DbError> {
+    ///     Ok(format!("user {id}"))
+    /// }
+    ///
+    /// async fn rename(users: &Cache<String>, id: u64) -> Result<String, Error<DbError>> {
+    ///     let key = format!("user:{id}");
+    ///     users.invalidate(&key).await.map_err(Error::widen)?;
+    ///     users.get_or_fill(&key, move || load(id)).await
+    /// }
+    ///
+    /// let users = Cache::<String>::builder("users").build().expect("valid");
+    /// assert_eq!(rename(&users, 7).await.expect("filled"), "user 7");
+    /// # }
+    /// ```
+    pub fn widen<E>(self) -> Error<E> {
+        match self {
+            Self::InvalidKey(e) => Error::InvalidKey(e),
+            Self::Fill(never) => match *never.arc().as_ref() {},
+            Self::FillPanicked { message } => Error::FillPanicked { message },
+            Self::Timeout { after } => Error::Timeout { after },
+            Self::Aborted => Error::Aborted,
+            Self::NotFound => Error::NotFound,
+            Self::Encode { message } => Error::Encode { message },
+            Self::Store(e) => Error::Store(e),
+            Self::NoRuntime => Error::NoRuntime,
+            Self::Overloaded { waited } => Error::Overloaded { waited },
         }
     }
 }
@@ -242,14 +354,19 @@ impl<E> Error<E> {
 impl<E: fmt::Display> fmt::Display for Error<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::InvalidKey(e) => e.fmt(f),
-            Self::Fill(e) => write!(f, "fill failed: {e}"),
+            Self::InvalidKey(_) => f.write_str("key rejected"),
+            // The fill's error is the source; a message has none, so it
+            // is said here.
+            Self::Fill(e) => match e.cause() {
+                Some(_) => f.write_str("fill failed"),
+                None => write!(f, "fill failed: {e}"),
+            },
             Self::FillPanicked { message } => write!(f, "fill panicked: {message}"),
             Self::Timeout { after } => write!(f, "fill timed out after {after:?}"),
             Self::Aborted => f.write_str("fill aborted before it finished"),
             Self::NotFound => f.write_str("the key is cached as not found"),
             Self::Encode { message } => write!(f, "value not storable: {message}"),
-            Self::Store(e) => e.fmt(f),
+            Self::Store(_) => f.write_str("shared store failed"),
             Self::NoRuntime => f.write_str("corral needs a tokio runtime"),
             Self::Overloaded { waited } => write!(
                 f,
@@ -259,14 +376,15 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
     }
 }
 
-/// The source of a [`Fill`](Error::Fill) error is the fill's own error, so
-/// error reporters and `anyhow`'s chain reach it (and can downcast it).
-impl<E: std::error::Error + 'static> std::error::Error for Error<E> {
+/// The source of a [`Fill`](Error::Fill) error is the fill's own error (or
+/// the error an `anyhow::Error` or a box points to), so error reporters and
+/// `anyhow`'s chain reach it (and can downcast it).
+impl<E: fmt::Debug + fmt::Display> std::error::Error for Error<E> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::InvalidKey(e) => Some(e),
             Self::Store(e) => Some(e),
-            Self::Fill(e) => Some(&**e),
+            Self::Fill(e) => e.cause(),
             _ => None,
         }
     }
@@ -306,8 +424,9 @@ impl ConfigError {
     /// A setting `what` that `error` refused.
     #[cfg_attr(not(feature = "config"), allow(dead_code))]
     pub(crate) fn from_store(what: impl fmt::Display, error: StoreError) -> Self {
+        // The store's error is the source, not part of the message.
         Self {
-            message: format!("{what}: {error}"),
+            message: what.to_string(),
             store: Some(error),
         }
     }

@@ -28,8 +28,8 @@ pub enum Freshness {
     FailSafe,
 }
 
-/// A value with its freshness: what [`Cache::get_or_fill`](crate::Cache::get_or_fill)
-/// returns when its fill answers an [`Answer`].
+/// A value with its freshness: what
+/// [`Cache::get_or_fill_answer`](crate::Cache::get_or_fill_answer) returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Fetched<V> {
@@ -42,16 +42,17 @@ pub struct Fetched<V> {
 
 impl<V> Fetched<V> {
     /// A value (`None`: "not found") with its freshness, e.g. to compare
-    /// with what [`Cache::get_or_fill`](crate::Cache::get_or_fill) returned.
+    /// with what [`Cache::get_or_fill_answer`](crate::Cache::get_or_fill_answer) returned.
     pub fn new(value: Option<V>, freshness: Freshness) -> Self {
         Self { value, freshness }
     }
 }
 
-/// What a fill of [`Cache::get_or_fill`](crate::Cache::get_or_fill) may
-/// answer instead of a plain value (see [`FillOutput`](crate::FillOutput)): a value or
-/// "not found", how long to keep it (or not to keep it at all), and the
-/// tags it learnt from what it loaded ([`tags`](Answer::tags)).
+/// What a fill of [`Cache::get_or_fill_answer`](crate::Cache::get_or_fill_answer)
+/// (or of [`Cache::get_many_or_fill_answers`](crate::Cache::get_many_or_fill_answers),
+/// per key) answers instead of a plain value: a value or "not found", how
+/// long to keep it (or not to keep it at all), and the tags it learnt from
+/// what it loaded ([`tags`](Answer::tags)).
 ///
 /// Every caller coalesced onto the fill receives the answer, whether it is
 /// cached or not.

@@ -2,6 +2,7 @@
 //! value is and which settings judge it. Plain types and pure functions:
 //! nothing here calls a store, spawns a task or knows a cache instance.
 
+pub(crate) mod cause;
 #[cfg_attr(not(feature = "encryption"), path = "encryption_off.rs")]
 pub(crate) mod encryption;
 pub(crate) mod entry;

@@ -38,6 +38,7 @@ use std::sync::Arc;
 
 use tokio::runtime::Handle;
 
+use crate::data::cause::FillError;
 use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Answer, Fetched, Judged, Standing};
 use crate::data::policy::FillOptions;
@@ -60,7 +61,7 @@ pub(crate) async fn fetch<V, F, Fut, E>(
 where
     V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, FillError<E>>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let mut store_failed = false;
@@ -95,7 +96,7 @@ async fn in_flight<V, F, Fut, E>(
 where
     V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, FillError<E>>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
@@ -179,7 +180,7 @@ fn refresh_in_background<V, F, Fut, E>(
 ) where
     V: Clone + Send + Sync + 'static,
     F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+    Fut: Future<Output = Result<Answer<V>, FillError<E>>> + Send + 'static,
     E: Send + Sync + 'static,
 {
     let Ok(permit) = Arc::clone(inner.refresh_limiter()).try_acquire_owned() else {

@@ -12,6 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::budget::FillBudget;
 use crate::codec::{round_trips, Codec};
+use crate::data::cause::FillError;
 use crate::data::encryption::Cipher;
 use crate::data::entry::{self, Decoded, Ttls};
 use crate::data::error::{Error, StoreError};
@@ -671,8 +672,9 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
 }
 
 /// A flight's outcome as its caller's result. The caller's `E` is the error
-/// type the flight is keyed by (see [`FlightTable::claim`]), so the fill's
-/// error always downcasts to it; were it ever not to, the caller would get
+/// type the flight is keyed by (see [`FlightTable::claim`]), and every fill
+/// fails with a [`FillError<E>`] (the public calls wrap their fills'
+/// errors), so the fill's error always downcasts to it; were it ever not to, the caller would get
 /// [`Error::Aborted`] (no outcome it can receive), never a panic.
 ///
 /// [`FlightTable::claim`]: crate::state::flight::FlightTable::claim
@@ -681,8 +683,8 @@ pub(crate) fn outcome_to_result<V, E: Send + Sync + 'static>(
 ) -> Result<Fetched<V>, Error<E>> {
     match outcome {
         Outcome::Value(fetched) => Ok(fetched),
-        Outcome::Failed(Failure::Fill(error)) => match error.downcast::<E>() {
-            Ok(error) => Err(Error::Fill(error)),
+        Outcome::Failed(Failure::Fill(error)) => match error.downcast::<FillError<E>>() {
+            Ok(error) => Err(Error::Fill(FillError::clone(&error))),
             Err(_) => Err(Error::Aborted),
         },
         Outcome::Failed(Failure::Panicked(message)) => Err(Error::FillPanicked { message }),

@@ -137,6 +137,14 @@ impl Fixture {
 #[derive(Debug, PartialEq)]
 struct SourceDown(u32);
 
+impl std::fmt::Display for SourceDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the source is down")
+    }
+}
+
+impl std::error::Error for SourceDown {}
+
 type Fill = std::pin::Pin<Box<dyn Future<Output = Result<String, SourceDown>> + Send>>;
 
 fn gated(

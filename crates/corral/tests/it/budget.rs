@@ -13,6 +13,14 @@ use corral_testkit::{until_yielding, Gate};
 #[derive(Debug)]
 struct SourceDown;
 
+impl std::fmt::Display for SourceDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the source is down")
+    }
+}
+
+impl std::error::Error for SourceDown {}
+
 fn cache(name: &str, budget: &FillBudget) -> Cache<String> {
     Cache::<String>::builder(name)
         .ttl(Duration::from_secs(60))
@@ -209,7 +217,7 @@ async fn a_full_budget_serves_the_fail_safe_value_at_once_and_refreshes_later() 
         ..
     } = expired_behind_blocker(builder).await;
     let fetched = cache
-        .get_or_fill("k", || async {
+        .get_or_fill_answer("k", || async {
             Ok::<_, SourceDown>(Answer::value("new".to_owned()))
         })
         .await

@@ -23,6 +23,54 @@ where
         .expect("valid config")
 }
 
+/// A source that may have nothing, read through a `Cache<String>` (not a
+/// `Cache<Option<String>>`): counts its runs.
+#[corral::cached(cache = users, key = "user:{id}")]
+async fn find_user(
+    users: Cache<String>,
+    runs: Arc<AtomicUsize>,
+    id: u64,
+) -> Result<Option<String>, std::io::Error> {
+    runs.fetch_add(1, SeqCst);
+    Ok((id == 42).then(|| "Ada".to_owned()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_option_result_caches_none_as_not_found_for_the_negative_ttl() {
+    let users: Cache<String> = Cache::builder("find_user")
+        .ttl(Duration::from_secs(60))
+        .negative_ttl(Duration::from_secs(5))
+        .clock(corral::clock::TokioClock::new())
+        .build()
+        .expect("valid config");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let find = |id| find_user(users.clone(), Arc::clone(&runs), id);
+
+    let found: Result<Option<String>, Error<std::io::Error>> = find(42).await;
+    assert_eq!(found.expect("found").as_deref(), Some("Ada"));
+    assert_eq!(find(7).await.expect("looked up"), None);
+    assert_eq!(runs.load(SeqCst), 2);
+    // Both answers are cached: the value, and the "not found".
+    assert_eq!(find(42).await.expect("hit").as_deref(), Some("Ada"));
+    assert_eq!(find(7).await.expect("hit"), None);
+    assert_eq!(runs.load(SeqCst), 2);
+    assert!(matches!(
+        users.peek_entry("user:7").await.expect("peek"),
+        corral::Cached::NotFound { .. }
+    ));
+
+    // Past the negative TTL (with jitter), within the TTL of values: only
+    // the "not found" is asked again.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert_eq!(find(7).await.expect("looked up again"), None);
+    assert_eq!(runs.load(SeqCst), 3);
+    assert_eq!(
+        find(42).await.expect("still cached").as_deref(),
+        Some("Ada")
+    );
+    assert_eq!(runs.load(SeqCst), 3);
+}
+
 static HERD: LazyLock<Cache<String>> = LazyLock::new(|| cache("herd"));
 static HERD_RUNS: AtomicUsize = AtomicUsize::new(0);
 
@@ -138,6 +186,14 @@ enum Down {
     NotANumber,
 }
 
+impl std::fmt::Display for Down {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl std::error::Error for Down {}
+
 impl From<ParseIntError> for Down {
     fn from(_: ParseIntError) -> Self {
         Self::NotANumber
@@ -227,4 +283,33 @@ async fn keys_are_the_formatted_templates() {
         .expect("invalidate tag");
     assert_eq!(get("tagged:9").await, None);
     assert_eq!(KEYS.stats().fills, 4);
+}
+
+static OPTION_BUILDS: AtomicUsize = AtomicUsize::new(0);
+
+fn counted_options(org: &str) -> FillOptions {
+    OPTION_BUILDS.fetch_add(1, SeqCst);
+    FillOptions::new().tags([format!("org:{org}")])
+}
+
+#[corral::cached(cache = cache, key = "lazy:{id}", options = counted_options(&org))]
+async fn lazily_tagged(cache: Cache<String>, org: String, id: u64) -> String {
+    format!("lazy {org}/{id}")
+}
+
+#[tokio::test]
+async fn options_are_built_only_by_a_call_that_misses() {
+    let cache: Cache<String> = cache("lazy_options");
+    for _ in 0..3 {
+        let value = lazily_tagged(cache.clone(), "acme".to_owned(), 1).await;
+        assert_eq!(value.expect("value"), "lazy acme/1");
+    }
+    assert_eq!(OPTION_BUILDS.load(SeqCst), 1, "built by the one miss");
+    assert_eq!(cache.stats().hits, 2);
+    // They applied: the entry carries the tag.
+    cache
+        .invalidate_tag("org:acme")
+        .await
+        .expect("invalidate tag");
+    assert_eq!(cache.peek("lazy:1").await.expect("peek"), None);
 }

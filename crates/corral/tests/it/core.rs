@@ -17,6 +17,14 @@ struct SourceDown {
     code: u32,
 }
 
+impl std::fmt::Display for SourceDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the source is down ({})", self.code)
+    }
+}
+
+impl std::error::Error for SourceDown {}
+
 fn cache(name: &str) -> Cache<String> {
     Cache::<String>::builder(name)
         .ttl(Duration::from_secs(60))
@@ -122,7 +130,7 @@ async fn every_waiter_gets_the_leaders_typed_error_and_the_next_call_retries() {
     }
     assert_eq!(*errors[0], SourceDown { code: 503 });
     assert!(
-        errors.iter().all(|e| Arc::ptr_eq(e, &errors[0])),
+        errors.iter().all(|e| Arc::ptr_eq(e.arc(), errors[0].arc())),
         "one shared error"
     );
     match other.await.expect("task") {
@@ -691,14 +699,14 @@ async fn per_call_options_apply_whatever_the_fill_answers() {
         .await
         .expect("plain");
     let optional: Option<String> = cache
-        .get_or_fill("optional", || async {
+        .get_or_fill_option("optional", || async {
             Ok::<_, SourceDown>(Some("o".to_owned()))
         })
         .options(short())
         .await
         .expect("optional");
     let detailed: Fetched<String> = cache
-        .get_or_fill("detailed", || async {
+        .get_or_fill_answer("detailed", || async {
             Ok::<_, SourceDown>(Answer::value("d".to_owned()))
         })
         .options(short())
@@ -721,4 +729,33 @@ async fn per_call_options_apply_whatever_the_fill_answers() {
             "{key}: the per-call TTL, not the cache's 60 s"
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_call_options_given_as_a_closure_are_built_only_on_a_miss() {
+    let cache = cache("lazy-options");
+    let builds = AtomicUsize::new(0);
+    let tenant = 7;
+    for _ in 0..3 {
+        let value = cache
+            .get_or_fill("user:1", || async { Ok::<_, SourceDown>("u".to_owned()) })
+            .options(|| {
+                builds.fetch_add(1, SeqCst);
+                FillOptions::new().tags([format!("tenant:{tenant}")])
+            })
+            .await
+            .expect("value");
+        assert_eq!(value, "u");
+    }
+    assert_eq!(builds.load(SeqCst), 1, "built by the one miss");
+    assert_eq!(cache.stats().hits, 2);
+    cache
+        .invalidate_tag("tenant:7")
+        .await
+        .expect("invalidate tag");
+    assert_eq!(
+        cache.peek("user:1").await.expect("peek"),
+        None,
+        "the tag applied"
+    );
 }

@@ -18,6 +18,14 @@ const NEW: [u8; 32] = [0x22; 32];
 #[derive(Debug)]
 struct Never;
 
+impl std::fmt::Display for Never {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the source is down")
+    }
+}
+
+impl std::error::Error for Never {}
+
 fn encrypted(name: &str, store: &MemoryStore, encryption: Encryption) -> Cache<String> {
     Cache::<String>::builder(name)
         .ttl(Duration::from_secs(60))

@@ -1,6 +1,7 @@
 //! Errors as a Rust service consumes them: `?` into `anyhow` and
-//! `Box<dyn Error>`, a source chain down to the fill's own error, and fills
-//! that cannot fail.
+//! `Box<dyn Error>` whatever the fill's error type (a std error, an
+//! `anyhow::Error`, a boxed error, a message), a source chain down to the
+//! fill's own error with each cause said once, and fills that cannot fail.
 
 use std::convert::Infallible;
 use std::io;
@@ -48,14 +49,7 @@ async fn anyhow_chain_reaches_the_fills_io_error() {
     let outcome: anyhow::Result<String> = async { Ok(failing(&cache).await?) }.await;
     let error = outcome.expect_err("the fill failed");
     let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
-    assert_eq!(
-        chain,
-        [
-            "fill failed: database: no answer",
-            "database: no answer",
-            "no answer"
-        ],
-    );
+    assert_eq!(chain, ["fill failed", "database: no answer", "no answer"],);
     let io = error
         .chain()
         .find_map(|cause| cause.downcast_ref::<io::Error>())
@@ -96,4 +90,108 @@ async fn an_infallible_fill_returns_its_value() {
         .get_or_fill("", || async { Ok::<_, Infallible>(String::new()) })
         .await;
     assert!(invalid.expect_err("an empty key").is_invalid_key());
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+async fn anyhow_fill(cache: &Cache<String>) -> anyhow::Result<String> {
+    use anyhow::Context as _;
+    let name = cache
+        .get_or_fill("anyhow", || async {
+            let port: u16 = "x".parse().map_err(anyhow::Error::from)?;
+            Err(anyhow::anyhow!("db down on port {port}"))
+        })
+        .await
+        .context("loading a user")?;
+    Ok(name)
+}
+
+#[tokio::test]
+async fn a_fill_failing_with_anyhow_composes_into_anyhow() {
+    let cache = cache();
+    let error = anyhow_fill(&cache).await.expect_err("the fill failed");
+    let chain: Vec<String> = error.chain().map(ToString::to_string).collect();
+    assert_eq!(
+        chain,
+        [
+            "loading a user",
+            "fill failed",
+            "invalid digit found in string"
+        ],
+    );
+    assert!(error
+        .chain()
+        .any(|cause| cause.is::<std::num::ParseIntError>()));
+}
+
+#[tokio::test]
+async fn a_fill_failing_with_a_boxed_error_composes_into_a_box() {
+    let cache = cache();
+    let outcome: Result<String, BoxError> = async {
+        let value = cache
+            .get_or_fill("boxed", || async {
+                Err::<String, BoxError>(Box::new(DbError(io::Error::other("reset"))))
+            })
+            .await?;
+        Ok(value)
+    }
+    .await;
+    let error = outcome.expect_err("the fill failed");
+    assert_eq!(error.to_string(), "fill failed");
+    let cause = error.source().expect("the boxed error");
+    assert!(cause.is::<DbError>(), "{cause:?}");
+    assert_eq!(cause.to_string(), "database: reset");
+}
+
+#[tokio::test]
+async fn a_message_is_said_by_the_display_and_has_no_source() {
+    let cache = cache();
+    let outcome: Result<String, BoxError> = async {
+        Ok(cache
+            .get_or_fill("message", || async {
+                Err::<String, _>("db down".to_owned())
+            })
+            .await?)
+    }
+    .await;
+    let error = outcome.expect_err("the fill failed");
+    assert_eq!(error.to_string(), "fill failed: db down");
+    assert!(error.source().is_none());
+}
+
+#[tokio::test]
+async fn errors_without_a_fill_widen_into_a_fills_error() {
+    let cache = cache();
+    async fn refresh(cache: &Cache<String>) -> Result<String, Error<DbError>> {
+        cache.invalidate("").await.map_err(Error::widen)?;
+        cache
+            .get_or_fill("k", || async { Ok("v".to_owned()) })
+            .await
+    }
+    let error = refresh(&cache).await.expect_err("an empty key");
+    assert!(error.is_invalid_key());
+    // Display says what happened; the cause is the source, said once.
+    assert_eq!(error.to_string(), "key rejected");
+    let cause = std::error::Error::source(&error).expect("the key's error");
+    assert!(cause.is::<corral::InvalidKey>());
+    assert_eq!(
+        format!("{:#}", anyhow::Error::from(error)),
+        "key rejected: invalid key: empty"
+    );
+}
+
+#[cfg(all(feature = "config", feature = "redis"))]
+#[tokio::test]
+async fn a_store_refusal_is_said_once_in_a_config_error() {
+    let refused = corral::CacheConfig::production("redis://127.0.0.1:notaport/")
+        .build::<String>("users")
+        .await
+        .expect_err("a malformed URL");
+    let store = refused
+        .store_error()
+        .expect("the store's error")
+        .to_string();
+    assert!(!refused.to_string().contains(&store), "{refused}");
+    let chain = format!("{:#}", anyhow::Error::from(refused));
+    assert_eq!(chain.matches(&store).count(), 1, "{chain}");
 }

@@ -19,6 +19,14 @@ use tokio::time::{advance, Instant};
 #[derive(Debug, PartialEq)]
 struct SourceDown;
 
+impl std::fmt::Display for SourceDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the source is down")
+    }
+}
+
+impl std::error::Error for SourceDown {}
+
 /// The tiers judged by tokio's paused clock: in process only, a shared
 /// store only, and an L1 in front of a shared store.
 #[derive(Clone, Copy, Debug)]
@@ -100,7 +108,7 @@ async fn fetch(
     fill: impl FnOnce() -> BoxFill + Send + 'static,
 ) -> Result<Fetched<String>, Error<SourceDown>> {
     cache
-        .get_or_fill("k", move || async move { fill().await.map(Answer::value) })
+        .get_or_fill_answer("k", move || async move { fill().await.map(Answer::value) })
         .await
 }
 
@@ -204,7 +212,7 @@ async fn a_full_refresh_limiter_skips_and_a_later_read_retries() {
             let cache = cache.clone();
             async move {
                 cache
-                    .get_or_fill(key, move || async move { fill().await.map(Answer::value) })
+                    .get_or_fill_answer(key, move || async move { fill().await.map(Answer::value) })
                     .await
                     .expect("stale")
             }
@@ -415,11 +423,17 @@ async fn not_found_is_cached_with_its_own_ttl() {
             }
         };
         assert_eq!(
-            cache.get_or_fill("k", missing()).await.expect("answer"),
+            cache
+                .get_or_fill_option("k", missing())
+                .await
+                .expect("answer"),
             None
         );
         assert_eq!(
-            cache.get_or_fill("k", missing()).await.expect("cached"),
+            cache
+                .get_or_fill_option("k", missing())
+                .await
+                .expect("cached"),
             None
         );
         assert_eq!(
@@ -446,7 +460,10 @@ async fn not_found_is_cached_with_its_own_ttl() {
             "{tier:?}"
         );
         assert_eq!(
-            cache.get_or_fill("k", missing()).await.expect("refetched"),
+            cache
+                .get_or_fill_option("k", missing())
+                .await
+                .expect("refetched"),
             None
         );
         assert_eq!(calls.load(SeqCst), 2);
@@ -459,7 +476,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
         let caches = Caches::new(tier);
         let cache = caches.build(|b| b);
         let short = cache
-            .get_or_fill("short", || async {
+            .get_or_fill_answer("short", || async {
                 Ok::<_, SourceDown>(Answer::value("v".to_owned()).ttl(Duration::from_secs(1)))
             })
             .await
@@ -479,7 +496,7 @@ async fn the_fill_chooses_its_ttl_or_not_to_be_cached() {
                 let (cache, calls, gate) = (cache.clone(), Arc::clone(&calls), gate.clone());
                 tokio::spawn(async move {
                     cache
-                        .get_or_fill("volatile", move || async move {
+                        .get_or_fill_answer("volatile", move || async move {
                             calls.fetch_add(1, SeqCst);
                             gate.wait().await;
                             Ok::<_, SourceDown>(Answer::value("once".to_owned()).dont_cache())
@@ -551,7 +568,7 @@ async fn a_refresh_racing_an_invalidate_never_brings_the_old_value_back() {
             advance(Duration::from_secs(11)).await;
             let (fill_yields, invalidate_yields) = (rng.usize(0..6), rng.usize(0..6));
             let fetched = cache
-                .get_or_fill(&key, move || async move {
+                .get_or_fill_answer(&key, move || async move {
                     for _ in 0..fill_yields {
                         tokio::task::yield_now().await;
                     }

@@ -414,6 +414,14 @@ impl From<Stats> for Counts {
 #[derive(Debug)]
 struct SourceDown;
 
+impl std::fmt::Display for SourceDown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the source is down")
+    }
+}
+
+impl std::error::Error for SourceDown {}
+
 /// The payload of a fill that panics on purpose.
 const DELIBERATE_PANIC: &str = "the source exploded (a fill panicking on purpose)";
 
@@ -495,12 +503,12 @@ async fn call_once(ctx: &Ctx, key: &str, mode: Mode, fill: Fill) -> Got {
                 }
                 Ok(answer)
             };
-            match ctx.cache.get_or_fill(key, answered).await {
+            match ctx.cache.get_or_fill_answer(key, answered).await {
                 Ok(fetched) => Got::Fetched(fetched.value, fetched.freshness.into()),
                 Err(error) => Got::Failed(failure(&error)),
             }
         }
-        Mode::Optional => match ctx.cache.get_or_fill(key, source).await {
+        Mode::Optional => match ctx.cache.get_or_fill_option(key, source).await {
             Ok(value) => Got::Value(value),
             Err(error) => Got::Failed(failure(&error)),
         },

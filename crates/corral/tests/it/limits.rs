@@ -150,7 +150,7 @@ async fn invalid_keys_are_refused_on_every_path() {
         ));
         assert!(invalid(
             &cache
-                .get_or_fill(key, || async {
+                .get_or_fill_option(key, || async {
                     Ok::<_, std::io::Error>(Some("v".to_owned()))
                 })
                 .await
@@ -158,7 +158,7 @@ async fn invalid_keys_are_refused_on_every_path() {
         ));
         assert!(invalid(
             &cache
-                .get_or_fill(key, || async {
+                .get_or_fill_answer(key, || async {
                     Ok::<_, std::io::Error>(Answer::value("v".to_owned()))
                 })
                 .await

@@ -373,7 +373,8 @@ async fn no_sentinel_answering_is_unavailable_and_shows_no_password() {
         .build()
         .expect("config");
     let error = lazy.set("k", "v".to_owned()).await.expect_err("no master");
-    assert!(!error.to_string().contains("secret"), "{error}");
+    let said = format!("{:#}", anyhow::Error::from(error));
+    assert!(!said.contains("secret"), "{said}");
 }
 
 /// The master is reached with the configured user, password and

@@ -101,7 +101,7 @@ async fn command(cache: &Cache<String>, words: &[&str]) {
         ["answer", key, value, tag] => {
             let (value, tag) = ((*value).to_owned(), (*tag).to_owned());
             let got = cache
-                .get_or_fill(key, move || async move {
+                .get_or_fill_answer(key, move || async move {
                     Ok::<_, std::io::Error>(Answer::value(value).tags([tag]))
                 })
                 .await
@@ -112,7 +112,7 @@ async fn command(cache: &Cache<String>, words: &[&str]) {
         ["batch", option_tag, answer_tag, value, keys @ ..] => {
             let (value, answer_tag) = ((*value).to_owned(), tags_of(answer_tag));
             let batch = cache
-                .get_many_or_fill(keys, move |keys| {
+                .get_many_or_fill_answers(keys, move |keys| {
                     let (value, answer_tag) = (value.clone(), answer_tag.clone());
                     async move {
                         let found: HashMap<String, Answer<String>> = keys
@@ -259,7 +259,7 @@ async fn an_answer_tagged_after_an_invalidation_during_its_fill_is_not_stored() 
     };
     let filling = tokio::spawn({
         let filler = filler.clone();
-        async move { filler.get_or_fill("user:1", fill).await }
+        async move { filler.get_or_fill_answer("user:1", fill).await }
     });
     loaded.notified().await;
     writer
@@ -287,7 +287,7 @@ async fn an_answer_tagged_after_an_invalidation_during_its_fill_is_not_stored() 
 
     // Without an invalidation meanwhile, the answer is stored under its tag.
     let stored = filler
-        .get_or_fill("user:1", || async {
+        .get_or_fill_answer("user:1", || async {
             Ok::<_, std::io::Error>(Answer::value("new".to_owned()).tags(["tenant:acme"]))
         })
         .await

@@ -33,14 +33,15 @@ pub mod api {
         count + label.len() as u32 + r#type.len() as u32
     }
 
-    /// An `Option` value: `?` on options inside an infallible body.
+    /// An `Option` value, read through a `Cache<u32>` (`None` is cached as
+    /// "not found"): `?` on options inside an infallible body.
     #[corral::cached(cache = OPTIONAL, key = "half:{n}")]
     pub async fn half(n: u32) -> Option<u32> {
         let even = (n % 2 == 0).then_some(n)?;
         Some(even / 2)
     }
 
-    static OPTIONAL: LazyLock<Cache<Option<u32>>> =
+    static OPTIONAL: LazyLock<Cache<u32>> =
         LazyLock::new(|| Cache::builder("optional").build().expect("valid config"));
 }
 
@@ -88,6 +89,7 @@ async fn main() {
     assert_eq!(NUMBERS.peek("mixed:ab:1:xyz").await.expect("get"), Some(7));
 
     assert_eq!(api::half(4).await.expect("half"), Some(2));
+    assert_eq!(api::half(3).await.expect("half"), None);
     assert_eq!(api::half(3).await.expect("half"), None);
 
     let state = Arc::new(State { numbers: NUMBERS.clone() });
