@@ -28,7 +28,8 @@ async fn page(
     docs.get_or_fill(&format!("{tenant}:{doc}"), move || async move {
         render(&owned.0, &owned.1, &renders).await
     })
-    .options(FillOptions::new().tags([format!("tenant:{tenant}")]))
+    // Built only on a miss: a hit formats no tag.
+    .options(|| FillOptions::new().tags([format!("tenant:{tenant}")]))
     .await
 }
 

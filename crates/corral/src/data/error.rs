@@ -422,7 +422,7 @@ impl ConfigError {
     }
 
     /// A setting `what` that `error` refused.
-    #[cfg_attr(not(feature = "config"), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "config", feature = "redis")), allow(dead_code))]
     pub(crate) fn from_store(what: impl fmt::Display, error: StoreError) -> Self {
         // The store's error is the source, not part of the message.
         Self {

@@ -206,8 +206,11 @@ impl FillOptions {
     /// them makes it a miss in every process sharing the store, and fences
     /// the fill if it is still running. Tags follow the key rules
     /// ([`validate_key`](crate::validate_key)); at most 63 per entry
-    /// (duplicates count once); invalid tags make the call fail with
-    /// [`Error::InvalidKey`](crate::Error::InvalidKey).
+    /// (duplicates count once); invalid tags make a call that reads past
+    /// the L1 fail with [`Error::InvalidKey`](crate::Error::InvalidKey). A
+    /// hit in the L1 does not look at the call's options (they may not
+    /// even be built: see `GetOrFill::options`), so a key already held in
+    /// process is answered whatever its call's tags.
     ///
     /// [`Cache::invalidate_tag`]: crate::Cache::invalidate_tag
     pub fn tags<I, T>(mut self, tags: I) -> Self

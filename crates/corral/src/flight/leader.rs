@@ -909,13 +909,16 @@ where
     let failure = match result {
         Ok(Ok(answer)) => return Ok(answer),
         Ok(Err(error)) => {
-            if let Some(cache) = inner.upgrade() {
-                Counters::bump(&cache.counters().fill_errors);
+            match inner.upgrade() {
+                Some(cache) => {
+                    Counters::bump(&cache.counters().fill_errors);
+                    cache.fill_failed(std::any::type_name::<E>());
+                }
+                None => tracing::warn!(
+                    error_type = std::any::type_name::<E>(),
+                    "fill returned an error: nothing stored"
+                ),
             }
-            tracing::warn!(
-                error_type = std::any::type_name::<E>(),
-                "fill returned an error: nothing stored"
-            );
             Failure::Fill(Arc::new(error))
         }
         Err(panic) => {

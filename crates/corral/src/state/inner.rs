@@ -82,6 +82,9 @@ pub(crate) struct Inner<V> {
     round_trip: OnceLock<Result<(), Arc<str>>>,
     /// Rations the warnings of failed store calls during an outage.
     store_warnings: Throttle,
+    /// Rations the warnings of fills that returned an error (a source that
+    /// is down fails every fill).
+    fill_warnings: Throttle,
     /// What this instance last exported to `metrics`.
     #[cfg(feature = "metrics")]
     exported: crate::stats::export::Exported,
@@ -129,6 +132,7 @@ impl<V: Clone> Inner<V> {
             budget: parts.budget,
             round_trip: OnceLock::new(),
             store_warnings: Throttle::default(),
+            fill_warnings: Throttle::default(),
             #[cfg(feature = "metrics")]
             exported: crate::stats::export::Exported::new(Arc::clone(&name)),
         }
@@ -220,6 +224,26 @@ impl<V> Inner<V> {
                 WARN_WINDOW.as_secs()
             ),
             None => tracing::debug!(cache = %self.name, %error, "store call failed: {instead}"),
+        }
+    }
+
+    /// Logs that a fill returned an error (an error of type `error_type`):
+    /// the first at warning level, the repeats within
+    /// [`WARN_WINDOW`] at debug level, the next warning with their count.
+    pub(crate) fn fill_failed(&self, error_type: &'static str) {
+        match self.fill_warnings.admit() {
+            Some(left_out) => tracing::warn!(
+                cache = %self.name,
+                error_type,
+                repeats_left_out = left_out,
+                "fill returned an error: nothing stored (repeats are logged at debug level for {}s)",
+                WARN_WINDOW.as_secs()
+            ),
+            None => tracing::debug!(
+                cache = %self.name,
+                error_type,
+                "fill returned an error: nothing stored"
+            ),
         }
     }
 }

@@ -61,6 +61,7 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V>> BoundedMap<K, V, W> {
     /// A map of about `estimated_items` entries and at most
     /// `weight_capacity` total weight (both at least 1), sharded for this
     /// machine's CPUs.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn new(estimated_items: usize, weight_capacity: u64, weighter: W) -> Self {
         Self::with_shards(estimated_items, weight_capacity, weighter, None)
     }
