@@ -174,3 +174,29 @@ async fn a_silent_servers_health_checks_warn_once() {
     assert!(lines(&text, "WARN", "not replaced").is_empty(), "{text}");
     drop(store);
 }
+
+/// A source that is down fails every fill: the first failure is a warning
+/// naming the cache, the repeats within the window are debug lines.
+#[tokio::test]
+async fn failing_fills_warn_once_per_window() {
+    let (captured, _default) = corral_testkit::capture(tracing::Level::DEBUG);
+    let cache = Cache::<String>::builder("orders").build().expect("config");
+    for i in 0..5 {
+        let failed = cache
+            .get_or_fill(&format!("order:{i}"), || async {
+                Err::<String, _>(std::io::Error::other("db down"))
+            })
+            .await;
+        assert!(failed.is_err());
+    }
+    let text = captured.text();
+    let warned = lines(&text, "WARN", "fill returned an error");
+    assert_eq!(warned.len(), 1, "{text}");
+    assert!(warned[0].contains("cache=orders"), "{text}");
+    assert!(warned[0].contains("repeats_left_out=0"), "{text}");
+    assert_eq!(
+        lines(&text, "DEBUG", "fill returned an error").len(),
+        4,
+        "{text}"
+    );
+}
