@@ -507,7 +507,7 @@ where
         crate::stats::health::Health {
             store,
             flights_in_progress: inner.flights().len(),
-            budget: inner.budget().map(crate::FillBudget::stats),
+            budget: inner.budget().map(crate::budget::FillBudget::stats),
         }
     }
 
