@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::stats::Counters;
 use crate::sync::{lock, Mutex};
 
 /// What a queued fill is worth: read each time a permit is handed out.
@@ -66,10 +67,6 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
     pub(crate) fn waited(&self, waited: Duration) {
         let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
         self.wait_nanos.fetch_add(nanos, Ordering::Relaxed);
@@ -129,7 +126,7 @@ impl Permits {
             demand,
             waker: None,
         });
-        Totals::bump(&self.totals.queued);
+        Counters::bump(&self.totals.queued);
         Acquire {
             permits: Arc::clone(self),
             ticket: Ticket::Queued(seq),
@@ -151,7 +148,7 @@ impl Permits {
 impl State {
     fn take_one(&mut self, totals: &Totals) {
         self.in_use += 1;
-        Totals::bump(&totals.granted);
+        Counters::bump(&totals.granted);
         totals
             .peak_in_use
             .fetch_max(self.in_use as u64, Ordering::Relaxed);

@@ -174,6 +174,7 @@ where
         let wanted = Stamps::wanted(&tags);
         let home = inner.home(key);
         let stamps = Stamps::zip(&wanted, inner.current_versions(home, &wanted).await?);
+        let mut others = Ok(());
         if let Some(store) = &inner.tiers().l2 {
             let bytes = inner
                 .encode(key, Some(&value), ttls, 0, &stamps)
@@ -187,12 +188,6 @@ where
             let written = store
                 .call(store.set(&skey, &bytes, ttls.physical, inner.origin()))
                 .await;
-            // A build of another version drops its copy: it cannot read
-            // this one.
-            let written = match written {
-                Ok(()) => self.invalidate_other_versions(key).await,
-                failed => failed,
-            };
             if let Err(error) = written {
                 inner.counters().store_failed(&error);
                 // The write may or may not have landed: keep no copy of
@@ -200,6 +195,9 @@ where
                 inner.flights().detach(key, || inner.remove_from_l1(key));
                 return Err(error.into());
             }
+            // A build of another version drops its copy: it cannot read
+            // this one. This write landed whatever that drop gives.
+            others = self.invalidate_other_versions(key).await;
         }
         inner.flights().detach(key, || {
             let entry = InL1 {
@@ -209,10 +207,13 @@ where
                 weight,
                 age: Duration::ZERO,
             };
-            if !inner.insert_in_l1(key, &stamps, entry) {
+            if !inner.insert_in_l1(key, home, &stamps, entry) {
                 inner.remove_from_l1(key);
             }
         });
-        Ok(())
+        others.map_err(|error| {
+            inner.counters().store_failed(&error);
+            error.into()
+        })
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::data::entry::Ttls;
 use crate::data::policy::tag_list;
-use crate::data::tags::Stamps;
+use crate::data::tags::{Home, Stamps};
 
 /// How fresh a value handed to a caller is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -213,6 +213,10 @@ pub(crate) struct Judged<V> {
     /// The tag versions it was filled under (entries read from a shared
     /// store; empty for in-process entries, checked when they got there).
     pub(crate) stamps: Stamps,
+    /// Where the versions guarding it live in the store, once its stamps
+    /// were checked there (see `read_current`): what copying it into the
+    /// L1 checks them against again.
+    pub(crate) home: Option<Home>,
 }
 
 impl<V> Judged<V> {
@@ -240,6 +244,7 @@ impl<V> Judged<V> {
             age,
             fail_safe,
             stamps: Stamps::default(),
+            home: None,
         }
     }
 

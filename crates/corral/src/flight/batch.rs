@@ -101,9 +101,12 @@ where
             Counters::bump(&cache.counters().misses);
         }
         let ttl = self.ttl;
+        let budgeted = cache.budget().is_some();
         drop(cache);
         // One permit of the fill budget for the one call of the batch fill.
-        let permit = {
+        let permit = if !budgeted {
+            None
+        } else {
             let leases: Vec<&LeaseGuard> =
                 to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
             let flights = to_fill.iter().map(|(_, f, _)| Arc::clone(f.flight()));

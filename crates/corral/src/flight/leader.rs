@@ -351,6 +351,14 @@ where
     /// meanwhile); a value at hand is served at once if the fill has to
     /// queue.
     async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Waited {
+        // Most caches have no budget: nothing to gather, no lease to renew.
+        if self
+            .inner
+            .upgrade()
+            .is_none_or(|cache| cache.budget().is_none())
+        {
+            return Waited::without_budget();
+        }
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());
         let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
@@ -583,11 +591,12 @@ async fn keep_value<V>(
         return;
     };
     stamps.take_moved();
+    let home = cache.home(key);
     let keep_local = match (&cache.tiers().l2, lease) {
         (None, _) => true,
         (Some(_), None) => true,
         (Some(_), Some(lease)) => {
-            if !cache.stamps_current(cache.home(key), &stamps).await {
+            if !cache.stamps_current(home, &stamps).await {
                 // A tag or clear moved while the fill ran: the lease is
                 // released unused.
                 Counters::bump(&cache.counters().commits_refused);
@@ -620,7 +629,7 @@ async fn keep_value<V>(
                 age: Duration::ZERO,
             };
             flight.retire(|| {
-                cache.insert_in_l1(key, &stamps, entry);
+                cache.insert_in_l1(key, home, &stamps, entry);
             });
         }
         Some((_, Err(_))) | None => {

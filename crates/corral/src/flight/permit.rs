@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::budget::fleet::FleetPermit;
-use crate::budget::queue::Totals;
 use crate::budget::{Demand, FillBudget, LocalPermit};
 use crate::data::freshness::Fetched;
 use crate::state::flight::Flight;
@@ -49,6 +48,16 @@ pub(crate) enum Waited {
     Deserted(Duration),
 }
 
+impl Waited {
+    /// What a cache without a budget gets: the fill goes ahead.
+    pub(crate) fn without_budget() -> Self {
+        Self::Granted {
+            permit: None,
+            queued: false,
+        }
+    }
+}
+
 /// A queued fill's worth to the budget: the callers waiting for its
 /// flights (one for a key's fill, one per key for a batch's).
 pub(crate) struct FlightDemand<V> {
@@ -81,22 +90,12 @@ where
     V: Clone + Send + Sync + 'static,
 {
     let Some(cache) = inner.upgrade() else {
-        return Waited::Granted {
-            permit: None,
-            queued: false,
-        };
+        return Waited::without_budget();
     };
     let Some(budget) = cache.budget().cloned() else {
-        return Waited::Granted {
-            permit: None,
-            queued: false,
-        };
+        return Waited::without_budget();
     };
-    let fleet_store = cache
-        .tiers()
-        .l2
-        .clone()
-        .filter(|_| budget.fleet_slots().is_some());
+    let fleet_store = budget.fleet_slots().and_then(|_| cache.tiers().l2.clone());
     let (lease_ttl, poll_interval) = (cache.policy().lease_ttl, cache.policy().poll_interval);
     drop(cache);
     let started = Instant::now();
@@ -185,14 +184,14 @@ fn enter_queue<V>(inner: &Weak<Inner<V>>, on_queue: &mut Option<impl FnOnce()>) 
 }
 
 fn abandoned(budget: &FillBudget, started: Instant) -> Waited {
-    Totals::bump(&budget.permits().totals.abandoned);
+    Counters::bump(&budget.permits().totals.abandoned);
     tracing::debug!("every caller of a queued fill left: the fill leaves the queue");
     Waited::Deserted(started.elapsed())
 }
 
 fn overloaded<V>(inner: &Weak<Inner<V>>, budget: &FillBudget, started: Instant) -> Waited {
     let totals = &budget.permits().totals;
-    Totals::bump(&totals.overloaded);
+    Counters::bump(&totals.overloaded);
     let waited = started.elapsed();
     totals.waited(waited);
     if let Some(cache) = inner.upgrade() {

@@ -65,14 +65,15 @@ where
     V: Clone + Send + Sync + 'static,
 {
     let counted = look == Look::Counted;
-    let judged = inner.judge_stored(key, stored, counted)?;
+    let mut judged = inner.judge_stored(key, stored, counted)?;
     // Versions the cache knows are checked in place, without awaiting the
     // (larger) future that reads unknown ones from the store.
     let home = inner.home(key);
     let current = match inner.tags().check(home, &judged.stamps) {
         Some(current) => current,
-        None => inner.stamps_current(home, &judged.stamps).await,
+        None => inner.stamps_read_current(home, &judged.stamps).await,
     };
+    judged.home = Some(home);
     if !current {
         if counted {
             // A tag invalidation or clear made it a miss.

@@ -340,22 +340,23 @@ async fn send(shared: &Shared, batch: Vec<Queued>) {
 /// Sends the reads of one slot (on one server, any slots) as one
 /// pipeline — the `PTTL`s asked for, then one `MGET` — and answers each.
 async fn send_group(shared: &Shared, group: Vec<Queued>) {
+    // Each key hashed once for the whole pipeline.
+    let names: Vec<ValueName<'_>> = group.iter().map(|read| ValueName::new(&read.key)).collect();
     let pttls = group.iter().filter(|read| read.pttl).count();
     let mut pipe = ::redis::Pipeline::with_capacity(pttls + 1);
-    for read in group.iter().filter(|read| read.pttl) {
-        pipe.cmd("PTTL").arg(ValueName::new(&read.key));
+    for (read, name) in group.iter().zip(&names) {
+        if read.pttl {
+            pipe.cmd("PTTL").arg(*name);
+        }
     }
-    let bytes = group
-        .iter()
-        .map(|read| ValueName::new(&read.key).len())
-        .sum::<usize>();
+    let bytes = names.iter().map(ValueName::len).sum::<usize>();
     let mut mget = Cmd::with_capacity(group.len() + 1, bytes + 4);
     mget.arg("MGET");
-    for read in &group {
-        mget.arg(ValueName::new(&read.key));
+    for name in &names {
+        mget.arg(*name);
     }
     pipe.add_command(mget);
-    touch_clear_copies(shared, &mut pipe, &group);
+    touch_clear_copies(shared, &mut pipe, &names);
     pipe.ignore_errors();
     let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
         Ok(reply) if mget_refused(&reply) => {
@@ -385,14 +386,14 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
     }
 }
 
-/// Adds the touches of the clear versions guarding `group`'s entries (one
+/// Adds the touches of the clear versions guarding the entries `names` (one
 /// per namespace; on a cluster, the group's bucket's copy) whose turn is
 /// due ([`Touches`]) to `pipe`.
-fn touch_clear_copies(shared: &Shared, pipe: &mut ::redis::Pipeline, group: &[Queued]) {
+fn touch_clear_copies(shared: &Shared, pipe: &mut ::redis::Pipeline, names: &[ValueName<'_>]) {
     let cluster = shared.connection.is_cluster();
     let mut named: Vec<ClearCopy<'_>> = Vec::new();
-    for read in group {
-        let copy = ClearCopy::of(&ValueName::new(&read.key), cluster);
+    for name in names {
+        let copy = ClearCopy::of(name, cluster);
         if named.contains(&copy) {
             continue;
         }

@@ -415,9 +415,11 @@ impl<V: 'static> Inner<V> {
     {
         self.tiers.l1.as_ref()?;
         let weight = weight(self, key, judged.value.as_ref()).ok()?;
+        let home = judged.home.unwrap_or_else(|| self.home(key));
         Some(move || {
             self.insert_in_l1(
                 key,
+                home,
                 &judged.stamps,
                 InL1 {
                     value: judged.value.clone(),
@@ -434,16 +436,23 @@ impl<V: 'static> Inner<V> {
     /// far as the tag table knows, indexing it under its tags (and only
     /// them: a write without tags leaves the key indexed under none); the
     /// entries it evicts leave the index. To be run under the flight
-    /// table's lock, as every L1 insert is. Returns whether it was put
-    /// there (false too without an L1).
-    pub(crate) fn insert_in_l1(&self, key: &str, stamps: &Stamps, entry: InL1<V>) -> bool
+    /// table's lock, as every L1 insert is; `home` is [`home`](Self::home)
+    /// of `key`. Returns whether it was put there (false too without an
+    /// L1).
+    pub(crate) fn insert_in_l1(
+        &self,
+        key: &str,
+        home: Home,
+        stamps: &Stamps,
+        entry: InL1<V>,
+    ) -> bool
     where
         V: Clone,
     {
         let Some(local) = &self.tiers.l1 else {
             return false;
         };
-        let Some(id) = self.tags.admit_to_l1(key, self.home(key), stamps) else {
+        let Some(id) = self.tags.admit_to_l1(key, home, stamps) else {
             return false;
         };
         let left = local.insert(
@@ -660,9 +669,16 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
     /// from the store is boxed, so the future every store read awaits stays
     /// small.
     pub(crate) async fn stamps_current(&self, home: Home, stamps: &Stamps) -> bool {
-        if let Some(current) = self.tags.check(home, stamps) {
-            return current;
+        match self.tags.check(home, stamps) {
+            Some(current) => current,
+            None => self.stamps_read_current(home, stamps).await,
         }
+    }
+
+    /// [`stamps_current`](Self::stamps_current) for stamps whose versions
+    /// the cache does not all know (the in-place check said so): reads them
+    /// from the store.
+    pub(crate) async fn stamps_read_current(&self, home: Home, stamps: &Stamps) -> bool {
         let tags = stamps.tags();
         match Box::pin(self.current_versions(home, &tags)).await {
             Ok(versions) => stamps.matches(&versions),
