@@ -138,8 +138,11 @@ impl Config {
         let store = RedisStore::connect(url, RedisConfig::default())
             .await
             .expect("connect to redis");
+        // Freshness here is the store's, judged by Redis' clock in every
+        // process: no L1 copy judged by a process's own clock.
         let mut builder = Cache::<String>::builder(CACHE)
             .store(store)
+            .l1(false)
             .ttl(self.ttl)
             .grace(self.grace)
             .fail_safe(self.fail_safe)

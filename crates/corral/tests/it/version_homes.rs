@@ -10,7 +10,7 @@
 //! - Redis Cluster, 3 masters: one master is flushed; only its shard's
 //!   entries are refilled, and a `clear()` and an `invalidate_tag` made
 //!   before stay in force on every shard.
-//! - Redis `allkeys-lru`: memory pressure evicts about half the entries
+//! - Redis `allkeys-lru`: memory pressure evicts about 40% of the entries
 //!   each round, 10 rounds; refills equal the entries evicted, never the
 //!   whole namespace (the clear version guards every entry, and every read
 //!   touches it).
@@ -348,13 +348,15 @@ async fn lru_rounds(rounds: usize) {
         .expect("connection");
     let (mut total_evicted, mut total_refills) = (0, 0);
     for round in 1..=rounds {
-        // Pressure: new keys until about half the entries are gone (45%:
-        // most of the half not read for a tick, see `read_round`; Redis
-        // keeps idle time to the second, so entries read in the same
-        // second as the clear version's last touch are alike to it), then
-        // the filler is deleted so the refills fit.
+        // Pressure: new keys until 40% of the entries are gone (most of
+        // the half not read for a tick, see `read_round`), then the filler
+        // is deleted so the refills fit. Redis keeps idle time to the
+        // second and samples its eviction candidates, so pressure that
+        // reaches into the entries read in the clear version's last second
+        // can take the version too: at 45%, with other tests loading the
+        // machine, one run in about five lost it.
         let mut filler = 0;
-        while existing(&server, &names) > ENTRIES * 55 / 100 {
+        while existing(&server, &names) > ENTRIES * 60 / 100 {
             let mut pipe = redis::pipe();
             for _ in 0..50 {
                 pipe.cmd("SET")
