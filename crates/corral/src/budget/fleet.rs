@@ -136,8 +136,6 @@ pub(crate) struct FleetPermit {
     key: StoreKey,
     lease: Lease,
     renewing: JoinHandle<()>,
-    /// Whether dropping it still has to release the slot.
-    armed: bool,
 }
 
 impl FleetPermit {
@@ -148,7 +146,6 @@ impl FleetPermit {
             key,
             lease,
             renewing,
-            armed: true,
         }
     }
 }
@@ -156,9 +153,6 @@ impl FleetPermit {
 impl Drop for FleetPermit {
     fn drop(&mut self) {
         self.renewing.abort();
-        if !self.armed {
-            return;
-        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
