@@ -76,7 +76,7 @@ pub(super) fn unframe(mut bytes: Vec<u8>) -> (Vec<u8>, Option<Arc<str>>) {
     let generation = std::str::from_utf8(&bytes[2..2 + len])
         .ok()
         .map(Arc::<str>::from);
-    bytes.drain(..2 + len);
+    strip(&mut bytes, 2 + len);
     (bytes, generation)
 }
 
@@ -94,8 +94,17 @@ pub(super) fn unframe_as(mut bytes: Vec<u8>, token: &str) -> Option<Vec<u8>> {
     if !framed {
         return None;
     }
-    bytes.drain(..2 + token.len());
+    strip(&mut bytes, 2 + token.len());
     Some(bytes)
+}
+
+/// Removes the first `header` bytes (at most `bytes.len()`) in place: the
+/// envelope moves to the front of the buffer read, nothing is allocated.
+#[inline]
+fn strip(bytes: &mut Vec<u8>, header: usize) {
+    let header = header.min(bytes.len());
+    bytes.copy_within(header.., 0);
+    bytes.truncate(bytes.len() - header);
 }
 
 /// The length of the token of a well-framed value.
