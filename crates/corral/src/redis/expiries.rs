@@ -11,9 +11,9 @@
 //! copies. An unknown generation (a new write, a forgotten key) is read
 //! again with its `PTTL`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrayvec::ArrayString;
 use quick_cache::UnitWeighter;
 
 use crate::store::Stored;
@@ -25,18 +25,20 @@ type Map = BoundedMap<u64, Expiry, UnitWeighter>;
 const TOKEN_LEN: usize = 32;
 
 /// When the value of one generation expires. Generations are the tokens
-/// `RedisStore` draws (32 lowercase hex digits), kept as read: a plain
-/// `GET` compares its frame's token with this one byte for byte (no digit
-/// checked or parsed again).
-#[derive(Clone, Copy)]
+/// `RedisStore` draws (32 lowercase hex digits), kept as the read that
+/// learnt them found them: a plain `GET` compares its frame's token with
+/// this one byte for byte (no digit checked or parsed again) and hands this
+/// one on as the value's generation, so the reads of one write share one
+/// token and allocate none (each writes its reference count).
+#[derive(Clone)]
 pub(super) struct Expiry {
-    token: ArrayString<TOKEN_LEN>,
+    token: Arc<str>,
     deadline: Instant,
 }
 
 impl Expiry {
     /// Whether the value's time to live is not over yet.
-    pub(super) fn is_live(self) -> bool {
+    pub(super) fn is_live(&self) -> bool {
         self.deadline > Instant::now()
     }
 
@@ -45,9 +47,12 @@ impl Expiry {
         &self.token
     }
 
-    /// What is left of the value's life.
-    pub(super) fn remaining(self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+    /// What is left of the value's life, and its generation.
+    pub(super) fn remaining(self) -> (Duration, Arc<str>) {
+        (
+            self.deadline.saturating_duration_since(Instant::now()),
+            self.token,
+        )
     }
 }
 
@@ -82,20 +87,23 @@ impl Expiries {
 
     /// Remembers that `generation` of `id` had `remaining` to live when
     /// `asked` (when its `PTTL` was sent: the deadline errs early).
-    pub(super) fn learn(&self, id: u64, generation: &str, remaining: Duration, asked: Instant) {
+    pub(super) fn learn(
+        &self,
+        id: u64,
+        generation: &Arc<str>,
+        remaining: Duration,
+        asked: Instant,
+    ) {
         let Some(map) = &self.map else {
             return;
         };
         if !is_drawn(generation) {
             return;
         }
-        let Ok(token) = ArrayString::from(generation) else {
-            return;
-        };
         map.insert(
             id,
             Expiry {
-                token,
+                token: Arc::clone(generation),
                 deadline: asked + remaining,
             },
         );
@@ -132,14 +140,15 @@ mod tests {
     #[test]
     fn a_known_generation_ages_and_only_drawn_tokens_are_kept() {
         let expiries = Expiries::new(16);
-        let token = format!("{:032x}", 0x1234_u128);
+        let token: Arc<str> = format!("{:032x}", 0x1234_u128).into();
         let asked = Instant::now();
         expiries.learn(7, &token, Duration::from_secs(60), asked);
         let expiry = expiries.get(7).expect("remembered");
         assert!(expiry.is_live());
-        assert_eq!(expiry.token(), token);
-        let left = expiry.remaining();
+        assert_eq!(expiry.token(), &*token);
+        let (left, kept) = expiry.remaining();
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
+        assert!(Arc::ptr_eq(&kept, &token), "the token read is handed on");
         assert!(is_drawn(&format!("{:032x}", u128::MAX)));
         for foreign in [
             "short".to_owned(),
@@ -149,7 +158,7 @@ mod tests {
             format!("{:033x}", 1),
         ] {
             assert!(!is_drawn(&foreign), "{foreign}");
-            expiries.learn(8, &foreign, Duration::from_secs(1), asked);
+            expiries.learn(8, &foreign.into(), Duration::from_secs(1), asked);
             assert!(
                 expiries.get(8).is_none(),
                 "foreign generations are not kept"

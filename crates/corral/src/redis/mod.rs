@@ -199,7 +199,10 @@ pub struct RedisConfig {
     /// How many keys the store remembers the expiry of, so that reading a
     /// value already read (the same write) is a plain `GET` (see the
     /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
-    /// its `GET`. Default: **65,536** (about 6 MiB).
+    /// its `GET`. Each key takes about 230 bytes (its slot in the table,
+    /// and the generation's token, shared with the values read of that
+    /// write), whatever the values' size. Default: **65,536** (about
+    /// 14 MiB).
     pub read_memory: usize,
     /// TLS material for `rediss://` connections (feature `tls`): see
     /// [`tls_root_ca`](Self::tls_root_ca) and
@@ -1256,10 +1259,11 @@ impl RedisStore {
                 }
                 Value::BulkString(bytes) => {
                     if let Some(bytes) = frame::unframe_as(bytes, known.token()) {
+                        let (remaining, generation) = known.remaining();
                         return Ok(Some(Stored {
                             bytes,
-                            remaining: Some(known.remaining()),
-                            generation: Some(Arc::from(known.token())),
+                            remaining: Some(remaining),
+                            generation: Some(generation),
                         }));
                     }
                 }
