@@ -19,6 +19,7 @@
 
 use crate::data::error::StoreError;
 use crate::data::freshness::{Fetched, Judged, Standing};
+use crate::data::tags::Home;
 use crate::state::flight::{Leadership, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -48,7 +49,11 @@ where
 {
     let skey = inner.store_key(key);
     match store.call(store.get(&skey)).await? {
-        Some(stored) => Ok(judge_current(inner, key, &stored, look).await),
+        // The key's version home from the address already built.
+        Some(stored) => {
+            let home = store.version_home(&skey);
+            Ok(judge_at(inner, key, home, &stored, look).await)
+        }
         None => Ok(None),
     }
 }
@@ -64,11 +69,24 @@ pub(crate) async fn judge_current<V>(
 where
     V: Clone + Send + Sync + 'static,
 {
+    judge_at(inner, key, inner.home(key), stored, look).await
+}
+
+/// [`judge_current`], the key's stamps checked at `home`, its version home.
+async fn judge_at<V>(
+    inner: &Inner<V>,
+    key: &str,
+    home: Home,
+    stored: &Stored,
+    look: Look,
+) -> Option<Judged<V>>
+where
+    V: Clone + Send + Sync + 'static,
+{
     let counted = look == Look::Counted;
     let mut judged = inner.judge_stored(key, stored, counted)?;
     // Versions the cache knows are checked in place, without awaiting the
     // (larger) future that reads unknown ones from the store.
-    let home = inner.home(key);
     let current = match inner.tags().check(home, &judged.stamps) {
         Some(current) => current,
         None => inner.stamps_read_current(home, &judged.stamps).await,
