@@ -24,20 +24,34 @@
 //! - A user whose ACL refuses `MGET` (set up before reads were batched)
 //!   keeps working: the reads of that batch are sent again alone, and the
 //!   store stops batching (every read goes alone, as unbatched).
-//! - Every queued read is bounded by its own timeout, from the moment it
-//!   was asked; a caller that is dropped or gives up leaves its slot in
-//!   the batch unread, and nobody else's read depends on it. A batch that
-//!   fails fails every read in its pipeline with the same error.
+//! - Every read ends by its own timeout, from the moment it was asked,
+//!   and no timer is armed per queued read:
+//!   - a batch is bounded by the timeout of its oldest read (reads queue
+//!     in the order they are asked, so the first): what it has not
+//!     answered by then fails with a timeout. Every other read in it was
+//!     asked later, so it too ends within its own timeout;
+//!   - a read that no batch took within half its timeout is taken out of
+//!     the queue and sent alone with what is left of it, by the store's
+//!     *watchdog*: one task per store, alive only while reads queue. It
+//!     sleeps until the oldest queued read's half is over (so it wakes at
+//!     most once per half timeout while batches take the queue in time),
+//!     and ends when it wakes to find no read queued since it last woke;
+//!     the next read queued starts it again. It runs on the store's
+//!     runtime; if it is dropped (that runtime shut down), the next read
+//!     queued starts another.
+//! - A caller that is dropped or gives up leaves its slot in the batch
+//!   unread, and nobody else's read depends on it. A batch that fails
+//!   fails every read in its pipeline with the same error.
 //! - A lone read's place is given back when its caller's future ends or is
 //!   dropped, so a caller that stops polling its read (holding the future
-//!   without polling it) would hold its place. No read waits on that: a
-//!   queued read that has no answer after half its timeout is sent alone
-//!   with the other half, and when no round trip began or ended for a
-//!   whole timeout while every place is taken (a read in flight ends by
-//!   its own timeout when polled), the next read takes the places back.
+//!   without polling it) would hold its place. No read waits on that: the
+//!   reads queued behind it are sent alone after half their timeout (the
+//!   watchdog), and when no round trip began or ended for a whole timeout
+//!   while every place is taken (a read in flight ends by its own timeout
+//!   when polled), the next read takes the places back.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use ::redis::{Cmd, RedisError, Value};
@@ -88,6 +102,10 @@ struct State {
     queue: Vec<Queued>,
     /// When a round trip last began or ended.
     progress: Instant,
+    /// Whether a watchdog runs for this queue.
+    watched: bool,
+    /// Whether a read queued since the watchdog last woke.
+    recent: bool,
 }
 
 /// One read waiting for the next batch.
@@ -98,7 +116,56 @@ struct Queued {
     key: StoreKey,
     /// Whether the read needs the key's `PTTL` too.
     pttl: bool,
-    reply: oneshot::Sender<Result<Answer, StoreError>>,
+    /// When it was asked: its timeout runs from then.
+    asked: Instant,
+    reply: Reply,
+}
+
+/// Where a queued read's answer goes. Dropped unanswered — its batch ran
+/// past its deadline, or its driver was dropped — it answers the read with
+/// an error itself.
+struct Reply {
+    sender: Option<oneshot::Sender<Result<Answer, StoreError>>>,
+    /// The deadline of the batch carrying the read, once sent.
+    deadline: Option<Instant>,
+}
+
+impl Reply {
+    /// Answers the read (an `Err` gives the answer back if its caller is
+    /// gone).
+    fn send(
+        mut self,
+        answer: Result<Answer, StoreError>,
+    ) -> Result<(), Result<Answer, StoreError>> {
+        match self.sender.take() {
+            Some(sender) => sender.send(answer),
+            None => Err(answer),
+        }
+    }
+
+    /// Whether the read's caller is gone.
+    fn is_closed(&self) -> bool {
+        self.sender.as_ref().is_none_or(oneshot::Sender::is_closed)
+    }
+}
+
+impl Drop for Reply {
+    fn drop(&mut self) {
+        let Some(sender) = self.sender.take() else {
+            return;
+        };
+        let error = match self.deadline {
+            Some(deadline) if Instant::now() >= deadline => StoreError::new(
+                StoreErrorKind::Timeout,
+                "redis read: its batch was not answered within the timeout of its oldest read",
+            ),
+            _ => StoreError::new(
+                StoreErrorKind::Unavailable,
+                "redis read: its batch was dropped (the runtime is shutting down)",
+            ),
+        };
+        let _ = sender.send(Err(error));
+    }
 }
 
 /// What a batch answers one read.
@@ -108,6 +175,9 @@ enum Answer {
     /// `MGET` answered nil for a key that may hold another type: read it
     /// alone.
     Alone,
+    /// No batch took the read within half its timeout: send it alone with
+    /// what is left.
+    Late,
 }
 
 /// How a read goes out.
@@ -115,8 +185,8 @@ enum Entry {
     /// Alone, at once; the guard hands the queue on when it ends (`None`:
     /// the store does not batch).
     Alone(Option<Flight>),
-    /// In the next batch.
-    Queued(oneshot::Receiver<Result<Answer, StoreError>>),
+    /// In the next batch; asked then.
+    Queued(oneshot::Receiver<Result<Answer, StoreError>>, Instant),
 }
 
 impl Reads {
@@ -133,6 +203,8 @@ impl Reads {
                     in_flight: 0,
                     queue: Vec::new(),
                     progress: Instant::now(),
+                    watched: false,
+                    recent: false,
                 }),
                 unbatched: AtomicBool::new(false),
                 touches: Touches::new(),
@@ -152,12 +224,13 @@ impl Reads {
                 let touch = self.touch(&name);
                 self.shared.connection.get(name, touch, timeout).await
             }
-            Entry::Queued(reply) => match patiently(reply, timeout).await? {
-                Some(Answer::Read(_, value)) => Ok(value),
-                Some(Answer::Alone) => self.shared.connection.get(name, None, timeout).await,
-                None => {
+            Entry::Queued(reply, asked) => match waited(reply).await? {
+                Answer::Read(_, value) => Ok(value),
+                Answer::Alone => self.shared.connection.get(name, None, timeout).await,
+                Answer::Late => {
                     let touch = self.touch(&name);
-                    self.shared.connection.get(name, touch, timeout / 2).await
+                    let left = left_of(timeout, asked);
+                    self.shared.connection.get(name, touch, left).await
                 }
             },
         }
@@ -175,12 +248,13 @@ impl Reads {
                 let touch = self.touch(&name);
                 self.shared.connection.read(name, touch, timeout).await
             }
-            Entry::Queued(reply) => match patiently(reply, timeout).await? {
-                Some(Answer::Read(pttl, value)) => Ok((pttl, value)),
-                Some(Answer::Alone) => self.shared.connection.read(name, None, timeout).await,
-                None => {
+            Entry::Queued(reply, asked) => match waited(reply).await? {
+                Answer::Read(pttl, value) => Ok((pttl, value)),
+                Answer::Alone => self.shared.connection.read(name, None, timeout).await,
+                Answer::Late => {
                     let touch = self.touch(&name);
-                    self.shared.connection.read(name, touch, timeout / 2).await
+                    let left = left_of(timeout, asked);
+                    self.shared.connection.read(name, touch, left).await
                 }
             },
         }
@@ -205,7 +279,8 @@ impl Reads {
     }
 
     /// Sends the read alone if fewer than [`IN_FLIGHT`] round trips are in
-    /// flight (taking a place), else queues it.
+    /// flight (taking a place), else queues it (starting the watchdog if
+    /// none runs).
     fn enter(&self, name: ValueName<'_>, pttl: bool) -> Entry {
         if self.shared.unbatched.load(Relaxed) {
             return Entry::Alone(None);
@@ -227,13 +302,29 @@ impl Reads {
                 shared: Arc::clone(&self.shared),
             }));
         }
-        let (reply, answer) = oneshot::channel();
+        let (sender, answer) = oneshot::channel();
         state.queue.push(Queued {
             key: name.key().clone(),
             pttl,
-            reply,
+            asked: now,
+            reply: Reply {
+                sender: Some(sender),
+                deadline: None,
+            },
         });
-        Entry::Queued(answer)
+        state.recent = true;
+        let unwatched = !state.watched;
+        state.watched = true;
+        drop(state);
+        if unwatched {
+            let first = now + self.shared.timeout / 2;
+            let watching = Watching {
+                shared: Arc::downgrade(&self.shared),
+                done: false,
+            };
+            self.shared.runtime.spawn(watch(watching, first));
+        }
+        Entry::Queued(answer, now)
     }
 }
 
@@ -287,8 +378,16 @@ async fn drive(shared: Arc<Shared>, mut batch: Vec<Queued>) {
     loop {
         // Callers that gave up need no answer.
         batch.retain(|read| !read.reply.is_closed());
-        if !batch.is_empty() {
-            send(&shared, batch).await;
+        // The reads queued in the order asked: the first is the oldest,
+        // whose timeout bounds the batch.
+        if let Some(oldest) = batch.first() {
+            let deadline = oldest.asked + shared.timeout;
+            for read in &mut batch {
+                read.reply.deadline = Some(deadline);
+            }
+            // Past the deadline the batch is dropped: each read still
+            // unanswered then answers a timeout (`Reply`'s drop).
+            let _ = tokio::time::timeout_at(deadline.into(), send(&shared, batch)).await;
         }
         match shared.next_batch() {
             Some(next) => batch = next,
@@ -451,12 +550,13 @@ fn answers(reply: Value, group: &[Queued]) -> Result<Vec<Result<Answer, StoreErr
     Ok(answers)
 }
 
-/// A queued read's answer, once its batch is back.
+/// A queued read's answer: its batch's, or [`Answer::Late`].
 async fn waited(
     reply: oneshot::Receiver<Result<Answer, StoreError>>,
 ) -> Result<Answer, StoreError> {
     match reply.await {
         Ok(answer) => answer,
+        // Every `Reply` answers before it is dropped; kept for safety.
         Err(_) => Err(StoreError::new(
             StoreErrorKind::Unavailable,
             "redis read: its batch was dropped (the runtime is shutting down)",
@@ -464,15 +564,69 @@ async fn waited(
     }
 }
 
-/// A queued read's answer, if its batch brings it within half of
-/// `timeout`; `None` (the caller sends it alone, with the other half) if
-/// not: its place in the batch is given up.
-async fn patiently(
-    reply: oneshot::Receiver<Result<Answer, StoreError>>,
-    timeout: Duration,
-) -> Result<Option<Answer>, StoreError> {
-    match tokio::time::timeout(timeout / 2, waited(reply)).await {
-        Ok(answer) => answer.map(Some),
-        Err(_) => Ok(None),
+/// What is left of `timeout` for a read asked at `asked`.
+fn left_of(timeout: Duration, asked: Instant) -> Duration {
+    timeout.saturating_sub(asked.elapsed())
+}
+
+/// The store's watchdog while it runs: if it is dropped before it ended
+/// by itself (its runtime shut down), the next read queued starts another.
+struct Watching {
+    shared: Weak<Shared>,
+    done: bool,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        if let (false, Some(shared)) = (self.done, self.shared.upgrade()) {
+            shared.lock().watched = false;
+        }
+    }
+}
+
+/// The watchdog: at `first`, then whenever the oldest queued read's half
+/// timeout is over, answers the reads queued for half their timeout
+/// [`Answer::Late`]; ends when it wakes to find the queue empty and no read
+/// queued since it last woke (or the store gone).
+async fn watch(mut watching: Watching, first: Instant) {
+    let mut next = first;
+    loop {
+        tokio::time::sleep_until(next.into()).await;
+        let Some(shared) = watching.shared.upgrade() else {
+            watching.done = true;
+            return;
+        };
+        let half = shared.timeout / 2;
+        let now = Instant::now();
+        let (late, end) = {
+            let mut state = shared.lock();
+            // Queued in the order asked: the late ones lead.
+            let due = state.queue.partition_point(|read| read.asked + half <= now);
+            let late: Vec<Queued> = state.queue.drain(..due).collect();
+            let end = match state.queue.first() {
+                Some(read) => {
+                    next = read.asked + half;
+                    false
+                }
+                None if state.recent => {
+                    // A read queued after now is late after this.
+                    next = now + half;
+                    false
+                }
+                None => {
+                    state.watched = false;
+                    true
+                }
+            };
+            state.recent = false;
+            (late, end)
+        };
+        for read in late {
+            let _ = read.reply.send(Ok(Answer::Late));
+        }
+        if end {
+            watching.done = true;
+            return;
+        }
     }
 }

@@ -508,3 +508,117 @@ async fn callers_that_stop_polling_their_reads_hold_up_no_other_read() {
     assert_eq!(count(&stats, "mget"), 1, "{stats:?}");
     drop(stuck);
 }
+
+/// A batch is bounded by the timeout of its oldest read, not by a round
+/// trip counted from when it is sent: reads that queued behind two lone
+/// reads stuck on a frozen server, and that a batch takes only when those
+/// time out (with most of their own timeout gone), still end within their
+/// own timeout. (A batch bounded from its sending would end them at about
+/// 1.3 × the timeout.)
+#[tokio::test]
+async fn a_batch_sent_late_ends_within_the_timeout_of_its_reads() {
+    let timeout = Duration::from_millis(1500);
+    let server = RedisServer::start();
+    let store = connect(&server, config().op_timeout(timeout)).await;
+    let names = names_seeded(&store, "late", LONE as usize + 4).await;
+    let (lone, queued) = names.split_at(LONE as usize);
+    server.freeze();
+    // Sent alone when the test next waits, they hold both places until
+    // their own timeout.
+    let lone_reads: Vec<_> = lone
+        .iter()
+        .map(|name| {
+            let store = store.clone();
+            let k = key(name);
+            tokio::spawn(async move { store.get(&k).await })
+        })
+        .collect();
+    // Queued at 70% of the lone reads' timeout: taken by a batch when those
+    // end, before the watchdog would send them alone (at 120%).
+    tokio::time::sleep(timeout * 7 / 10).await;
+    let reads = queued.iter().map(|name| {
+        let store = &store;
+        async move {
+            let asked = Instant::now();
+            (store.get(&key(name)).await, asked.elapsed())
+        }
+    });
+    let reads = within(PROMPT, "queued reads", join_all(reads)).await;
+    for (name, (read, took)) in queued.iter().zip(reads) {
+        match read {
+            Err(e) => assert_eq!(e.kind(), StoreErrorKind::Timeout, "{name}: {e}"),
+            Ok(found) => panic!("{name}: a frozen server answered {found:?}"),
+        }
+        assert!(took < timeout + SLACK, "{name} took {took:?}");
+    }
+    for (name, task) in lone.iter().zip(lone_reads) {
+        let read = within(PROMPT, name, task).await.expect("task");
+        assert!(read.is_err(), "{name}: a frozen server answered {read:?}");
+    }
+    server.thaw();
+    // What the frozen server was sent: the lone reads' GETs and one batch
+    // (no read of the batch was sent alone).
+    let stats = within(PROMPT, "the batch reaching the server", async {
+        loop {
+            let stats = server.command_stats();
+            if count(&stats, "mget") > 0 {
+                return stats;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(
+        (count(&stats, "get"), count(&stats, "mget")),
+        (LONE, 1),
+        "{stats:?}"
+    );
+}
+
+/// The watchdog that sends late queued reads alone runs only while reads
+/// queue, and the next queued read starts it again: reads queued behind
+/// unpolled lone reads are answered within their timeout after the queue
+/// was idle for longer than the watchdog lives without reads.
+#[tokio::test]
+async fn queued_reads_stay_bounded_after_the_queue_was_idle() {
+    let server = RedisServer::start();
+    let store = connect(&server, config()).await;
+    let all = names("idle", 8);
+    seed(&store, &all).await;
+    let (held, others) = all.split_at(LONE as usize);
+    let waker = futures_util::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    for round in 0..2 {
+        // Both places taken by reads sent, then never polled again.
+        let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
+        let mut stuck: Vec<_> = held_keys.iter().map(|k| Box::pin(store.get(k))).collect();
+        for read in &mut stuck {
+            assert!(read.as_mut().poll(&mut context).is_pending());
+        }
+        let started = Instant::now();
+        let reads = within(
+            PROMPT,
+            "reads queued behind held places",
+            join_all(others.iter().map(|n| {
+                let store = &store;
+                async move { store.get(&key(n)).await }
+            })),
+        )
+        .await;
+        for (name, read) in others.iter().zip(&reads) {
+            let stored = read.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let bytes = stored.as_ref().map(|s| s.bytes.clone());
+            assert_eq!(bytes, Some(bytes_of(name)), "round {round}: {name}");
+        }
+        assert!(
+            started.elapsed() < OP_TIMEOUT + SLACK,
+            "round {round}: answered within the timeout: {:?}",
+            started.elapsed()
+        );
+        // Dropped, they give their places back.
+        drop(stuck);
+        // Nothing queues for two timeouts: the watchdog ends (it lives at
+        // most one timeout past the last read queued).
+        tokio::time::sleep(OP_TIMEOUT * 2).await;
+    }
+}
