@@ -298,7 +298,10 @@ where
     }
 
     /// The rest of a `get_or_fill` that found no quiet value in process,
-    /// boxed: kept out of the hit path's code.
+    /// boxed: kept out of the hit path's code. The key and tags are checked
+    /// before the future is built, and the future is the fetch's alone (no
+    /// second copy of its arguments): one allocation per call that reaches
+    /// the store, of a size the allocator serves from its thread cache.
     #[cold]
     #[inline(never)]
     pub(crate) fn slow_fill<'a, F, Fut, T, E, M>(
@@ -313,36 +316,22 @@ where
         T: FillOutput<V>,
         E: FillCause<M>,
     {
-        Box::pin(self.fill_value(key, options, fill, cause_fn::<E, M>()))
-    }
-
-    /// The rest of a `get_or_fill` that found no quiet value in process;
-    /// `cause` shows the fill's error as a `std::error::Error`.
-    async fn fill_value<F, Fut, T, E>(
-        &self,
-        key: &str,
-        options: FillOptions,
-        fill: F,
-        cause: CauseFn<E>,
-    ) -> Result<T::Output, Error<E>>
-    where
-        F: FnOnce() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, E>> + Send + 'static,
-        T: FillOutput<V>,
-        E: Send + Sync + 'static,
-    {
-        validate_key(key)?;
-        if let Some(tags) = &options.tags {
-            validate_tags(tags)?;
+        if let Err(invalid) = validate_call(key, &options) {
+            return Box::pin(async move { Err(invalid.into()) });
         }
+        let cause: CauseFn<E> = cause_fn::<E, M>();
         let answer = move || async move {
             fill()
                 .await
                 .map(T::into_answer)
                 .map_err(|error| FillError::with_cause(Arc::new(error), cause))
         };
-        let fetched = caller::fetch(&self.inner, key, options, answer).await?;
-        T::output(fetched)
+        let fetch = caller::fetch(&self.inner, key, options, answer);
+        // Mapped, not awaited in an async block: that would hold the fetch
+        // twice (captured, then pinned where it is awaited).
+        Box::pin(futures_util::FutureExt::map(fetch, |fetched| {
+            fetched.and_then(T::output)
+        }))
     }
 
     /// The in-process value of `key` if it is quiet, counted as a hit: what
@@ -675,6 +664,15 @@ where
 /// Checks the tags a fill declares: each a valid key, at most
 /// [`MAX_TAGS`](entry::MAX_TAGS) − 1 distinct ones (the clear version takes
 /// the last place).
+/// The key and per-call tags of a read-through call, checked.
+fn validate_call(key: &str, options: &FillOptions) -> Result<(), InvalidKey> {
+    validate_key(key)?;
+    if let Some(tags) = &options.tags {
+        validate_tags(tags)?;
+    }
+    Ok(())
+}
+
 fn validate_tags(tags: &[Arc<str>]) -> Result<(), InvalidKey> {
     for tag in tags {
         validate_key(tag)?;

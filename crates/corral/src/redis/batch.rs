@@ -213,7 +213,10 @@ impl Reads {
     }
 
     /// A plain `GET` of a value key (one whose expiry the store
-    /// remembers), bounded by `timeout`.
+    /// remembers), bounded by `timeout`. The command's own future is boxed
+    /// where it is sent, so a queued read's future (and the store's, which
+    /// holds it) stays small: a size the allocator serves from its thread
+    /// cache.
     pub(super) async fn get(
         &self,
         name: ValueName<'_>,
@@ -222,15 +225,15 @@ impl Reads {
         match self.enter(name, false) {
             Entry::Alone(_flight) => {
                 let touch = self.touch(&name);
-                self.shared.connection.get(name, touch, timeout).await
+                Box::pin(self.shared.connection.get(name, touch, timeout)).await
             }
             Entry::Queued(reply, asked) => match waited(reply).await? {
                 Answer::Read(_, value) => Ok(value),
-                Answer::Alone => self.shared.connection.get(name, None, timeout).await,
+                Answer::Alone => Box::pin(self.shared.connection.get(name, None, timeout)).await,
                 Answer::Late => {
                     let touch = self.touch(&name);
                     let left = left_of(timeout, asked);
-                    self.shared.connection.get(name, touch, left).await
+                    Box::pin(self.shared.connection.get(name, touch, left)).await
                 }
             },
         }
@@ -246,15 +249,15 @@ impl Reads {
         match self.enter(name, true) {
             Entry::Alone(_flight) => {
                 let touch = self.touch(&name);
-                self.shared.connection.read(name, touch, timeout).await
+                Box::pin(self.shared.connection.read(name, touch, timeout)).await
             }
             Entry::Queued(reply, asked) => match waited(reply).await? {
                 Answer::Read(pttl, value) => Ok((pttl, value)),
-                Answer::Alone => self.shared.connection.read(name, None, timeout).await,
+                Answer::Alone => Box::pin(self.shared.connection.read(name, None, timeout)).await,
                 Answer::Late => {
                     let touch = self.touch(&name);
                     let left = left_of(timeout, asked);
-                    self.shared.connection.read(name, touch, left).await
+                    Box::pin(self.shared.connection.read(name, touch, left)).await
                 }
             },
         }
