@@ -618,10 +618,12 @@ pub struct RedisKeys {
 /// have had ([`StoreErrorKind::Timeout`], [`StoreErrorKind::Unavailable`],
 /// ...). A read in flight holds its place until its caller's future ends
 /// or is dropped, so a caller that stops polling its read would hold one;
-/// no read waits on that: a queued read with no answer after half its
-/// timeout is sent alone with the other half, and once no round trip
-/// began or ended for a whole [`RedisConfig::op_timeout`] while both
-/// places are taken, the next read takes them back.
+/// no read waits on that: a queued read that no batch took within half
+/// its timeout is sent alone with the rest of it (by one watchdog task per
+/// store, running only while reads queue; a batch is bounded by the
+/// timeout of its oldest read, so no timer is armed per read), and once
+/// no round trip began or ended for a whole [`RedisConfig::op_timeout`]
+/// while both places are taken, the next read takes them back.
 /// `MGET` answers nil where `GET` answers `WRONGTYPE`, so a key that `MGET`
 /// answers nil and that may exist (its `PTTL` in the batch does not say
 /// absent, or it had none: a remembered key) is read again alone: foreign
