@@ -47,6 +47,7 @@ use tokio::sync::oneshot;
 use super::conn::{answered, Connection};
 use super::errors::{refusal, unexpected};
 use super::keys::{self, ClearCopy, ValueName};
+use super::lanes::Lanes;
 use super::touches::Touches;
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::store::StoreKey;
@@ -79,6 +80,8 @@ struct Shared {
     unbatched: AtomicBool,
     /// Whose turn it is to touch each clear version.
     touches: Touches,
+    /// The batches' own connections, where the store has them.
+    lanes: Option<Lanes>,
 }
 
 struct State {
@@ -120,10 +123,15 @@ enum Entry {
 }
 
 impl Reads {
-    /// Batched reads over `connection`, each batch bounded by `timeout`;
-    /// drivers run on the runtime of the read that starts them, or on
-    /// `runtime`.
-    pub(super) fn new(connection: Connection, timeout: Duration, runtime: Handle) -> Self {
+    /// Batched reads over `connection` (the batches over `lanes`, if
+    /// any), each batch bounded by `timeout`; drivers run on the runtime of
+    /// the read that starts them, or on `runtime`.
+    pub(super) fn new(
+        connection: Connection,
+        lanes: Option<Lanes>,
+        timeout: Duration,
+        runtime: Handle,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 connection,
@@ -136,6 +144,7 @@ impl Reads {
                 }),
                 unbatched: AtomicBool::new(false),
                 touches: Touches::new(),
+                lanes,
             }),
         }
     }
@@ -358,7 +367,15 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
     pipe.add_command(mget);
     touch_clear_copies(shared, &mut pipe, &names);
     pipe.ignore_errors();
-    let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
+    let reply = match &shared.lanes {
+        Some(lanes) => {
+            lanes
+                .pipelined(&shared.connection, &pipe, pttls + 1, shared.timeout)
+                .await
+        }
+        None => shared.connection.pipelined(&pipe, shared.timeout).await,
+    };
+    let answers = match reply {
         Ok(reply) if mget_refused(&reply) => {
             if !shared.unbatched.swap(true, Relaxed) {
                 tracing::warn!(

@@ -119,6 +119,15 @@ impl Connection {
         pipe.cmd("TOUCH").arg(copy).ignore();
     }
 
+    /// The standalone connection's epoch (see [`Standalone::epoch`]);
+    /// `None` on a cluster or while reconnecting.
+    pub(super) fn epoch(&self) -> Option<u64> {
+        match self {
+            Self::Standalone(conn) => conn.epoch(),
+            Self::Cluster(_) => None,
+        }
+    }
+
     /// Whether this is a cluster connection (version copies per bucket).
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))

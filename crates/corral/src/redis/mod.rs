@@ -12,6 +12,8 @@ mod errors;
 mod expiries;
 mod frame;
 mod keys;
+mod lanes;
+mod resp;
 mod scripts;
 mod sentinel;
 mod standalone;
@@ -1123,7 +1125,12 @@ impl RedisStore {
         Self {
             inner: Arc::new(Inner {
                 target,
-                reads: Reads::new(connection.clone(), config.op_timeout, runtime.clone()),
+                reads: Reads::new(
+                    connection.clone(),
+                    lanes::for_connection(&connection, &config),
+                    config.op_timeout,
+                    runtime.clone(),
+                ),
                 connection,
                 rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
                 subscriber,

@@ -236,6 +236,24 @@ impl Standalone {
         }
     }
 
+    /// The current connection's epoch (it counts the connections made);
+    /// `None` while a reconnection runs.
+    pub(super) fn epoch(&self) -> Option<u64> {
+        match &*read(&self.shared.state) {
+            State::Up { epoch, .. } => Some(*epoch),
+            State::Reconnecting { .. } => None,
+        }
+    }
+
+    /// The server's address and credentials, when it is a fixed one (not
+    /// a Sentinel group's master).
+    pub(super) fn fixed_info(&self) -> Option<&::redis::ConnectionInfo> {
+        match &self.shared.source {
+            Source::Fixed(client) => Some(client.get_connection_info()),
+            Source::Sentinel(_) => None,
+        }
+    }
+
     /// Ticks each time a connection made because the server was found
     /// demoted to a replica is up: whatever else was connected to the old
     /// server should connect anew.

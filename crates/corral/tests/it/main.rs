@@ -50,6 +50,7 @@ mod metrics_instances;
 mod processes;
 mod redaction;
 mod redis_faults;
+mod read_lanes;
 mod redis_reads;
 mod redis_store;
 mod round_trips;
