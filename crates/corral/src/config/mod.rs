@@ -50,7 +50,7 @@
 //! [`CacheConfig::caches`] opens the store once; every cache built from it
 //! shares the store and its connections (on Redis: one command connection
 //! and one subscriber connection per process, whatever the number of
-//! caches). [`CacheConfig::build`] opens a store of its own on each call:
+//! caches, plus up to two for batched reads on a standalone server). [`CacheConfig::build`] opens a store of its own on each call:
 //! for one cache only.
 //!
 //! # What stays in code

@@ -39,7 +39,10 @@ use super::resp;
 use crate::data::error::StoreError;
 
 /// The lanes of a store on `connection` with `config` (see [`Lanes::new`]).
-pub(super) fn for_connection(connection: &Connection, config: &super::RedisConfig) -> Option<Lanes> {
+pub(super) fn for_connection(
+    connection: &Connection,
+    config: &super::RedisConfig,
+) -> Option<Lanes> {
     match connection {
         Connection::Standalone(conn) => Lanes::new(
             conn.fixed_info()?,
@@ -52,7 +55,7 @@ pub(super) fn for_connection(connection: &Connection, config: &super::RedisConfi
 }
 
 /// The name lanes give their connections (`CLIENT SETNAME`).
-pub(super) const LANE_NAME: &str = "corral:reads";
+const LANE_NAME: &str = "corral:reads";
 
 /// Lanes kept open between batches, at most.
 const POOLED: usize = 2;
@@ -184,7 +187,10 @@ impl Lanes {
             if let Some(lane) = pool.idle.pop() {
                 return Ok(lane);
             }
-            if pool.resting_until.is_some_and(|until| Instant::now() < until) {
+            if pool
+                .resting_until
+                .is_some_and(|until| Instant::now() < until)
+            {
                 return Err(Fallback);
             }
         }
@@ -243,7 +249,10 @@ impl Lanes {
         command(&mut hello, &[b"CLIENT", b"SETNAME", LANE_NAME.as_bytes()]);
         lane.stream.write_all(&hello).await?;
         let replies = lane.read(musts + 1).await.map_err(std::io::Error::other)?;
-        if !replies[..musts].iter().all(|reply| matches!(reply, Value::Okay)) {
+        if !replies[..musts]
+            .iter()
+            .all(|reply| matches!(reply, Value::Okay))
+        {
             // Not shown: a refusal may echo what was sent.
             return Err(std::io::Error::other("the server refused AUTH or SELECT"));
         }
@@ -255,10 +264,7 @@ impl Lane {
     /// Writes `pipe` and reads all its replies, keeping the first `kept`.
     async fn exchange(&mut self, pipe: &Pipeline, kept: usize) -> Result<Vec<Value>, Fallback> {
         let packed = pipe.get_packed_pipeline();
-        self.stream
-            .write_all(&packed)
-            .await
-            .map_err(|_| Fallback)?;
+        self.stream.write_all(&packed).await.map_err(|_| Fallback)?;
         let mut replies = self.read(pipe.len()).await.map_err(|_| Fallback)?;
         replies.truncate(kept);
         Ok(replies)

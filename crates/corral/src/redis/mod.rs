@@ -628,6 +628,23 @@ pub struct RedisKeys {
 /// was deleted costs a second round trip. A user whose ACL refuses `MGET`
 /// keeps working: the store then sends every read alone.
 ///
+/// **Batches have connections of their own.** On a standalone server at a
+/// `redis://` address (not TLS, not a Unix socket, not Sentinel, not a
+/// cluster), each batch goes out on one of at most two extra connections,
+/// opened with the URL's user, password and database when batches first
+/// form and named `corral:reads` in `CLIENT LIST`; corral reads their
+/// replies itself, which costs a batched read less than the plain `GET`
+/// it replaces (redis-rs's general parser costs an `MGET` about as much
+/// per value as a whole `GET`). A store whose reads never overlap opens
+/// none. They belong to the command connection: when it is made anew
+/// (lost, silent, or its server demoted) they are closed and opened
+/// again, and while it is down batches go through it and fail or wait as
+/// it does. A batch whose connection breaks, or that cannot open one, goes
+/// through the command connection with the time it has left (after a
+/// failed open none is tried for [`RedisConfig::reconnect_max_delay`]);
+/// one that times out is never reused, so no reply is read as another
+/// batch's. They use [`RedisConfig::tcp_keepalive`] too.
+///
 /// # Sentinel
 ///
 /// [`connect_sentinel`](Self::connect_sentinel) takes the name of a

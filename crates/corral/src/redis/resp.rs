@@ -223,7 +223,9 @@ mod tests {
         };
         assert_eq!(error.code(), "NOPERM");
         let wrong = whole(b"*1\r\n-WRONGTYPE Operation against a key\r\n");
-        assert!(matches!(wrong, Value::Array(ref items) if matches!(&items[0], Value::ServerError(e) if e.code() == "WRONGTYPE")));
+        assert!(
+            matches!(wrong, Value::Array(ref items) if matches!(&items[0], Value::ServerError(e) if e.code() == "WRONGTYPE"))
+        );
     }
 
     #[test]
@@ -236,7 +238,7 @@ mod tests {
         assert_eq!(complete(reply, 0), Ok(Some(reply.len())));
         // Replies one after another: each found from where the last ended.
         let two = [&reply[..], b":9\r\n"].concat();
-        let end = complete(&two, 0).unwrap().unwrap();
+        let end = complete(&two, 0).expect("well formed").expect("whole");
         assert_eq!(read(&two, end), Ok(Some((Value::Int(9), two.len()))));
     }
 

@@ -48,9 +48,9 @@ mod metrics;
 #[cfg(feature = "metrics")]
 mod metrics_instances;
 mod processes;
+mod read_lanes;
 mod redaction;
 mod redis_faults;
-mod read_lanes;
 mod redis_reads;
 mod redis_store;
 mod round_trips;

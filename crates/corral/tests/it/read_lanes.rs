@@ -80,7 +80,14 @@ fn field<'a>(line: &'a str, name: &str) -> &'a str {
 async fn a_batch_goes_out_on_a_lane_with_the_stores_user_and_database() {
     let server = RedisServer::start();
     server.cli(&[
-        "ACL", "SETUSER", "reader", "on", ">lane-secret", "~*", "&*", "+@all",
+        "ACL",
+        "SETUSER",
+        "reader",
+        "on",
+        ">lane-secret",
+        "~*",
+        "&*",
+        "+@all",
     ]);
     let url = format!("redis://reader:lane-secret@127.0.0.1:{}/3", server.port());
     let store = RedisStore::connect(&url, config())
