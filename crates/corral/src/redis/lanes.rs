@@ -256,6 +256,13 @@ impl Lanes {
             // Not shown: a refusal may echo what was sent.
             return Err(std::io::Error::other("the server refused AUTH or SELECT"));
         }
+        match replies.last() {
+            Some(Value::Okay) => {}
+            Some(Value::ServerError(refused)) if refused.code() == "NOPERM" => {}
+            // `-ERR max number of clients reached`, say: the server is
+            // about to close it.
+            _ => return Err(std::io::Error::other("the server refused a new connection")),
+        }
         Ok(lane)
     }
 }

@@ -181,3 +181,58 @@ async fn a_restarted_server_gets_new_lanes_once_the_store_reconnects() {
         "not one or two lanes on the new server: {lanes:?}"
     );
 }
+
+#[tokio::test]
+async fn a_server_refusing_new_connections_leaves_batches_on_the_command_connection() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), config())
+        .await
+        .expect("connect");
+    let names = seeded(&store, "full", 30).await;
+    // Opened before the server is full: the test's own way in.
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(1)
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG SET maxclients");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG RESETSTAT");
+    read_all(&store, &names).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .expect("INFO");
+    assert!(info.contains("cmdstat_mget:calls=1,"), "{info}");
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .expect("CLIENT LIST");
+    assert!(!clients.contains("name=corral:reads"), "{clients}");
+
+    // Once the server takes connections again, a batch after the rest
+    // (`reconnect_max_delay`) opens a lane.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxclients")
+        .arg(1000)
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG SET maxclients");
+    let deadline = tokio::time::Instant::now() + PROMPT;
+    while lanes(&server).is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no lane opened");
+        read_all(&store, &names).await;
+    }
+}
