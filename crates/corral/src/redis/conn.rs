@@ -133,36 +133,6 @@ impl Connection {
         matches!(self, Self::Cluster(_))
     }
 
-    /// [`read`](Self::read) of several value keys of one hash slot in one
-    /// pipeline, with the touches of the clear versions' copies `touch`:
-    /// their `PTTL` and `GET` replies, in order.
-    pub(super) async fn read_many(
-        &self,
-        value_keys: &[&str],
-        touch: Vec<String>,
-        timeout: Duration,
-    ) -> Result<Vec<(Value, Value)>, StoreError> {
-        let mut pipe = ::redis::pipe();
-        for key in value_keys {
-            pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
-        }
-        for copy in touch {
-            self.touch(&mut pipe, copy);
-        }
-        pipe.ignore_errors();
-        match self.pipelined(&pipe, timeout).await? {
-            Value::Array(items) if items.len() == 2 * value_keys.len() => {
-                let mut items = items.into_iter();
-                let mut pairs = Vec::with_capacity(value_keys.len());
-                while let (Some(pttl), Some(value)) = (items.next(), items.next()) {
-                    pairs.push((answered(pttl)?, answered(value)?));
-                }
-                Ok(pairs)
-            }
-            other => Err(unexpected("read", &other)),
-        }
-    }
-
     /// `items` in the groups one pipeline may carry: on a cluster, one per
     /// hash slot (`slot` of each item), in slot order; on one server, all
     /// of them.

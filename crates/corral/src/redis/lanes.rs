@@ -6,9 +6,12 @@
 //! read from being cheaper than the plain `GET` it replaces.
 //!
 //! - **One batch per lane at a time**: a driver takes a lane, writes its
-//!   pipeline, reads every reply, and gives the lane back. At most one lane
-//!   per batch in flight (two, see [`batch`](super::batch)) is ever open,
-//!   opened on the first batch that needs it, never for a lone read. A lane
+//!   pipeline, reads every reply, and gives the lane back. A read of many
+//!   keys at once (`Store::get_many`: a `PTTL` and a `GET` per key) takes
+//!   one the same way. At most [`MAX_OPEN`] are open, one per batch in
+//!   flight (see [`batch`](super::batch)), opened when first needed, never
+//!   for a lone read; a read that finds them all in use goes through the
+//!   command connection. A lane
 //!   whose exchange did not end (a timeout, a dropped driver, a broken or
 //!   garbled reply) is closed, never reused: no reply is ever read as
 //!   another batch's.
@@ -25,7 +28,8 @@
 //! - TLS (`rediss://`), Unix sockets, Sentinel and cluster stores have no
 //!   lanes: their batches go through the command connection as before.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ::redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
@@ -57,8 +61,9 @@ pub(super) fn for_connection(
 /// The name lanes give their connections (`CLIENT SETNAME`).
 const LANE_NAME: &str = "corral:reads";
 
-/// Lanes kept open between batches, at most.
-const POOLED: usize = 2;
+/// Lanes open at once (in use or idle), at most: one per batch in flight.
+/// A read that finds them all in use goes through the command connection.
+const MAX_OPEN: usize = 2;
 
 /// The batched reads' lanes of one store.
 pub(super) struct Lanes {
@@ -68,6 +73,8 @@ pub(super) struct Lanes {
     /// How long no lane is tried after one could not be opened.
     rest: Duration,
     state: Mutex<Pool>,
+    /// Lanes open or being opened (each [`Opened`] counts one).
+    open: Arc<AtomicUsize>,
 }
 
 /// Where and as whom a lane connects.
@@ -88,10 +95,20 @@ struct Pool {
 /// One open lane.
 struct Lane {
     stream: TcpStream,
+    _counted: Opened,
     /// The command connection's epoch when it was opened.
     epoch: u64,
     /// Replies read and not yet used (empty between exchanges).
     buf: Vec<u8>,
+}
+
+/// One of [`Lanes::open`]'s count, given back when dropped.
+struct Opened(Arc<AtomicUsize>);
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A batch goes through the command connection instead: no lane could be
@@ -125,9 +142,10 @@ impl Lanes {
             keepalive,
             rest,
             state: Mutex::new(Pool {
-                idle: Vec::with_capacity(POOLED),
+                idle: Vec::with_capacity(MAX_OPEN),
                 resting_until: None,
             }),
+            open: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -179,7 +197,7 @@ impl Lanes {
     }
 
     /// An idle lane of `epoch`, or a new one (closing those of older
-    /// epochs).
+    /// epochs) unless [`MAX_OPEN`] are open.
     async fn take(&self, epoch: u64, deadline: Instant) -> Result<Lane, Fallback> {
         {
             let mut pool = self.lock();
@@ -194,10 +212,19 @@ impl Lanes {
                 return Err(Fallback);
             }
         }
+        let Ok(_) = self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                (open < MAX_OPEN).then_some(open + 1)
+            })
+        else {
+            return Err(Fallback);
+        };
+        let counted = Opened(Arc::clone(&self.open));
         let bound = self
             .connect_timeout
             .min(deadline.saturating_duration_since(Instant::now()));
-        match tokio::time::timeout(bound, self.open(epoch)).await {
+        match tokio::time::timeout(bound, self.connect(epoch, counted)).await {
             Ok(Ok(lane)) => Ok(lane),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "redis read lane not opened: batches use the command connection");
@@ -212,14 +239,12 @@ impl Lanes {
     }
 
     fn give_back(&self, lane: Lane) {
-        let mut pool = self.lock();
-        if pool.idle.len() < POOLED {
-            pool.idle.push(lane);
-        }
+        self.lock().idle.push(lane);
     }
 
-    /// Connects, authenticates and selects the database.
-    async fn open(&self, epoch: u64) -> std::io::Result<Lane> {
+    /// Connects, authenticates and selects the database: a lane counted
+    /// by `counted`.
+    async fn connect(&self, epoch: u64, counted: Opened) -> std::io::Result<Lane> {
         let target = &self.target;
         let stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
         stream.set_nodelay(true)?;
@@ -228,6 +253,7 @@ impl Lanes {
         }
         let mut lane = Lane {
             stream,
+            _counted: counted,
             epoch,
             buf: Vec::with_capacity(16 * 1024),
         };

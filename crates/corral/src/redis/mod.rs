@@ -630,9 +630,11 @@ pub struct RedisKeys {
 ///
 /// **Batches have connections of their own.** On a standalone server at a
 /// `redis://` address (not TLS, not a Unix socket, not Sentinel, not a
-/// cluster), each batch goes out on one of at most two extra connections,
-/// opened with the URL's user, password and database when batches first
-/// form and named `corral:reads` in `CLIENT LIST`; corral reads their
+/// cluster), each batch, and each read of many keys at once
+/// ([`Store::get_many`]), goes out on one of at most two extra connections
+/// (when both are busy, on the command connection), opened with the URL's
+/// user, password and database when first needed and named
+/// `corral:reads` in `CLIENT LIST`; corral reads their
 /// replies itself, which costs a batched read less than the plain `GET`
 /// it replaces (redis-rs's general parser costs an `MGET` about as much
 /// per value as a whole `GET`). A store whose reads never overlap opens
@@ -1306,23 +1308,18 @@ impl RedisStore {
     /// The values of `keys`, if present: one pipeline of `PTTL` + `GET`
     /// per hash slot.
     async fn read_many(&self, keys: &[StoreKey]) -> Result<Vec<Option<Stored>>, StoreError> {
-        let names: Vec<String> = keys.iter().map(keys::value_name).collect();
+        // Each key hashed once for its slot, its command and its touch.
+        let names: Vec<keys::ValueName<'_>> = keys.iter().map(keys::ValueName::new).collect();
         // One pipeline per group (a cluster routes a pipeline to one
         // node), all sent at once.
         let groups = self
             .inner
             .connection
-            .by_slot((0..names.len()).collect(), |&i| keys::slot(&names[i]));
+            .by_slot((0..names.len()).collect(), |&i| names[i].slot());
         let timeout = self.inner.config.op_timeout;
         let reads = groups.iter().map(|group| {
-            let group_names: Vec<&str> = group.iter().map(|&i| names[i].as_str()).collect();
-            let touch = self.inner.reads.touches_of(group_names.iter().copied());
-            async move {
-                self.inner
-                    .connection
-                    .read_many(&group_names, touch, timeout)
-                    .await
-            }
+            let group_names: Vec<keys::ValueName<'_>> = group.iter().map(|&i| names[i]).collect();
+            async move { self.inner.reads.read_many(&group_names, timeout).await }
         });
         let replies = futures_util::future::join_all(reads).await;
         let mut found: Vec<Option<Stored>> = vec![None; keys.len()];

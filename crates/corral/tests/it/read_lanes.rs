@@ -236,3 +236,28 @@ async fn a_server_refusing_new_connections_leaves_batches_on_the_command_connect
         read_all(&store, &names).await;
     }
 }
+
+#[tokio::test]
+async fn a_read_of_many_keys_goes_out_on_a_lane() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), config())
+        .await
+        .expect("connect");
+    let names = seeded(&store, "many", 20).await;
+    let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
+    server.reset_stats();
+    let found = store.get_many(&keys).await.expect("get_many");
+    for (name, stored) in names.iter().zip(found) {
+        let stored = stored.unwrap_or_else(|| panic!("{name} absent"));
+        assert_eq!(stored.bytes, bytes_of(name), "{name}");
+        assert!(stored.remaining.is_some_and(|left| left <= TTL));
+    }
+    // One pipeline of a PTTL and a GET per key, on the store's lane.
+    let stats = server.command_stats();
+    assert_eq!(
+        (stats.get("pttl"), stats.get("get")),
+        (Some(&20), Some(&20)),
+        "{stats:?}"
+    );
+    assert_eq!(lanes(&server).len(), 1);
+}
