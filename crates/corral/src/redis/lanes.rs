@@ -20,7 +20,9 @@
 //!   and belongs to the command connection's current *epoch*. When that
 //!   connection is made anew (lost, silent, or its server demoted), lanes
 //!   of the old epoch are closed, and while it is down batches go through
-//!   it (and fail or wait as it does).
+//!   it (and fail or wait as it does). The health check watches only the
+//!   command connection, so a lane idle for longer than its interval is
+//!   closed rather than trusted with a batch.
 //! - **Never worse than without**: a lane that cannot be opened, or breaks
 //!   mid-exchange, hands the batch to the command connection with the time
 //!   left. After a lane could not be opened, none is tried for
@@ -50,9 +52,12 @@ pub(super) fn for_connection(
     match connection {
         Connection::Standalone(conn) => Lanes::new(
             conn.fixed_info()?,
-            config.connect_timeout,
-            config.tcp_keepalive,
-            config.reconnect_max_delay,
+            Settings {
+                connect_timeout: config.connect_timeout,
+                keepalive: config.tcp_keepalive,
+                rest: config.reconnect_max_delay,
+                idle: config.health_interval,
+            },
         ),
         Connection::Cluster(_) => None,
     }
@@ -68,13 +73,24 @@ const MAX_OPEN: usize = 2;
 /// The batched reads' lanes of one store.
 pub(super) struct Lanes {
     target: Target,
-    connect_timeout: Duration,
-    keepalive: Option<Duration>,
-    /// How long no lane is tried after one could not be opened.
-    rest: Duration,
+    settings: Settings,
     state: Mutex<Pool>,
     /// Lanes open or being opened (each [`Opened`] counts one).
     open: Arc<AtomicUsize>,
+}
+
+/// How lanes are opened and kept.
+pub(super) struct Settings {
+    /// Bound on opening one.
+    pub(super) connect_timeout: Duration,
+    /// [`RedisConfig::tcp_keepalive`](super::RedisConfig::tcp_keepalive).
+    pub(super) keepalive: Option<Duration>,
+    /// How long no lane is tried after one could not be opened.
+    pub(super) rest: Duration,
+    /// The longest a lane is kept idle: one unused for longer is closed
+    /// instead of used (the command connection's health is checked that
+    /// often; a lane that died silently while idle is not trusted).
+    pub(super) idle: Duration,
 }
 
 /// Where and as whom a lane connects.
@@ -98,6 +114,8 @@ struct Lane {
     _counted: Opened,
     /// The command connection's epoch when it was opened.
     epoch: u64,
+    /// When its last exchange ended.
+    used: Instant,
     /// Replies read and not yet used (empty between exchanges).
     buf: Vec<u8>,
 }
@@ -120,27 +138,20 @@ struct Fallback;
 impl Lanes {
     /// Lanes for a standalone store whose server is at `info` (none for a
     /// TLS or Unix-socket address).
-    pub(super) fn new(
-        info: &ConnectionInfo,
-        connect_timeout: Duration,
-        keepalive: Option<Duration>,
-        rest: Duration,
-    ) -> Option<Self> {
+    pub(super) fn new(info: &ConnectionInfo, settings: Settings) -> Option<Self> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
         };
-        let settings = info.redis_settings();
+        let auth = info.redis_settings();
         Some(Self {
             target: Target {
                 host: host.clone(),
                 port: *port,
-                username: settings.username().map(str::to_owned),
-                password: settings.password().map(str::to_owned),
-                db: settings.db(),
+                username: auth.username().map(str::to_owned),
+                password: auth.password().map(str::to_owned),
+                db: auth.db(),
             },
-            connect_timeout,
-            keepalive,
-            rest,
+            settings,
             state: Mutex::new(Pool {
                 idle: Vec::with_capacity(MAX_OPEN),
                 resting_until: None,
@@ -201,7 +212,9 @@ impl Lanes {
     async fn take(&self, epoch: u64, deadline: Instant) -> Result<Lane, Fallback> {
         {
             let mut pool = self.lock();
-            pool.idle.retain(|lane| lane.epoch == epoch);
+            let idle = self.settings.idle;
+            pool.idle
+                .retain(|lane| lane.epoch == epoch && lane.used.elapsed() < idle);
             if let Some(lane) = pool.idle.pop() {
                 return Ok(lane);
             }
@@ -222,23 +235,25 @@ impl Lanes {
         };
         let counted = Opened(Arc::clone(&self.open));
         let bound = self
+            .settings
             .connect_timeout
             .min(deadline.saturating_duration_since(Instant::now()));
         match tokio::time::timeout(bound, self.connect(epoch, counted)).await {
             Ok(Ok(lane)) => Ok(lane),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "redis read lane not opened: batches use the command connection");
-                self.lock().resting_until = Some(Instant::now() + self.rest);
+                self.lock().resting_until = Some(Instant::now() + self.settings.rest);
                 Err(Fallback)
             }
             Err(_) => {
-                self.lock().resting_until = Some(Instant::now() + self.rest);
+                self.lock().resting_until = Some(Instant::now() + self.settings.rest);
                 Err(Fallback)
             }
         }
     }
 
-    fn give_back(&self, lane: Lane) {
+    fn give_back(&self, mut lane: Lane) {
+        lane.used = Instant::now();
         self.lock().idle.push(lane);
     }
 
@@ -248,13 +263,14 @@ impl Lanes {
         let target = &self.target;
         let stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
         stream.set_nodelay(true)?;
-        if let Some(idle) = self.keepalive {
+        if let Some(idle) = self.settings.keepalive {
             keep_alive(&stream, idle)?;
         }
         let mut lane = Lane {
             stream,
             _counted: counted,
             epoch,
+            used: Instant::now(),
             buf: Vec::with_capacity(16 * 1024),
         };
         let mut hello = Vec::new();

@@ -641,7 +641,8 @@ pub struct RedisKeys {
 /// none. They belong to the command connection: when it is made anew
 /// (lost, silent, or its server demoted) they are closed and opened
 /// again, and while it is down batches go through it and fail or wait as
-/// it does. A batch whose connection breaks, or that cannot open one, goes
+/// it does; one left idle for longer than
+/// [`RedisConfig::health_interval`] is closed rather than used. A batch whose connection breaks, or that cannot open one, goes
 /// through the command connection with the time it has left (after a
 /// failed open none is tried for [`RedisConfig::reconnect_max_delay`]);
 /// one that times out is never reused, so no reply is read as another

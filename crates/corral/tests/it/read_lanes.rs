@@ -261,3 +261,36 @@ async fn a_read_of_many_keys_goes_out_on_a_lane() {
     );
     assert_eq!(lanes(&server).len(), 1);
 }
+
+#[tokio::test]
+async fn a_lane_idle_longer_than_the_health_interval_is_closed_not_used() {
+    let server = RedisServer::start();
+    let idle = Duration::from_millis(300);
+    let store = RedisStore::connect(&server.url(), config().health_interval(idle))
+        .await
+        .expect("connect");
+    let names = seeded(&store, "idle", 30).await;
+    read_all(&store, &names).await;
+    let first = lanes(&server);
+    let [lane] = first.as_slice() else {
+        panic!("not one lane: {first:?}");
+    };
+    let id = field(lane, "id").to_owned();
+    // Idle for longer than the command connection goes unchecked: a lane
+    // that might have died unseen is not trusted with the next batch.
+    tokio::time::sleep(idle + Duration::from_millis(100)).await;
+    read_all(&store, &names).await;
+    let deadline = tokio::time::Instant::now() + PROMPT;
+    loop {
+        let now = lanes(&server);
+        let ids: Vec<&str> = now.iter().map(|line| field(line, "id")).collect();
+        if ids.len() == 1 && ids[0] != id {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the idle lane {id} is still there: {now:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
