@@ -268,4 +268,45 @@ mod tests {
         let deep = "*1\r\n".repeat(MAX_DEPTH + 1) + ":1\r\n";
         assert!(complete(deep.as_bytes(), 0).is_err());
     }
+
+    proptest::proptest! {
+        /// Any bytes: an answer or an error, never a panic; what is read
+        /// whole is what redis-rs reads.
+        #[test]
+        fn any_bytes_are_read_or_refused(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let scanned = complete(&bytes, 0);
+            if let Ok(Some((value, end))) = read(&bytes, 0) {
+                proptest::prop_assert_eq!(scanned, Ok(Some(end)));
+                if let Ok(theirs) = ::redis::parse_redis_value(&bytes[..end]) {
+                    proptest::prop_assert_eq!(value, theirs);
+                }
+            }
+        }
+
+        /// Well-formed replies cut anywhere are incomplete, never wrong.
+        #[test]
+        fn arrays_of_bulk_strings_read_whole_and_cut(values in proptest::collection::vec(proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)), 0..8), cut in 0usize..400) {
+            let mut bytes = format!("*{}\r\n", values.len()).into_bytes();
+            for value in &values {
+                match value {
+                    Some(value) => {
+                        bytes.extend_from_slice(format!("${}\r\n", value.len()).as_bytes());
+                        bytes.extend_from_slice(value);
+                        bytes.extend_from_slice(b"\r\n");
+                    }
+                    None => bytes.extend_from_slice(b"$-1\r\n"),
+                }
+            }
+            let expected = Value::Array(values.iter().map(|value| match value {
+                Some(value) => Value::BulkString(value.clone()),
+                None => Value::Nil,
+            }).collect());
+            proptest::prop_assert_eq!(read(&bytes, 0), Ok(Some((expected, bytes.len()))));
+            let cut = cut.min(bytes.len());
+            if cut < bytes.len() {
+                proptest::prop_assert_eq!(complete(&bytes[..cut], 0), Ok(None));
+                proptest::prop_assert_eq!(read(&bytes[..cut], 0), Ok(None));
+            }
+        }
+    }
 }
