@@ -141,7 +141,9 @@ impl Cluster {
     /// master: the slot map (`CLUSTER SLOTS`, one round trip), then each
     /// master's `SET ... XX`s at once (one round trip). A copy its master
     /// did not take (the slot moved meanwhile) or whose master the map does
-    /// not name is sent again alone, routed by its slot.
+    /// not name is sent again alone, routed by its slot. Each of these is a
+    /// call of its own, counted toward a rebuild as [`query`](Self::query)'s
+    /// are.
     pub(super) async fn move_copies(&self, moves: MoveCopies<'_>) -> RedisResult<()> {
         let set = |copy: &str| {
             let mut cmd = ::redis::cmd("SET");
@@ -186,10 +188,10 @@ impl Cluster {
                 host: host.clone(),
                 port: *port,
             };
-            let mut connection = connection.clone();
+            let connection = connection.clone();
             async move {
                 let count = copies.len();
-                let replies = connection.route_pipeline(pipe, 0, count, route).await;
+                let replies = self.route_pipeline(connection, pipe, count, route).await;
                 match replies {
                     Ok(replies) if replies.len() == count => copies
                         .iter()
@@ -205,13 +207,28 @@ impl Cluster {
         alone.extend(refused.into_iter().flatten());
         let retries = alone.iter().map(|copy| {
             let cmd = set(copy);
-            let mut connection = connection.clone();
-            async move { cmd.query_async::<Value>(&mut connection).await }
+            async move { self.query(&cmd).await }
         });
         for reply in futures_util::future::join_all(retries).await {
             reply?;
         }
         Ok(())
+    }
+
+    /// Sends `pipe` (`count` commands) to the node `route` names, on
+    /// `connection`, and reads its replies: a call as any other, counted
+    /// toward a rebuild when it fails.
+    async fn route_pipeline(
+        &self,
+        mut connection: ClusterConnection,
+        pipe: Pipeline,
+        count: usize,
+        route: SingleNodeRoutingInfo,
+    ) -> RedisResult<Vec<Value>> {
+        let mut call = Call::new(self);
+        let replies = connection.route_pipeline(pipe, 0, count, route).await;
+        call.ended(&replies);
+        replies
     }
 
     /// The connection; while a lazy one is not made yet, waits for its
