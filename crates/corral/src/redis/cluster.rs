@@ -29,7 +29,7 @@ use tokio::runtime::Handle;
 
 use tokio::sync::Notify;
 
-use crate::throttle::{Throttle, WARN_WINDOW};
+use crate::throttle::{warn_throttled, Throttle};
 
 use super::backoff::Backoff;
 
@@ -262,21 +262,12 @@ impl Cluster {
         let failures = self.shared.failures.fetch_add(1, Relaxed) + 1;
         if failures >= REBUILD_AFTER && !self.shared.rebuilding.swap(true, Relaxed) {
             let store = &self.shared.store;
-            match self.shared.failing.admit() {
-                Some(left_out) => tracing::warn!(
-                    store = %store,
-                    failures,
-                    repeats_left_out = left_out,
-                    "redis cluster calls keep failing: rebuilding the connection from the seed \
-                     nodes (repeats are logged at debug level for {}s)",
-                    WARN_WINDOW.as_secs()
-                ),
-                None => tracing::debug!(
-                    store = %store,
-                    failures,
-                    "redis cluster calls keep failing: rebuilding the connection"
-                ),
-            }
+            warn_throttled!(
+                self.shared.failing,
+                { store = %store, failures },
+                "redis cluster calls keep failing: rebuilding the connection"
+                    + " from the seed nodes"
+            );
             let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
             runtime.spawn(rebuild(Arc::downgrade(&self.shared)));
         }

@@ -58,7 +58,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::sentinel::{is_master, Source};
 use crate::sync::{read, write};
-use crate::throttle::{Throttle, WARN_WINDOW};
+use crate::throttle::{warn_throttled, Throttle};
 
 /// How to connect and reconnect.
 #[derive(Debug, Clone)]
@@ -453,19 +453,13 @@ async fn heartbeat(weak: Weak<Shared>) {
             Ok(Err(_)) => {}
             Err(_) => {
                 let store = &shared.reconnect.store;
-                match shared.unanswered.admit() {
-                    Some(left_out) => tracing::warn!(
-                        store = %store,
-                        repeats_left_out = left_out,
-                        "redis connection gave no answer to a health check within {timeout:?}: \
-                         connecting anew (repeats are logged at debug level for {}s)",
-                        WARN_WINDOW.as_secs()
-                    ),
-                    None => tracing::debug!(
-                        store = %store,
-                        "redis connection gave no answer to a health check within {timeout:?}"
-                    ),
-                }
+                warn_throttled!(
+                    shared.unanswered,
+                    { store = %store },
+                    "redis connection gave no answer to a health check within {:?}"
+                        + ": connecting anew",
+                    timeout
+                );
                 replace(&shared, epoch).await;
             }
         }
