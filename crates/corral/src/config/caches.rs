@@ -26,8 +26,11 @@ use crate::store::Store;
 /// On Redis, a process then holds **one command connection** (one per
 /// master on a cluster) and, once a cache listens to the backplane (the
 /// default), **one subscriber connection** (one per node it subscribes on
-/// a cluster) — whatever the number of caches. Connections per replica:
-/// 2; for a fleet of N replicas: 2N.
+/// a cluster) — whatever the number of caches; on a standalone server,
+/// reads that overlap also open up to two connections of their own for
+/// their batches (see [`RedisStore`](crate::RedisStore), "Round trips and
+/// timeouts"). Connections per replica: 2 to 4; for a fleet of N
+/// replicas: up to 4N.
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]

@@ -21,8 +21,8 @@ pub(super) enum Kind {
     Duration,
 }
 
-/// Every field read from a variable, and how. A field in
-/// [`PROCESS_FIELDS`] is set for the whole process only.
+/// Every field read from a variable, and how. A process-wide field (see
+/// [`CacheConfig::is_process_field`]) is set for the whole process only.
 pub(super) const FIELDS: &[(&str, Kind)] = &[
     ("redis_url", Kind::Text),
     ("redis_cluster_urls", Kind::List),
@@ -62,20 +62,6 @@ pub(super) const FIELDS: &[(&str, Kind)] = &[
     ("breaker_cool_down", Kind::Duration),
 ];
 
-/// The fields that describe the process's one store: set globally, never
-/// per cache (every cache of a [`Caches`](super::Caches) shares the store).
-pub(super) const PROCESS_FIELDS: &[&str] = &[
-    "redis_url",
-    "redis_cluster_urls",
-    "redis_sentinel_master",
-    "redis_sentinel_urls",
-    "redis_master_user",
-    "redis_master_password",
-    "redis_connect_timeout",
-    "redis_health_interval",
-    "redis_tcp_keepalive",
-];
-
 /// The key of cache `name`'s section: lowercase, `-` and `.` read as `_`
 /// (the form a variable's name can spell).
 pub(super) fn section_key(name: &str) -> String {
@@ -112,7 +98,7 @@ pub(super) fn from_vars<'a>(
                 )))
             }
         };
-        if section.is_some() && PROCESS_FIELDS.contains(&field) {
+        if section.is_some() && CacheConfig::is_process_field(field) {
             return Err(ConfigError::new(format!(
                 "{name}: {field} is set for the whole process ({prefix}{}), not per cache: \
                  the caches of a process share one store",
@@ -315,6 +301,24 @@ mod tests {
         );
         assert_eq!(field("tttl"), None);
         assert_eq!(field("_ttl"), None);
+    }
+
+    #[test]
+    fn each_process_field_is_named_beside_its_own_value() {
+        for (field, _) in CacheConfig::default().process_fields() {
+            let value = match FIELDS.iter().find(|(name, _)| *name == field) {
+                Some((_, Kind::Duration)) => "1s",
+                Some((_, Kind::List)) => "redis://a:1,redis://b:1",
+                Some(_) => "redis://a:1",
+                None => panic!("{field} is not a field"),
+            };
+            let name = format!("C_{}", field.to_ascii_uppercase());
+            let config = from_vars("C_", [(name.as_str(), value)].into_iter())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(config.process_fields_set(), [field], "{name}");
+            assert!(CacheConfig::is_process_field(field));
+        }
+        assert!(!CacheConfig::is_process_field("ttl"));
     }
 
     #[test]

@@ -50,7 +50,7 @@
 //! [`CacheConfig::caches`] opens the store once; every cache built from it
 //! shares the store and its connections (on Redis: one command connection
 //! and one subscriber connection per process, whatever the number of
-//! caches). [`CacheConfig::build`] opens a store of its own on each call:
+//! caches, plus up to two for batched reads on a standalone server). [`CacheConfig::build`] opens a store of its own on each call:
 //! for one cache only.
 //!
 //! # What stays in code
@@ -75,7 +75,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use self::caches::Caches;
-use self::env::{duration, section_key, PROCESS_FIELDS};
+use self::env::{duration, section_key};
 use crate::cache::builder::CacheBuilder;
 use crate::cache::Cache;
 use crate::data::error::ConfigError;
@@ -446,24 +446,50 @@ impl CacheConfig {
         Ok(())
     }
 
+    /// The fields that describe the process's one store — set globally,
+    /// never per cache (every cache of a [`Caches`] shares the store) —
+    /// each beside whether this config sets it.
+    fn process_fields(&self) -> [(&'static str, bool); 9] {
+        [
+            ("redis_url", self.redis_url.is_some()),
+            ("redis_cluster_urls", self.redis_cluster_urls.is_some()),
+            (
+                "redis_sentinel_master",
+                self.redis_sentinel_master.is_some(),
+            ),
+            ("redis_sentinel_urls", self.redis_sentinel_urls.is_some()),
+            ("redis_master_user", self.redis_master_user.is_some()),
+            (
+                "redis_master_password",
+                self.redis_master_password.is_some(),
+            ),
+            (
+                "redis_connect_timeout",
+                self.redis_connect_timeout.is_some(),
+            ),
+            (
+                "redis_health_interval",
+                self.redis_health_interval.is_some(),
+            ),
+            ("redis_tcp_keepalive", self.redis_tcp_keepalive.is_some()),
+        ]
+    }
+
     /// The process-wide fields this config sets.
     fn process_fields_set(&self) -> Vec<&'static str> {
-        let set = [
-            self.redis_url.is_some(),
-            self.redis_cluster_urls.is_some(),
-            self.redis_sentinel_master.is_some(),
-            self.redis_sentinel_urls.is_some(),
-            self.redis_master_user.is_some(),
-            self.redis_master_password.is_some(),
-            self.redis_connect_timeout.is_some(),
-            self.redis_health_interval.is_some(),
-            self.redis_tcp_keepalive.is_some(),
-        ];
-        PROCESS_FIELDS
-            .iter()
-            .zip(set)
-            .filter_map(|(field, set)| set.then_some(*field))
+        self.process_fields()
+            .into_iter()
+            .filter_map(|(field, set)| set.then_some(field))
             .collect()
+    }
+
+    /// Whether `field` is one of the process-wide fields (see
+    /// [`process_fields`](Self::process_fields)).
+    fn is_process_field(field: &str) -> bool {
+        Self::default()
+            .process_fields()
+            .iter()
+            .any(|(name, _)| *name == field)
     }
 
     /// Applies the in-process settings to `builder` (everything but the

@@ -357,9 +357,9 @@ impl MemcachedStore {
         new_version(&mut self.inner.rng.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// The server of `route` on the ring.
     fn server(&self, route: u64) -> &Server {
-        let index = self.inner.ring.pick(route);
-        &self.inner.servers[index.min(self.inner.servers.len() - 1)]
+        self.server_at(self.inner.ring.pick(route))
     }
 
     /// Sends `requests` to `server` in one round trip, bounded by the
@@ -436,10 +436,10 @@ impl MemcachedStore {
         }
     }
 
-    /// The server at `home` (an index into the servers given).
-    fn server_at(&self, home: u32) -> &Server {
+    /// The server at `index` in the order given (past the end: the last).
+    fn server_at(&self, index: usize) -> &Server {
         let servers = &self.inner.servers;
-        &servers[usize::try_from(home).unwrap_or(0).min(servers.len() - 1)]
+        &servers[index.min(servers.len() - 1)]
     }
 
     /// The version of `tag` as `server`'s copy holds it: read, or created
@@ -867,7 +867,7 @@ impl Store for MemcachedStore {
         _origin: Origin,
     ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
         Box::pin(async move {
-            let server = self.server_at(home);
+            let server = self.server_at(usize::try_from(home).unwrap_or(usize::MAX));
             let reads = tags
                 .iter()
                 .map(|tag| self.tag_version(namespace, server, tag, retention));

@@ -60,7 +60,8 @@ use tokio::sync::oneshot;
 
 use super::conn::{answered, Connection};
 use super::errors::{refusal, unexpected};
-use super::keys::{self, ClearCopy, ValueName};
+use super::keys::{ClearCopy, ValueName};
+use super::lanes::Lanes;
 use super::touches::Touches;
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::store::StoreKey;
@@ -93,6 +94,8 @@ struct Shared {
     unbatched: AtomicBool,
     /// Whose turn it is to touch each clear version.
     touches: Touches,
+    /// The batches' own connections, where the store has them.
+    lanes: Option<Lanes>,
 }
 
 struct State {
@@ -190,10 +193,15 @@ enum Entry {
 }
 
 impl Reads {
-    /// Batched reads over `connection`, each batch bounded by `timeout`;
-    /// drivers run on the runtime of the read that starts them, or on
-    /// `runtime`.
-    pub(super) fn new(connection: Connection, timeout: Duration, runtime: Handle) -> Self {
+    /// Batched reads over `connection` (the batches over `lanes`, if
+    /// any), each batch bounded by `timeout`; drivers run on the runtime of
+    /// the read that starts them, or on `runtime`.
+    pub(super) fn new(
+        connection: Connection,
+        lanes: Option<Lanes>,
+        timeout: Duration,
+        runtime: Handle,
+    ) -> Self {
         Self {
             shared: Arc::new(Shared {
                 connection,
@@ -208,6 +216,7 @@ impl Reads {
                 }),
                 unbatched: AtomicBool::new(false),
                 touches: Touches::new(),
+                lanes,
             }),
         }
     }
@@ -272,13 +281,36 @@ impl Reads {
             .then_some(copy)
     }
 
-    /// The copies guarding the value keys named `names` whose touch is
-    /// due, for reads sent outside the batches.
-    pub(super) fn touches_of<'a>(&self, names: impl Iterator<Item = &'a str>) -> Vec<String> {
-        let cluster = self.shared.connection.is_cluster();
-        keys::clear_copies_of(names, cluster, |base| {
-            self.shared.touches.due(base.as_bytes())
-        })
+    /// The `PTTL` and value of each of `names` (value keys of one hash
+    /// slot), in one pipeline with the touches due of their clear
+    /// versions, sent at once (not queued) on a lane where the store has
+    /// them: what a batch read of several keys asks.
+    pub(super) async fn read_many(
+        &self,
+        names: &[ValueName<'_>],
+        timeout: Duration,
+    ) -> Result<Vec<(Value, Value)>, StoreError> {
+        let mut pipe = ::redis::Pipeline::with_capacity(2 * names.len() + 1);
+        for name in names {
+            pipe.cmd("PTTL").arg(*name).cmd("GET").arg(*name);
+        }
+        touch_clear_copies(&self.shared, &mut pipe, names);
+        pipe.ignore_errors();
+        match self
+            .shared
+            .pipelined(&pipe, 2 * names.len(), timeout)
+            .await?
+        {
+            Value::Array(items) if items.len() == 2 * names.len() => {
+                let mut items = items.into_iter();
+                let mut pairs = Vec::with_capacity(names.len());
+                while let (Some(pttl), Some(value)) = (items.next(), items.next()) {
+                    pairs.push((answered(pttl)?, answered(value)?));
+                }
+                Ok(pairs)
+            }
+            other => Err(unexpected("read", &other)),
+        }
     }
 
     /// Sends the read alone if fewer than [`IN_FLIGHT`] round trips are in
@@ -332,6 +364,21 @@ impl Reads {
 }
 
 impl Shared {
+    /// Sends `pipe` (whose first `kept` commands' replies are kept; the
+    /// others are ignored touches) on a lane if the store has them, else
+    /// on the command connection, within `timeout`.
+    async fn pipelined(
+        &self,
+        pipe: &::redis::Pipeline,
+        kept: usize,
+        timeout: Duration,
+    ) -> Result<Value, StoreError> {
+        match &self.lanes {
+            Some(lanes) => lanes.pipelined(&self.connection, pipe, kept, timeout).await,
+            None => self.connection.pipelined(pipe, timeout).await,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -460,7 +507,7 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
     pipe.add_command(mget);
     touch_clear_copies(shared, &mut pipe, &names);
     pipe.ignore_errors();
-    let answers = match shared.connection.pipelined(&pipe, shared.timeout).await {
+    let answers = match shared.pipelined(&pipe, pttls + 1, shared.timeout).await {
         Ok(reply) if mget_refused(&reply) => {
             if !shared.unbatched.swap(true, Relaxed) {
                 tracing::warn!(

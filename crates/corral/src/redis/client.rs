@@ -118,14 +118,14 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
 /// `TCP_USER_TIMEOUT` of twice the idle time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-struct KeepaliveTimes {
-    idle: Duration,
-    interval: Duration,
-    user_timeout: Duration,
+pub(super) struct KeepaliveTimes {
+    pub(super) idle: Duration,
+    pub(super) interval: Duration,
+    pub(super) user_timeout: Duration,
 }
 
 impl KeepaliveTimes {
-    fn new(idle: Duration) -> Self {
+    pub(super) fn new(idle: Duration) -> Self {
         let idle = idle.as_secs().max(1);
         Self {
             idle: Duration::from_secs(idle),

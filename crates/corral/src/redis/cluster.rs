@@ -29,7 +29,7 @@ use tokio::runtime::Handle;
 
 use tokio::sync::Notify;
 
-use crate::throttle::{Throttle, WARN_WINDOW};
+use crate::throttle::{warn_throttled, Throttle};
 
 use super::backoff::Backoff;
 
@@ -141,7 +141,9 @@ impl Cluster {
     /// master: the slot map (`CLUSTER SLOTS`, one round trip), then each
     /// master's `SET ... XX`s at once (one round trip). A copy its master
     /// did not take (the slot moved meanwhile) or whose master the map does
-    /// not name is sent again alone, routed by its slot.
+    /// not name is sent again alone, routed by its slot. Each of these is a
+    /// call of its own, counted toward a rebuild as [`query`](Self::query)'s
+    /// are.
     pub(super) async fn move_copies(&self, moves: MoveCopies<'_>) -> RedisResult<()> {
         let set = |copy: &str| {
             let mut cmd = ::redis::cmd("SET");
@@ -186,10 +188,10 @@ impl Cluster {
                 host: host.clone(),
                 port: *port,
             };
-            let mut connection = connection.clone();
+            let connection = connection.clone();
             async move {
                 let count = copies.len();
-                let replies = connection.route_pipeline(pipe, 0, count, route).await;
+                let replies = self.route_pipeline(connection, pipe, count, route).await;
                 match replies {
                     Ok(replies) if replies.len() == count => copies
                         .iter()
@@ -205,13 +207,28 @@ impl Cluster {
         alone.extend(refused.into_iter().flatten());
         let retries = alone.iter().map(|copy| {
             let cmd = set(copy);
-            let mut connection = connection.clone();
-            async move { cmd.query_async::<Value>(&mut connection).await }
+            async move { self.query(&cmd).await }
         });
         for reply in futures_util::future::join_all(retries).await {
             reply?;
         }
         Ok(())
+    }
+
+    /// Sends `pipe` (`count` commands) to the node `route` names, on
+    /// `connection`, and reads its replies: a call as any other, counted
+    /// toward a rebuild when it fails.
+    async fn route_pipeline(
+        &self,
+        mut connection: ClusterConnection,
+        pipe: Pipeline,
+        count: usize,
+        route: SingleNodeRoutingInfo,
+    ) -> RedisResult<Vec<Value>> {
+        let mut call = Call::new(self);
+        let replies = connection.route_pipeline(pipe, 0, count, route).await;
+        call.ended(&replies);
+        replies
     }
 
     /// The connection; while a lazy one is not made yet, waits for its
@@ -245,21 +262,12 @@ impl Cluster {
         let failures = self.shared.failures.fetch_add(1, Relaxed) + 1;
         if failures >= REBUILD_AFTER && !self.shared.rebuilding.swap(true, Relaxed) {
             let store = &self.shared.store;
-            match self.shared.failing.admit() {
-                Some(left_out) => tracing::warn!(
-                    store = %store,
-                    failures,
-                    repeats_left_out = left_out,
-                    "redis cluster calls keep failing: rebuilding the connection from the seed \
-                     nodes (repeats are logged at debug level for {}s)",
-                    WARN_WINDOW.as_secs()
-                ),
-                None => tracing::debug!(
-                    store = %store,
-                    failures,
-                    "redis cluster calls keep failing: rebuilding the connection"
-                ),
-            }
+            warn_throttled!(
+                self.shared.failing,
+                { store = %store, failures },
+                "redis cluster calls keep failing: rebuilding the connection"
+                    + " from the seed nodes"
+            );
             let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
             runtime.spawn(rebuild(Arc::downgrade(&self.shared)));
         }

@@ -119,39 +119,18 @@ impl Connection {
         pipe.cmd("TOUCH").arg(copy).ignore();
     }
 
+    /// The standalone connection's epoch (see [`Standalone::epoch`]);
+    /// `None` on a cluster or while reconnecting.
+    pub(super) fn epoch(&self) -> Option<u64> {
+        match self {
+            Self::Standalone(conn) => conn.epoch(),
+            Self::Cluster(_) => None,
+        }
+    }
+
     /// Whether this is a cluster connection (version copies per bucket).
     pub(super) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
-    }
-
-    /// [`read`](Self::read) of several value keys of one hash slot in one
-    /// pipeline, with the touches of the clear versions' copies `touch`:
-    /// their `PTTL` and `GET` replies, in order.
-    pub(super) async fn read_many(
-        &self,
-        value_keys: &[&str],
-        touch: Vec<String>,
-        timeout: Duration,
-    ) -> Result<Vec<(Value, Value)>, StoreError> {
-        let mut pipe = ::redis::pipe();
-        for key in value_keys {
-            pipe.cmd("PTTL").arg(*key).cmd("GET").arg(*key);
-        }
-        for copy in touch {
-            self.touch(&mut pipe, copy);
-        }
-        pipe.ignore_errors();
-        match self.pipelined(&pipe, timeout).await? {
-            Value::Array(items) if items.len() == 2 * value_keys.len() => {
-                let mut items = items.into_iter();
-                let mut pairs = Vec::with_capacity(value_keys.len());
-                while let (Some(pttl), Some(value)) = (items.next(), items.next()) {
-                    pairs.push((answered(pttl)?, answered(value)?));
-                }
-                Ok(pairs)
-            }
-            other => Err(unexpected("read", &other)),
-        }
     }
 
     /// `items` in the groups one pipeline may carry: on a cluster, one per

@@ -136,26 +136,23 @@ impl<'a> ClearCopy<'a> {
         }
     }
 
-    /// Whether `due` says to touch this copy now, asked with the bytes
-    /// [`clear_copies_of`] asks it with for the same copy.
-    pub(super) fn due(&self, due: impl FnOnce(&[u8]) -> bool) -> bool {
+    /// Whether `due` says to touch this copy now, asked with the FNV-1a of
+    /// what tells the copy apart: the namespace on one server, the name up
+    /// to its hash tag (`corral:<namespace>:{<b>}`) on a cluster.
+    pub(super) fn due(&self, due: impl FnOnce(u64) -> bool) -> bool {
         if !self.cluster {
-            return due(self.namespace.as_bytes());
+            return due(fnv1a64(self.namespace.as_bytes()));
         }
-        let mut base = arrayvec::ArrayVec::<u8, 160>::new();
-        for part in [
+        let hash = [
             PREFIX.as_bytes(),
             self.namespace.as_bytes(),
             b":{",
             self.tag.as_bytes(),
             b"}",
-        ] {
-            if base.try_extend_from_slice(part).is_err() {
-                // A namespace too long to copy here: touch anyway.
-                return true;
-            }
-        }
-        due(&base)
+        ]
+        .into_iter()
+        .fold(fnv1a64(b""), fnv1a64_from);
+        due(hash)
     }
 
     fn write(&self, out: &mut impl std::io::Write) {
@@ -170,46 +167,6 @@ impl<'a> ClearCopy<'a> {
             let _ = out.write_all(part);
         }
     }
-}
-
-/// What names the clear version's copy guarding the value key named
-/// `value` (as [`value_name`] spells it), without allocating: on a cluster
-/// the name up to its hash tag (`corral:<namespace>:{<b>}`), on one server
-/// the namespace. Equal for value keys guarded by the same copy.
-fn clear_copy_base(value: &str, cluster: bool) -> Option<&str> {
-    let open = value.find('{')?;
-    if cluster {
-        let close = open + 1 + value[open + 1..].find('}')?;
-        return value.get(..=close);
-    }
-    value.get(PREFIX.len()..open.checked_sub(1)?)
-}
-
-/// The names of the clear versions' copies guarding the value keys named
-/// `values`, each once (a batch of one slot, or of one namespace, names
-/// one) and only those `due` says to touch: for reads that carry names,
-/// not keys.
-pub(super) fn clear_copies_of<'a>(
-    values: impl Iterator<Item = &'a str>,
-    cluster: bool,
-    mut due: impl FnMut(&str) -> bool,
-) -> Vec<String> {
-    let mut bases: Vec<&str> = Vec::new();
-    for value in values {
-        if let Some(base) = clear_copy_base(value, cluster) {
-            if !bases.contains(&base) {
-                bases.push(base);
-            }
-        }
-    }
-    bases.retain(|base| due(base));
-    bases
-        .into_iter()
-        .map(|base| match cluster {
-            true => format!("{base}:t:"),
-            false => tag_key(base, ""),
-        })
-        .collect()
 }
 
 impl ::redis::ToRedisArgs for ClearCopy<'_> {
@@ -238,7 +195,9 @@ pub(super) fn listener_id(namespace: &str, key: &str) -> String {
     format!("{namespace}\u{0}{key}")
 }
 
-/// The name of `key`'s value key alone (`corral:<namespace>:{<b>}:v:<key>`).
+/// The name of `key`'s value key alone (`corral:<namespace>:{<b>}:v:<key>`),
+/// as the commands write it ([`ValueName`]): for checks.
+#[cfg(any(test, feature = "test-hooks"))]
 pub(super) fn value_name(key: &StoreKey) -> String {
     ValueName::new(key).owned()
 }
@@ -531,23 +490,16 @@ mod tests {
             let mut written = Vec::new();
             ClearCopy::of(&name, false).write(&mut written);
             assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
-            let value = value_name(&key);
-            for cluster in [true, false] {
-                let mut asked = Vec::new();
-                ClearCopy::of(&name, cluster).due(|base| {
-                    asked = base.to_vec();
+            // Reads under one copy share its turn: asked with one id.
+            let bucket = format!("corral:ns:v3:{{{}}}", home_tag(home));
+            for (cluster, base) in [(true, bucket.as_str()), (false, "ns:v3")] {
+                let mut asked = None;
+                ClearCopy::of(&name, cluster).due(|id| {
+                    asked = Some(id);
                     true
                 });
-                let base = clear_copy_base(&value, cluster).map(str::as_bytes);
-                assert_eq!(Some(asked.as_slice()), base, "{raw:?}");
+                assert_eq!(asked, Some(fnv1a64(base.as_bytes())), "{raw:?}");
             }
-            let other = value_name(&StoreKey::new("ns:v3", &format!("{raw}-other")));
-            let same = [value.as_str(), value.as_str()];
-            let copies = clear_copies_of(same.into_iter(), true, |_| true);
-            assert_eq!(copies, [copy_key("ns:v3", home, "")]);
-            let both = [value.as_str(), other.as_str()];
-            let copies = clear_copies_of(both.into_iter(), false, |_| true);
-            assert_eq!(copies, [tag_key("ns:v3", "")]);
         }
     }
 

@@ -58,7 +58,7 @@ use tokio::time::Instant;
 use super::backoff::Backoff;
 use super::sentinel::{is_master, Source};
 use crate::sync::{read, write};
-use crate::throttle::{Throttle, WARN_WINDOW};
+use crate::throttle::{warn_throttled, Throttle};
 
 /// How to connect and reconnect.
 #[derive(Debug, Clone)]
@@ -185,7 +185,7 @@ impl Standalone {
             role_refused: AtomicBool::new(false),
             unanswered: Throttle::default(),
         });
-        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, true, false));
+        runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, Reason::First));
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Self { shared }
     }
@@ -236,6 +236,24 @@ impl Standalone {
         }
     }
 
+    /// The current connection's epoch (it counts the connections made);
+    /// `None` while a reconnection runs.
+    pub(super) fn epoch(&self) -> Option<u64> {
+        match &*read(&self.shared.state) {
+            State::Up { epoch, .. } => Some(*epoch),
+            State::Reconnecting { .. } => None,
+        }
+    }
+
+    /// The server's address and credentials, when it is a fixed one (not
+    /// a Sentinel group's master).
+    pub(super) fn fixed_info(&self) -> Option<&::redis::ConnectionInfo> {
+        match &self.shared.source {
+            Source::Fixed(client) => Some(client.get_connection_info()),
+            Source::Sentinel(_) => None,
+        }
+    }
+
     /// Ticks each time a connection made because the server was found
     /// demoted to a replica is up: whatever else was connected to the old
     /// server should connect anew.
@@ -283,6 +301,17 @@ enum Why<'a> {
     Demoted,
 }
 
+/// Why [`reconnecting`] connects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// A lazy store's first connection.
+    First,
+    /// The connection before broke.
+    Lost,
+    /// The server of the connection before became a replica.
+    Demoted,
+}
+
 /// Marks the connection of `epoch` down and starts the task that replaces
 /// it (`why`: lost or demoted); returns whether it did, rather than
 /// another call before it.
@@ -304,19 +333,23 @@ fn reconnect(shared: &Arc<Shared>, epoch: u64, why: Why<'_>) -> bool {
     // On the caller's runtime, where the new connection's driver task
     // will run too; the store's own runtime when called outside one.
     let runtime = Handle::try_current().unwrap_or_else(|_| shared.runtime.clone());
-    let demoted = matches!(why, Why::Demoted);
-    runtime.spawn(reconnecting(Arc::downgrade(shared), epoch, false, demoted));
+    let reason = match why {
+        Why::Lost(_) => Reason::Lost,
+        Why::Demoted => Reason::Demoted,
+    };
+    runtime.spawn(reconnecting(Arc::downgrade(shared), epoch, reason));
     true
 }
 
 /// Connects anew until it succeeds or the store is dropped (the task
 /// holds the store only during an attempt, not across its backoff): the
-/// `first` connection of a lazy store, or the one after the connection of
-/// `epoch`. When that one was left because its server was `demoted`,
-/// [`Standalone::moves`] ticks once the new one is up. Logs the first
-/// failed attempt (with its error) and the connection made: "connected"
-/// the first time, "restored" after a loss, with how long it took.
-async fn reconnecting(weak: Weak<Shared>, epoch: u64, first: bool, demoted: bool) {
+/// first connection of a lazy store, or the one after the connection of
+/// `epoch`, for `reason`. When that one was left because its server was
+/// demoted, [`Standalone::moves`] ticks once the new one is up. Logs the
+/// first failed attempt (with its error) and the connection made:
+/// "connected" the first time, "restored" after a loss or a demotion, with
+/// how long it took.
+async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
     let began = Instant::now();
     let mut failures = 0_u64;
     let mut backoff = match weak.upgrade() {
@@ -359,8 +392,8 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, first: bool, demoted: bool
         };
         shared.settled.notify_waiters();
         if restored {
-            shared.unanswered.reset();
             let store = &shared.reconnect.store;
+            let first = reason == Reason::First;
             if first && failures == 0 {
                 tracing::info!(store = %store, "redis connected");
             } else if first {
@@ -378,7 +411,7 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, first: bool, demoted: bool
                     "redis connection restored"
                 );
             }
-            if demoted {
+            if reason == Reason::Demoted {
                 shared.moves.send_modify(|moves| *moves += 1);
             }
             return;
@@ -420,13 +453,26 @@ async fn heartbeat(weak: Weak<Shared>) {
         let Some(shared) = weak.upgrade() else {
             return;
         };
+        // The one rule of `unanswered`: it starts afresh when the server
+        // answers a health check (an error reply is an answer), the silence
+        // it warns of being over. Nothing else resets it: a connection made
+        // anew, after a loss or a silence, is reset by its first answered
+        // check like any other.
+        let answered = match &answer {
+            Ok(Ok(_)) => true,
+            Ok(Err(error)) => !error.is_unrecoverable_error(),
+            Err(_) => false,
+        };
+        if answered {
+            shared.unanswered.reset();
+        }
         match answer {
             Ok(Ok(reply)) if asks_role => judge_role(&shared, epoch, reply.extract_error()),
             // An error reply: the server answered.
             Ok(Err(error)) if asks_role && !error.is_unrecoverable_error() => {
                 judge_role(&shared, epoch, Err(error));
             }
-            Ok(Ok(_)) => shared.unanswered.reset(),
+            Ok(Ok(_)) => {}
             // The connection is broken (the error says how): made anew, as
             // when a call finds it so.
             Ok(Err(error)) if error.is_unrecoverable_error() => {
@@ -435,19 +481,13 @@ async fn heartbeat(weak: Weak<Shared>) {
             Ok(Err(_)) => {}
             Err(_) => {
                 let store = &shared.reconnect.store;
-                match shared.unanswered.admit() {
-                    Some(left_out) => tracing::warn!(
-                        store = %store,
-                        repeats_left_out = left_out,
-                        "redis connection gave no answer to a health check within {timeout:?}: \
-                         connecting anew (repeats are logged at debug level for {}s)",
-                        WARN_WINDOW.as_secs()
-                    ),
-                    None => tracing::debug!(
-                        store = %store,
-                        "redis connection gave no answer to a health check within {timeout:?}"
-                    ),
-                }
+                warn_throttled!(
+                    shared.unanswered,
+                    { store = %store },
+                    "redis connection gave no answer to a health check within {:?}"
+                        + ": connecting anew",
+                    timeout
+                );
                 replace(&shared, epoch).await;
             }
         }

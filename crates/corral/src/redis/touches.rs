@@ -14,7 +14,6 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::clock::{Clock, CoarseClock};
-use crate::data::key::fnv1a64;
 
 /// The longest a copy goes untouched while entries under it are read.
 pub(super) const INTERVAL_MS: u64 = 250;
@@ -39,13 +38,14 @@ impl Touches {
         }
     }
 
-    /// Whether a read under the copy named by `base` (its name, or what
-    /// tells it apart) should touch it now; claims the turn if so.
+    /// Whether a read under the copy whose id (see
+    /// [`ClearCopy::due`](super::keys::ClearCopy::due)) is `id` should
+    /// touch it now; claims the turn if so.
     #[inline]
-    pub(super) fn due(&self, base: &[u8]) -> bool {
+    pub(super) fn due(&self, id: u64) -> bool {
         // Offset by the interval: 0 stands for "never touched".
         let now = self.clock.now_millis() + INTERVAL_MS;
-        let slot = &self.last[(fnv1a64(base) % SLOTS as u64) as usize];
+        let slot = &self.last[(id % SLOTS as u64) as usize];
         let last = slot.load(Relaxed);
         if now.saturating_sub(last) < INTERVAL_MS {
             return false;
@@ -61,10 +61,10 @@ mod tests {
     #[test]
     fn one_read_per_interval_touches_each_copy() {
         let touches = Touches::new();
-        assert!(touches.due(b"corral:a:v1:{0abc}"));
-        assert!(!touches.due(b"corral:a:v1:{0abc}"), "within the interval");
-        assert!(touches.due(b"corral:a:v1:{1xyz}"), "another copy");
+        assert!(touches.due(7));
+        assert!(!touches.due(7), "within the interval");
+        assert!(touches.due(8), "another copy");
         std::thread::sleep(std::time::Duration::from_millis(INTERVAL_MS + 20));
-        assert!(touches.due(b"corral:a:v1:{0abc}"), "the next interval");
+        assert!(touches.due(7), "the next interval");
     }
 }

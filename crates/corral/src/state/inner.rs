@@ -24,7 +24,7 @@ use crate::state::flight::{Failure, Flight, FlightTable, Outcome};
 use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
-use crate::throttle::{Throttle, WARN_WINDOW};
+use crate::throttle::{warn_throttled, Throttle};
 use crate::tier::local::LocalTier;
 use crate::tier::shared::SharedTier;
 
@@ -207,44 +207,31 @@ impl<V> Inner<V> {
     /// Counts a failed store call and says what the cache does instead:
     /// at debug level while the circuit breaker is open (then every call
     /// fails, by design), as a warning otherwise — at most one per
-    /// [`WARN_WINDOW`], the next one with the count of those left out
-    /// (logged at debug level).
+    /// window of its [`Throttle`], the next one with the count of those
+    /// left out (logged at debug level).
     pub(crate) fn note_store_failure(&self, error: &StoreError, instead: &str) {
         self.counters.store_failed(error);
         if error.is_breaker_open() {
             tracing::debug!(cache = %self.name, "circuit breaker open: {instead}");
             return;
         }
-        match self.store_warnings.admit() {
-            Some(left_out) => tracing::warn!(
-                cache = %self.name,
-                %error,
-                repeats_left_out = left_out,
-                "store call failed: {instead} (repeats are logged at debug level for {}s)",
-                WARN_WINDOW.as_secs()
-            ),
-            None => tracing::debug!(cache = %self.name, %error, "store call failed: {instead}"),
-        }
+        warn_throttled!(
+            self.store_warnings,
+            { cache = %self.name, %error },
+            "store call failed: {}",
+            instead
+        );
     }
 
     /// Logs that a fill returned an error (an error of type `error_type`):
-    /// the first at warning level, the repeats within
-    /// [`WARN_WINDOW`] at debug level, the next warning with their count.
+    /// the first at warning level, the repeats within the window of its
+    /// [`Throttle`] at debug level, the next warning with their count.
     pub(crate) fn fill_failed(&self, error_type: &'static str) {
-        match self.fill_warnings.admit() {
-            Some(left_out) => tracing::warn!(
-                cache = %self.name,
-                error_type,
-                repeats_left_out = left_out,
-                "fill returned an error: nothing stored (repeats are logged at debug level for {}s)",
-                WARN_WINDOW.as_secs()
-            ),
-            None => tracing::debug!(
-                cache = %self.name,
-                error_type,
-                "fill returned an error: nothing stored"
-            ),
-        }
+        warn_throttled!(
+            self.fill_warnings,
+            { cache = %self.name, error_type },
+            "fill returned an error: nothing stored"
+        );
     }
 }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::data::error::{StoreError, StoreErrorKind};
-use crate::throttle::Throttle;
+use crate::throttle::{warn_throttled, Throttle};
 
 /// The breaker's settings: open after `failures` consecutive failed store
 /// calls, for `cool_down`.
@@ -219,20 +219,12 @@ impl Breaker {
             self.word
                 .store(self.open_word(self.settings.cool_down), Release);
             self.opened.fetch_add(1, Relaxed);
-            match self.probe_warnings.admit() {
-                Some(left_out) => tracing::warn!(
-                    cache = %self.cache,
-                    cool_down_ms = self.settings.cool_down.as_millis(),
-                    repeats_left_out = left_out,
-                    "circuit breaker probe failed: opened again (repeats are logged at debug \
-                     level for {}s)",
-                    PROBE_WARN_WINDOW.as_secs()
-                ),
-                None => tracing::debug!(
-                    cache = %self.cache,
-                    "circuit breaker probe failed: opened again"
-                ),
-            }
+            warn_throttled!(
+                self.probe_warnings,
+                { cache = %self.cache }
+                [cool_down_ms = self.settings.cool_down.as_millis()],
+                "circuit breaker probe failed: opened again"
+            );
         } else {
             self.failures.store(0, Relaxed);
             self.word.store(CLOSED, Release);

@@ -344,3 +344,39 @@ async fn steady_traffic_through_a_failover() {
         after.fail_open_fills,
     );
 }
+
+/// An invalidation's writes to a master that no longer answers (the copies
+/// of its slots, as one pipeline, then each alone) are calls like any
+/// other: their failures count toward a rebuild of the connection, so the
+/// invalidation that finds a master dead starts one. (Killed without a
+/// replica: the cluster stays `ok`, the master only unreachable, for the
+/// node timeout, far longer than this test's calls.)
+#[tokio::test]
+async fn invalidations_failing_on_a_dead_master_rebuild_the_connection() {
+    // A current-thread runtime: this thread's subscriber sees every task.
+    let (captured, _default) = corral_testkit::capture(tracing::Level::INFO);
+    let mut cluster = RedisCluster::start();
+    let store = store(&cluster).await;
+    let cache = Cache::<String>::builder("moves")
+        .store(store)
+        .store_timeout(OP_TIMEOUT)
+        .no_circuit_breaker()
+        .build()
+        .expect("config");
+    let rebuilding = |text: &str| {
+        text.lines()
+            .filter(|line| line.contains("WARN") && line.contains("calls keep failing"))
+            .count()
+    };
+    cache
+        .invalidate_tag("t")
+        .await
+        .expect("every master answers");
+    assert_eq!(rebuilding(&captured.text()), 0, "{}", captured.text());
+
+    cluster.kill(1);
+    let failed = cache.invalidate_tag("t").await;
+    assert!(failed.is_err(), "a master is dead: {failed:?}");
+    let text = captured.text();
+    assert_eq!(rebuilding(&text), 1, "{text}");
+}

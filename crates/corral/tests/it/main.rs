@@ -48,6 +48,7 @@ mod metrics;
 #[cfg(feature = "metrics")]
 mod metrics_instances;
 mod processes;
+mod read_lanes;
 mod redaction;
 mod redis_faults;
 mod redis_reads;

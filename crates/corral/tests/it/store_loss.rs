@@ -629,6 +629,7 @@ async fn a_full_memory_store_drops_expired_keys_then_lru_values_then_fills() {
 #[tokio::test(start_paused = true)]
 async fn a_memory_store_full_of_fills_refuses_the_dropped_fills_commit() {
     let store = MemoryStore::with_max_keys(3);
+    assert_eq!(format!("{store:?}"), "MemoryStore { max_keys: 3, .. }");
     let mut leases = Vec::new();
     for key in ["f0", "f1", "f2", "f3"] {
         leases.push(grant(&store, key).await);

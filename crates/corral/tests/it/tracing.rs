@@ -142,9 +142,10 @@ async fn redis_logs_name_the_store_and_keep_the_errors_once() {
 
 /// A silent server (frozen: connections accepted, nothing answered) fails
 /// every health check: the warning is logged once, the repeats at debug
-/// level, and the connection that answers again is kept.
+/// level, and the connection that answers again is kept. A check answered
+/// ends the silence: the next one warns again.
 #[tokio::test]
-async fn a_silent_servers_health_checks_warn_once() {
+async fn a_silent_servers_health_checks_warn_once_per_silence() {
     use std::time::Duration;
 
     use corral::{RedisConfig, RedisStore};
@@ -172,6 +173,21 @@ async fn a_silent_servers_health_checks_warn_once() {
     assert!(warned[0].contains("store=redis://127.0.0.1:"), "{text}");
     assert!(warned[0].contains("repeats_left_out=0"), "{text}");
     assert!(lines(&text, "WARN", "not replaced").is_empty(), "{text}");
+
+    // The heartbeat sends its next check only after the answer to the one
+    // before: two more `ROLE`s served mean one was answered.
+    let roles = || server.command_stats().get("role").copied().unwrap_or(0);
+    let served = roles();
+    until("a health check was answered", || roles() >= served + 2).await;
+    let silences = unanswered(&captured.text());
+    server.freeze();
+    until("the server is silent again", || {
+        unanswered(&captured.text()) > silences
+    })
+    .await;
+    server.thaw();
+    let text = captured.text();
+    assert_eq!(lines(&text, "WARN", "gave no answer").len(), 2, "{text}");
     drop(store);
 }
 

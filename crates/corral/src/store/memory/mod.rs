@@ -61,13 +61,13 @@ pub struct MemoryStore {
     state: Arc<Mutex<State>>,
     notifier: Notifier,
     sinks: Arc<Sinks>,
-    max_keys: usize,
 }
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let max_keys = self.lock().slots.max();
         f.debug_struct("MemoryStore")
-            .field("max_keys", &self.max_keys)
+            .field("max_keys", &max_keys)
             .finish_non_exhaustive()
     }
 }
@@ -97,7 +97,6 @@ impl MemoryStore {
             })),
             notifier: Notifier::new(),
             sinks: Arc::new(Sinks::default()),
-            max_keys: max_keys.max(1),
         }
     }
 

@@ -72,6 +72,11 @@ impl Table {
         self.slots.len()
     }
 
+    /// The most keys it holds.
+    pub(super) fn max(&self) -> usize {
+        self.max
+    }
+
     #[cfg(feature = "test-hooks")]
     pub(super) fn clear(&mut self) {
         self.slots.clear();
