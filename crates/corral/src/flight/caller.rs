@@ -43,7 +43,7 @@ use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Answer, Fetched, Judged, Standing};
 use crate::data::policy::FillOptions;
 use crate::flight::leader::{self, Fallback, FirstAnswer, FirstLookup, Job};
-use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, read_fresh, Look};
+use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, Look};
 use crate::state::flight::{Claim, Leadership};
 use crate::state::inner::{outcome_to_result, Inner};
 use crate::stats::Counters;
@@ -339,13 +339,17 @@ pub(crate) async fn read_ahead<V>(inner: &Inner<V>, store: &SharedTier, key: &st
 where
     V: Clone + Send + Sync + 'static,
 {
-    match read_fresh(inner, store, key).await {
-        Ok(Some(judged)) => {
+    // One async layer over the read: each moves the judged entry once more.
+    match read_current(inner, store, key, Look::Peek).await {
+        Ok(Some(judged)) if judged.standing == Standing::Fresh => {
             count_l2_hit(inner, &judged);
             ReadAhead::Fresh(judged.into_fetched())
         }
-        Ok(None) => ReadAhead::Unsettled,
-        Err(()) => ReadAhead::Unreachable,
+        Ok(_) => ReadAhead::Unsettled,
+        Err(error) => {
+            inner.note_store_failure(&error, "filling without a lease");
+            ReadAhead::Unreachable
+        }
     }
 }
 

@@ -18,7 +18,7 @@
 //! finds nothing servable, and counts nothing, so nothing is counted twice.
 
 use crate::data::error::StoreError;
-use crate::data::freshness::{Fetched, Judged, Standing};
+use crate::data::freshness::{Fetched, Judged};
 use crate::data::tags::Home;
 use crate::state::flight::{Leadership, Outcome};
 use crate::state::inner::Inner;
@@ -100,26 +100,6 @@ where
         return None;
     }
     Some(judged)
-}
-
-/// The key's entry in `store` if it is fresh and its stamps are current
-/// (uncounted: see [`count_l2_hit`] and [`finish_hit`]); `Err` if the
-/// store failed (counted and logged).
-pub(crate) async fn read_fresh<V>(
-    inner: &Inner<V>,
-    store: &SharedTier,
-    key: &str,
-) -> Result<Option<Judged<V>>, ()>
-where
-    V: Clone + Send + Sync + 'static,
-{
-    match read_current(inner, store, key, Look::Peek).await {
-        Ok(judged) => Ok(judged.filter(|judged| judged.standing == Standing::Fresh)),
-        Err(error) => {
-            inner.note_store_failure(&error, "filling without a lease");
-            Err(())
-        }
-    }
 }
 
 /// Counts a value read from the store and served: an L2 hit.

@@ -51,7 +51,7 @@
 //!   when polled), the next read takes the places back.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ::redis::{Cmd, RedisError, Value};
@@ -63,8 +63,12 @@ use super::errors::{refusal, unexpected};
 use super::keys::{ClearCopy, ValueName};
 use super::lanes::Lanes;
 use super::touches::Touches;
+
+mod watch;
+
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::store::StoreKey;
+use watch::{after, left_of, watch, Reply, Watching};
 
 /// The most reads one batch sends; more wait for the next round trip.
 const MAX_BATCH: usize = 512;
@@ -103,8 +107,9 @@ struct State {
     /// at most [`IN_FLIGHT`]. While they are that many, reads queue.
     in_flight: usize,
     queue: Vec<Queued>,
-    /// When a round trip last began or ended.
-    progress: Instant,
+    /// A whole timeout after a round trip last began or ended: past it,
+    /// with every place taken, the places are taken back.
+    stale_at: Instant,
     /// Whether a watchdog runs for this queue.
     watched: bool,
     /// Whether a read queued since the watchdog last woke.
@@ -122,53 +127,6 @@ struct Queued {
     /// When it was asked: its timeout runs from then.
     asked: Instant,
     reply: Reply,
-}
-
-/// Where a queued read's answer goes. Dropped unanswered — its batch ran
-/// past its deadline, or its driver was dropped — it answers the read with
-/// an error itself.
-struct Reply {
-    sender: Option<oneshot::Sender<Result<Answer, StoreError>>>,
-    /// The deadline of the batch carrying the read, once sent.
-    deadline: Option<Instant>,
-}
-
-impl Reply {
-    /// Answers the read (an `Err` gives the answer back if its caller is
-    /// gone).
-    fn send(
-        mut self,
-        answer: Result<Answer, StoreError>,
-    ) -> Result<(), Result<Answer, StoreError>> {
-        match self.sender.take() {
-            Some(sender) => sender.send(answer),
-            None => Err(answer),
-        }
-    }
-
-    /// Whether the read's caller is gone.
-    fn is_closed(&self) -> bool {
-        self.sender.as_ref().is_none_or(oneshot::Sender::is_closed)
-    }
-}
-
-impl Drop for Reply {
-    fn drop(&mut self) {
-        let Some(sender) = self.sender.take() else {
-            return;
-        };
-        let error = match self.deadline {
-            Some(deadline) if Instant::now() >= deadline => StoreError::new(
-                StoreErrorKind::Timeout,
-                "redis read: its batch was not answered within the timeout of its oldest read",
-            ),
-            _ => StoreError::new(
-                StoreErrorKind::Unavailable,
-                "redis read: its batch was dropped (the runtime is shutting down)",
-            ),
-        };
-        let _ = sender.send(Err(error));
-    }
 }
 
 /// What a batch answers one read.
@@ -210,7 +168,7 @@ impl Reads {
                 state: Mutex::new(State {
                     in_flight: 0,
                     queue: Vec::new(),
-                    progress: Instant::now(),
+                    stale_at: after(Instant::now(), timeout),
                     watched: false,
                     recent: false,
                 }),
@@ -322,16 +280,14 @@ impl Reads {
         }
         let mut state = self.shared.lock();
         let now = Instant::now();
-        if state.in_flight >= IN_FLIGHT
-            && now.saturating_duration_since(state.progress) > self.shared.timeout
-        {
+        if state.in_flight >= IN_FLIGHT && now > state.stale_at {
             // Every place is held by a read whose caller stopped polling
             // it (a polled one ends by its timeout): take them back.
             state.in_flight = 0;
         }
         if state.in_flight < IN_FLIGHT {
             state.in_flight += 1;
-            state.progress = now;
+            state.stale_at = after(now, self.shared.timeout);
             drop(state);
             return Entry::Alone(Some(Flight {
                 shared: Arc::clone(&self.shared),
@@ -352,7 +308,7 @@ impl Reads {
         state.watched = true;
         drop(state);
         if unwatched {
-            let first = now + self.shared.timeout / 2;
+            let first = after(now, self.shared.timeout / 2);
             let watching = Watching {
                 shared: Arc::downgrade(&self.shared),
                 done: false,
@@ -387,7 +343,7 @@ impl Shared {
     /// the next batch (which keeps the place).
     fn next_batch(&self) -> Option<Vec<Queued>> {
         let mut state = self.lock();
-        state.progress = Instant::now();
+        state.stale_at = after(Instant::now(), self.timeout);
         if state.queue.is_empty() {
             state.in_flight = state.in_flight.saturating_sub(1);
             return None;
@@ -431,7 +387,7 @@ async fn drive(shared: Arc<Shared>, mut batch: Vec<Queued>) {
         // The reads queued in the order asked: the first is the oldest,
         // whose timeout bounds the batch.
         if let Some(oldest) = batch.first() {
-            let deadline = oldest.asked + shared.timeout;
+            let deadline = after(oldest.asked, shared.timeout);
             for read in &mut batch {
                 read.reply.deadline = Some(deadline);
             }
@@ -611,72 +567,5 @@ async fn waited(
             StoreErrorKind::Unavailable,
             "redis read: its batch was dropped (the runtime is shutting down)",
         )),
-    }
-}
-
-/// What is left of `timeout` for a read asked at `asked`.
-fn left_of(timeout: Duration, asked: Instant) -> Duration {
-    timeout.saturating_sub(asked.elapsed())
-}
-
-/// The store's watchdog while it runs: if it is dropped before it ended
-/// by itself (its runtime shut down), the next read queued starts another.
-struct Watching {
-    shared: Weak<Shared>,
-    done: bool,
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        if let (false, Some(shared)) = (self.done, self.shared.upgrade()) {
-            shared.lock().watched = false;
-        }
-    }
-}
-
-/// The watchdog: at `first`, then whenever the oldest queued read's half
-/// timeout is over, answers the reads queued for half their timeout
-/// [`Answer::Late`]; ends when it wakes to find the queue empty and no read
-/// queued since it last woke (or the store gone).
-async fn watch(mut watching: Watching, first: Instant) {
-    let mut next = first;
-    loop {
-        tokio::time::sleep_until(next.into()).await;
-        let Some(shared) = watching.shared.upgrade() else {
-            watching.done = true;
-            return;
-        };
-        let half = shared.timeout / 2;
-        let now = Instant::now();
-        let (late, end) = {
-            let mut state = shared.lock();
-            // Queued in the order asked: the late ones lead.
-            let due = state.queue.partition_point(|read| read.asked + half <= now);
-            let late: Vec<Queued> = state.queue.drain(..due).collect();
-            let end = match state.queue.first() {
-                Some(read) => {
-                    next = read.asked + half;
-                    false
-                }
-                None if state.recent => {
-                    // A read queued after now is late after this.
-                    next = now + half;
-                    false
-                }
-                None => {
-                    state.watched = false;
-                    true
-                }
-            };
-            state.recent = false;
-            (late, end)
-        };
-        for read in late {
-            let _ = read.reply.send(Ok(Answer::Late));
-        }
-        if end {
-            watching.done = true;
-            return;
-        }
     }
 }
