@@ -16,7 +16,9 @@
 //! a `format!`ed tag, given as a closure (built only on a miss) and as a
 //! `FillOptions` value (built on every call). `corral_loop` and
 //! `corral_tags_loop` run the targets' own loops of awaited hits, as
-//! `hit_pairs` times them, with the clock left to itself;
+//! `hit_pairs` times them, with the clock left to itself, and
+//! `corral_wrapped_loop` each hit behind one more `async fn` (`hit_pairs`'
+//! "behind an async fn" rows);
 //! `corral_ttl_loop` is `corral`'s loop with options that allocate nothing
 //! (a TTL). The
 //! hot key is 16 bytes and the 32-byte `String` value is cloned per hit, as
@@ -109,6 +111,15 @@ async fn loop_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: 
         hits + 1,
         "every call but the first is a hit"
     );
+}
+
+/// Hits each behind one more `async fn` (`hit_pairs`' "behind an async
+/// fn" shape).
+async fn wrapped_hits<T: HitTarget>(target: T, cache: corral::Cache<String>, hits: u64) {
+    for _ in 0..=hits {
+        black_box(target.hit(black_box(KEY)).await);
+    }
+    assert_eq!(cache.stats().hits, hits + 1, "every call is a hit");
 }
 
 /// Awaited hits with per-call options that allocate nothing (a TTL): what
@@ -224,6 +235,10 @@ fn main() -> ExitCode {
             let cache = corral_cache();
             runtime.block_on(loop_hits(Corral::<false>(cache.clone()), cache, hits));
         }
+        "corral_wrapped_loop" => {
+            let cache = corral_cache();
+            runtime.block_on(wrapped_hits(Corral::<false>(cache.clone()), cache, hits));
+        }
         "corral_tags_loop" => {
             let cache = corral_cache();
             runtime.block_on(loop_hits(CorralTagged(cache.clone()), cache, hits));
@@ -242,7 +257,7 @@ fn main() -> ExitCode {
 fn usage() -> ExitCode {
     eprintln!(
         "usage: hit_count <corral|corral_hot|corral_tags_hot|corral_eager_tags_hot|corral_loop|\
-         corral_tags_loop|corral_ttl_loop|corral_lazy_ttl_loop|corral_lazy_tags_loop|moka|quick_cache|quick_cache_hot> <hits>"
+         corral_wrapped_loop|corral_tags_loop|corral_ttl_loop|corral_lazy_ttl_loop|corral_lazy_tags_loop|moka|quick_cache|quick_cache_hot> <hits>"
     );
     ExitCode::from(2)
 }
