@@ -70,6 +70,14 @@ fn lanes(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// The `CLIENT LIST` line of the store's one lane.
+fn one_lane(server: &RedisServer) -> String {
+    match <[String; 1]>::try_from(lanes(server)) {
+        Ok([lane]) => lane,
+        Err(lanes) => panic!("not one lane: {lanes:?}"),
+    }
+}
+
 fn field<'a>(line: &'a str, name: &str) -> &'a str {
     line.split(' ')
         .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
@@ -97,13 +105,10 @@ async fn a_batch_goes_out_on_a_lane_with_the_stores_user_and_database() {
     assert!(lanes(&server).is_empty(), "a lane before any batch");
     server.reset_stats();
     read_all(&store, &names).await;
-    let lanes = lanes(&server);
-    let [lane] = lanes.as_slice() else {
-        panic!("not one lane: {lanes:?}");
-    };
-    assert_eq!(field(lane, "user"), "reader", "{lane}");
-    assert_eq!(field(lane, "db"), "3", "{lane}");
-    assert_eq!(field(lane, "cmd"), "mget", "{lane}");
+    let lane = one_lane(&server);
+    assert_eq!(field(&lane, "user"), "reader", "{lane}");
+    assert_eq!(field(&lane, "db"), "3", "{lane}");
+    assert_eq!(field(&lane, "cmd"), "mget", "{lane}");
     // The 28 queued reads went out as one MGET (on the lane), in db 3,
     // where the store wrote them.
     let stats = server.command_stats();
@@ -119,11 +124,8 @@ async fn a_killed_lane_hands_its_batch_to_the_command_connection_and_is_replaced
         .expect("connect");
     let names = seeded(&store, "killed", 30).await;
     read_all(&store, &names).await;
-    let first = lanes(&server);
-    let [lane] = first.as_slice() else {
-        panic!("not one lane: {first:?}");
-    };
-    let id = field(lane, "id").to_owned();
+    let lane = one_lane(&server);
+    let id = field(&lane, "id").to_owned();
     assert_eq!(server.cli(&["CLIENT", "KILL", "ID", &id]), "1");
     assert!(lanes(&server).is_empty());
 
@@ -136,12 +138,9 @@ async fn a_killed_lane_hands_its_batch_to_the_command_connection_and_is_replaced
 
     // The next batch opens a new lane.
     read_all(&store, &names).await;
-    let again = lanes(&server);
-    let [lane] = again.as_slice() else {
-        panic!("not one lane: {again:?}");
-    };
-    assert_ne!(field(lane, "id"), id, "the killed lane is back?");
-    assert_eq!(field(lane, "cmd"), "mget", "{lane}");
+    let lane = one_lane(&server);
+    assert_ne!(field(&lane, "id"), id, "the killed lane is back?");
+    assert_eq!(field(&lane, "cmd"), "mget", "{lane}");
 }
 
 #[tokio::test]
@@ -271,11 +270,8 @@ async fn a_lane_idle_longer_than_the_health_interval_is_closed_not_used() {
         .expect("connect");
     let names = seeded(&store, "idle", 30).await;
     read_all(&store, &names).await;
-    let first = lanes(&server);
-    let [lane] = first.as_slice() else {
-        panic!("not one lane: {first:?}");
-    };
-    let id = field(lane, "id").to_owned();
+    let lane = one_lane(&server);
+    let id = field(&lane, "id").to_owned();
     // Idle for longer than the command connection goes unchecked: a lane
     // that might have died unseen is not trusted with the next batch.
     tokio::time::sleep(idle + Duration::from_millis(100)).await;
