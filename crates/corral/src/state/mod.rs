@@ -5,3 +5,4 @@
 pub(crate) mod backplane;
 pub(crate) mod flight;
 pub(crate) mod inner;
+mod versions;
