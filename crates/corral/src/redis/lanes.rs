@@ -63,6 +63,12 @@ pub(super) fn for_connection(
     }
 }
 
+/// A lane's read buffer, and what it grows by.
+const BUFFER: usize = 16 * 1024;
+
+/// The largest read buffer a lane keeps between exchanges.
+const KEPT_BUFFER: usize = 1 << 20;
+
 /// The name lanes give their connections (`CLIENT SETNAME`).
 const LANE_NAME: &str = "corral:reads";
 
@@ -271,7 +277,7 @@ impl Lanes {
             _counted: counted,
             epoch,
             used: Instant::now(),
-            buf: Vec::with_capacity(16 * 1024),
+            buf: Vec::with_capacity(BUFFER),
         };
         let mut hello = Vec::new();
         let mut musts = 0;
@@ -339,7 +345,7 @@ impl Lane {
                 }
             }
             if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(16 * 1024);
+                self.buf.reserve(BUFFER);
             }
             match self.stream.read_buf(&mut self.buf).await {
                 Ok(0) => return Err(LaneError::Closed),
@@ -352,6 +358,10 @@ impl Lane {
             return Err(LaneError::Malformed("replies nobody asked for"));
         }
         self.buf.clear();
+        if self.buf.capacity() > KEPT_BUFFER {
+            // A batch of large values is not held for the lane's life.
+            self.buf = Vec::with_capacity(BUFFER);
+        }
         Ok(replies)
     }
 }
