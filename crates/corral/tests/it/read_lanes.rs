@@ -290,3 +290,40 @@ async fn a_lane_idle_longer_than_the_health_interval_is_closed_not_used() {
         tokio::task::yield_now().await;
     }
 }
+
+#[tokio::test]
+async fn a_batch_of_large_values_arrives_whole_in_many_reads() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), config())
+        .await
+        .expect("connect");
+    // 24 values of 200 KiB: a 4.7 MiB reply, read off the lane in many
+    // pieces, each value whole and its own.
+    let names: Vec<String> = (0..24).map(|i| format!("large:{i:02}")).collect();
+    let value_of = |name: &str| -> Vec<u8> {
+        let mut value = format!("<{name}>").into_bytes();
+        value.resize(200 * 1024, name.as_bytes()[name.len() - 1]);
+        value
+    };
+    for name in &names {
+        store
+            .set(&key(name), &value_of(name), TTL, Origin::new(0))
+            .await
+            .expect("set");
+    }
+    server.reset_stats();
+    let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
+    let reads = tokio::time::timeout(PROMPT, join_all(keys.iter().map(|k| store.get(k))))
+        .await
+        .expect("reads within 5 s");
+    for (name, read) in names.iter().zip(reads) {
+        let stored = read
+            .unwrap_or_else(|e| panic!("read {name}: {e}"))
+            .unwrap_or_else(|| panic!("{name} absent"));
+        assert!(stored.bytes == value_of(name), "{name}: wrong bytes");
+    }
+    let stats = server.command_stats();
+    assert_eq!(stats.get("mget"), Some(&1), "{stats:?}");
+    let lane = one_lane(&server);
+    assert_eq!(field(&lane, "cmd"), "mget", "{lane}");
+}
