@@ -661,9 +661,6 @@ where
     }
 }
 
-/// Checks the tags a fill declares: each a valid key, at most
-/// [`MAX_TAGS`](entry::MAX_TAGS) − 1 distinct ones (the clear version takes
-/// the last place).
 /// The key and per-call tags of a read-through call, checked.
 fn validate_call(key: &str, options: &FillOptions) -> Result<(), InvalidKey> {
     validate_key(key)?;
@@ -673,6 +670,9 @@ fn validate_call(key: &str, options: &FillOptions) -> Result<(), InvalidKey> {
     Ok(())
 }
 
+/// Checks the tags a fill declares: each a valid key, at most
+/// [`MAX_TAGS`](entry::MAX_TAGS) − 1 distinct ones (the clear version takes
+/// the last place).
 fn validate_tags(tags: &[Arc<str>]) -> Result<(), InvalidKey> {
     for tag in tags {
         validate_key(tag)?;
