@@ -12,15 +12,17 @@
 //!   `MGET` of all the keys — hands every read its answer, and goes on
 //!   with whatever queued meanwhile until the queue is empty. The round
 //!   trip that ended hands its place to the driver, so at most
-//!   [`IN_FLIGHT`] round trips of reads are in flight per store, and a
-//!   read waits for at most a round trip ahead of it and its own. Two in
+//!   [`IN_FLIGHT`] round trips of lone reads and batches are in flight per
+//!   store (reads sent again alone, below, take no place), and a read
+//!   waits for at most a round trip ahead of it and its own. Two in
 //!   flight keep both the server and this process busy: while one batch
 //!   is on the wire, the answers of the other are being used.
 //! - `MGET` answers nil both for an absent key and for one holding another
 //!   Redis type (where `GET` answers `WRONGTYPE`, which the store reads as
 //!   foreign data). A batched read of a key whose `PTTL` says it exists
 //!   (or that had no `PTTL` asked) and that `MGET` answers nil is sent
-//!   again alone, so it answers exactly as an unbatched read would.
+//!   again alone, with what is left of its timeout, so it answers exactly
+//!   as an unbatched read would.
 //! - A user whose ACL refuses `MGET` (set up before reads were batched)
 //!   keeps working: the reads of that batch are sent again alone, and the
 //!   store stops batching (every read goes alone, as unbatched).
@@ -36,9 +38,10 @@
 //!     sleeps until the oldest queued read's half is over (so it wakes at
 //!     most once per half timeout while batches take the queue in time),
 //!     and ends when it wakes to find no read queued since it last woke;
-//!     the next read queued starts it again. It runs on the store's
-//!     runtime; if it is dropped (that runtime shut down), the next read
-//!     queued starts another.
+//!     the next read queued starts it again. It runs on the runtime of
+//!     the read that started it (the store's own outside one); if it is
+//!     dropped (that runtime shut down), the next read queued starts
+//!     another, on its own runtime.
 //! - A caller that is dropped or gives up leaves its slot in the batch
 //!   unread, and nobody else's read depends on it. A batch that fails
 //!   fails every read in its pipeline with the same error.
@@ -196,7 +199,10 @@ impl Reads {
             }
             Entry::Queued(reply, asked) => match waited(reply).await? {
                 Answer::Read(_, value) => Ok(value),
-                Answer::Alone => Box::pin(self.shared.connection.get(name, None, timeout)).await,
+                Answer::Alone => {
+                    let left = left_of(timeout, asked);
+                    Box::pin(self.shared.connection.get(name, None, left)).await
+                }
                 Answer::Late => {
                     let touch = self.touch(&name);
                     let left = left_of(timeout, asked);
@@ -220,7 +226,10 @@ impl Reads {
             }
             Entry::Queued(reply, asked) => match waited(reply).await? {
                 Answer::Read(pttl, value) => Ok((pttl, value)),
-                Answer::Alone => Box::pin(self.shared.connection.read(name, None, timeout)).await,
+                Answer::Alone => {
+                    let left = left_of(timeout, asked);
+                    Box::pin(self.shared.connection.read(name, None, left)).await
+                }
                 Answer::Late => {
                     let touch = self.touch(&name);
                     let left = left_of(timeout, asked);
@@ -313,7 +322,11 @@ impl Reads {
                 shared: Arc::downgrade(&self.shared),
                 done: false,
             };
-            self.shared.runtime.spawn(watch(watching, first));
+            // On the runtime of the read that queues (alive: it polls
+            // this read), as the drivers are; the store's own only outside
+            // one.
+            let runtime = Handle::try_current().unwrap_or_else(|_| self.shared.runtime.clone());
+            runtime.spawn(watch(watching, first));
         }
         Entry::Queued(answer, now)
     }

@@ -5,28 +5,30 @@
 //! `MGET` about as much per value as a whole `GET`, which kept a batched
 //! read from being cheaper than the plain `GET` it replaces.
 //!
-//! - **One batch per lane at a time**: a driver takes a lane, writes its
-//!   pipeline, reads every reply, and gives the lane back. A read of many
-//!   keys at once (`Store::get_many`: a `PTTL` and a `GET` per key) takes
-//!   one the same way. At most [`MAX_OPEN`] are open, one per batch in
-//!   flight (see [`batch`](super::batch)), opened when first needed, never
-//!   for a lone read; a read that finds them all in use goes through the
-//!   command connection. A lane
-//!   whose exchange did not end (a timeout, a dropped driver, a broken or
-//!   garbled reply) is closed, never reused: no reply is ever read as
-//!   another batch's.
+//! - **One batch per lane at a time**: a driver takes an idle lane,
+//!   writes its pipeline, reads every reply, and gives the lane back. A
+//!   read of many keys at once (`Store::get_many`: a `PTTL` and a `GET` per
+//!   key) takes one the same way. A lane whose exchange did not end (a
+//!   timeout, a dropped driver, a broken or garbled reply) is closed, never
+//!   reused: no reply is ever read as another batch's.
+//! - **Opened in the background, never waited for**: a batch that finds no
+//!   idle lane goes through the command connection, and starts opening one
+//!   (bounded by the connect timeout) for the batches after it. At most
+//!   [`MAX_OPEN`] are open or opening, one per batch in flight (see
+//!   [`batch`](super::batch)); none is opened for a lone read. A lane that
+//!   could not be opened makes lanes rest for `reconnect_max_delay`.
 //! - **The same server as the command connection**: a lane is opened to
 //!   the address of the store's URL, with its user, password and database,
-//!   and belongs to the command connection's current *epoch*. When that
+//!   and belongs to the command connection's current *epoch*. Once that
 //!   connection is made anew (lost, silent, or its server demoted), lanes
-//!   of the old epoch are closed, and while it is down batches go through
-//!   it (and fail or wait as it does). The health check watches only the
-//!   command connection, so a lane idle for longer than its interval is
-//!   closed rather than trusted with a batch.
-//! - **Never worse than without**: a lane that cannot be opened, or breaks
-//!   mid-exchange, hands the batch to the command connection with the time
-//!   left. After a lane could not be opened, none is tried for
-//!   `reconnect_max_delay`.
+//!   of the old epoch are no longer used (the next batch closes them), and
+//!   while it is down batches go through it (and fail or wait as it does).
+//!   The health check watches only the command connection, so a lane idle
+//!   for longer than its interval is closed rather than trusted with a
+//!   batch.
+//! - **Never worse than without**: a batch waits for no lane to open, and
+//!   one whose lane breaks mid-exchange goes through the command connection
+//!   with the time left.
 //! - TLS (`rediss://`), Unix sockets, Sentinel and cluster stores have no
 //!   lanes: their batches go through the command connection as before.
 
@@ -37,6 +39,7 @@ use std::time::{Duration, Instant};
 use ::redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::runtime::Handle;
 
 use super::client::KeepaliveTimes;
 use super::conn::Connection;
@@ -44,10 +47,12 @@ use super::errors::timed_out;
 use super::resp;
 use crate::data::error::StoreError;
 
-/// The lanes of a store on `connection` with `config` (see [`Lanes::new`]).
+/// The lanes of a store on `connection` with `config` (see [`Lanes::new`]),
+/// opened on `runtime` when no read's runtime is at hand.
 pub(super) fn for_connection(
     connection: &Connection,
     config: &super::RedisConfig,
+    runtime: &Handle,
 ) -> Option<Lanes> {
     match connection {
         Connection::Standalone(conn) => Lanes::new(
@@ -58,6 +63,7 @@ pub(super) fn for_connection(
                 rest: config.reconnect_max_delay,
                 idle: config.health_interval,
             },
+            runtime.clone(),
         ),
         Connection::Cluster(_) => None,
     }
@@ -78,8 +84,14 @@ const MAX_OPEN: usize = 2;
 
 /// The batched reads' lanes of one store.
 pub(super) struct Lanes {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     target: Target,
     settings: Settings,
+    /// Where lanes are opened when no read's runtime is at hand.
+    runtime: Handle,
     state: Mutex<Pool>,
     /// Lanes open or being opened (each [`Opened`] counts one).
     open: Arc<AtomicUsize>,
@@ -126,7 +138,7 @@ struct Lane {
     buf: Vec<u8>,
 }
 
-/// One of [`Lanes::open`]'s count, given back when dropped.
+/// One of [`Shared::open`]'s count, given back when dropped.
 struct Opened(Arc<AtomicUsize>);
 
 impl Drop for Opened {
@@ -144,37 +156,37 @@ struct Fallback;
 impl Lanes {
     /// Lanes for a standalone store whose server is at `info` (none for a
     /// TLS or Unix-socket address).
-    pub(super) fn new(info: &ConnectionInfo, settings: Settings) -> Option<Self> {
+    pub(super) fn new(info: &ConnectionInfo, settings: Settings, runtime: Handle) -> Option<Self> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
         };
         let auth = info.redis_settings();
         Some(Self {
-            target: Target {
-                host: host.clone(),
-                port: *port,
-                username: auth.username().map(str::to_owned),
-                password: auth.password().map(str::to_owned),
-                db: auth.db(),
-            },
-            settings,
-            state: Mutex::new(Pool {
-                idle: Vec::with_capacity(MAX_OPEN),
-                resting_until: None,
+            shared: Arc::new(Shared {
+                target: Target {
+                    host: host.clone(),
+                    port: *port,
+                    username: auth.username().map(str::to_owned),
+                    password: auth.password().map(str::to_owned),
+                    db: auth.db(),
+                },
+                settings,
+                runtime,
+                state: Mutex::new(Pool {
+                    idle: Vec::with_capacity(MAX_OPEN),
+                    resting_until: None,
+                }),
+                open: Arc::new(AtomicUsize::new(0)),
             }),
-            open: Arc::new(AtomicUsize::new(0)),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Sends `pipe` (whose first `kept` commands' replies are kept, the
-    /// rest dropped, as redis-rs does with ignored commands) on a lane and
-    /// reads its replies, within `timeout`: the same reply as
+    /// rest dropped, as redis-rs does with ignored commands) on an idle
+    /// lane and reads its replies, within `timeout`: the same reply as
     /// [`Connection::pipelined`], which gets the batch instead when no lane
-    /// serves.
+    /// is idle (one is then opened in the background, for the batches
+    /// after it) or the lane breaks.
     pub(super) async fn pipelined(
         &self,
         connection: &Connection,
@@ -182,78 +194,79 @@ impl Lanes {
         kept: usize,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
-        let Some(epoch) = connection.epoch() else {
+        let lane = connection.epoch().and_then(|epoch| self.shared.take(epoch));
+        let Some(mut lane) = lane else {
             return connection.pipelined(pipe, timeout).await;
         };
         let started = Instant::now();
-        match tokio::time::timeout(timeout, self.exchange(epoch, pipe, kept, started + timeout))
-            .await
-        {
-            Ok(Ok(replies)) => Ok(Value::Array(replies)),
-            Ok(Err(_)) => {
+        match tokio::time::timeout(timeout, lane.exchange(pipe, kept)).await {
+            Ok(Ok(replies)) => {
+                self.shared.give_back(lane);
+                Ok(Value::Array(replies))
+            }
+            Ok(Err(Fallback)) => {
+                drop(lane);
                 let left = timeout.saturating_sub(started.elapsed());
                 connection.pipelined(pipe, left).await
             }
             Err(_) => Err(timed_out("read", timeout)),
         }
     }
+}
 
-    /// Takes a lane of `epoch`, writes `pipe`, reads its replies and gives
-    /// the lane back; a lane is given back only after a whole exchange.
-    async fn exchange(
-        &self,
-        epoch: u64,
-        pipe: &Pipeline,
-        kept: usize,
-        deadline: Instant,
-    ) -> Result<Vec<Value>, Fallback> {
-        let mut lane = self.take(epoch, deadline).await?;
-        let replies = lane.exchange(pipe, kept).await?;
-        self.give_back(lane);
-        Ok(replies)
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An idle lane of `epoch`, or a new one (closing those of older
-    /// epochs) unless [`MAX_OPEN`] are open.
-    async fn take(&self, epoch: u64, deadline: Instant) -> Result<Lane, Fallback> {
+    /// An idle lane of `epoch` (closing those of older epochs and those
+    /// idle too long); if there is none, starts opening one in the
+    /// background unless [`MAX_OPEN`] are open or opening, or lanes rest.
+    fn take(self: &Arc<Self>, epoch: u64) -> Option<Lane> {
         {
             let mut pool = self.lock();
             let idle = self.settings.idle;
             pool.idle
                 .retain(|lane| lane.epoch == epoch && lane.used.elapsed() < idle);
             if let Some(lane) = pool.idle.pop() {
-                return Ok(lane);
+                return Some(lane);
             }
             if pool
                 .resting_until
                 .is_some_and(|until| Instant::now() < until)
             {
-                return Err(Fallback);
+                return None;
             }
         }
-        let Ok(_) = self
+        let reserved = self
             .open
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
                 (open < MAX_OPEN).then_some(open + 1)
-            })
-        else {
-            return Err(Fallback);
-        };
-        let counted = Opened(Arc::clone(&self.open));
-        let bound = self
-            .settings
-            .connect_timeout
-            .min(deadline.saturating_duration_since(Instant::now()));
-        match tokio::time::timeout(bound, self.connect(epoch, counted)).await {
-            Ok(Ok(lane)) => Ok(lane),
+            });
+        if reserved.is_ok() {
+            let counted = Opened(Arc::clone(&self.open));
+            let runtime = Handle::try_current().unwrap_or_else(|_| self.runtime.clone());
+            runtime.spawn(Arc::clone(self).open(epoch, counted));
+        }
+        None
+    }
+
+    /// Opens a lane of `epoch` (counted by `counted`) and leaves it idle;
+    /// if it cannot be opened within the connect timeout, lanes rest.
+    async fn open(self: Arc<Self>, epoch: u64, counted: Opened) {
+        let opened =
+            tokio::time::timeout(self.settings.connect_timeout, self.connect(epoch, counted));
+        match opened.await {
+            Ok(Ok(lane)) => self.lock().idle.push(lane),
             Ok(Err(error)) => {
                 tracing::debug!(%error, "redis read lane not opened: batches use the command connection");
                 self.lock().resting_until = Some(Instant::now() + self.settings.rest);
-                Err(Fallback)
             }
             Err(_) => {
+                tracing::debug!(
+                    "redis read lane not opened in time: batches use the command connection"
+                );
                 self.lock().resting_until = Some(Instant::now() + self.settings.rest);
-                Err(Fallback)
             }
         }
     }

@@ -637,21 +637,24 @@ pub struct RedisKeys {
 /// `redis://` address (not TLS, not a Unix socket, not Sentinel, not a
 /// cluster), each batch, and each read of many keys at once
 /// ([`Store::get_many`]), goes out on one of at most two extra connections
-/// (when both are busy, on the command connection), opened with the URL's
-/// user, password and database when first needed and named
-/// `corral:reads` in `CLIENT LIST`; corral reads their
-/// replies itself, which costs a batched read less than the plain `GET`
-/// it replaces (redis-rs's general parser costs an `MGET` about as much
-/// per value as a whole `GET`). A store whose reads never overlap opens
-/// none. They belong to the command connection: when it is made anew
-/// (lost, silent, or its server demoted) they are closed and opened
-/// again, and while it is down batches go through it and fail or wait as
-/// it does; one left idle for longer than
-/// [`RedisConfig::health_interval`] is closed rather than used. A batch whose connection breaks, or that cannot open one, goes
-/// through the command connection with the time it has left (after a
-/// failed open none is tried for [`RedisConfig::reconnect_max_delay`]);
-/// one that times out is never reused, so no reply is read as another
-/// batch's. They use [`RedisConfig::tcp_keepalive`] too.
+/// named `corral:reads` in `CLIENT LIST`, opened with the URL's user,
+/// password and database; corral reads their replies itself, which costs
+/// a batched read less than the plain `GET` it replaces (redis-rs's
+/// general parser costs an `MGET` about as much per value as a whole
+/// `GET`). They are opened in the background, never waited for: a batch
+/// that finds none idle goes through the command connection, as every
+/// batch did before, and starts opening one for the batches after it
+/// (after an open fails, none is tried for
+/// [`RedisConfig::reconnect_max_delay`]). A store that never has reads in
+/// flight together and never reads many keys at once opens none. They
+/// belong to the command connection: once it is made anew (lost, silent,
+/// or its server demoted) the old ones are no longer used (the next batch
+/// closes them), and while it is down batches go through it and fail or
+/// wait as it does; one left idle for longer than
+/// [`RedisConfig::health_interval`] is closed rather than used. A batch
+/// whose connection breaks goes through the command connection with the
+/// time it has left; one that times out is never reused, so no reply is
+/// read as another batch's. They use [`RedisConfig::tcp_keepalive`] too.
 ///
 /// # Sentinel
 ///
@@ -1152,7 +1155,7 @@ impl RedisStore {
                 target,
                 reads: Reads::new(
                     connection.clone(),
-                    lanes::for_connection(&connection, &config),
+                    lanes::for_connection(&connection, &config, runtime),
                     config.op_timeout,
                     runtime.clone(),
                 ),

@@ -622,3 +622,65 @@ async fn queued_reads_stay_bounded_after_the_queue_was_idle() {
         tokio::time::sleep(OP_TIMEOUT * 2).await;
     }
 }
+
+/// A store used after the runtime it was connected on is gone: its queued
+/// reads are still bounded (the watchdog runs on the runtime of the reads
+/// that queue, not on the dead one).
+#[test]
+fn queued_reads_stay_bounded_when_the_stores_own_runtime_is_gone() {
+    let server = RedisServer::start();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    let first = runtime();
+    let store = first.block_on(connect(&server, config()));
+    drop(first);
+    runtime().block_on(async {
+        let all = names("orphan", 8);
+        // The command connection's task ended with its runtime: write until
+        // the store has connected anew.
+        let deadline = Instant::now() + PROMPT;
+        for name in &all {
+            while let Err(e) = store
+                .set(&key(name), &bytes_of(name), TTL, Origin::new(0))
+                .await
+            {
+                assert!(Instant::now() < deadline, "no reconnect: {e}");
+                tokio::task::yield_now().await;
+            }
+        }
+        let (held, others) = all.split_at(2);
+        // Both lone reads are sent, then never polled again.
+        let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
+        let mut stuck: Vec<_> = held_keys.iter().map(|k| Box::pin(store.get(k))).collect();
+        let waker = futures_util::task::noop_waker();
+        let mut context = std::task::Context::from_waker(&waker);
+        for read in &mut stuck {
+            assert!(read.as_mut().poll(&mut context).is_pending());
+        }
+        let started = Instant::now();
+        let reads = within(
+            PROMPT,
+            "reads queued behind held ones",
+            join_all(others.iter().map(|n| {
+                let store = &store;
+                async move { store.get(&key(n)).await }
+            })),
+        )
+        .await;
+        for (name, read) in others.iter().zip(&reads) {
+            let stored = read.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let bytes = stored.as_ref().map(|s| s.bytes.clone());
+            assert_eq!(bytes, Some(bytes_of(name)), "{name}");
+        }
+        assert!(
+            started.elapsed() < OP_TIMEOUT + SLACK,
+            "answered within the timeout: {:?}",
+            started.elapsed()
+        );
+        drop(stuck);
+    });
+}
