@@ -109,6 +109,49 @@ fn shape(read: &Result<Option<Stored>, corral::StoreError>) -> String {
     }
 }
 
+/// A read of a store.
+type Read<'a> = corral::store::BoxFuture<'a, Result<Option<Stored>, corral::StoreError>>;
+
+/// Lone reads of `keys`, each polled once (sent) and then never again: they
+/// hold their places until dropped.
+fn held_reads<'a>(store: &'a RedisStore, keys: &'a [StoreKey]) -> Vec<Read<'a>> {
+    let waker = futures_util::task::noop_waker();
+    let mut context = std::task::Context::from_waker(&waker);
+    let mut held: Vec<Read<'a>> = keys.iter().map(|k| store.get(k)).collect();
+    for read in &mut held {
+        assert!(read.as_mut().poll(&mut context).is_pending());
+    }
+    held
+}
+
+/// Reads `names` at once (queued behind held places) and checks each is
+/// answered its own value within the timeout.
+async fn answered_in_time(store: &RedisStore, names: &[String], what: &str) {
+    let started = Instant::now();
+    let reads = within(
+        PROMPT,
+        what,
+        join_all(
+            names
+                .iter()
+                .map(|n| async move { store.get(&key(n)).await }),
+        ),
+    )
+    .await;
+    for (name, read) in names.iter().zip(&reads) {
+        let stored = read
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{what}: {name}: {e}"));
+        let bytes = stored.as_ref().map(|s| s.bytes.clone());
+        assert_eq!(bytes, Some(bytes_of(name)), "{what}: {name}");
+    }
+    assert!(
+        started.elapsed() < OP_TIMEOUT + SLACK,
+        "{what}: answered within the timeout: {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
     let server = RedisServer::start();
@@ -464,30 +507,10 @@ async fn callers_that_stop_polling_their_reads_hold_up_no_other_read() {
 
     // Both lone reads are sent, then never polled again (not dropped).
     let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
-    let mut stuck: Vec<_> = held_keys.iter().map(|k| Box::pin(store.get(k))).collect();
-    let waker = futures_util::task::noop_waker();
-    let mut context = std::task::Context::from_waker(&waker);
-    for read in &mut stuck {
-        assert!(read.as_mut().poll(&mut context).is_pending());
-    }
+    let stuck = held_reads(&store, &held_keys);
 
     // Reads queued behind them are answered, after half their timeout.
-    let started = Instant::now();
-    let reads = join_all(others.iter().map(|n| {
-        let store = &store;
-        async move { store.get(&key(n)).await }
-    }))
-    .await;
-    for (name, read) in others.iter().zip(&reads) {
-        let stored = read.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
-        let bytes = stored.as_ref().map(|s| s.bytes.clone());
-        assert_eq!(bytes, Some(bytes_of(name)), "{name}");
-    }
-    assert!(
-        started.elapsed() < OP_TIMEOUT + SLACK,
-        "answered within the timeout: {:?}",
-        started.elapsed()
-    );
+    answered_in_time(&store, others, "reads queued behind held ones").await;
 
     // After a whole timeout without a round trip, reads batch again.
     tokio::time::sleep(OP_TIMEOUT).await;
@@ -586,35 +609,11 @@ async fn queued_reads_stay_bounded_after_the_queue_was_idle() {
     let all = names("idle", 8);
     seed(&store, &all).await;
     let (held, others) = all.split_at(LONE as usize);
-    let waker = futures_util::task::noop_waker();
-    let mut context = std::task::Context::from_waker(&waker);
+    let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
     for round in 0..2 {
         // Both places taken by reads sent, then never polled again.
-        let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
-        let mut stuck: Vec<_> = held_keys.iter().map(|k| Box::pin(store.get(k))).collect();
-        for read in &mut stuck {
-            assert!(read.as_mut().poll(&mut context).is_pending());
-        }
-        let started = Instant::now();
-        let reads = within(
-            PROMPT,
-            "reads queued behind held places",
-            join_all(others.iter().map(|n| {
-                let store = &store;
-                async move { store.get(&key(n)).await }
-            })),
-        )
-        .await;
-        for (name, read) in others.iter().zip(&reads) {
-            let stored = read.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
-            let bytes = stored.as_ref().map(|s| s.bytes.clone());
-            assert_eq!(bytes, Some(bytes_of(name)), "round {round}: {name}");
-        }
-        assert!(
-            started.elapsed() < OP_TIMEOUT + SLACK,
-            "round {round}: answered within the timeout: {:?}",
-            started.elapsed()
-        );
+        let stuck = held_reads(&store, &held_keys);
+        answered_in_time(&store, others, &format!("round {round}")).await;
         // Dropped, they give their places back.
         drop(stuck);
         // Nothing queues for two timeouts: the watchdog ends (it lives at
@@ -652,35 +651,11 @@ fn queued_reads_stay_bounded_when_the_stores_own_runtime_is_gone() {
                 tokio::task::yield_now().await;
             }
         }
-        let (held, others) = all.split_at(2);
+        let (held, others) = all.split_at(LONE as usize);
         // Both lone reads are sent, then never polled again.
         let held_keys: Vec<StoreKey> = held.iter().map(|n| key(n)).collect();
-        let mut stuck: Vec<_> = held_keys.iter().map(|k| Box::pin(store.get(k))).collect();
-        let waker = futures_util::task::noop_waker();
-        let mut context = std::task::Context::from_waker(&waker);
-        for read in &mut stuck {
-            assert!(read.as_mut().poll(&mut context).is_pending());
-        }
-        let started = Instant::now();
-        let reads = within(
-            PROMPT,
-            "reads queued behind held ones",
-            join_all(others.iter().map(|n| {
-                let store = &store;
-                async move { store.get(&key(n)).await }
-            })),
-        )
-        .await;
-        for (name, read) in others.iter().zip(&reads) {
-            let stored = read.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
-            let bytes = stored.as_ref().map(|s| s.bytes.clone());
-            assert_eq!(bytes, Some(bytes_of(name)), "{name}");
-        }
-        assert!(
-            started.elapsed() < OP_TIMEOUT + SLACK,
-            "answered within the timeout: {:?}",
-            started.elapsed()
-        );
+        let stuck = held_reads(&store, &held_keys);
+        answered_in_time(&store, others, "reads queued behind held ones").await;
         drop(stuck);
     });
 }

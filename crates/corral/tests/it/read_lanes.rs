@@ -78,22 +78,32 @@ fn served(lane: &str) -> bool {
     matches!(field(lane, "cmd"), "mget" | "touch")
 }
 
-/// Reads `names` at once until a batch has gone out on a lane (a store's
-/// first batch goes through the command connection and opens one in the
-/// background): that lane's `CLIENT LIST` line.
-async fn serving_lane(server: &RedisServer, store: &RedisStore, names: &[String]) -> String {
+/// Runs `round` until the `CLIENT LIST` line of a lane passes `done` (a
+/// store's first batch goes through the command connection and opens a
+/// lane in the background): that line.
+async fn until_a_lane<F: std::future::Future<Output = ()>>(
+    server: &RedisServer,
+    mut round: impl FnMut() -> F,
+    done: impl Fn(&str) -> bool,
+) -> String {
     let deadline = tokio::time::Instant::now() + PROMPT;
     loop {
-        read_all(store, names).await;
+        round().await;
         let lanes = lanes(server);
-        if let Some(lane) = lanes.iter().find(|lane| served(lane)) {
+        if let Some(lane) = lanes.iter().find(|lane| done(lane)) {
             return lane.clone();
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "no batch went out on a lane: {lanes:?}"
+            "no lane as awaited: {lanes:?}"
         );
     }
+}
+
+/// Reads `names` at once until a batch has gone out on a lane: that lane's
+/// `CLIENT LIST` line.
+async fn serving_lane(server: &RedisServer, store: &RedisStore, names: &[String]) -> String {
+    until_a_lane(server, || read_all(store, names), served).await
 }
 
 fn field<'a>(line: &'a str, name: &str) -> &'a str {
@@ -246,8 +256,7 @@ async fn a_read_of_many_keys_goes_out_on_a_lane() {
         .expect("connect");
     let names = seeded(&store, "many", 20).await;
     let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
-    let deadline = tokio::time::Instant::now() + PROMPT;
-    loop {
+    let round = || async {
         server.reset_stats();
         let found = store.get_many(&keys).await.expect("get_many");
         for (name, stored) in names.iter().zip(found) {
@@ -262,20 +271,13 @@ async fn a_read_of_many_keys_goes_out_on_a_lane() {
             (Some(&20), Some(&20)),
             "{stats:?}"
         );
-        // The first goes through the command connection and opens a lane;
-        // a later one goes out on it.
-        let lanes = lanes(&server);
-        if lanes
-            .iter()
-            .any(|lane| matches!(field(lane, "cmd"), "get" | "touch"))
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no read of many keys went out on a lane: {lanes:?}"
-        );
-    }
+    };
+    // The first goes through the command connection and opens a lane; a
+    // later one goes out on it.
+    until_a_lane(&server, round, |lane| {
+        matches!(field(lane, "cmd"), "get" | "touch")
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -328,10 +330,7 @@ async fn a_batch_of_large_values_arrives_whole_in_many_reads() {
             .expect("set");
     }
     let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
-    // The first batch goes through the command connection and opens a
-    // lane; the loop ends once a batch went out on it.
-    let deadline = tokio::time::Instant::now() + PROMPT;
-    loop {
+    let round = || async {
         let reads = tokio::time::timeout(PROMPT, join_all(keys.iter().map(|k| store.get(k))))
             .await
             .expect("reads within 5 s");
@@ -341,15 +340,10 @@ async fn a_batch_of_large_values_arrives_whole_in_many_reads() {
                 .unwrap_or_else(|| panic!("{name} absent"));
             assert!(stored.bytes == value_of(name), "{name}: wrong bytes");
         }
-        let lanes = lanes(&server);
-        if lanes.iter().any(|lane| served(lane)) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no batch went out on a lane: {lanes:?}"
-        );
-    }
+    };
+    // The first batch goes through the command connection and opens a
+    // lane; the rounds end once a batch went out on it.
+    until_a_lane(&server, round, served).await;
 }
 
 #[tokio::test]
