@@ -28,6 +28,15 @@ fn config() -> RedisConfig {
         .reconnect_max_delay(Duration::from_millis(200))
 }
 
+/// A server and a store on it.
+async fn started(config: RedisConfig) -> (RedisServer, RedisStore) {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), config)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", log_tail(&server.log())));
+    (server, store)
+}
+
 fn key(name: &str) -> StoreKey {
     StoreKey::new(NS, name)
 }
@@ -141,10 +150,7 @@ async fn a_batch_goes_out_on_a_lane_with_the_stores_user_and_database() {
 
 #[tokio::test]
 async fn a_killed_lane_hands_its_batch_to_the_command_connection_and_is_replaced() {
-    let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), config())
-        .await
-        .expect("connect");
+    let (server, store) = started(config()).await;
     let names = seeded(&store, "killed", 30).await;
     let lane = serving_lane(&server, &store, &names).await;
     let id = field(&lane, "id").to_owned();
@@ -164,10 +170,7 @@ async fn a_killed_lane_hands_its_batch_to_the_command_connection_and_is_replaced
 
 #[tokio::test]
 async fn a_restarted_server_gets_new_lanes_once_the_store_reconnects() {
-    let mut server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), config())
-        .await
-        .expect("connect");
+    let (mut server, store) = started(config()).await;
     let names = seeded(&store, "restart", 30).await;
     serving_lane(&server, &store, &names).await;
 
@@ -195,10 +198,7 @@ async fn a_restarted_server_gets_new_lanes_once_the_store_reconnects() {
 
 #[tokio::test]
 async fn a_server_refusing_new_connections_leaves_batches_on_the_command_connection() {
-    let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), config())
-        .await
-        .expect("connect");
+    let (server, store) = started(config()).await;
     let names = seeded(&store, "full", 30).await;
     // Opened before the server is full: the test's own way in.
     let client = redis::Client::open(server.url()).expect("client");
@@ -250,10 +250,7 @@ async fn a_server_refusing_new_connections_leaves_batches_on_the_command_connect
 
 #[tokio::test]
 async fn a_read_of_many_keys_goes_out_on_a_lane() {
-    let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), config())
-        .await
-        .expect("connect");
+    let (server, store) = started(config()).await;
     let names = seeded(&store, "many", 20).await;
     let keys: Vec<StoreKey> = names.iter().map(|name| key(name)).collect();
     let round = || async {
@@ -282,11 +279,8 @@ async fn a_read_of_many_keys_goes_out_on_a_lane() {
 
 #[tokio::test]
 async fn a_lane_idle_longer_than_the_health_interval_is_closed_not_used() {
-    let server = RedisServer::start();
     let idle = Duration::from_millis(300);
-    let store = RedisStore::connect(&server.url(), config().health_interval(idle))
-        .await
-        .expect("connect");
+    let (server, store) = started(config().health_interval(idle)).await;
     let names = seeded(&store, "idle", 30).await;
     let lane = serving_lane(&server, &store, &names).await;
     let id = field(&lane, "id").to_owned();
@@ -311,10 +305,7 @@ async fn a_lane_idle_longer_than_the_health_interval_is_closed_not_used() {
 
 #[tokio::test]
 async fn a_batch_of_large_values_arrives_whole_in_many_reads() {
-    let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url(), config())
-        .await
-        .expect("connect");
+    let (server, store) = started(config()).await;
     // 24 values of 200 KiB: a 4.7 MiB reply, read off the lane in many
     // pieces, each value whole and its own.
     let names: Vec<String> = (0..24).map(|i| format!("large:{i:02}")).collect();
