@@ -292,23 +292,18 @@ impl Shared {
             used: Instant::now(),
             buf: Vec::with_capacity(BUFFER),
         };
-        let mut hello = Vec::new();
-        let mut musts = 0;
+        let mut hello = ::redis::pipe();
         if let Some(password) = &target.password {
-            match &target.username {
-                Some(user) => command(&mut hello, &[b"AUTH", user.as_bytes(), password.as_bytes()]),
-                None => command(&mut hello, &[b"AUTH", password.as_bytes()]),
-            }
-            musts += 1;
+            hello.cmd("AUTH").arg(&target.username).arg(password);
         }
         if target.db != 0 {
-            command(&mut hello, &[b"SELECT", target.db.to_string().as_bytes()]);
-            musts += 1;
+            hello.cmd("SELECT").arg(target.db);
         }
+        let musts = hello.len();
         // Named for whoever reads `CLIENT LIST`; a user whose ACL refuses
         // `CLIENT` still gets its lane.
-        command(&mut hello, &[b"CLIENT", b"SETNAME", LANE_NAME.as_bytes()]);
-        lane.stream.write_all(&hello).await?;
+        hello.cmd("CLIENT").arg("SETNAME").arg(LANE_NAME);
+        lane.stream.write_all(&hello.get_packed_pipeline()).await?;
         let replies = lane.read(musts + 1).await.map_err(std::io::Error::other)?;
         if !replies[..musts]
             .iter()
@@ -402,16 +397,6 @@ impl std::error::Error for LaneError {}
 impl From<resp::Malformed> for LaneError {
     fn from(malformed: resp::Malformed) -> Self {
         Self::Malformed(malformed.0)
-    }
-}
-
-/// Appends the RESP encoding of the command `args` to `out`.
-fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
     }
 }
 
