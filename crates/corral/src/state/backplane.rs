@@ -8,6 +8,9 @@
 //! still answers its callers but no longer writes its value into the L1,
 //! and a read that started before the message does not keep what it read.
 //!
+//! Each message and reset is counted once acted on, so whoever sees the
+//! count sees what it did.
+//!
 //! [`FlightTable::detach`]: crate::state::flight::FlightTable::detach
 
 use crate::data::tags::CLEAR;
@@ -24,26 +27,26 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
             Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
                 // Without an L1 there is nothing of the key to evict.
                 if self.tiers().l1.is_some() {
-                    Counters::bump(&self.counters().backplane_messages);
                     self.flights().detach(key, || self.remove_from_l1(key));
+                    Counters::bump(&self.counters().backplane_messages);
                 }
             }
             Event::TagInvalidated(tag) => {
-                Counters::bump(&self.counters().backplane_messages);
                 self.tag_moved(tag, None);
+                Counters::bump(&self.counters().backplane_messages);
             }
             Event::Cleared => {
-                Counters::bump(&self.counters().backplane_messages);
                 self.tag_moved(CLEAR, None);
+                Counters::bump(&self.counters().backplane_messages);
             }
         }
     }
 
     fn lost(&self) {
-        Counters::bump(&self.counters().backplane_resets);
         self.flights().detach_all(|| {
             self.tags().distrust();
             self.clear_l1();
         });
+        Counters::bump(&self.counters().backplane_resets);
     }
 }
