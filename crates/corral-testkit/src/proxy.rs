@@ -248,11 +248,7 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
 /// open on both sides. Downstream, what is read goes to `held` stamped
 /// with when it is due (the proxy's reply delay from now), for
 /// [`pass_on_when_due`] to write.
-fn relay(
-    link: &Link,
-    upstream: bool,
-    held: Option<(&Shared, mpsc::Sender<(Instant, Vec<u8>)>)>,
-) {
+fn relay(link: &Link, upstream: bool, held: Option<(&Shared, mpsc::Sender<(Instant, Vec<u8>)>)>) {
     let (from, to) = if upstream {
         (&link.client, &link.target)
     } else {
@@ -272,7 +268,10 @@ fn relay(
         }
         if let Some((shared, held)) = &held {
             let delay = Duration::from_micros(shared.reply_delay_us.load(Ordering::SeqCst));
-            if held.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+            if held
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
                 break;
             }
             continue;

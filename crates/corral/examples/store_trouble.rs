@@ -69,6 +69,11 @@ struct After {
     fail_open_fills: u64,
     store_errors: u64,
     lease_waits: u64,
+    store_waits: u64,
+    leases_acquired: u64,
+    commits: u64,
+    commits_refused: u64,
+    overloads: u64,
     flights_in_progress: usize,
     store_answers: bool,
 }
@@ -86,7 +91,11 @@ fn main() -> anyhow::Result<()> {
         return worker(&args[1]);
     }
     let mut scenes = Vec::new();
-    for arg in if args.is_empty() { vec!["all".to_owned()] } else { args } {
+    for arg in if args.is_empty() {
+        vec!["all".to_owned()]
+    } else {
+        args
+    } {
         scenes.extend(Scene::parse(&arg).ok_or_else(|| anyhow::anyhow!("unknown scene {arg}"))?);
     }
     let runtime = tokio::runtime::Runtime::new()?;
@@ -151,7 +160,9 @@ async fn run_scene(scene: Scene) -> anyhow::Result<()> {
     let mut afters = Vec::new();
     for worker in &mut workers {
         worker.send("after").await;
-        afters.push(serde_json::from_str::<After>(&worker.expect("@after").await)?);
+        afters.push(serde_json::from_str::<After>(
+            &worker.expect("@after").await,
+        )?);
     }
     let took = recovered.elapsed();
     let mut tally = Tally::default();
@@ -178,7 +189,21 @@ async fn run_scene(scene: Scene) -> anyhow::Result<()> {
     if let Some(why) = &tally.first_failure {
         println!("  first failure: {why}");
     }
-    println!("  clients on the server after the burst: {}", clients(&server));
+    println!(
+        "  leases {} · commits {} (refused {}) · lease waits {} · store waits {} · store errors {} · calls skipped {} · overloads {}",
+        sum(|a| a.leases_acquired),
+        sum(|a| a.commits),
+        sum(|a| a.commits_refused),
+        sum(|a| a.lease_waits),
+        sum(|a| a.store_waits),
+        sum(|a| a.store_errors),
+        sum(|a| a.store_calls_skipped),
+        sum(|a| a.overloads),
+    );
+    println!(
+        "  clients on the server after the burst: {}",
+        clients(&server)
+    );
     Ok(())
 }
 
@@ -256,7 +281,9 @@ fn worker(url: &str) -> anyhow::Result<()> {
                     println!("@armed");
                 }
                 ["go"] => {
-                    let callers = armed.take().ok_or_else(|| anyhow::anyhow!("go before arm"))?;
+                    let callers = armed
+                        .take()
+                        .ok_or_else(|| anyhow::anyhow!("go before arm"))?;
                     let tally = callers.release().await?;
                     let burst = Burst {
                         tally,
@@ -280,6 +307,11 @@ fn worker(url: &str) -> anyhow::Result<()> {
                         fail_open_fills: stats.fail_open_fills,
                         store_errors: stats.store_errors,
                         lease_waits: stats.lease_waits,
+                        store_waits: stats.store_waits,
+                        leases_acquired: stats.leases_acquired,
+                        commits: stats.commits,
+                        commits_refused: stats.commits_refused,
+                        overloads: stats.overloads,
                         flights_in_progress: cache.health().await.flights_in_progress,
                         store_answers: answers,
                     };

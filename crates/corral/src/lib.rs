@@ -281,7 +281,7 @@ mod redis;
 #[cfg(feature = "memcached")]
 mod memcached;
 
-pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
+pub use budget::{FillBudget, DEFAULT_FAIL_OPEN_LIMIT, DEFAULT_MAX_WAIT};
 pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{CallOptions, FillOutput, GetOrFill};

@@ -32,6 +32,14 @@ pub(crate) use queue::{Demand, LocalPermit};
 /// or fail-safe value at hand gets [`Error::Overloaded`](crate::Error::Overloaded).
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 
+/// The fill budget of a cache that has none, for its fills without a lease
+/// alone: while the shared store does not answer, at most this many such
+/// fills run at once in each cache (one per key), the rest wait in its
+/// queue (hottest key first) up to [`DEFAULT_MAX_WAIT`] while their flights
+/// keep asking the store. A cache given a [`FillBudget`] bounds them by it
+/// instead.
+pub const DEFAULT_FAIL_OPEN_LIMIT: usize = 16;
+
 /// A budget of fills running at once against one source of truth, shared
 /// by every cache that is given it (a clone is the same budget).
 ///
@@ -178,6 +186,12 @@ impl FillBudget {
         Self {
             shared: Arc::new(shared),
         }
+    }
+
+    /// The budget of a cache's fills without a lease when it has no fill
+    /// budget ([`DEFAULT_FAIL_OPEN_LIMIT`]).
+    pub(crate) fn fail_open_default() -> Self {
+        Self::new(DEFAULT_FAIL_OPEN_LIMIT)
     }
 
     /// How many fills may run at once.

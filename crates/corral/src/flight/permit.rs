@@ -173,6 +173,37 @@ where
     }
 }
 
+/// A permit of `budget` for a fill without a lease: its local side only
+/// (the store that would count a fleet's permits does not answer), within
+/// the budget's wait. `Err`: how long it waited in vain.
+pub(crate) async fn fail_open<V>(
+    budget: FillBudget,
+    demand: FlightDemand<V>,
+) -> Result<Permit, Duration>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let acquire = budget.permits().acquire(Arc::new(demand));
+    let queued = !acquire.is_immediate();
+    let granted = tokio::time::timeout(budget.wait_bound(), acquire).await;
+    let totals = &budget.permits().totals;
+    if queued {
+        totals.waited(started.elapsed());
+    }
+    match granted {
+        Ok(local) => Ok(Permit {
+            budget,
+            _local: local,
+            _fleet: None,
+        }),
+        Err(_) => {
+            Counters::bump(&totals.overloaded);
+            Err(started.elapsed())
+        }
+    }
+}
+
 /// Counts a fill that has to wait and runs `on_queue`, the first time.
 fn enter_queue<V>(inner: &Weak<Inner<V>>, on_queue: &mut Option<impl FnOnce()>) {
     if let Some(on_queue) = on_queue.take() {

@@ -270,8 +270,10 @@ counters! {
     commits_refused,
     /// Store calls that failed or timed out (calls the circuit breaker skipped are counted in `store_calls_skipped` instead).
     store_errors,
-    /// Fills run without a lease because the store was unreachable.
+    /// Fills run without a lease because the store did not answer (it stayed silent for as long as a lease lives) or refused: each held a permit of the fail-open budget.
     fail_open_fills,
+    /// Flights whose lease request the store did not answer, or refused: each waited for the store (one per flight, however many retries) before it got an answer, served a stale value, or filled without a lease.
+    store_waits,
     /// Fill leases granted by the shared store (a fill or refresh that will run under it).
     leases_acquired,
     /// Waits of a flight leader for another process's fill (the lease held

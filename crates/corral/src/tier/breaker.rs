@@ -1,19 +1,25 @@
 //! The circuit breaker in front of one cache's shared store.
 //!
 //! A sick store (frozen, unreachable) would make every call pay the store
-//! timeout. The breaker counts consecutive failed calls — timeouts and
-//! "unavailable"; an error the store *answered* with is not a failure of
-//! the connection and counts as an answer — and, at the threshold, opens:
+//! timeout. The breaker counts consecutive calls that failed in silence —
+//! timed out or found the store unreachable while no other call got an
+//! answer since they started (see [`Pulse`]) — and, at the threshold,
+//! opens. A call that timed out while answers kept coming (queued behind
+//! many others in this process, say) is not a sign of a sick store and is
+//! not counted; an error the store *answered* with is an answer.
 //!
 //! - **closed**: every call goes to the store; an answer resets the count;
 //! - **open** for the cool-down: every call is refused at once with a
-//!   [`StoreErrorKind::BreakerOpen`] error, no timeout paid (reads then fill
-//!   open, writes report the error);
+//!   [`StoreErrorKind::BreakerOpen`] error, no timeout paid (flights then
+//!   wait for the store, up to their patience, before they fill without a
+//!   lease; writes report the error);
 //! - **half-open** after the cool-down: the first call to come is the one
 //!   probe let through, the others are still refused until it ends; an
-//!   answer closes the breaker, a failure opens it for another cool-down.
-//!   A probe dropped before it ended (its caller cancelled) proved nothing:
-//!   the next call probes instead.
+//!   answer closes the breaker, a silent failure opens it for another
+//!   cool-down. A probe dropped before it ended (its caller cancelled)
+//!   proved nothing: the next call probes instead.
+//! - The store's subscription coming back (its connection was lost and is
+//!   up again) closes the breaker at once: [`Breaker::store_heard`].
 //!
 //! State, deadline and counts are atomics of this one instance; a closed
 //! breaker costs a call one atomic load before and, on an answer, one
@@ -30,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::throttle::{warn_throttled, Throttle};
+use crate::tier::pulse::Pulse;
 
 /// The breaker's settings: open after `failures` consecutive failed store
 /// calls, for `cool_down`.
@@ -43,7 +50,7 @@ impl Default for BreakerSettings {
     fn default() -> Self {
         Self {
             failures: 5,
-            cool_down: Duration::from_secs(5),
+            cool_down: Duration::from_secs(1),
         }
     }
 }
@@ -234,6 +241,19 @@ impl Breaker {
     }
 }
 
+impl Breaker {
+    /// The store answered outside any call (its subscription came back
+    /// after its connection was lost): an open or half-open breaker closes
+    /// at once, so the calls waiting for the store go ahead.
+    pub(crate) fn store_heard(&self) {
+        if self.word.swap(CLOSED, AcqRel) & STATE != CLOSED {
+            self.failures.store(0, Relaxed);
+            self.probe_warnings.reset();
+            tracing::info!(cache = %self.cache, "circuit breaker closed: the store's subscription is back");
+        }
+    }
+}
+
 /// Whether a call's outcome says the store is sick: it did not answer in
 /// time or could not be reached. An error it answered with is an answer.
 fn failed<T>(result: &Result<T, StoreError>) -> bool {
@@ -244,13 +264,14 @@ fn failed<T>(result: &Result<T, StoreError>) -> bool {
 }
 
 impl Pass<'_> {
-    /// Records the outcome of the call this pass let through.
-    pub(crate) fn ended<T>(self, result: &Result<T, StoreError>) {
+    /// Records the outcome of the call this pass let through; `failed`:
+    /// it failed in silence (see [`Pulse::unanswered`]).
+    pub(crate) fn ended(self, failed: bool) {
         match self {
-            Pass::Closed(breaker) => breaker.closed_call_ended(failed(result)),
+            Pass::Closed(breaker) => breaker.closed_call_ended(failed),
             Pass::Probe(mut probe) => {
                 probe.finished = true;
-                probe.breaker.probe_ended(failed(result));
+                probe.breaker.probe_ended(failed);
             }
         }
     }
@@ -269,19 +290,27 @@ impl Drop for Probe<'_> {
 
 /// Runs one store call through `breaker` (if any) under `timeout` (if
 /// any): refused at once while the breaker is open, its outcome recorded
-/// otherwise.
+/// otherwise, in the breaker and in the store's `pulse`.
 pub(crate) async fn guarded<T>(
     breaker: Option<&Breaker>,
+    pulse: &Pulse,
     timeout: Option<Duration>,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
     let pass = breaker.map(Breaker::admit).transpose()?;
+    let started = pulse.started();
     let result = match timeout {
         Some(timeout) => bounded(timeout, call).await,
         None => call.await,
     };
+    let silent = if failed(&result) {
+        pulse.unanswered(started)
+    } else {
+        pulse.answered();
+        false
+    };
     if let Some(pass) = pass {
-        pass.ended(&result);
+        pass.ended(silent);
     }
     result
 }
@@ -330,7 +359,7 @@ mod tests {
 
     fn call(breaker: &Breaker, result: Result<(), StoreError>) -> Result<(), StoreError> {
         let pass = breaker.admit()?;
-        pass.ended(&result);
+        pass.ended(failed(&result));
         result
     }
 
@@ -381,7 +410,7 @@ mod tests {
             assert!(refused(&breaker.admit().map(|_| ())), "one probe at a time");
         }
         assert_eq!(breaker.skipped(), 11);
-        probe.ended(&answered());
+        probe.ended(false);
         assert!(breaker.is_closed());
         assert!(matches!(breaker.admit(), Ok(Pass::Closed(_))));
         // Closed afresh: the count starts again from zero.
@@ -412,7 +441,7 @@ mod tests {
         drop(breaker.admit().expect("the probe"));
         let next = breaker.admit().expect("the next call probes");
         assert!(matches!(next, Pass::Probe(_)));
-        next.ended(&answered());
+        next.ended(false);
         assert!(breaker.is_closed());
     }
 
@@ -422,8 +451,8 @@ mod tests {
         let late_failure = breaker.admit().expect("closed");
         let late_answer = breaker.admit().expect("closed");
         open(&breaker, 2);
-        late_failure.ended(&timeout());
-        late_answer.ended(&answered());
+        late_failure.ended(true);
+        late_answer.ended(false);
         assert!(!breaker.is_closed());
         assert_eq!(breaker.opened(), 1);
         tokio::time::advance(COOL_DOWN).await;
@@ -433,25 +462,71 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn guarded_calls_skip_the_call_and_its_timeout_while_open() {
         let breaker = breaker(1);
+        let pulse = Pulse::new();
         let hang = || std::future::pending::<Result<(), StoreError>>();
         let started = Instant::now();
-        let first = guarded(Some(&breaker), Some(Duration::from_secs(1)), hang()).await;
+        let first = guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()).await;
         assert!(first.expect_err("timed out").is_timeout());
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         let started = Instant::now();
-        let second = guarded(Some(&breaker), Some(Duration::from_secs(1)), hang()).await;
+        let second = guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()).await;
         assert!(second.expect_err("refused").is_breaker_open());
         assert_eq!(started.elapsed(), Duration::ZERO, "no timeout paid");
         // A probe cancelled mid-call leaves the probe to the next call.
         tokio::time::advance(COOL_DOWN).await;
         let cancelled = tokio::time::timeout(
             Duration::from_millis(10),
-            guarded(Some(&breaker), Some(Duration::from_secs(1)), hang()),
+            guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()),
         )
         .await;
         assert!(cancelled.is_err());
-        let answered = guarded(Some(&breaker), None, async { Ok(()) }).await;
+        let answered = guarded(Some(&breaker), &pulse, None, async { Ok(()) }).await;
         assert!(answered.is_ok());
         assert!(breaker.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_time_out_while_others_are_answered_do_not_open_it() {
+        // A long queue: each call waits behind the ones before it and the
+        // last ones time out, while the store answers the others.
+        let breaker = breaker(2);
+        let pulse = Pulse::new();
+        let timeout = Some(Duration::from_millis(100));
+        let queued = (0u64..20).map(|place| {
+            let (breaker, pulse) = (&breaker, &pulse);
+            async move {
+                let call = async move {
+                    tokio::time::sleep(Duration::from_millis(10 * place)).await;
+                    Ok::<(), StoreError>(())
+                };
+                guarded(Some(breaker), pulse, timeout, call).await
+            }
+        });
+        let results = futures_util::future::join_all(queued).await;
+        assert_eq!(
+            results.iter().filter(|r| r.is_err()).count(),
+            10,
+            "the tail timed out"
+        );
+        assert!(breaker.is_closed());
+        assert_eq!(breaker.opened(), 0);
+        // A store that answers nothing opens it.
+        let hang = || std::future::pending::<Result<(), StoreError>>();
+        for _ in 0..2 {
+            let _ = guarded(Some(&breaker), &pulse, timeout, hang()).await;
+        }
+        assert!(!breaker.is_closed());
+        assert_eq!(breaker.opened(), 1);
+        assert_eq!(pulse.silence(), Duration::from_millis(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_store_heard_again_closes_it_at_once() {
+        let breaker = breaker(1);
+        open(&breaker, 1);
+        breaker.store_heard();
+        assert!(breaker.is_closed());
+        assert!(matches!(breaker.admit(), Ok(Pass::Closed(_))));
+        assert_eq!(breaker.opened(), 1);
     }
 }

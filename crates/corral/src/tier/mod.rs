@@ -6,6 +6,7 @@ pub(crate) mod bounded_map;
 pub(crate) mod breaker;
 pub(crate) mod eviction;
 pub(crate) mod local;
+pub(crate) mod pulse;
 pub(crate) mod shared;
 pub(crate) mod ticker;
 #[cfg(all(test, not(shuttle)))]

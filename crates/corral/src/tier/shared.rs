@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::data::error::StoreError;
-use crate::store::Store;
+use crate::store::{patiently, stretched, Store};
 use crate::tier::breaker::{self, Breaker};
+use crate::tier::pulse::Pulse;
 
 /// A cache's shared store behind its guard. Clones share the store and the
 /// breaker.
@@ -18,6 +19,8 @@ use crate::tier::breaker::{self, Breaker};
 pub(crate) struct SharedTier {
     store: Arc<dyn Store>,
     breaker: Option<Arc<Breaker>>,
+    /// Whether the store answers, as this cache's calls see it.
+    pulse: Arc<Pulse>,
     /// The cache's store timeout, or `None` when the store bounds every
     /// call at least as tightly itself (no timer of the cache's needed).
     timeout: Option<Duration>,
@@ -37,6 +40,7 @@ impl SharedTier {
         Self {
             store,
             breaker,
+            pulse: Arc::new(Pulse::new()),
             timeout: (!bounded_by_store).then_some(store_timeout),
         }
     }
@@ -49,7 +53,35 @@ impl SharedTier {
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        breaker::guarded(self.breaker.as_deref(), self.timeout, call).await
+        let timeout = self.timeout.map(stretched);
+        breaker::guarded(self.breaker.as_deref(), &self.pulse, timeout, call).await
+    }
+
+    /// [`call`](Self::call) for a call whose caller waits up to `bound`
+    /// for its answer if that is longer than the store timeout (a flight's
+    /// lease request, version read or commit: a late answer beats a fill
+    /// without a lease, or a fill whose answer cannot be kept). The store
+    /// is told so too ([`patience`](crate::store::patience)).
+    pub(crate) async fn call_within<T>(
+        &self,
+        bound: Duration,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        patiently(bound, self.call(call)).await
+    }
+
+    /// Whether the store answers, as this cache's calls see it.
+    pub(crate) fn pulse(&self) -> &Pulse {
+        &self.pulse
+    }
+
+    /// The store was heard from outside any call (its subscription came
+    /// back): the silence ends and an open breaker closes.
+    pub(crate) fn heard(&self) {
+        self.pulse.heard();
+        if let Some(breaker) = &self.breaker {
+            breaker.store_heard();
+        }
     }
 
     /// The circuit breaker, if the cache has one.
