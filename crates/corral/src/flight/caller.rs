@@ -35,8 +35,10 @@
 use std::any::TypeId;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
 
 use crate::data::cause::FillError;
 use crate::data::error::{Error, StoreError};
@@ -47,7 +49,7 @@ use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, Look};
 use crate::state::flight::{Claim, Leadership};
 use crate::state::inner::{outcome_to_result, Inner};
 use crate::stats::Counters;
-use crate::store::{BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
+use crate::store::{patiently, BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
 /// The answer of `key` (already validated) for a call whose `fill`
@@ -138,7 +140,7 @@ where
                     let request = leader::lease_request(inner, fill_timeout);
                     let job = move || Job::new(inner, key, options, fill, fallback, None);
                     let first = FirstStep::new(inner, runtime, leadership, job);
-                    if let Some(fetched) = first.run(store, request).await {
+                    if let Some(fetched) = first.run(store, request, fill_timeout).await {
                         return Ok(fetched);
                     }
                 }
@@ -256,6 +258,7 @@ where
         mut self,
         store: &SharedTier,
         request: LeaseRequest,
+        fill_timeout: Duration,
     ) -> Option<Fetched<V>> {
         let key = self.inner.store_key(self.lead.as_ref()?.0.key());
         if store.recalls(&key) {
@@ -263,13 +266,11 @@ where
         }
         let listener = store.listen(&key);
         let owned = store.clone();
+        let deadline = Instant::now() + fill_timeout;
         let answer = Box::pin(async move {
-            // A late answer beats a fill without a lease: the request
-            // waits as long as a lease lives.
-            let patience = request.lease_ttl;
-            owned
-                .call_within(patience, owned.get_or_lease(&key, &request))
-                .await
+            // A late answer beats a fill without a lease.
+            let patience = owned.patience(request.lease_ttl, deadline);
+            patiently(patience, owned.call(owned.get_or_lease(&key, &request))).await
         });
         let asking = self.asking.insert(Asking { listener, answer });
         let answer = (&mut asking.answer).await;

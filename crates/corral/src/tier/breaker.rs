@@ -17,7 +17,9 @@
 //!   probe let through, the others are still refused until it ends; an
 //!   answer closes the breaker, a silent failure opens it for another
 //!   cool-down. A probe dropped before it ended (its caller cancelled)
-//!   proved nothing: the next call probes instead.
+//!   proved nothing: the next call probes instead. A patient call (a
+//!   flight's, waiting for the store anyway) probes an open breaker at
+//!   once, without waiting for the cool-down.
 //! - The store's subscription coming back (its connection was lost and is
 //!   up again) closes the breaker at once: [`Breaker::store_heard`].
 //!
@@ -50,7 +52,7 @@ impl Default for BreakerSettings {
     fn default() -> Self {
         Self {
             failures: 5,
-            cool_down: Duration::from_secs(1),
+            cool_down: Duration::from_secs(5),
         }
     }
 }
@@ -163,12 +165,15 @@ impl Breaker {
     }
 
     /// Lets a call through, or refuses it (counted) while the breaker is
-    /// open or its probe is in flight.
-    pub(crate) fn admit(&self) -> Result<Pass<'_>, StoreError> {
+    /// open or its probe is in flight. An `eager` call (a flight's, still
+    /// waiting for the store to answer) probes an open breaker at once,
+    /// cool-down or not: the flights waiting keep one call in flight at
+    /// most, and the first answer closes the breaker.
+    pub(crate) fn admit(&self, eager: bool) -> Result<Pass<'_>, StoreError> {
         let word = self.word.load(Acquire);
         match word & STATE {
             CLOSED => Ok(Pass::Closed(self)),
-            OPEN if self.now() >= word >> 2 => {
+            OPEN if eager || self.now() >= word >> 2 => {
                 match self.word.compare_exchange(word, PROBING, AcqRel, Acquire) {
                     Ok(_) => {
                         tracing::debug!(cache = %self.cache, "circuit breaker half-open: one probe call goes to the store");
@@ -289,15 +294,17 @@ impl Drop for Probe<'_> {
 }
 
 /// Runs one store call through `breaker` (if any) under `timeout` (if
-/// any): refused at once while the breaker is open, its outcome recorded
-/// otherwise, in the breaker and in the store's `pulse`.
+/// any): refused at once while the breaker is open (unless it may probe
+/// it `eager`ly: see [`Breaker::admit`]), its outcome recorded otherwise,
+/// in the breaker and in the store's `pulse`.
 pub(crate) async fn guarded<T>(
     breaker: Option<&Breaker>,
     pulse: &Pulse,
     timeout: Option<Duration>,
+    eager: bool,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    let pass = breaker.map(Breaker::admit).transpose()?;
+    let pass = breaker.map(|breaker| breaker.admit(eager)).transpose()?;
     let started = pulse.started();
     let result = match timeout {
         Some(timeout) => bounded(timeout, call).await,
@@ -358,7 +365,7 @@ mod tests {
     }
 
     fn call(breaker: &Breaker, result: Result<(), StoreError>) -> Result<(), StoreError> {
-        let pass = breaker.admit()?;
+        let pass = breaker.admit(false)?;
         pass.ended(failed(&result));
         result
     }
@@ -404,15 +411,18 @@ mod tests {
         tokio::time::advance(COOL_DOWN - Duration::from_millis(1)).await;
         assert!(refused(&call(&breaker, answered())), "still cooling down");
         tokio::time::advance(Duration::from_millis(1)).await;
-        let probe = breaker.admit().expect("the probe");
+        let probe = breaker.admit(false).expect("the probe");
         assert!(matches!(probe, Pass::Probe(_)));
         for _ in 0..10 {
-            assert!(refused(&breaker.admit().map(|_| ())), "one probe at a time");
+            assert!(
+                refused(&breaker.admit(false).map(|_| ())),
+                "one probe at a time"
+            );
         }
         assert_eq!(breaker.skipped(), 11);
         probe.ended(false);
         assert!(breaker.is_closed());
-        assert!(matches!(breaker.admit(), Ok(Pass::Closed(_))));
+        assert!(matches!(breaker.admit(false), Ok(Pass::Closed(_))));
         // Closed afresh: the count starts again from zero.
         call(&breaker, timeout()).ok();
         assert!(breaker.is_closed());
@@ -438,8 +448,8 @@ mod tests {
         let breaker = breaker(1);
         open(&breaker, 1);
         tokio::time::advance(COOL_DOWN).await;
-        drop(breaker.admit().expect("the probe"));
-        let next = breaker.admit().expect("the next call probes");
+        drop(breaker.admit(false).expect("the probe"));
+        let next = breaker.admit(false).expect("the next call probes");
         assert!(matches!(next, Pass::Probe(_)));
         next.ended(false);
         assert!(breaker.is_closed());
@@ -448,15 +458,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn late_outcomes_of_calls_let_through_before_it_opened_change_nothing() {
         let breaker = breaker(2);
-        let late_failure = breaker.admit().expect("closed");
-        let late_answer = breaker.admit().expect("closed");
+        let late_failure = breaker.admit(false).expect("closed");
+        let late_answer = breaker.admit(false).expect("closed");
         open(&breaker, 2);
         late_failure.ended(true);
         late_answer.ended(false);
         assert!(!breaker.is_closed());
         assert_eq!(breaker.opened(), 1);
         tokio::time::advance(COOL_DOWN).await;
-        assert!(matches!(breaker.admit(), Ok(Pass::Probe(_))));
+        assert!(matches!(breaker.admit(false), Ok(Pass::Probe(_))));
     }
 
     #[tokio::test(start_paused = true)]
@@ -465,22 +475,42 @@ mod tests {
         let pulse = Pulse::new();
         let hang = || std::future::pending::<Result<(), StoreError>>();
         let started = Instant::now();
-        let first = guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()).await;
+        let first = guarded(
+            Some(&breaker),
+            &pulse,
+            Some(Duration::from_secs(1)),
+            false,
+            hang(),
+        )
+        .await;
         assert!(first.expect_err("timed out").is_timeout());
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         let started = Instant::now();
-        let second = guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()).await;
+        let second = guarded(
+            Some(&breaker),
+            &pulse,
+            Some(Duration::from_secs(1)),
+            false,
+            hang(),
+        )
+        .await;
         assert!(second.expect_err("refused").is_breaker_open());
         assert_eq!(started.elapsed(), Duration::ZERO, "no timeout paid");
         // A probe cancelled mid-call leaves the probe to the next call.
         tokio::time::advance(COOL_DOWN).await;
         let cancelled = tokio::time::timeout(
             Duration::from_millis(10),
-            guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()),
+            guarded(
+                Some(&breaker),
+                &pulse,
+                Some(Duration::from_secs(1)),
+                false,
+                hang(),
+            ),
         )
         .await;
         assert!(cancelled.is_err());
-        let answered = guarded(Some(&breaker), &pulse, None, async { Ok(()) }).await;
+        let answered = guarded(Some(&breaker), &pulse, None, false, async { Ok(()) }).await;
         assert!(answered.is_ok());
         assert!(breaker.is_closed());
     }
@@ -496,10 +526,10 @@ mod tests {
             let (breaker, pulse) = (&breaker, &pulse);
             async move {
                 let call = async move {
-                    tokio::time::sleep(Duration::from_millis(10 * place)).await;
+                    tokio::time::sleep(Duration::from_millis(10 * place + 5)).await;
                     Ok::<(), StoreError>(())
                 };
-                guarded(Some(breaker), pulse, timeout, call).await
+                guarded(Some(breaker), pulse, timeout, false, call).await
             }
         });
         let results = futures_util::future::join_all(queued).await;
@@ -513,7 +543,7 @@ mod tests {
         // A store that answers nothing opens it.
         let hang = || std::future::pending::<Result<(), StoreError>>();
         for _ in 0..2 {
-            let _ = guarded(Some(&breaker), &pulse, timeout, hang()).await;
+            let _ = guarded(Some(&breaker), &pulse, timeout, false, hang()).await;
         }
         assert!(!breaker.is_closed());
         assert_eq!(breaker.opened(), 1);
@@ -526,7 +556,7 @@ mod tests {
         open(&breaker, 1);
         breaker.store_heard();
         assert!(breaker.is_closed());
-        assert!(matches!(breaker.admit(), Ok(Pass::Closed(_))));
+        assert!(matches!(breaker.admit(false), Ok(Pass::Closed(_))));
         assert_eq!(breaker.opened(), 1);
     }
 }

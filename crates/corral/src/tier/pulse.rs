@@ -106,6 +106,14 @@ impl Pulse {
         true
     }
 
+    /// When a call last got an answer, if ever (to within a millisecond).
+    pub(crate) fn last_answer(&self) -> Option<Instant> {
+        match self.last_answer.load(Relaxed) {
+            0 => None,
+            at => Some(self.epoch + Duration::from_nanos(at - 1)),
+        }
+    }
+
     /// How long the store has been silent: since the start of the oldest
     /// call that failed unanswered with no answer after it; zero if the
     /// store answered since.
@@ -164,6 +172,7 @@ mod tests {
         assert_eq!(pulse.silence(), Duration::ZERO);
         assert!(futures_util::poll!(&mut revived).is_ready());
         // The silence before the answer is forgotten.
+        tokio::time::advance(MS).await;
         let late = pulse.started();
         tokio::time::advance(MS).await;
         assert!(pulse.unanswered(late));

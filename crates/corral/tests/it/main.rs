@@ -60,6 +60,7 @@ mod sharded_pubsub;
 mod startup;
 #[cfg(feature = "memcached")]
 mod store_loss;
+mod store_trouble;
 mod tag_index;
 mod tag_writes;
 mod tags;

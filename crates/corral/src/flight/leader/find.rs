@@ -14,6 +14,7 @@ use crate::flight::permit::Permit;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
+use crate::store::patiently;
 use crate::store::{Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
@@ -101,10 +102,9 @@ where
                 None => {
                     let listener = self.store.listen(self.key);
                     let asking = self.store.get_or_lease(self.key, &self.request);
-                    // A late answer beats a fill without a lease: the
-                    // request waits as long as a lease lives.
-                    let patience = self.request.lease_ttl;
-                    (listener, self.store.call_within(patience, asking).await)
+                    let lease_ttl = self.request.lease_ttl;
+                    let patience = self.store.patience(lease_ttl, self.leader.clock.deadline);
+                    (listener, patiently(patience, self.store.call(asking)).await)
                 }
             };
             let Some(cache) = self.leader.inner.upgrade() else {
@@ -115,7 +115,10 @@ where
             }
             match lookup {
                 Ok(Lookup::Hit(stored)) => {
-                    if let Some(found) = self.hit(&cache, &stored).await {
+                    // Judging it may read versions: as patient as the lookup.
+                    let lease_ttl = self.request.lease_ttl;
+                    let patience = self.store.patience(lease_ttl, self.leader.clock.deadline);
+                    if let Some(found) = patiently(patience, self.hit(&cache, &stored)).await {
                         return found;
                     }
                 }

@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::data::error::StoreError;
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::{Commit, Lease, LeaseRequest, StoreKey};
+use tokio::time::Instant;
+
+use crate::store::{Commit, Lease, LeaseRequest, Patience, StoreKey};
 use crate::tier::shared::SharedTier;
 
 /// A granted lease. Committing uses it up; dropping it unused (the fill
@@ -85,6 +87,12 @@ impl LeaseGuard {
     /// How long the lease lives unless renewed.
     pub(super) fn lease_ttl(&self) -> Duration {
         self.request.lease_ttl
+    }
+
+    /// The patience of the store calls made under this lease by a flight
+    /// that ends at `deadline`.
+    pub(super) fn patience(&self, deadline: Instant) -> Patience {
+        self.store.patience(self.request.lease_ttl, deadline)
     }
 
     /// Renews the lease: whether this leader still owns it.

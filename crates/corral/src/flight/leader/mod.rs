@@ -266,7 +266,8 @@ where
                 Counters::bump(&cache.counters().fills);
                 let reachable = lease.is_some();
                 let reading = cache.fill_stamps(cache.home(&self.key), &tags, reachable);
-                let stamps = under_lease(lease.as_ref(), reading).await;
+                let deadline = self.clock.deadline;
+                let stamps = under_lease(lease.as_ref(), deadline, reading).await;
                 // Filled while the store does not answer: kept in the L1 for
                 // a moment even though the versions guarding it are unknown.
                 let unverified =
@@ -291,9 +292,9 @@ where
         match result {
             Ok(Ok(answer)) => {
                 let (inner, key) = (&self.inner, &*self.key);
-                let lease = kept.lease.as_ref().map(LeaseGuard::lease_ttl);
+                let patience = kept.lease.as_ref().map(|l| l.patience(self.clock.deadline));
                 let keeping = succeed(inner, &mut self.flight, key, ttl, answer, kept);
-                match lease {
+                match patience {
                     Some(patience) => patiently(patience, keeping).await,
                     None => keeping.await,
                 }
@@ -429,9 +430,13 @@ where
 /// Runs `work` (store calls of a flight) with the patience of the flight's
 /// `lease`, if it holds one: a late answer beats a fill whose answer
 /// cannot be kept.
-async fn under_lease<T>(lease: Option<&LeaseGuard>, work: impl Future<Output = T>) -> T {
+async fn under_lease<T>(
+    lease: Option<&LeaseGuard>,
+    deadline: Instant,
+    work: impl Future<Output = T>,
+) -> T {
     match lease {
-        Some(lease) => patiently(lease.lease_ttl(), work).await,
+        Some(lease) => patiently(lease.patience(deadline), work).await,
         None => work.await,
     }
 }

@@ -120,18 +120,35 @@ where
             .min(MAX_RETRY);
         let budget = cache.fail_open_budget().clone();
         drop(cache);
+        let flight = Arc::clone(self.leader.flight.flight());
         let demand = permit::FlightDemand {
-            flights: vec![Arc::clone(self.leader.flight.flight())],
+            flights: vec![Arc::clone(&flight)],
             refresh: false,
         };
         let soft = self
             .soft_deadline
             .filter(|_| self.leader.fallback.is_some() && !self.leader.flight.has_published());
+        // Once its turn to fill without a lease has come, the flight keeps
+        // its place in the budget's queue across lookups.
+        if gone_in.is_zero() && trouble.queued.is_none() {
+            trouble.queued = Some(Box::pin(permit::fail_open(budget.clone(), demand)));
+        }
         let queued = &mut trouble.queued;
         let fail_open = async move {
-            tokio::time::sleep(gone_in).await;
-            let queued = queued.get_or_insert_with(|| Box::pin(permit::fail_open(budget, demand)));
-            queued.await
+            match queued {
+                Some(queued) => queued.await,
+                None => {
+                    tokio::time::sleep(gone_in).await;
+                    let flight = Arc::clone(&flight);
+                    let demand = permit::FlightDemand {
+                        flights: vec![flight],
+                        refresh: false,
+                    };
+                    queued
+                        .insert(Box::pin(permit::fail_open(budget, demand)))
+                        .await
+                }
+            }
         };
         tokio::select! {
             biased;
