@@ -1,0 +1,355 @@
+//! The one table of [`CacheConfig`]'s fields: a line each, from which
+//! `settings!` (`table.rs`) writes the field, its TOML key, its
+//! `CORRAL_*` variable, whether it is process-wide, its part of
+//! `overlay`, how it reaches the builder, its setter and its `Debug`.
+//!
+//! # Adding a setting
+//!
+//! Add one line below, under its doc comment:
+//!
+//! ```text
+//! /// How long ... (the field's documentation).
+//! my_setting: Duration => builder,
+//! ```
+//!
+//! - `=> builder` hands the value to `CacheBuilder::my_setting`, which
+//!   must exist and take the field's type (or what it converts into);
+//!   `=> with(apply::my_setting)` hands it to a function of [`apply`]
+//!   instead (a builder setter of another name or shape, or a setting read
+//!   together with others); `=> store` marks a setting of the process's
+//!   one store, read where the store is opened (`caches.rs`), never set
+//!   per cache.
+//! - Add `as url` for a URL (its passwords hidden by `Debug`) or
+//!   `as secret` for a value `Debug` never shows.
+//! - A field of a type no field has yet needs that type's
+//!   [`Setting`](super::table::Setting) (how a variable holding it is
+//!   read, how `Debug` shows it) and, for the tests,
+//!   [`Example`](super::table::Example) values.
+//!
+//! Nothing else: the tests of this module check every field of the table
+//! from TOML, from a variable (global and per cache), with its setter,
+//! in `Debug`, and that it reaches the builder or the store.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::table::settings;
+use crate::cache::builder::CacheBuilder;
+
+settings! {
+    /// A cache's settings — or a process's, with a section per cache
+    /// ([`cache`](Self::cache)) — as read from TOML or the environment, or
+    /// set in code with the setters named after the fields.
+    ///
+    /// `Debug` never shows the Redis URL's password, whatever bytes it
+    /// holds.
+    #[derive(Clone, Default, PartialEq, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[non_exhaustive]
+    pub struct CacheConfig {
+        /// A Redis URL (`redis://[user:password@]host:port/[db]`): values
+        /// are shared through it. Unset: in process only.
+        redis_url: String as url => store,
+        /// Redis Cluster node URLs (instead of `redis_url`).
+        redis_cluster_urls: Vec<String> as url => store,
+        /// The name of a Redis Sentinel group's master (instead of
+        /// `redis_url`; with `redis_sentinel_urls`): values are shared
+        /// through whichever server is its master, followed across
+        /// failovers.
+        redis_sentinel_master: String => store,
+        /// The URLs of the sentinels watching `redis_sentinel_master`
+        /// (`redis://[user:password@]host:port`; with
+        /// `redis_sentinel_master`).
+        redis_sentinel_urls: Vec<String> as url => store,
+        /// The user that authenticates to the Sentinel group's master (with
+        /// `redis_master_password`; unset: the default user).
+        redis_master_user: String => store,
+        /// The password that authenticates to the Sentinel group's master
+        /// (the sentinels' own passwords are in their URLs). Never shown by
+        /// `Debug` or in errors.
+        redis_master_password: String as secret => store,
+        /// With a store, also keep decoded values in process (the L1;
+        /// default: on with a store that has a backplane, see
+        /// `CacheBuilder::l1`).
+        l1: bool => builder,
+        /// Listen to the store's backplane (default on).
+        backplane: bool => builder,
+        /// How long an L1 copy lives at most.
+        l1_lifetime: Duration => builder,
+        /// How long a value is fresh.
+        ttl: Duration => builder,
+        /// Random spread of TTLs, a fraction in `[0, 1]`.
+        jitter: f64 => builder,
+        /// How long past its TTL a value is served stale while one refresh
+        /// runs.
+        grace: Duration => builder,
+        /// The fraction of the TTL after which a background refresh starts.
+        eager_refresh: f64 => builder,
+        /// How long past its TTL a value is kept to serve if the fill fails.
+        fail_safe: Duration => builder,
+        /// The hard limit of one fill.
+        fill_timeout: Duration => builder,
+        /// With a fail-safe value at hand, how long callers wait for a fill.
+        soft_timeout: Duration => builder,
+        /// How long a "not found" is cached.
+        negative_ttl: Duration => builder,
+        /// The fill lease's time to live (renewed while a fill runs).
+        lease_ttl: Duration => builder,
+        /// The bound of one store call.
+        store_timeout: Duration => builder,
+        /// The bound of one connection attempt to Redis
+        /// ([`RedisConfig::connect_timeout`](crate::redis::RedisConfig::connect_timeout)).
+        redis_connect_timeout: Duration => store,
+        /// How often the Redis command and subscriber connections are
+        /// checked (`ROLE`, `PING`); one that gives no answer within
+        /// `store_timeout` is replaced
+        /// ([`RedisConfig::health_interval`](crate::redis::RedisConfig::health_interval)).
+        redis_health_interval: Duration => store,
+        /// TCP keepalive on the Redis connections: the first probe after
+        /// this long without traffic; `"0s"` turns it off
+        /// ([`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive)).
+        redis_tcp_keepalive: Duration => store,
+        /// The in-process bound, in entries
+        /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
+        max_entries: u64 => with(apply::max_entries),
+        /// The in-process bound, in bytes of encoded values, instead of
+        /// entries ([`Capacity::Bytes`](crate::cache::builder::Capacity::Bytes);
+        /// wins when both are set).
+        max_bytes: u64 => with(apply::max_bytes),
+        /// The largest encoded value stored.
+        max_value_bytes: usize => builder,
+        /// Whether the store's circuit breaker is on (default on with a
+        /// store).
+        circuit_breaker: bool => with(apply::circuit_breaker),
+        /// Consecutive failed store calls that open the breaker (default 5).
+        breaker_failures: u32 => with(apply::breaker_failures),
+        /// How long an open breaker skips the store (default 5 s).
+        breaker_cool_down: Duration => with(apply::breaker_cool_down),
+        /// The schema version of the values
+        /// ([`CacheBuilder::version`]; default 0).
+        version: u32 => builder,
+        /// Versions whose namespaces this cache's invalidations also reach,
+        /// during a rolling deploy that changes `version`
+        /// ([`CacheBuilder::also_invalidate_versions`]). From the
+        /// environment: comma-separated
+        /// (`CORRAL_USERS_ALSO_INVALIDATE_VERSIONS=2`).
+        also_invalidate_versions: Vec<u32> => builder,
+        /// How long a fail-safe value is re-cached after a failed fill
+        /// ([`CacheBuilder::fail_safe_throttle`]; default 30 s).
+        fail_safe_throttle: Duration => builder,
+        /// How often a process waiting for another's fill re-checks the
+        /// store without a notification ([`CacheBuilder::poll_interval`];
+        /// default 250 ms).
+        poll_interval: Duration => builder,
+        /// How long tag versions are kept in the store after their last use
+        /// ([`CacheBuilder::tag_retention`]; default 7 days).
+        tag_retention: Duration => builder,
+        /// At most this many background refreshes at once
+        /// ([`CacheBuilder::refresh_limit`]; default 16).
+        refresh_limit: usize => builder,
+        /// How often counters are copied into the `metrics` recorder
+        /// (feature `metrics`; `"0s"`: only on `Cache::export_metrics`;
+        /// default 1 s; without the feature: no effect).
+        metrics_interval: Duration => with(apply::metrics_interval),
+        /// Whether traces show raw keys instead of their hash
+        /// ([`CacheBuilder::trace_raw_keys`]; default no).
+        trace_raw_keys: bool => builder,
+    }
+}
+
+/// How the fields marked `with(..)` reach the builder.
+mod apply {
+    use std::time::Duration;
+
+    use super::{CacheBuilder, CacheConfig};
+    use crate::cache::builder::Capacity;
+    use crate::tier::breaker::BreakerSettings;
+
+    /// A bound in entries, unless one in bytes is set too (which wins).
+    pub(super) fn max_entries<V>(
+        builder: CacheBuilder<V>,
+        entries: u64,
+        config: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        match config.max_bytes {
+            Some(_) => builder,
+            None => builder.capacity(Capacity::Entries(entries)),
+        }
+    }
+
+    /// A bound in bytes.
+    pub(super) fn max_bytes<V>(
+        builder: CacheBuilder<V>,
+        bytes: u64,
+        _: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        builder.capacity(Capacity::Bytes(bytes))
+    }
+
+    /// Off turns the breaker off; on keeps the builder's.
+    pub(super) fn circuit_breaker<V>(
+        builder: CacheBuilder<V>,
+        on: bool,
+        _: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        if on {
+            builder
+        } else {
+            builder.no_circuit_breaker()
+        }
+    }
+
+    /// The breaker's failures, with the cool-down set or the default one;
+    /// nothing if the breaker is off.
+    pub(super) fn breaker_failures<V>(
+        builder: CacheBuilder<V>,
+        failures: u32,
+        config: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        let cool_down = config
+            .breaker_cool_down
+            .unwrap_or(BreakerSettings::default().cool_down);
+        breaker(builder, failures, cool_down, config)
+    }
+
+    /// The breaker's cool-down, with the failures set or the default ones;
+    /// nothing if the breaker is off.
+    pub(super) fn breaker_cool_down<V>(
+        builder: CacheBuilder<V>,
+        cool_down: Duration,
+        config: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        let failures = config
+            .breaker_failures
+            .unwrap_or(BreakerSettings::default().failures);
+        breaker(builder, failures, cool_down, config)
+    }
+
+    /// A breaker of `failures` and `cool_down`, unless the config turns it
+    /// off.
+    fn breaker<V>(
+        builder: CacheBuilder<V>,
+        failures: u32,
+        cool_down: Duration,
+        config: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        match config.circuit_breaker {
+            Some(false) => builder,
+            _ => builder.circuit_breaker(failures, cool_down),
+        }
+    }
+
+    /// The metrics export's interval (zero: only on demand); without the
+    /// `metrics` feature, nothing.
+    pub(super) fn metrics_interval<V>(
+        builder: CacheBuilder<V>,
+        interval: Duration,
+        _: &CacheConfig,
+    ) -> CacheBuilder<V>
+    where
+        V: Clone + Send + Sync + 'static,
+    {
+        #[cfg(feature = "metrics")]
+        return builder.metrics_interval(Some(interval));
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = interval;
+            builder
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::table::Sample;
+    use super::{CacheConfig, FIELDS};
+
+    /// The samples of every field, each field having at least one.
+    fn samples() -> Vec<Sample> {
+        let samples = CacheConfig::samples();
+        for field in FIELDS {
+            assert!(
+                samples.iter().any(|sample| sample.field == field.name),
+                "{} has no sample",
+                field.name
+            );
+        }
+        samples
+    }
+
+    fn is_process(field: &str) -> bool {
+        FIELDS
+            .iter()
+            .any(|known| known.name == field && known.process)
+    }
+
+    #[test]
+    fn every_field_is_read_from_toml_and_a_variable_as_its_setter_sets_it() {
+        for Sample {
+            field,
+            toml,
+            var,
+            set,
+        } in samples()
+        {
+            assert_eq!(set.fields_set().count(), 1, "{field}: {set:?}");
+            let from_toml = CacheConfig::from_toml(&toml);
+            assert_eq!(from_toml.as_ref(), Ok(&set), "{toml}");
+            let name = format!("CORRAL_{}", field.to_ascii_uppercase());
+            let from_var = CacheConfig::from_vars("CORRAL_", [(name.as_str(), var.as_str())]);
+            assert_eq!(from_var.as_ref(), Ok(&set), "{name}={var}");
+            let shown = format!("{set:?}");
+            assert!(shown.contains(&format!("\"{field}\": ")), "{shown}");
+        }
+    }
+
+    #[test]
+    fn every_field_but_the_stores_is_set_per_cache() {
+        for Sample {
+            field,
+            toml,
+            var,
+            set,
+        } in samples()
+        {
+            let name = format!("CORRAL_USERS_{}", field.to_ascii_uppercase());
+            let from_var = CacheConfig::from_vars("CORRAL_", [(name.as_str(), var.as_str())]);
+            let from_toml = CacheConfig::from_toml(&format!("[cache.users]\n{toml}"));
+            if is_process(field) {
+                for error in [from_var.expect_err(&name), from_toml.expect_err(&toml)] {
+                    let message = error.to_string();
+                    assert!(message.contains(field), "{message}");
+                    assert!(message.contains("whole process"), "{message}");
+                }
+                continue;
+            }
+            for config in [from_var.expect(&name), from_toml.expect(&toml)] {
+                assert_eq!(config.for_cache("users"), set, "{field}");
+                assert_eq!(
+                    config.for_cache("orders"),
+                    CacheConfig::default(),
+                    "{field}"
+                );
+            }
+        }
+    }
+}
