@@ -282,6 +282,7 @@ mod apply {
 mod tests {
     use super::super::table::Sample;
     use super::{CacheConfig, FIELDS};
+    use crate::cache::Cache;
 
     /// The samples of every field, each field having at least one.
     fn samples() -> Vec<Sample> {
@@ -319,6 +320,46 @@ mod tests {
             assert_eq!(from_var.as_ref(), Ok(&set), "{name}={var}");
             let shown = format!("{set:?}");
             assert!(shown.contains(&format!("\"{field}\": ")), "{shown}");
+        }
+    }
+
+    /// How a builder shows its settings.
+    fn builder_shown(config: &CacheConfig) -> String {
+        format!("{:?}", config.apply(Cache::<String>::builder("users")))
+    }
+
+    #[test]
+    fn every_field_but_the_stores_reaches_the_builder() {
+        let samples = samples();
+        let default = builder_shown(&CacheConfig::default());
+        for field in FIELDS.iter().filter(|field| !field.process) {
+            if cfg!(not(feature = "metrics")) && field.name == "metrics_interval" {
+                continue;
+            }
+            let reached = samples
+                .iter()
+                .filter(|sample| sample.field == field.name)
+                .any(|sample| builder_shown(&sample.set) != default);
+            assert!(reached, "{} does not reach the builder", field.name);
+        }
+    }
+
+    /// A store field changes the store's settings, opens a store, or has
+    /// the store refused naming it.
+    #[cfg(feature = "redis")]
+    #[tokio::test]
+    async fn every_store_field_reaches_the_store() {
+        let default = CacheConfig::default().redis_config();
+        for Sample { field, set, .. } in samples() {
+            if !is_process(field) {
+                continue;
+            }
+            let reached = set.redis_config() != default
+                || match set.caches() {
+                    Ok(caches) => caches.store().is_some(),
+                    Err(error) => error.to_string().contains(field),
+                };
+            assert!(reached, "{field} does not reach the store: {set:?}");
         }
     }
 
