@@ -112,20 +112,20 @@ settings! {
         redis_tcp_keepalive: Duration => store,
         /// The in-process bound, in entries
         /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
-        max_entries: u64 => with(apply::max_entries),
+        max_entries: u64 => with(apply::capacity),
         /// The in-process bound, in bytes of encoded values, instead of
         /// entries ([`Capacity::Bytes`](crate::cache::builder::Capacity::Bytes);
         /// wins when both are set).
-        max_bytes: u64 => with(apply::max_bytes),
+        max_bytes: u64 => with(apply::capacity),
         /// The largest encoded value stored.
         max_value_bytes: usize => builder,
         /// Whether the store's circuit breaker is on (default on with a
         /// store).
-        circuit_breaker: bool => with(apply::circuit_breaker),
+        circuit_breaker: bool => with(apply::breaker),
         /// Consecutive failed store calls that open the breaker (default 5).
-        breaker_failures: u32 => with(apply::breaker_failures),
+        breaker_failures: u32 => with(apply::breaker),
         /// How long an open breaker skips the store (default 5 s).
-        breaker_cool_down: Duration => with(apply::breaker_cool_down),
+        breaker_cool_down: Duration => with(apply::breaker),
         /// The schema version of the values
         /// ([`CacheBuilder::version`]; default 0).
         version: u32 => builder,
@@ -158,7 +158,8 @@ settings! {
     }
 }
 
-/// How the fields marked `with(..)` reach the builder.
+/// How the fields marked `with(..)` reach the builder: each function is
+/// given the builder, the field's value and the whole config.
 mod apply {
     use std::time::Duration;
 
@@ -166,95 +167,46 @@ mod apply {
     use crate::cache::builder::Capacity;
     use crate::tier::breaker::BreakerSettings;
 
-    /// A bound in entries, unless one in bytes is set too (which wins).
-    pub(super) fn max_entries<V>(
+    /// The in-process bound: in bytes if `max_bytes` is set (it wins), in
+    /// entries otherwise.
+    pub(super) fn capacity<V, T>(
         builder: CacheBuilder<V>,
-        entries: u64,
+        _: T,
         config: &CacheConfig,
     ) -> CacheBuilder<V>
     where
         V: Clone + Send + Sync + 'static,
     {
-        match config.max_bytes {
-            Some(_) => builder,
-            None => builder.capacity(Capacity::Entries(entries)),
+        match (config.max_bytes, config.max_entries) {
+            (Some(bytes), _) => builder.capacity(Capacity::Bytes(bytes)),
+            (None, Some(entries)) => builder.capacity(Capacity::Entries(entries)),
+            (None, None) => builder,
         }
     }
 
-    /// A bound in bytes.
-    pub(super) fn max_bytes<V>(
+    /// The circuit breaker: off if `circuit_breaker` is false; else, if
+    /// `breaker_failures` or `breaker_cool_down` is set, those over the
+    /// defaults; else the builder's.
+    pub(super) fn breaker<V, T>(
         builder: CacheBuilder<V>,
-        bytes: u64,
-        _: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
-        builder.capacity(Capacity::Bytes(bytes))
-    }
-
-    /// Off turns the breaker off; on keeps the builder's.
-    pub(super) fn circuit_breaker<V>(
-        builder: CacheBuilder<V>,
-        on: bool,
-        _: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
-        if on {
-            builder
-        } else {
-            builder.no_circuit_breaker()
-        }
-    }
-
-    /// The breaker's failures, with the cool-down set or the default one;
-    /// nothing if the breaker is off.
-    pub(super) fn breaker_failures<V>(
-        builder: CacheBuilder<V>,
-        failures: u32,
+        _: T,
         config: &CacheConfig,
     ) -> CacheBuilder<V>
     where
         V: Clone + Send + Sync + 'static,
     {
-        let cool_down = config
-            .breaker_cool_down
-            .unwrap_or(BreakerSettings::default().cool_down);
-        breaker(builder, failures, cool_down, config)
-    }
-
-    /// The breaker's cool-down, with the failures set or the default ones;
-    /// nothing if the breaker is off.
-    pub(super) fn breaker_cool_down<V>(
-        builder: CacheBuilder<V>,
-        cool_down: Duration,
-        config: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
-        let failures = config
-            .breaker_failures
-            .unwrap_or(BreakerSettings::default().failures);
-        breaker(builder, failures, cool_down, config)
-    }
-
-    /// A breaker of `failures` and `cool_down`, unless the config turns it
-    /// off.
-    fn breaker<V>(
-        builder: CacheBuilder<V>,
-        failures: u32,
-        cool_down: Duration,
-        config: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
-        match config.circuit_breaker {
-            Some(false) => builder,
-            _ => builder.circuit_breaker(failures, cool_down),
+        let defaults = BreakerSettings::default();
+        match (
+            config.circuit_breaker,
+            config.breaker_failures,
+            config.breaker_cool_down,
+        ) {
+            (Some(false), _, _) => builder.no_circuit_breaker(),
+            (_, None, None) => builder,
+            (_, failures, cool_down) => builder.circuit_breaker(
+                failures.unwrap_or(defaults.failures),
+                cool_down.unwrap_or(defaults.cool_down),
+            ),
         }
     }
 
@@ -280,7 +232,7 @@ mod apply {
 
 #[cfg(test)]
 mod tests {
-    use super::super::table::Sample;
+    use super::super::table::examples::Sample;
     use super::{CacheConfig, FIELDS};
     use crate::cache::Cache;
 

@@ -1,34 +1,16 @@
 //! What writes [`CacheConfig`](super::CacheConfig) from its one table of
-//! fields (`fields.rs`): the `settings!` macro, which turns one line per
-//! field into every surface of it, and [`Setting`], what the type of a
-//! field brings (how a variable holding it is read, how TOML is read, how
-//! `Debug` shows it).
+//! fields (`fields.rs`, whose documentation says how to add one): the
+//! `settings!` macro and [`Setting`], what the type of a field brings.
 //!
-//! A line of the table reads `name: Type [as url | as secret] => target,`
-//! under the field's doc comment, where `Type` is one identifier,
-//! optionally with one type argument (`Duration`, `Vec<u32>`), and the
-//! target says where the setting goes:
-//!
-//! - `builder`: to the [`CacheBuilder`](crate::CacheBuilder) setter of
-//!   the same name, given the value;
-//! - `with(path)`: to `path(builder, value, &config)`, for a setting that
-//!   reaches the builder another way or together with others;
-//! - `store`: nowhere in the builder: it describes the process's one store
-//!   (set globally, never per cache) and is read where the store is
-//!   opened (`caches.rs`).
-//!
-//! `as url` shows the value in `Debug` with its passwords hidden,
-//! `as secret` shows `***`; otherwise `Debug` shows it as [`Setting::show`]
-//! does.
-//!
-//! From that line `settings!` writes: the public field (an `Option` of
-//! the type, read from TOML by [`read`]); its entry in `FIELDS` (the
-//! variable `CORRAL_<NAME>`, how its value is read, whether it is
-//! process-wide); its part of `overlay`, of the fields a config sets, and
-//! of what reaches the builder; the setter of the same name (taking
+//! A line of the table, `name: Type [as url | as secret] => target,`
+//! (`Type` one identifier with at most one type argument), gives the
+//! field: the public `Option<Type>` and how TOML reads it ([`read`]); its
+//! entry in `FIELDS` (its `CORRAL_<NAME>` variable, how the variable is
+//! read, whether the field is process-wide: target `store`); its part of
+//! `overlay`, of the fields a config sets and of what reaches the builder
+//! (target `builder` or `with(path)`); the setter of its name (taking
 //! `impl Into<String>` for a `String`, any iterator of them for a
-//! `Vec<String>`, the type itself otherwise); its entry in `Debug`; and,
-//! for the tests, its sample values written every way.
+//! `Vec<String>`); its `Debug` entry; and, for the tests, its samples.
 
 use std::time::Duration;
 
@@ -266,12 +248,12 @@ macro_rules! settings {
             /// Each field's sample values, set with its setter and written
             /// in TOML and in a variable.
             #[cfg(test)]
-            pub(super) fn samples() -> Vec<$crate::config::table::Sample> {
-                use $crate::config::table::Example;
+            pub(super) fn samples() -> Vec<$crate::config::table::examples::Sample> {
+                use $crate::config::table::examples::Example;
                 let mut samples = Vec::new();
                 $(
                     for value in <$head $(<$arg>)? as Example>::examples() {
-                        samples.push($crate::config::table::Sample {
+                        samples.push($crate::config::table::examples::Sample {
                             field: stringify!($field),
                             toml: format!("{} = {}", stringify!($field), value.toml()),
                             var: value.var(),
@@ -304,32 +286,29 @@ macro_rules! settings {
 
 pub(super) use settings;
 
-/// One sample value of one field: the config its setter makes, and the
-/// same value written in TOML (`ttl = "1500ms"`) and in a variable
-/// (`1500ms`).
+/// Sample values of each type, written in TOML and in a variable.
 #[cfg(test)]
-#[derive(Debug)]
-pub(super) struct Sample {
-    pub(super) field: &'static str,
-    pub(super) toml: String,
-    pub(super) var: String,
-    pub(super) set: super::CacheConfig,
-}
-
-/// Sample values of a field's type, written in TOML and in a variable;
-/// at least one of them differs from every default of the builder.
-#[cfg(test)]
-pub(super) trait Example: Sized {
-    fn examples() -> Vec<Self>;
-    fn toml(&self) -> String;
-    fn var(&self) -> String;
-}
-
-#[cfg(test)]
-mod examples {
+pub(super) mod examples {
     use std::time::Duration;
 
-    use super::Example;
+    /// One sample value of one field: the config its setter makes, and the
+    /// same value written in TOML (`ttl = "1500ms"`) and in a variable
+    /// (`1500ms`).
+    #[derive(Debug)]
+    pub(in crate::config) struct Sample {
+        pub(in crate::config) field: &'static str,
+        pub(in crate::config) toml: String,
+        pub(in crate::config) var: String,
+        pub(in crate::config) set: crate::config::CacheConfig,
+    }
+
+    /// Sample values of a field's type, written in TOML and in a variable;
+    /// at least one of them differs from every default of the builder.
+    pub(in crate::config) trait Example: Sized {
+        fn examples() -> Vec<Self>;
+        fn toml(&self) -> String;
+        fn var(&self) -> String;
+    }
 
     /// Numbers: written the same way in TOML and in a variable.
     macro_rules! numbers {

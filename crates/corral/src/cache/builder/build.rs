@@ -62,8 +62,14 @@ where
                     Some(clock) => TierClock::Injected(clock),
                     None => TierClock::Coarse(TickedClock::new(&name)),
                 };
-                let eager = self.policy.eager_refresh;
-                sizing.local_tier(clock, eager, l1_lifetime, self.l1_shards)
+                LocalTier::new(
+                    sizing.estimated_items.min(1 << 24),
+                    sizing.weight_capacity,
+                    clock,
+                    self.policy.eager_refresh,
+                    l1_lifetime,
+                    self.l1_shards,
+                )
             });
             Inner::new(InnerParts {
                 namespace,
@@ -157,26 +163,6 @@ struct Sizing {
     weight_capacity: u64,
     /// Whether entries weigh their encoded size (a capacity in bytes).
     weigh_by_bytes: bool,
-}
-
-impl Sizing {
-    /// The in-process tier of this size.
-    fn local_tier<V: Clone>(
-        &self,
-        clock: TierClock,
-        eager_refresh: Option<f64>,
-        lifetime: Option<Duration>,
-        shards: Option<usize>,
-    ) -> LocalTier<V> {
-        LocalTier::new(
-            self.estimated_items.min(1 << 24),
-            self.weight_capacity,
-            clock,
-            eager_refresh,
-            lifetime,
-            shards,
-        )
-    }
 }
 
 /// Subscribes the cache being made (`weak`) to the messages of
