@@ -14,9 +14,9 @@
 //!
 //! - `=> builder` hands the value to `CacheBuilder::my_setting`, which
 //!   must exist and take the field's type (or what it converts into);
-//!   `=> with(apply::my_setting)` hands it to a function of [`apply`]
-//!   instead (a builder setter of another name or shape, or a setting read
-//!   together with others); `=> store` marks a setting of the process's
+//!   `=> with(my_setting_of)` calls `CacheBuilder::my_setting_of(config)`,
+//!   written below, instead (for a builder setter of another name or
+//!   shape, or a setting read together with others); `=> store` marks a setting of the process's
 //!   one store, read where the store is opened (`caches.rs`), never set
 //!   per cache.
 //! - Add `as url` for a URL (its passwords hidden by `Debug`) or
@@ -35,7 +35,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::table::settings;
-use crate::cache::builder::CacheBuilder;
+use crate::cache::builder::{CacheBuilder, Capacity};
+use crate::tier::breaker::BreakerSettings;
 
 settings! {
     /// A cache's settings — or a process's, with a section per cache
@@ -112,20 +113,20 @@ settings! {
         redis_tcp_keepalive: Duration => store,
         /// The in-process bound, in entries
         /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
-        max_entries: u64 => with(apply::capacity),
+        max_entries: u64 => with(capacity_of),
         /// The in-process bound, in bytes of encoded values, instead of
         /// entries ([`Capacity::Bytes`](crate::cache::builder::Capacity::Bytes);
         /// wins when both are set).
-        max_bytes: u64 => with(apply::capacity),
+        max_bytes: u64 => with(capacity_of),
         /// The largest encoded value stored.
         max_value_bytes: usize => builder,
         /// Whether the store's circuit breaker is on (default on with a
         /// store).
-        circuit_breaker: bool => with(apply::breaker),
+        circuit_breaker: bool => with(breaker_of),
         /// Consecutive failed store calls that open the breaker (default 5).
-        breaker_failures: u32 => with(apply::breaker),
+        breaker_failures: u32 => with(breaker_of),
         /// How long an open breaker skips the store (default 5 s).
-        breaker_cool_down: Duration => with(apply::breaker),
+        breaker_cool_down: Duration => with(breaker_of),
         /// The schema version of the values
         /// ([`CacheBuilder::version`]; default 0).
         version: u32 => builder,
@@ -151,59 +152,42 @@ settings! {
         /// How often counters are copied into the `metrics` recorder
         /// (feature `metrics`; `"0s"`: only on `Cache::export_metrics`;
         /// default 1 s; without the feature: no effect).
-        metrics_interval: Duration => with(apply::metrics_interval),
+        metrics_interval: Duration => with(metrics_interval_of),
         /// Whether traces show raw keys instead of their hash
         /// ([`CacheBuilder::trace_raw_keys`]; default no).
         trace_raw_keys: bool => builder,
     }
 }
 
-/// How the fields marked `with(..)` reach the builder: each function is
-/// given the builder, the field's value and the whole config.
-mod apply {
-    use std::time::Duration;
-
-    use super::{CacheBuilder, CacheConfig};
-    use crate::cache::builder::Capacity;
-    use crate::tier::breaker::BreakerSettings;
-
+/// How the fields marked `with(..)` reach the builder, given the whole
+/// config (called when the field is set).
+impl<V> CacheBuilder<V>
+where
+    V: Clone + Send + Sync + 'static,
+{
     /// The in-process bound: in bytes if `max_bytes` is set (it wins), in
     /// entries otherwise.
-    pub(super) fn capacity<V, T>(
-        builder: CacheBuilder<V>,
-        _: T,
-        config: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
+    fn capacity_of(self, config: &CacheConfig) -> Self {
         match (config.max_bytes, config.max_entries) {
-            (Some(bytes), _) => builder.capacity(Capacity::Bytes(bytes)),
-            (None, Some(entries)) => builder.capacity(Capacity::Entries(entries)),
-            (None, None) => builder,
+            (Some(bytes), _) => self.capacity(Capacity::Bytes(bytes)),
+            (None, Some(entries)) => self.capacity(Capacity::Entries(entries)),
+            (None, None) => self,
         }
     }
 
     /// The circuit breaker: off if `circuit_breaker` is false; else, if
     /// `breaker_failures` or `breaker_cool_down` is set, those over the
     /// defaults; else the builder's.
-    pub(super) fn breaker<V, T>(
-        builder: CacheBuilder<V>,
-        _: T,
-        config: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
+    fn breaker_of(self, config: &CacheConfig) -> Self {
         let defaults = BreakerSettings::default();
         match (
             config.circuit_breaker,
             config.breaker_failures,
             config.breaker_cool_down,
         ) {
-            (Some(false), _, _) => builder.no_circuit_breaker(),
-            (_, None, None) => builder,
-            (_, failures, cool_down) => builder.circuit_breaker(
+            (Some(false), _, _) => self.no_circuit_breaker(),
+            (_, None, None) => self,
+            (_, failures, cool_down) => self.circuit_breaker(
                 failures.unwrap_or(defaults.failures),
                 cool_down.unwrap_or(defaults.cool_down),
             ),
@@ -212,20 +196,13 @@ mod apply {
 
     /// The metrics export's interval (zero: only on demand); without the
     /// `metrics` feature, nothing.
-    pub(super) fn metrics_interval<V>(
-        builder: CacheBuilder<V>,
-        interval: Duration,
-        _: &CacheConfig,
-    ) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
+    fn metrics_interval_of(self, config: &CacheConfig) -> Self {
         #[cfg(feature = "metrics")]
-        return builder.metrics_interval(Some(interval));
+        return self.metrics_interval(config.metrics_interval);
         #[cfg(not(feature = "metrics"))]
         {
-            let _ = interval;
-            builder
+            let _ = config;
+            self
         }
     }
 }
@@ -257,19 +234,14 @@ mod tests {
 
     #[test]
     fn every_field_is_read_from_toml_and_a_variable_as_its_setter_sets_it() {
-        for Sample {
-            field,
-            toml,
-            var,
-            set,
-        } in samples()
-        {
+        for sample in samples() {
+            let (field, set) = (sample.field, &sample.set);
             assert_eq!(set.fields_set().count(), 1, "{field}: {set:?}");
-            let from_toml = CacheConfig::from_toml(&toml);
-            assert_eq!(from_toml.as_ref(), Ok(&set), "{toml}");
-            let name = format!("CORRAL_{}", field.to_ascii_uppercase());
-            let from_var = CacheConfig::from_vars("CORRAL_", [(name.as_str(), var.as_str())]);
-            assert_eq!(from_var.as_ref(), Ok(&set), "{name}={var}");
+            let from_toml = CacheConfig::from_toml(&sample.toml);
+            assert_eq!(from_toml.as_ref(), Ok(set), "{}", sample.toml);
+            let (name, var) = sample.var("CORRAL_");
+            let from_var = CacheConfig::from_vars("CORRAL_", [(name.as_str(), var)]);
+            assert_eq!(from_var.as_ref(), Ok(set), "{name}={var}");
             let shown = format!("{set:?}");
             assert!(shown.contains(&format!("\"{field}\": ")), "{shown}");
         }
@@ -317,26 +289,21 @@ mod tests {
 
     #[test]
     fn every_field_but_the_stores_is_set_per_cache() {
-        for Sample {
-            field,
-            toml,
-            var,
-            set,
-        } in samples()
-        {
-            let name = format!("CORRAL_USERS_{}", field.to_ascii_uppercase());
-            let from_var = CacheConfig::from_vars("CORRAL_", [(name.as_str(), var.as_str())]);
+        for sample in samples() {
+            let (field, toml) = (sample.field, &sample.toml);
+            let (name, var) = sample.var("CORRAL_USERS_");
+            let from_var = CacheConfig::from_vars("CORRAL_", [(name.as_str(), var)]);
             let from_toml = CacheConfig::from_toml(&format!("[cache.users]\n{toml}"));
             if is_process(field) {
-                for error in [from_var.expect_err(&name), from_toml.expect_err(&toml)] {
+                for error in [from_var.expect_err(&name), from_toml.expect_err(toml)] {
                     let message = error.to_string();
                     assert!(message.contains(field), "{message}");
                     assert!(message.contains("whole process"), "{message}");
                 }
                 continue;
             }
-            for config in [from_var.expect(&name), from_toml.expect(&toml)] {
-                assert_eq!(config.for_cache("users"), set, "{field}");
+            for config in [from_var.expect(&name), from_toml.expect(toml)] {
+                assert_eq!(config.for_cache("users"), sample.set, "{field}");
                 assert_eq!(
                     config.for_cache("orders"),
                     CacheConfig::default(),

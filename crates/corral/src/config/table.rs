@@ -8,7 +8,7 @@
 //! entry in `FIELDS` (its `CORRAL_<NAME>` variable, how the variable is
 //! read, whether the field is process-wide: target `store`); its part of
 //! `overlay`, of the fields a config sets and of what reaches the builder
-//! (target `builder` or `with(path)`); the setter of its name (taking
+//! (target `builder` or `with(method)`); the setter of its name (taking
 //! `impl Into<String>` for a `String`, any iterator of them for a
 //! `Vec<String>`); its `Debug` entry; and, for the tests, its samples.
 
@@ -127,9 +127,9 @@ macro_rules! settings {
             $builder = $builder.$field(value);
         }
     };
-    (@apply $config:ident, $builder:ident, $field:ident, with($apply:path)) => {
-        if let Some(value) = $config.$field.clone() {
-            $builder = $apply($builder, value, $config);
+    (@apply $config:ident, $builder:ident, $field:ident, with($apply:ident)) => {
+        if $config.$field.is_some() {
+            $builder = $builder.$apply($config);
         }
     };
     (@apply $config:ident, $builder:ident, $field:ident, store) => {};
@@ -172,7 +172,7 @@ macro_rules! settings {
             $(
                 $(#[doc = $doc:literal])*
                 $field:ident: $head:ident $(<$arg:ident>)? $(as $show:ident)?
-                    => $target:ident $(($apply:path))?,
+                    => $target:ident $(($apply:ident))?,
             )*
         }
     ) => {
@@ -304,6 +304,14 @@ pub(super) mod examples {
 
     /// Sample values of a field's type, written in TOML and in a variable;
     /// at least one of them differs from every default of the builder.
+    impl Sample {
+        /// The variable `{prefix}{FIELD}` and its value.
+        pub(in crate::config) fn var(&self, prefix: &str) -> (String, &str) {
+            let name = format!("{prefix}{}", self.field.to_ascii_uppercase());
+            (name, &self.var)
+        }
+    }
+
     pub(in crate::config) trait Example: Sized {
         fn examples() -> Vec<Self>;
         fn toml(&self) -> String;
