@@ -13,18 +13,20 @@
 //! ```
 //!
 //! - `=> builder` hands the value to `CacheBuilder::my_setting`, which
-//!   must exist and take the field's type (or what it converts into);
-//!   `=> with(my_setting_of)` calls `CacheBuilder::my_setting_of(config)`,
-//!   written below, instead (for a builder setter of another name or
-//!   shape, or a setting read together with others); `=> store` marks a setting of the process's
-//!   one store, read where the store is opened (`caches.rs`), never set
-//!   per cache.
+//!   must exist and take the field's type (or what it converts into).
+//!   `=> with(my_setting_of)` calls `CacheBuilder::my_setting_of(config)`
+//!   instead, written below: for a builder setter of another name or
+//!   shape, or a setting read together with others. `=> store` marks a
+//!   setting of the process's one store, read where the store is opened
+//!   (`caches.rs`), never set per cache.
 //! - Add `as url` for a URL (its passwords hidden by `Debug`) or
 //!   `as secret` for a value `Debug` never shows.
-//! - A field of a type no field has yet needs that type's
+//! - The type is written as one name, with at most one type argument
+//!   (`Duration`, `Vec<u32>`): import it here. A type no field has yet
+//!   needs its
 //!   [`Setting`](super::table::Setting) (how a variable holding it is
-//!   read, how `Debug` shows it) and, for the tests,
-//!   [`Example`](super::table::Example) values.
+//!   read, how `Debug` shows it) and, for the tests, its `Example` values
+//!   (`table.rs`).
 //!
 //! Nothing else: the tests of this module check every field of the table
 //! from TOML, from a variable (global and per cache), with its setter,
