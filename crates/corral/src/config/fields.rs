@@ -23,10 +23,9 @@
 //!   `as secret` for a value `Debug` never shows.
 //! - The type is written as one name, with at most one type argument
 //!   (`Duration`, `Vec<u32>`): import it here. A type no field has yet
-//!   needs its
-//!   [`Setting`](super::table::Setting) (how a variable holding it is
-//!   read, how `Debug` shows it) and, for the tests, its `Example` values
-//!   (`table.rs`).
+//!   needs its [`Setting`](super::table::Setting) (how a variable holding
+//!   it is read, how `Debug` shows it) and, for the tests, its `Example`
+//!   values (`table.rs`).
 //!
 //! Nothing else: the tests of this module check every field of the table
 //! from TOML, from a variable (global and per cache), with its setter,
