@@ -8,19 +8,24 @@
 //! - [`redis`]: `--redis URL --processes N`, both sides in worker
 //!   processes ([`worker`]) sharing Redis;
 //! - [`outage`]: `--outage`, the source failing for a while (fail-safe);
-//! - [`report`]: the figures, the tables and the JSON.
+//! - [`timeline`]: each side over time, in 10 ms buckets;
+//! - [`report`]: the figures, the tables and the JSON; [`plot`]: the
+//!   picture (`--plot FILE`) and the terminal's sparklines.
 
 mod embedded;
 mod outage;
+mod plot;
 mod redis;
 mod remote;
 mod report;
 mod scenario;
 mod sqlite;
+mod timeline;
 mod worker;
 
 pub(crate) use worker::run as run_worker;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -48,6 +53,10 @@ pub(crate) struct HerdArgs {
     /// Print the figures as one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw both sides over time to this SVG file: calls at the
+    /// source, callers answered and failed.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Run the outage scenario instead: the source fails for `--rounds`
     /// rounds between a good round and a recovered one; corral serves the
     /// last good value (fail-safe) while the naive cache-aside fails.
@@ -94,7 +103,7 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     if args.outage {
         let report = runtime.block_on(outage::run(scenario));
-        return emit(&report?, args.json);
+        return emit(&report?, &args);
     }
     let report = match &args.redis.redis {
         None => {
@@ -115,24 +124,30 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
                 processes: args.redis.processes,
                 budget: args.budget.unwrap_or(0),
                 fleet: args.redis.fleet,
-                kill_one: args.redis.kill_one,
+                upset: if args.redis.kill_one {
+                    redis::Upset::KillOne
+                } else {
+                    redis::Upset::None
+                },
             };
             runtime.block_on(redis::run(url, fleet, scenario))
         }
     };
-    emit(&report?, args.json)
+    emit(&report?, &args)
 }
 
-/// Prints `report` as one line of JSON or as its table; fails, after
-/// printing, if any call failed.
-fn emit<R: Report>(report: &R, json: bool) -> anyhow::Result<()> {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).context("encoding the report as JSON")?
-        );
+/// Prints `report` as one line of JSON or as its table and sparklines, and
+/// draws it with `--plot`; fails, after printing, if any call failed.
+fn emit<R: Report>(report: &R, args: &HerdArgs) -> anyhow::Result<()> {
+    let picture = report.picture();
+    if args.json {
+        let json = serde_json::to_string(report).context("encoding the report as JSON")?;
+        println!("{json}");
     } else {
-        print!("{}", report.table());
+        print!("{}\n{}", report.table(), plot::sparklines(picture.sides));
+    }
+    if let Some(path) = &args.plot {
+        plot::svg(&picture, path).with_context(|| format!("drawing {}", path.display()))?;
     }
     let failures = report.failures();
     anyhow::ensure!(failures == 0, "{failures} calls failed (see the report)");

@@ -13,8 +13,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use serde::Serialize;
 
+use super::plot::Picture;
 use super::report::{failure_line, group, render, Report};
-use super::scenario::{round_keys, run_round, Contender, Load, NaiveSide, Scenario, Source};
+use super::scenario::{round_keys, run_round, Contender, Load, NaiveSide, Scenario};
+use super::timeline::{Gauge, Series, Timeline};
 
 /// How long a value is fresh in this scenario.
 const TTL: Duration = Duration::from_millis(100);
@@ -24,24 +26,22 @@ const BETWEEN_ROUNDS: Duration = Duration::from_millis(150);
 /// than the pause, so every outage round tries the source once per key.
 const THROTTLE: Duration = Duration::from_millis(50);
 
-/// A sleeping source that can be switched off.
+/// A sleeping source that counts its calls and can be switched off.
+#[derive(Default)]
 struct FlakySource {
-    source: Source,
+    calls: AtomicU64,
+    fill: Duration,
     down: AtomicBool,
-}
-
-impl FlakySource {
-    fn new(fill: Duration) -> Arc<Self> {
-        let (source, down) = (Source::new(fill), AtomicBool::new(false));
-        Arc::new(Self { source, down })
-    }
+    timeline: Arc<Timeline>,
 }
 
 impl Load for FlakySource {
     async fn load(&self, key: &str) -> anyhow::Result<String> {
-        let value = self.source.load(key).await;
+        self.calls.fetch_add(1, Relaxed);
+        let _running = self.timeline.enter(Gauge::Running);
+        tokio::time::sleep(self.fill).await;
         anyhow::ensure!(!self.down.load(Relaxed), "the source is down");
-        value
+        Ok(format!("{key} → its value"))
     }
 }
 
@@ -88,12 +88,24 @@ pub(crate) struct OutageReport {
     corral_errors: u64,
     first_corral_failure: Option<String>,
     verdict: String,
+    /// Each side over time, its rounds end to end.
+    corral_timeline: Series,
+    naive_timeline: Series,
 }
 
 impl Report for OutageReport {
     /// Only corral's failures count: the naive side's are the comparison.
     fn failures(&self) -> u64 {
         self.corral_errors
+    }
+
+    fn title(&self) -> String {
+        let (ttl, apart) = (TTL.as_millis(), BETWEEN_ROUNDS.as_millis());
+        let (callers, keys) = (group(self.callers), group(self.keys));
+        format!(
+            "corral herd --outage: {callers} callers on {keys} keys per round; \
+             TTL {ttl} ms, rounds {apart} ms apart"
+        )
     }
 
     fn table(&self) -> String {
@@ -107,16 +119,23 @@ impl Report for OutageReport {
             let label = format!("round {} (source {state})", i + 1);
             std::iter::once(label).chain(figures).collect()
         });
-        let (ttl, apart) = (TTL.as_millis(), BETWEEN_ROUNDS.as_millis());
-        let (callers, keys) = (group(self.callers), group(self.keys));
         let first = self.first_corral_failure.as_deref();
-        format!(
-            "corral herd --outage: {callers} callers on {keys} keys per round; TTL {ttl} ms, \
-             rounds {apart} ms apart\n\n{}\n{}\n{}",
-            render(header, rows),
-            self.verdict,
-            failure_line("corral", self.corral_errors, first),
-        )
+        let failures = failure_line("corral", self.corral_errors, first);
+        let (title, table) = (self.title(), render(header, rows));
+        format!("{title}\n\n{table}\n{}\n{failures}", self.verdict)
+    }
+
+    fn picture(&self) -> Picture<'_> {
+        let sides = [
+            ("corral", &self.corral_timeline),
+            ("naive", &self.naive_timeline),
+        ];
+        let (title, limits) = (self.title(), Vec::new());
+        Picture {
+            title,
+            sides,
+            limits,
+        }
     }
 }
 
@@ -131,13 +150,22 @@ pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
         .capacity(corral::Capacity::Entries(scenario.keys.max(1024)))
         .build()
         .context("building the corral cache")?;
-    let source = FlakySource::new(scenario.fill);
-    let corral = Arc::new(CorralSide(cache, Arc::clone(&source), AtomicU64::new(0)));
+    let source = || {
+        let fill = scenario.fill;
+        Arc::new(FlakySource {
+            fill,
+            ..FlakySource::default()
+        })
+    };
+    let flaky = source();
+    let corral = Arc::new(CorralSide(cache, Arc::clone(&flaky), AtomicU64::new(0)));
     let fail_safe = || corral.2.swap(0, Relaxed);
-    let (corral_rounds, first_failure) = run_side(&corral, &source, scenario, fail_safe).await?;
-    let source = FlakySource::new(scenario.fill);
-    let naive = Arc::new(NaiveSide::new(TTL, &source));
-    let (naive_rounds, _) = run_side(&naive, &source, scenario, || 0).await?;
+    let (corral_rounds, first_failure) = run_side(&corral, &flaky, scenario, fail_safe).await?;
+    let corral_timeline = flaky.timeline.take();
+    let flaky = source();
+    let naive = Arc::new(NaiveSide::new(TTL, &flaky));
+    let (naive_rounds, _) = run_side(&naive, &flaky, scenario, || 0).await?;
+    let naive_timeline = flaky.timeline.take();
 
     let down = |rounds: &[OutageRound], f: fn(&OutageRound) -> u64| {
         rounds.iter().filter(|r| !r.source_up).map(f).sum::<u64>()
@@ -158,6 +186,8 @@ pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
         naive: naive_rounds,
         first_corral_failure: first_failure,
         verdict,
+        corral_timeline,
+        naive_timeline,
     })
 }
 
@@ -178,17 +208,17 @@ async fn run_side<C: Contender>(
         if round > 0 {
             tokio::time::sleep(BETWEEN_ROUNDS).await;
         }
-        let calls_before = source.source.calls();
-        let tally = run_round(contender, scenario.callers, &keys).await?;
+        let calls_before = source.calls.load(Relaxed);
+        let tally = run_round(contender, scenario.callers, &keys, &source.timeline).await?;
         first_failure = first_failure.or(tally.first_failure);
         let (answered, errors) = (tally.successes, tally.failures);
-        let (source_calls, fail_safe) = (source.source.calls() - calls_before, fail_safe());
+        let source_calls = source.calls.load(Relaxed) - calls_before;
         rounds.push(OutageRound {
             source_up,
             answered,
             errors,
             source_calls,
-            fail_safe,
+            fail_safe: fail_safe(),
         });
     }
     Ok((rounds, first_failure))

@@ -54,7 +54,19 @@ pub(crate) struct Fleet {
     pub(crate) budget: u64,
     /// Whether the budget is one fleet budget.
     pub(crate) fleet: bool,
-    pub(crate) kill_one: bool,
+    /// What befalls corral's side in its first measured round.
+    pub(crate) upset: Upset,
+}
+
+/// What befalls a side while its first measured round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Upset {
+    /// Nothing.
+    None,
+    /// Worker 0 is killed (SIGKILL) while one of its fills runs at the
+    /// source: a process holding leases and fleet permits mid-fill. Its
+    /// callers are not counted, in any round.
+    KillOne,
 }
 
 /// Runs the scenario through corral, then through the naive cache-aside, each
@@ -75,7 +87,7 @@ pub(crate) async fn run(
     );
     let mut commands = CommandCount::connect(redis).await?;
     let run = format!("{:x}-{:x}", std::process::id(), fastrand::u64(..));
-    let mut sides = [SideKind::Corral, SideKind::Naive].map(|side| WorkerConfig {
+    let side = |side, budget| WorkerConfig {
         redis: redis.to_owned(),
         side,
         run: format!("{run}:{side:?}"),
@@ -83,26 +95,20 @@ pub(crate) async fn run(
         processes,
         scenario,
         source: source.addr(),
-        budget: if side == SideKind::Corral {
-            fleet.budget
-        } else {
-            0
-        },
+        budget,
         fleet: fleet.fleet,
-    });
-    let [corral, naive] = &mut sides;
-    let corral = play_side(corral, &mut commands, &source, fleet.kill_one).await?;
-    let naive = play_side(naive, &mut commands, &source, false).await?;
-    let fill_ms = u64::try_from(scenario.fill.as_millis()).unwrap_or(u64::MAX);
-    let budget = match (fleet.budget, fleet.fleet) {
-        (0, _) => "none".to_owned(),
-        (n, true) => format!("one fleet budget of {n}"),
-        (n, false) => format!("{n} per process"),
     };
+    let corral = side(SideKind::Corral, fleet.budget);
+    let corral = play_side(corral, &mut commands, &source, fleet.upset).await?;
+    let naive = side(SideKind::Naive, 0);
+    let naive = play_side(naive, &mut commands, &source, Upset::None).await?;
+    let fill_ms = u64::try_from(scenario.fill.as_millis()).unwrap_or(u64::MAX);
+    let (budget, fleet) = (fleet.budget, fleet.fleet);
     let setting = Setting::Redis {
         processes,
         fill_ms,
         budget,
+        fleet,
     };
     Ok(Comparison::new(scenario, setting, corral, naive))
 }
@@ -110,10 +116,10 @@ pub(crate) async fn run(
 /// One side's run: starts its workers, plays an uncounted warm-up round and
 /// the measured ones, and reads the commands they cost.
 async fn play_side(
-    config: &mut WorkerConfig,
+    mut config: WorkerConfig,
     commands: &mut CommandCount,
     source: &SourceServer,
-    kill_one: bool,
+    upset: Upset,
 ) -> anyhow::Result<SideReport> {
     let exe = std::env::current_exe().context("finding the corral binary")?;
     let mut workers = Vec::new();
@@ -122,59 +128,49 @@ async fn play_side(
         let mut command = tokio::process::Command::new(&exe);
         command
             .arg("herd-worker")
-            .arg(serde_json::to_string(config)?);
+            .arg(serde_json::to_string(&config)?);
         let worker = Worker::spawn(command).await;
-        workers
-            .push(worker.with_context(|| format!("starting worker {index} (its error is above)"))?);
+        let worker =
+            worker.with_context(|| format!("starting worker {index} (its error is above)"));
+        workers.push(worker?);
     }
-    let within = config.scenario.fill * 2 + Duration::from_secs(120);
-    play(&mut workers, "warm-up", within, None).await?;
+    let Scenario {
+        callers,
+        keys,
+        rounds,
+        fill,
+    } = config.scenario;
+    let within = fill * 2 + Duration::from_secs(120);
+    play(&mut workers, "warm-up", within, source, Upset::None).await?;
     source.take();
     let before = commands.read().await?;
-    let (mut tally, mut fills) = (Tally::default(), 0);
-    let mut kill = kill_one.then_some(source);
-    for round in 0..config.scenario.rounds {
-        let label = format!("r{round}");
-        let (round, round_fills) = play(&mut workers, &label, within, kill.take()).await?;
-        tally.absorb(round);
-        fills += round_fills;
+    let mut tally = Tally::default();
+    for round in 0..rounds {
+        let upset = if round == 0 { upset } else { Upset::None };
+        tally.absorb(play(&mut workers, &format!("r{round}"), within, source, upset).await?);
     }
-    // Counted by the source itself, the killed worker's calls included.
-    let (source_calls, most_at_once) = source.take();
-    let side = if config.side == SideKind::Corral {
-        "corral"
-    } else {
-        "naive"
-    };
-    debug_assert!(kill_one || fills == source_calls);
-    let mut report = SideReport::new(side, config.scenario, source_calls, tally);
+    // Counted by the source itself, a killed worker's calls included.
+    let (fills, timeline) = source.take();
+    let mut report = SideReport::new(config.side.name(), config.scenario, fills, tally, timeline);
     report.redis_commands = Some(commands.read().await? - before);
-    report.source_most_at_once = Some(most_at_once);
-    if kill_one {
-        // The killed worker's callers are not counted, in any round.
-        let Scenario {
-            callers,
-            keys,
-            rounds,
-            ..
-        } = config.scenario;
-        let killed = (0..callers)
-            .filter(|c| (c / keys) % config.processes == 0)
-            .count() as u64;
-        report.calls = report.calls.saturating_sub(killed * rounds);
+    if upset == Upset::KillOne {
+        let killed = (0..callers).filter(|c| (c / keys) % config.processes == 0);
+        report.calls = report.calls.saturating_sub(killed.count() as u64 * rounds);
     }
     Ok(report)
 }
 
-/// Arms every worker on the round `label`, releases them together and puts
-/// their reports together: the round's tally (its wall from the release to
-/// the last report, as this process saw it) and its fills.
+/// Arms every worker on the round `label`, releases them together, lets
+/// `upset` happen, and puts their reports together: the round's tally (its
+/// wall from the release to the last report, as this process saw it), and
+/// their callers in the source's timeline.
 async fn play(
     workers: &mut Vec<Worker>,
     label: &str,
     within: Duration,
-    kill_first_at: Option<&SourceServer>,
-) -> anyhow::Result<(Tally, u64)> {
+    source: &SourceServer,
+    upset: Upset,
+) -> anyhow::Result<Tally> {
     let arm = format!("arm {label}");
     for worker in workers.iter_mut() {
         worker.tell(&arm).await.context("arming a worker")?;
@@ -183,13 +179,11 @@ async fn play(
         let armed = worker.answer("@armed", Duration::from_secs(30)).await;
         armed.context("arming a worker")?;
     }
-    let started = Instant::now();
+    let (started, at) = (Instant::now(), source.timeline().begin_round());
     for worker in workers.iter_mut() {
         worker.tell("go").await.context("releasing a worker")?;
     }
-    if let Some(source) = kill_first_at {
-        // SIGKILL worker 0 while one of its fills runs at the source: a
-        // process holding leases and fleet permits mid-fill.
+    if upset == Upset::KillOne {
         let deadline = Instant::now() + within;
         while !source.first_worker_filling() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -198,21 +192,20 @@ async fn play(
             workers.remove(0).kill().await;
         }
     }
-    let (mut tally, mut fills) = (Tally::default(), 0);
+    let mut tally = Tally::default();
     for worker in workers.iter_mut() {
-        let line = worker
-            .answer("@report", within)
-            .await
-            .context("a worker's round")?;
+        let line = worker.answer("@report", within).await;
+        let line = line.context("a worker's round")?;
         let report: ProcessRound = serde_json::from_str(&line).context("a worker's report")?;
-        fills += report.fills;
+        source.timeline().add(at, &report.timeline);
         tally.absorb(Tally {
             wall_us: 0,
             ..report.tally
         });
     }
+    source.timeline().end_round();
     tally.wall_us = micros(started.elapsed());
-    Ok((tally, fills))
+    Ok(tally)
 }
 
 /// The commands one Redis server ran so far, from `INFO commandstats`,

@@ -16,13 +16,14 @@ use anyhow::Context as _;
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::scenario::{AtOnce, Load};
+use super::scenario::Load;
+use super::timeline::{Gauge, Series, Timeline};
 
 /// What the source counted since it was last asked.
 #[derive(Debug, Default)]
 struct Counts {
     calls: AtomicU64,
-    at_once: AtOnce,
+    timeline: Timeline,
     /// Calls running now of worker 0 (the one `--kill-one` kills).
     running_of_first: AtomicU64,
 }
@@ -61,10 +62,15 @@ impl SourceServer {
         self.counts.running_of_first.load(Relaxed) > 0
     }
 
-    /// Calls received and the most at once, since the last time taken.
-    pub(crate) fn take(&self) -> (u64, u64) {
+    /// Where the rounds' calls are recorded (and the workers' callers added).
+    pub(crate) fn timeline(&self) -> &Timeline {
+        &self.counts.timeline
+    }
+
+    /// Calls received and the timeline, since the last time taken.
+    pub(crate) fn take(&self) -> (u64, Series) {
         let calls = self.counts.calls.swap(0, Relaxed);
-        (calls, self.counts.at_once.take_most())
+        (calls, self.counts.timeline.take())
     }
 }
 
@@ -87,50 +93,26 @@ async fn answer(conn: TcpStream, counts: Arc<Counts>, fill: Duration) {
         .unwrap_or(("", line.trim_end()));
     let first = worker == "0";
     counts.calls.fetch_add(1, Relaxed);
-    counts.at_once.enter();
-    if first {
-        counts.running_of_first.fetch_add(1, Relaxed);
-    }
+    let running = counts.timeline.enter(Gauge::Running);
+    let of_first = if first { 1 } else { 0 };
+    counts.running_of_first.fetch_add(of_first, Relaxed);
     tokio::time::sleep(fill).await;
-    if first {
-        counts.running_of_first.fetch_sub(1, Relaxed);
-    }
-    counts.at_once.leave();
+    counts.running_of_first.fetch_sub(of_first, Relaxed);
+    drop(running);
     let value = format!("{key} → its value\n");
     let _ = write.write_all(value.as_bytes()).await;
 }
 
-/// A worker's side of the source: calls the server, counting its calls.
+/// A worker's side of the source: the server's address and the calling
+/// worker's index.
 #[derive(Debug)]
-pub(crate) struct RemoteSource {
-    addr: String,
-    /// The calling worker's index.
-    worker: u64,
-    calls: AtomicU64,
-}
-
-impl RemoteSource {
-    pub(crate) fn new(addr: String, worker: u64) -> Self {
-        Self {
-            addr,
-            worker,
-            calls: AtomicU64::new(0),
-        }
-    }
-
-    pub(crate) fn calls(&self) -> u64 {
-        self.calls.load(Relaxed)
-    }
-}
+pub(crate) struct RemoteSource(pub(crate) String, pub(crate) u64);
 
 impl Load for RemoteSource {
     async fn load(&self, key: &str) -> anyhow::Result<String> {
-        self.calls.fetch_add(1, Relaxed);
-        let conn = TcpStream::connect(&self.addr)
-            .await
-            .context("calling the source")?;
-        let (read, mut write) = conn.into_split();
-        let line = format!("{}\t{key}\n", self.worker);
+        let conn = TcpStream::connect(&self.0).await;
+        let (read, mut write) = conn.context("calling the source")?.into_split();
+        let line = format!("{}\t{key}\n", self.1);
         write.write_all(line.as_bytes()).await?;
         let mut value = String::new();
         BufReader::new(read).read_line(&mut value).await?;

@@ -5,15 +5,22 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
+use super::plot::Picture;
 use super::scenario::Scenario;
 use super::sqlite::{Database, SourceCounts};
+use super::timeline::Series;
 
-/// A finished run: serialized for `--json`, else printed as a table.
+/// A finished run: serialized for `--json`, else printed as a table; drawn
+/// with `--plot`.
 pub(crate) trait Report: Serialize {
+    /// What ran, in a line.
+    fn title(&self) -> String;
     /// The title, the table and the verdict.
     fn table(&self) -> String;
     /// Calls that failed and should not have.
     fn failures(&self) -> u64;
+    /// The sides over time.
+    fn picture(&self) -> Picture<'_>;
 }
 
 /// Per-call latency percentiles, in milliseconds.
@@ -50,33 +57,43 @@ pub(crate) struct SideReport {
     /// What the SQLite source's calls came to (the default run).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub(crate) sqlite: Option<SourceCounts>,
+    /// The most calls running at the source at once, as it counted them.
+    pub(crate) most_at_once: u64,
     /// Callers that waited for a fill in flight (corral, in process).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) coalesced: Option<u64>,
     /// Commands the Redis server ran for this side's rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_commands: Option<u64>,
-    /// The most fills running at once, counted by the source server of a
-    /// run across processes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) source_most_at_once: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) hot_p50_ms: Option<f64>,
     /// Distinct keys the callers asked for (Zipf runs leave some out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) distinct_keys: Option<u64>,
+    /// The side over time.
+    pub(crate) timeline: Series,
 }
 
 impl SideReport {
-    /// A side that called its source `fills` times and measured `tally`.
-    pub(crate) fn new(side: &'static str, scenario: Scenario, fills: u64, tally: Tally) -> Self {
+    /// A side that called its source `fills` times, measured `tally` and
+    /// recorded `timeline`.
+    pub(crate) fn new(
+        side: &'static str,
+        scenario: Scenario,
+        fills: u64,
+        tally: Tally,
+        timeline: Series,
+    ) -> Self {
         let (latency_ms, calls) = (Latency::of(&tally), scenario.callers * scenario.rounds);
+        let most_at_once = timeline.running.iter().copied().max().unwrap_or(0);
         let mut report = Self {
             side,
             calls,
             fills,
             latency_ms,
+            most_at_once,
+            timeline,
             ..Self::default()
         };
         (report.successes, report.failures) = (tally.successes, tally.failures);
@@ -92,13 +109,10 @@ impl SideReport {
         scenario: Scenario,
         n: SourceCounts,
         tally: Tally,
+        timeline: Series,
     ) -> Self {
-        let mut report = Self::new(
-            side,
-            scenario,
-            n.sqlite_queries + n.timeouts + n.errors,
-            tally,
-        );
+        let fills = n.sqlite_queries + n.timeouts + n.errors;
+        let mut report = Self::new(side, scenario, fills, tally, timeline);
         report.sqlite = Some(n);
         report
     }
@@ -109,14 +123,16 @@ impl SideReport {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
         let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
-        let most = sqlite.map(|s| s.most_at_once).or(self.source_most_at_once);
         [
             ("calls answered", Some(answered)),
             ("distinct keys asked", self.distinct_keys.map(group)),
             ("source calls (fill attempts)", Some(group(self.fills))),
             ("SQLite queries run", queries.map(group)),
             ("timeouts (no pooled connection)", timeouts.map(group)),
-            ("most fills at once (at the source)", most.map(group)),
+            (
+                "most fills at once (at the source)",
+                Some(group(self.most_at_once)),
+            ),
             ("callers coalesced", self.coalesced.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
@@ -160,9 +176,50 @@ pub(crate) enum Setting {
     Redis {
         processes: u64,
         fill_ms: u64,
-        /// corral's fill budget, in words.
-        budget: String,
+        /// corral's fill budget in each process (0: none), or in all of
+        /// them if `fleet`.
+        budget: u64,
+        fleet: bool,
     },
+}
+
+impl Setting {
+    /// The levels that bound the calls at the source, named.
+    fn limits(&self) -> Vec<(String, u64)> {
+        match *self {
+            Self::Embedded {
+                ref database,
+                budget,
+                adaptive,
+                ..
+            } => {
+                let pool = database.pool_size;
+                let mut limits = vec![(format!("pool of {pool} connections"), pool)];
+                match adaptive {
+                    Some((max, _)) => {
+                        limits.push((format!("corral's adaptive budget, at most {max}"), max))
+                    }
+                    None if budget > 0 => {
+                        limits.push((format!("corral's fill budget of {budget}"), budget))
+                    }
+                    None => {}
+                }
+                limits
+            }
+            Self::Redis { budget: 0, .. } => Vec::new(),
+            Self::Redis {
+                budget,
+                fleet: true,
+                ..
+            } => vec![(format!("corral's fleet budget of {budget}"), budget)],
+            Self::Redis {
+                processes, budget, ..
+            } => vec![(
+                format!("corral's budget, {budget} in each of {processes} processes"),
+                budget * processes,
+            )],
+        }
+    }
 }
 
 /// corral against the naive cache-aside on one scenario.
@@ -187,7 +244,7 @@ impl Comparison {
         corral: SideReport,
         naive: SideReport,
     ) -> Self {
-        let cold_keys = scenario.cold_keys().max(1) as f64;
+        let cold_keys = (scenario.keys * scenario.rounds).max(1) as f64;
         let judged = |side: &SideReport| {
             let (n, [one, many]) = side.judged();
             let rate = match n as f64 / cold_keys {
@@ -200,39 +257,96 @@ impl Comparison {
             let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
             format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
         };
-        let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
-        let ratio = match ours {
-            0 => String::new(),
-            n => format!(" — {}x the {what}", decimal(theirs as f64 / n as f64)),
-        };
+        let (ours, [_, what]) = corral.judged();
+        let ran = more("ran", what, ours, naive.judged().0);
+        let answered = |side: &SideReport| (side.successes, side.calls);
+        let answered = answered_words(answered(&corral), answered(&naive));
+        let verdict = format!(
+            "{}; {} — {ran}; {answered}",
+            judged(&corral),
+            judged(&naive)
+        );
         Self {
             callers: scenario.callers,
             keys: scenario.keys,
             rounds: scenario.rounds,
-            verdict: format!("{}; {}{ratio}", judged(&corral), judged(&naive)),
+            verdict,
             setting: at,
             corral,
             naive,
         }
+    }
+}
+
+/// Which side `verb` more `what`, in words true whichever it is.
+fn more(verb: &str, what: &str, corral: u64, naive: u64) -> String {
+    let ratio = |a: u64, b: u64| decimal(a as f64 / b as f64);
+    match (corral, naive) {
+        (c, n) if c == n => format!("both {verb} {} {what}", group(c)),
+        (c, 0) => format!("corral {verb} {} {what}, the naive side none", group(c)),
+        (0, n) => format!("the naive side {verb} {} {what}, corral none", group(n)),
+        (c, n) if c > n => format!(
+            "corral {verb} {}x as many {what} as the naive side",
+            ratio(c, n)
+        ),
+        (c, n) => format!(
+            "the naive side {verb} {}x as many {what} as corral",
+            ratio(n, c)
+        ),
+    }
+}
+
+/// Who answered every call, and how many of theirs the others answered.
+fn answered_words((a, of_a): (u64, u64), (b, of_b): (u64, u64)) -> String {
+    let share = |n, of| format!("{} of {}", group(n), group(of));
+    match (a == of_a, b == of_b) {
+        (true, true) => "both answered every call".to_owned(),
+        (true, false) => format!(
+            "corral answered every call, the naive side {}",
+            share(b, of_b)
+        ),
+        (false, true) => format!(
+            "the naive side answered every call, corral {}",
+            share(a, of_a)
+        ),
+        (false, false) => {
+            let (a, b) = (share(a, of_a), share(b, of_b));
+            format!("corral answered {a} calls, the naive side {b}")
+        }
+    }
+}
+
+impl Report for Comparison {
+    /// Every failed call, but the naive side's timeouts waiting for a
+    /// connection: those are the comparison.
+    fn failures(&self) -> u64 {
+        let timeouts = self.naive.sqlite.map_or(0, |s| s.timeouts);
+        self.corral.failures + self.naive.failures.saturating_sub(timeouts)
     }
 
     fn title(&self) -> String {
         let (callers, keys, rounds) = (group(self.callers), group(self.keys), group(self.rounds));
         let shape = format!("corral herd: {callers} callers on {keys} cold keys, {rounds} rounds");
         match &self.setting {
+            Setting::Embedded { zipf: 0.0, .. } => format!("{shape} (in process, keys uniform)"),
+            Setting::Embedded { zipf, .. } => format!("{shape} (in process, keys Zipf s = {zipf})"),
+            Setting::Redis { processes, .. } => {
+                format!("{shape}, in {processes} processes per side sharing one Redis")
+            }
+        }
+    }
+
+    fn table(&self) -> String {
+        let (c, n) = (&self.corral, &self.naive);
+        let source = match &self.setting {
             Setting::Embedded {
                 database: db,
                 budget,
-                zipf,
                 adaptive,
+                ..
             } => format!(
-                "{shape} (in process, keys {})\nsource: SQLite, {} orders of {} users (seeded in {:.0} ms); \
-                 one fill query {:.1} ms; pool of {} connections per side, wait ≤ {} ms; \
-                 corral's fill budget: {}",
-                match zipf {
-                    0.0 => "uniform".to_owned(),
-                    s => format!("Zipf s = {s}"),
-                },
+                "source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} ms; \
+                 pool of {} connections per side, wait ≤ {} ms; corral's fill budget: {}",
                 group(db.rows),
                 group(db.users),
                 db.seed_ms,
@@ -248,27 +362,19 @@ impl Comparison {
                 },
             ),
             Setting::Redis {
-                processes,
                 fill_ms,
                 budget,
+                fleet,
+                ..
             } => format!(
-                "{shape}, in {processes} processes per side sharing one Redis\n\
-                 source: a server holding each call {fill_ms} ms; corral's fill budget: {budget}"
+                "source: a server holding each call {fill_ms} ms; corral's fill budget: {}",
+                match (budget, fleet) {
+                    (0, _) => "none".to_owned(),
+                    (n, true) => format!("one fleet budget of {n}"),
+                    (n, false) => format!("{n} per process"),
+                }
             ),
-        }
-    }
-}
-
-impl Report for Comparison {
-    /// Every failed call, but the naive side's timeouts waiting for a
-    /// connection: those are the comparison.
-    fn failures(&self) -> u64 {
-        let timeouts = self.naive.sqlite.map_or(0, |s| s.timeouts);
-        self.corral.failures + self.naive.failures.saturating_sub(timeouts)
-    }
-
-    fn table(&self) -> String {
-        let (c, n) = (&self.corral, &self.naive);
+        };
         let dash = || "-".to_owned();
         // A row measured on the naive side is measured on corral's.
         let rows = c.cells().into_iter().zip(n.cells());
@@ -276,12 +382,25 @@ impl Report for Comparison {
             Some(vec![label.into(), c?, n.unwrap_or_else(dash)])
         });
         let table = render("|corral|naive cache-aside", rows);
-        let mut out = format!("{}\n\n{table}\n{}\n", self.title(), self.verdict);
+        let mut out = format!("{}\n{source}\n\n{table}\n{}\n", self.title(), self.verdict);
         for side in [c, n] {
             let first = side.first_failure.as_deref();
             out.push_str(&failure_line(side.side, side.failures, first));
         }
         out
+    }
+
+    fn picture(&self) -> Picture<'_> {
+        let sides = [
+            ("corral", &self.corral.timeline),
+            ("naive", &self.naive.timeline),
+        ];
+        let (title, limits) = (self.title(), self.setting.limits());
+        Picture {
+            title,
+            sides,
+            limits,
+        }
     }
 }
 
@@ -343,31 +462,57 @@ mod tests {
     }
 
     #[test]
-    fn the_table_and_verdict_set_the_sides_side_by_side() {
-        let fill = std::time::Duration::ZERO;
+    fn the_verdict_stays_true_whichever_side_wins() {
         let scenario = Scenario {
             callers: 100,
             keys: 2,
             rounds: 3,
-            fill,
+            fill: std::time::Duration::ZERO,
         };
-        let side = |name, fills| SideReport::new(name, scenario, fills, Tally::default());
-        let setting = Setting::Redis {
-            processes: 2,
-            fill_ms: 0,
-            budget: "none".to_owned(),
+        let side = |side, fills, successes| {
+            let tally = Tally {
+                successes,
+                failures: 300 - successes,
+                ..Tally::default()
+            };
+            SideReport::new(side, scenario, fills, tally, Series::default())
         };
-        let comparison = Comparison::new(scenario, setting, side("corral", 6), side("naive", 300));
+        let verdict = |corral, naive| {
+            let (processes, fill_ms, budget, fleet) = (2, 0, 0, false);
+            let setting = Setting::Redis {
+                processes,
+                fill_ms,
+                budget,
+                fleet,
+            };
+            Comparison::new(scenario, setting, corral, naive)
+        };
+        let won = verdict(side("corral", 6, 300), side("naive", 300, 100));
         assert_eq!(
-            comparison.verdict,
-            "corral: 1 fill per cold key per round (6 total); naive: 50 fills per cold key per round (300 total) — 50x the fills"
+            won.verdict,
+            "corral: 1 fill per cold key per round (6 total); naive: 50 fills per cold key \
+             per round (300 total) — the naive side ran 50x as many fills as corral; corral \
+             answered every call, the naive side 100 of 300"
         );
-        let table = comparison.table();
-        let fills = "| source calls (fill attempts) |      6 |               300 |";
+        let table = won.table();
+        let fills = "| source calls (fill attempts)       |       6 |               300 |";
         assert!(table.contains(fills), "{table}");
         assert!(
             !table.contains("SQLite"),
             "no SQLite rows without SQLite: {table}"
         );
+        let lost = verdict(side("corral", 24, 299), side("naive", 12, 300)).verdict;
+        let words = "corral ran 2x as many fills as the naive side; the naive side answered \
+                     every call, corral 299 of 300";
+        assert!(lost.ends_with(words), "{lost}");
+        let even = verdict(side("corral", 6, 300), side("naive", 6, 300)).verdict;
+        assert!(
+            even.ends_with("both ran 6 fills; both answered every call"),
+            "{even}"
+        );
+        let neither = verdict(side("corral", 0, 1), side("naive", 7, 2)).verdict;
+        let words = "the naive side ran 7 fills, corral none; corral answered 1 of 300 calls, \
+                     the naive side 2 of 300";
+        assert!(neither.ends_with(words), "{neither}");
     }
 }

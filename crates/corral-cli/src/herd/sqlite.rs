@@ -9,14 +9,16 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use deadpool_sqlite::rusqlite::{named_params, Connection};
-use deadpool_sqlite::{Manager, Pool, PoolError, Runtime, TimeoutType};
+use deadpool_sqlite::{Manager, Pool, PoolError, Runtime, TimeoutType, Timeouts};
 use serde::Serialize;
 
-use super::scenario::{AtOnce, Load};
+use super::scenario::Load;
+use super::timeline::{Gauge, Timeline};
 
 /// Flags of `corral herd` for the SQLite source (the default run).
 #[derive(Debug, Clone, clap::Args)]
@@ -112,8 +114,9 @@ impl Database {
         })
     }
 
-    /// A source over this file with its own pool and counters.
-    pub(crate) fn source(&self) -> anyhow::Result<SqliteSource> {
+    /// A source over this file with its own pool and counters, its calls
+    /// recorded in `timeline`.
+    pub(crate) fn source(&self, timeline: &Arc<Timeline>) -> anyhow::Result<SqliteSource> {
         let wait = Duration::from_millis(self.pool_wait_ms);
         let config = deadpool_sqlite::Config::new(&self.path);
         let pool = Pool::builder(Manager::from_config(&config, Runtime::Tokio1))
@@ -126,7 +129,7 @@ impl Database {
             wait,
             users: self.users,
             counts: Default::default(),
-            at_once: AtOnce::default(),
+            timeline: Arc::clone(timeline),
         })
     }
 }
@@ -151,8 +154,6 @@ pub(crate) struct SourceCounts {
     pub(crate) timeouts: u64,
     /// Calls that failed otherwise.
     pub(crate) errors: u64,
-    /// The most queries running at once, counted by the source itself.
-    pub(crate) most_at_once: u64,
 }
 
 /// A side's view of the database: a bounded pool, and counts of its calls.
@@ -161,8 +162,7 @@ pub(crate) struct SqliteSource {
     wait: Duration,
     users: u64,
     counts: [AtomicU64; 3],
-    /// Queries running now, and the most at once since last taken.
-    at_once: AtOnce,
+    timeline: Arc<Timeline>,
 }
 
 impl SqliteSource {
@@ -181,7 +181,6 @@ impl SqliteSource {
             sqlite_queries,
             timeouts,
             errors,
-            most_at_once: self.at_once.take_most(),
         }
     }
 }
@@ -193,7 +192,19 @@ impl Load for SqliteSource {
     async fn load(&self, key: &str) -> anyhow::Result<String> {
         let user = self.user_of(key);
         let [queries, timeouts, errors] = &self.counts;
-        let conn = match self.pool.get().await {
+        // Only a call that finds no connection free waits at the door.
+        let at_once = Timeouts {
+            wait: Some(Duration::ZERO),
+            ..self.pool.timeouts()
+        };
+        let conn = match self.pool.timeout_get(&at_once).await {
+            Err(PoolError::Timeout(TimeoutType::Wait)) => {
+                let _waiting = self.timeline.enter(Gauge::Waiting);
+                self.pool.get().await
+            }
+            conn => conn,
+        };
+        let conn = match conn {
             Ok(conn) => conn,
             Err(PoolError::Timeout(TimeoutType::Wait)) => {
                 timeouts.fetch_add(1, Relaxed);
@@ -206,9 +217,9 @@ impl Load for SqliteSource {
             }
         };
         queries.fetch_add(1, Relaxed);
-        self.at_once.enter();
+        let running = self.timeline.enter(Gauge::Running);
         let result = conn.interact(move |conn| user_totals(conn, user)).await;
-        self.at_once.leave();
+        drop(running);
         let value = result.map_err(|e| anyhow::anyhow!("SQLite query task: {e}"));
         let totals = value.and_then(|v| Ok(v?)).inspect_err(|_| {
             errors.fetch_add(1, Relaxed);
@@ -232,10 +243,9 @@ mod tests {
             pool_size: 1,
             pool_wait_ms: 20,
         };
-        let source = Database::create(&args)
-            .expect("create")
-            .source()
-            .expect("pool");
+        let timeline = Arc::default();
+        let db = Database::create(&args).expect("create");
+        let source = db.source(&timeline).expect("pool");
         let conn = Connection::open(dir.path().join("t.sqlite3")).expect("open");
         for key in ["a", "herd:local:r0:k3"] {
             let totals = user_totals(&conn, source.user_of(key)).expect("totals");
@@ -252,9 +262,12 @@ mod tests {
             sqlite_queries: 2,
             timeouts: 1,
             errors: 0,
-            most_at_once: 1,
         };
         assert_eq!(source.take_counts(), counts);
         assert_eq!(source.take_counts(), SourceCounts::default());
+        let series = timeline.take();
+        assert_eq!(series.started.iter().sum::<u64>(), 2);
+        assert_eq!(series.running.iter().max(), Some(&1));
+        assert_eq!(series.waiting.iter().max(), Some(&1), "{series:?}");
     }
 }

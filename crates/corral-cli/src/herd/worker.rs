@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncBufReadExt as _;
 
 use super::remote::RemoteSource;
-use super::scenario::{arm, round_keys, Contender, CorralSide, Load, Scenario};
+use super::scenario::{arm, release, round_keys, Contender, CorralSide, Load, Scenario};
+use super::timeline::{Series, Timeline};
 
 /// Which cache a worker runs: corral's `get_or_fill` on a `RedisStore` with
 /// an L1, or a naive cache-aside on Redis.
@@ -22,6 +23,16 @@ use super::scenario::{arm, round_keys, Contender, CorralSide, Load, Scenario};
 pub(crate) enum SideKind {
     Corral,
     Naive,
+}
+
+impl SideKind {
+    /// The side's name in reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Corral => "corral",
+            Self::Naive => "naive",
+        }
+    }
 }
 
 /// What a worker is told, as the JSON of its one argument.
@@ -44,12 +55,11 @@ pub(crate) struct WorkerConfig {
     pub(crate) fleet: bool,
 }
 
-/// What one worker measured in one round.
+/// What one worker measured in one round: its callers, and over time.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct ProcessRound {
     pub(crate) tally: Tally,
-    /// Calls of the source this process made.
-    pub(crate) fills: u64,
+    pub(crate) timeline: Series,
 }
 
 /// The usual cache-aside on Redis: `GET`; on a miss call the source and
@@ -76,17 +86,14 @@ impl Contender for NaiveSide {
 /// task that panicked.
 pub(crate) fn run(config: &str) -> anyhow::Result<()> {
     let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
-    let source = Arc::new(RemoteSource::new(config.source.clone(), config.index));
+    let source = Arc::new(RemoteSource(config.source.clone(), config.index));
     tokio::runtime::Runtime::new()?.block_on(async {
         let url = config.redis.as_str();
         if config.side == SideKind::Naive {
             let client = redis::Client::open(url).context("the Redis URL")?;
             let conn = client.get_multiplexed_async_connection().await?;
-            let naive = NaiveSide {
-                conn,
-                source: Arc::clone(&source),
-            };
-            return serve(&config, Arc::new(naive), &source).await;
+            let naive = NaiveSide { conn, source };
+            return serve(&config, Arc::new(naive)).await;
         }
         let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await?;
         let mut builder = corral::Cache::<String>::builder("herd")
@@ -103,20 +110,12 @@ pub(crate) fn run(config: &str) -> anyhow::Result<()> {
             builder = builder.fill_budget(budget);
         }
         let cache = builder.build()?;
-        let corral = CorralSide {
-            cache,
-            source: Arc::clone(&source),
-        };
-        serve(&config, Arc::new(corral), &source).await
+        serve(&config, Arc::new(CorralSide { cache, source })).await
     })
 }
 
 /// Takes orders on stdin until it closes.
-async fn serve<C: Contender>(
-    config: &WorkerConfig,
-    side: Arc<C>,
-    source: &RemoteSource,
-) -> anyhow::Result<()> {
+async fn serve<C: Contender>(config: &WorkerConfig, side: Arc<C>) -> anyhow::Result<()> {
     let WorkerConfig {
         index,
         processes,
@@ -125,24 +124,24 @@ async fn serve<C: Contender>(
     } = *config;
     println!("@ready");
     let mut orders = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    let mut armed = None;
+    let (mut armed, timeline) = (None, Arc::new(Timeline::default()));
     while let Some(order) = orders.next_line().await? {
         match order.split_once(' ') {
             Some(("arm", round)) => {
                 let keys = round_keys(&format!("{}:{round}", config.run), scenario.keys);
                 let callers = 0..scenario.callers;
                 let mine = callers.filter(|c| (c / scenario.keys) % processes == index);
-                armed = Some((arm(&side, &keys, mine), source.calls()));
+                armed = Some(arm(&side, &keys, mine, &timeline));
                 println!("@armed");
             }
             None if order == "go" => {
-                let (round, calls_before) = armed.take().context("go before arm")?;
-                let tally = round.release().await?;
-                let fills = source.calls() - calls_before;
-                println!(
-                    "@report {}",
-                    serde_json::to_string(&ProcessRound { tally, fills })?
-                );
+                let round = armed.take().context("go before arm")?;
+                let tally = release(round, &timeline).await?;
+                let report = ProcessRound {
+                    tally,
+                    timeline: timeline.take(),
+                };
+                println!("@report {}", serde_json::to_string(&report)?);
             }
             _ => anyhow::bail!("unknown order {order:?}"),
         }
