@@ -5,23 +5,9 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::plot::Picture;
-use super::scenario::Scenario;
-use super::sqlite::{Database, SourceCounts};
-use super::timeline::Series;
-
-/// A finished run: serialized for `--json`, else printed as a table; drawn
-/// with `--plot`.
-pub(crate) trait Report: Serialize {
-    /// What ran, in a line.
-    fn title(&self) -> String;
-    /// The title, the table and the verdict.
-    fn table(&self) -> String;
-    /// Calls that failed and should not have.
-    fn failures(&self) -> u64;
-    /// The sides over time.
-    fn picture(&self) -> Picture<'_>;
-}
+use super::outage::Round;
+use super::plot::{Bucket, Picture};
+use super::HerdArgs;
 
 /// Per-call latency percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -31,19 +17,13 @@ pub(crate) struct Latency {
     pub(crate) max: f64,
 }
 
-impl Latency {
-    fn of(tally: &Tally) -> Self {
-        let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
-        Self { p50, p99, max }
-    }
-}
-
-/// One side (one cache under test) of a run.
+/// One side (one cache under test) of a run; a figure left out was not
+/// measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct SideReport {
     /// `corral` or `naive`.
     pub(crate) side: &'static str,
-    /// Calls made: callers × rounds.
+    /// Calls made (and counted): callers × rounds.
     pub(crate) calls: u64,
     pub(crate) successes: u64,
     pub(crate) failures: u64,
@@ -54,14 +34,22 @@ pub(crate) struct SideReport {
     pub(crate) latency_ms: Latency,
     /// Sum over rounds of the release to the last call's end.
     pub(crate) wall_ms: f64,
-    /// What the SQLite source's calls came to (the default run).
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub(crate) sqlite: Option<SourceCounts>,
+    /// The SQLite source's queries run, calls that found no pooled
+    /// connection in time, and calls that failed otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sqlite_queries: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeouts: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) errors: Option<u64>,
     /// The most calls running at the source at once, as it counted them.
     pub(crate) most_at_once: u64,
     /// Callers that waited for a fill in flight (corral, in process).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) coalesced: Option<u64>,
+    /// Callers answered by fail-safe (corral, in the outage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) fail_safe: Option<u64>,
     /// Commands the Redis server ran for this side's rounds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_commands: Option<u64>,
@@ -71,69 +59,54 @@ pub(crate) struct SideReport {
     /// Distinct keys the callers asked for (Zipf runs leave some out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) distinct_keys: Option<u64>,
-    /// The side over time.
-    pub(crate) timeline: Series,
+    /// Each round's figures (the outage).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rounds: Vec<Round>,
+    /// The side over time, in buckets of 10 ms.
+    pub(crate) timeline: Vec<Bucket>,
 }
 
 impl SideReport {
-    /// A side that called its source `fills` times, measured `tally` and
-    /// recorded `timeline`.
-    pub(crate) fn new(
-        side: &'static str,
-        scenario: Scenario,
-        fills: u64,
-        tally: Tally,
-        timeline: Series,
-    ) -> Self {
-        let (latency_ms, calls) = (Latency::of(&tally), scenario.callers * scenario.rounds);
-        let most_at_once = timeline.running.iter().copied().max().unwrap_or(0);
-        let mut report = Self {
+    /// A side whose `calls` called its source `fills` times, measured
+    /// `tally` and recorded `timeline`.
+    pub(crate) fn new(side: &'static str, calls: u64, fills: u64, tally: Tally) -> Self {
+        let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
+        Self {
             side,
             calls,
+            successes: tally.successes,
+            failures: tally.failures,
+            first_failure: tally.first_failure,
             fills,
-            latency_ms,
-            most_at_once,
-            timeline,
+            latency_ms: Latency { p50, p99, max },
+            wall_ms: tally.wall_us as f64 / 1000.0,
             ..Self::default()
-        };
-        (report.successes, report.failures) = (tally.successes, tally.failures);
-        report.first_failure = tally.first_failure;
-        report.wall_ms = tally.wall_us as f64 / 1000.0;
-        report
+        }
     }
 
-    /// A side of the SQLite run: every call of the source is a fill
-    /// attempt, whether or not it got a connection.
-    pub(crate) fn sqlite(
-        side: &'static str,
-        scenario: Scenario,
-        n: SourceCounts,
-        tally: Tally,
-        timeline: Series,
-    ) -> Self {
-        let fills = n.sqlite_queries + n.timeouts + n.errors;
-        let mut report = Self::new(side, scenario, fills, tally, timeline);
-        report.sqlite = Some(n);
-        report
+    /// Keeps `timeline`, and the most calls at once at the source in it.
+    pub(crate) fn over(mut self, timeline: Vec<Bucket>) -> Self {
+        self.most_at_once = timeline.iter().map(|b| b.running).max().unwrap_or(0);
+        self.timeline = timeline;
+        self
     }
 
     /// The rows of the table: label and figure (absent: not measured).
-    fn cells(&self) -> [(&'static str, Option<String>); 13] {
-        let sqlite = self.sqlite;
+    fn cells(&self) -> [(&'static str, Option<String>); 14] {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
-        let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
         [
             ("calls answered", Some(answered)),
             ("distinct keys asked", self.distinct_keys.map(group)),
             ("source calls (fill attempts)", Some(group(self.fills))),
-            ("SQLite queries run", queries.map(group)),
-            ("timeouts (no pooled connection)", timeouts.map(group)),
+            ("SQLite queries run", self.sqlite_queries.map(group)),
+            ("timeouts (no pooled connection)", self.timeouts.map(group)),
             (
                 "most fills at once (at the source)",
                 Some(group(self.most_at_once)),
             ),
             ("callers coalesced", self.coalesced.map(group)),
+            ("callers answered by fail-safe", self.fail_safe.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
             (
@@ -149,75 +122,9 @@ impl SideReport {
     /// What this side is judged by: SQLite queries or fills, and their
     /// name, singular and plural.
     fn judged(&self) -> (u64, [&'static str; 2]) {
-        match self.sqlite {
-            Some(counts) => (counts.sqlite_queries, ["SQLite query", "SQLite queries"]),
+        match self.sqlite_queries {
+            Some(queries) => (queries, ["SQLite query", "SQLite queries"]),
             None => (self.fills, ["fill", "fills"]),
-        }
-    }
-}
-
-/// Where a run's values and source live: its `mode`.
-#[derive(Debug, Serialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub(crate) enum Setting {
-    /// In process, over a seeded SQLite file.
-    Embedded {
-        database: Database,
-        /// corral's fill budget (0: none).
-        budget: u64,
-        /// The Zipf exponent of the keys callers ask for (0: uniform).
-        zipf: f64,
-        /// An adaptive budget's maximum, and its limit while fills queued
-        /// (p10, p50, p90 of samples every 20 ms).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        adaptive: Option<(u64, [u64; 3])>,
-    },
-    /// Worker processes sharing Redis, over a sleeping source server.
-    Redis {
-        processes: u64,
-        fill_ms: u64,
-        /// corral's fill budget in each process (0: none), or in all of
-        /// them if `fleet`.
-        budget: u64,
-        fleet: bool,
-    },
-}
-
-impl Setting {
-    /// The levels that bound the calls at the source, named.
-    fn limits(&self) -> Vec<(String, u64)> {
-        match *self {
-            Self::Embedded {
-                ref database,
-                budget,
-                adaptive,
-                ..
-            } => {
-                let pool = database.pool_size;
-                let mut limits = vec![(format!("pool of {pool} connections"), pool)];
-                match adaptive {
-                    Some((max, _)) => {
-                        limits.push((format!("corral's adaptive budget, at most {max}"), max))
-                    }
-                    None if budget > 0 => {
-                        limits.push((format!("corral's fill budget of {budget}"), budget))
-                    }
-                    None => {}
-                }
-                limits
-            }
-            Self::Redis { budget: 0, .. } => Vec::new(),
-            Self::Redis {
-                budget,
-                fleet: true,
-                ..
-            } => vec![(format!("corral's fleet budget of {budget}"), budget)],
-            Self::Redis {
-                processes, budget, ..
-            } => vec![(
-                format!("corral's budget, {budget} in each of {processes} processes"),
-                budget * processes,
-            )],
         }
     }
 }
@@ -228,174 +135,137 @@ pub(crate) struct Comparison {
     callers: u64,
     keys: u64,
     rounds: u64,
+    /// The mode (`embedded`, `redis`, `outage`) and its setting.
     #[serde(flatten)]
-    setting: Setting,
+    setting: serde_json::Value,
     corral: SideReport,
     naive: SideReport,
     /// One line that says what the figures mean.
     verdict: String,
+    /// What ran, in a line, then its source.
+    #[serde(skip)]
+    title: String,
+    /// The levels that bound the calls at the source, named.
+    #[serde(skip)]
+    limits: Vec<(String, u64)>,
 }
 
 impl Comparison {
-    /// Puts the sides together and writes the verdict.
+    /// Puts the sides of a run of `setting` together and writes the
+    /// verdict, in words true whichever side wins.
     pub(crate) fn new(
-        scenario: Scenario,
-        at: Setting,
+        args: &HerdArgs,
+        (setting, title, limits): (serde_json::Value, String, Vec<(String, u64)>),
         corral: SideReport,
         naive: SideReport,
     ) -> Self {
-        let cold_keys = (scenario.keys * scenario.rounds).max(1) as f64;
-        let judged = |side: &SideReport| {
+        let rounds = args.rounds + if args.outage { 2 } else { 0 };
+        let per_key = |side: &SideReport| {
             let (n, [one, many]) = side.judged();
-            let rate = match n as f64 / cold_keys {
+            let rate = match n as f64 / (args.keys * rounds) as f64 {
                 1.0 => format!("1 {one}"),
                 rate => format!("{} {many}", decimal(rate)),
             };
-            let timeouts = side
-                .sqlite
-                .map(|s| format!(", {} timeouts", group(s.timeouts)));
+            let timeouts = side.timeouts.map(|n| format!(", {} timeouts", group(n)));
             let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
             format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
         };
-        let (ours, [_, what]) = corral.judged();
-        let ran = more("ran", what, ours, naive.judged().0);
-        let answered = |side: &SideReport| (side.successes, side.calls);
-        let answered = answered_words(answered(&corral), answered(&naive));
-        let verdict = format!(
-            "{}; {} — {ran}; {answered}",
-            judged(&corral),
-            judged(&naive)
-        );
-        Self {
-            callers: scenario.callers,
-            keys: scenario.keys,
-            rounds: scenario.rounds,
-            verdict,
-            setting: at,
-            corral,
-            naive,
-        }
-    }
-}
-
-/// Which side `verb` more `what`, in words true whichever it is.
-fn more(verb: &str, what: &str, corral: u64, naive: u64) -> String {
-    let ratio = |a: u64, b: u64| decimal(a as f64 / b as f64);
-    match (corral, naive) {
-        (c, n) if c == n => format!("both {verb} {} {what}", group(c)),
-        (c, 0) => format!("corral {verb} {} {what}, the naive side none", group(c)),
-        (0, n) => format!("the naive side {verb} {} {what}, corral none", group(n)),
-        (c, n) if c > n => format!(
-            "corral {verb} {}x as many {what} as the naive side",
-            ratio(c, n)
-        ),
-        (c, n) => format!(
-            "the naive side {verb} {}x as many {what} as corral",
-            ratio(n, c)
-        ),
-    }
-}
-
-/// Who answered every call, and how many of theirs the others answered.
-fn answered_words((a, of_a): (u64, u64), (b, of_b): (u64, u64)) -> String {
-    let share = |n, of| format!("{} of {}", group(n), group(of));
-    match (a == of_a, b == of_b) {
-        (true, true) => "both answered every call".to_owned(),
-        (true, false) => format!(
-            "corral answered every call, the naive side {}",
-            share(b, of_b)
-        ),
-        (false, true) => format!(
-            "the naive side answered every call, corral {}",
-            share(a, of_a)
-        ),
-        (false, false) => {
-            let (a, b) = (share(a, of_a), share(b, of_b));
-            format!("corral answered {a} calls, the naive side {b}")
-        }
-    }
-}
-
-impl Report for Comparison {
-    /// Every failed call, but the naive side's timeouts waiting for a
-    /// connection: those are the comparison.
-    fn failures(&self) -> u64 {
-        let timeouts = self.naive.sqlite.map_or(0, |s| s.timeouts);
-        self.corral.failures + self.naive.failures.saturating_sub(timeouts)
-    }
-
-    fn title(&self) -> String {
-        let (callers, keys, rounds) = (group(self.callers), group(self.keys), group(self.rounds));
-        let shape = format!("corral herd: {callers} callers on {keys} cold keys, {rounds} rounds");
-        match &self.setting {
-            Setting::Embedded { zipf: 0.0, .. } => format!("{shape} (in process, keys uniform)"),
-            Setting::Embedded { zipf, .. } => format!("{shape} (in process, keys Zipf s = {zipf})"),
-            Setting::Redis { processes, .. } => {
-                format!("{shape}, in {processes} processes per side sharing one Redis")
-            }
-        }
-    }
-
-    fn table(&self) -> String {
-        let (c, n) = (&self.corral, &self.naive);
-        let source = match &self.setting {
-            Setting::Embedded {
-                database: db,
-                budget,
-                adaptive,
-                ..
-            } => format!(
-                "source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} ms; \
-                 pool of {} connections per side, wait ≤ {} ms; corral's fill budget: {}",
-                group(db.rows),
-                group(db.users),
-                db.seed_ms,
-                db.query_ms,
-                db.pool_size,
-                group(db.pool_wait_ms),
-                match (budget, adaptive) {
-                    (0, _) => "none".to_owned(),
-                    (n, None) => format!("{n} fills at once"),
-                    (n, Some((max, [p10, p50, p90]))) => format!(
-                        "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
-                    ),
-                },
+        let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
+        let ratio = |a: u64, b: u64| decimal(a as f64 / b as f64);
+        let ran = match (ours, theirs) {
+            (c, n) if c == n => format!("both ran {} {what}", group(c)),
+            (c, 0) => format!("corral ran {} {what}, the naive side none", group(c)),
+            (0, n) => format!("the naive side ran {} {what}, corral none", group(n)),
+            (c, n) if c > n => format!(
+                "corral ran {}x as many {what} as the naive side",
+                ratio(c, n)
             ),
-            Setting::Redis {
-                fill_ms,
-                budget,
-                fleet,
-                ..
-            } => format!(
-                "source: a server holding each call {fill_ms} ms; corral's fill budget: {}",
-                match (budget, fleet) {
-                    (0, _) => "none".to_owned(),
-                    (n, true) => format!("one fleet budget of {n}"),
-                    (n, false) => format!("{n} per process"),
-                }
+            (c, n) => format!(
+                "the naive side ran {}x as many {what} as corral",
+                ratio(n, c)
             ),
         };
-        let dash = || "-".to_owned();
+        let share =
+            |side: &SideReport| format!("{} of {}", group(side.successes), group(side.calls));
+        let answered = match [&corral, &naive].map(|side| side.successes == side.calls) {
+            [true, true] => "both answered every call".to_owned(),
+            [true, false] => format!(
+                "corral answered every call, the naive side {}",
+                share(&naive)
+            ),
+            [false, true] => format!(
+                "the naive side answered every call, corral {}",
+                share(&corral)
+            ),
+            [false, false] => {
+                let (ours, theirs) = (share(&corral), share(&naive));
+                format!("corral answered {ours} calls, the naive side {theirs}")
+            }
+        };
+        let verdict = format!(
+            "{}; {} — {ran}; {answered}",
+            per_key(&corral),
+            per_key(&naive)
+        );
+        let (callers, keys) = (args.callers, args.keys);
+        Self {
+            callers,
+            keys,
+            rounds,
+            setting,
+            corral,
+            naive,
+            verdict,
+            title,
+            limits,
+        }
+    }
+
+    /// corral's calls that failed: the naive side's are the comparison.
+    pub(crate) fn failures(&self) -> u64 {
+        self.corral.failures
+    }
+
+    /// The title, the table and the verdict.
+    pub(crate) fn table(&self) -> String {
+        let (c, n) = (&self.corral, &self.naive);
         // A row measured on the naive side is measured on corral's.
         let rows = c.cells().into_iter().zip(n.cells());
         let rows = rows.filter_map(|((label, c), (_, n))| {
-            Some(vec![label.into(), c?, n.unwrap_or_else(dash)])
+            Some(vec![label.into(), c?, n.unwrap_or_else(|| "-".into())])
         });
-        let table = render("|corral|naive cache-aside", rows);
-        let mut out = format!("{}\n{source}\n\n{table}\n{}\n", self.title(), self.verdict);
-        for side in [c, n] {
-            let first = side.first_failure.as_deref();
-            out.push_str(&failure_line(side.side, side.failures, first));
+        let mut out = format!(
+            "{}\n\n{}",
+            self.title,
+            render("|corral|naive cache-aside", rows)
+        );
+        if !c.rounds.is_empty() {
+            let header = "|corral ok|fail-safe|errors|source calls|naive ok|errors|source calls";
+            let rows = c.rounds.iter().zip(&n.rounds).enumerate();
+            let rows = rows.map(|(i, (c, n))| {
+                let state = if c.source_up { "up" } else { "DOWN" };
+                let corral = [c.answered, c.fail_safe, c.errors, c.source_calls];
+                let naive = [n.answered, n.errors, n.source_calls];
+                let label = format!("round {} (source {state})", i + 1);
+                let figures = corral.into_iter().chain(naive).map(group);
+                std::iter::once(label).chain(figures).collect()
+            });
+            out.push_str(&format!("\n{}", render(header, rows)));
+        }
+        out.push_str(&format!("\n{}\n", self.verdict));
+        for side in [c, n].into_iter().filter(|side| side.failures > 0) {
+            let first = side.first_failure.as_deref().unwrap_or("?");
+            let (name, failed) = (side.side, group(side.failures));
+            out.push_str(&format!("{name}: {failed} calls failed; first: {first}\n"));
         }
         out
     }
 
-    fn picture(&self) -> Picture<'_> {
-        let sides = [
-            ("corral", &self.corral.timeline),
-            ("naive", &self.naive.timeline),
-        ];
-        let (title, limits) = (self.title(), self.setting.limits());
+    /// The sides over time, and the limits at the source.
+    pub(crate) fn picture(&self) -> Picture<'_> {
+        let title = self.title.lines().next().unwrap_or_default();
+        let sides = [&self.corral, &self.naive].map(|side| (side.side, &side.timeline[..]));
+        let limits = &self.limits;
         Picture {
             title,
             sides,
@@ -404,18 +274,9 @@ impl Report for Comparison {
     }
 }
 
-/// `side: N calls failed; first: ...` and a newline, or nothing.
-pub(crate) fn failure_line(side: &str, failures: u64, first: Option<&str>) -> String {
-    match first {
-        Some(first) => format!("{side}: {} calls failed; first: {first}\n", group(failures)),
-        None if failures > 0 => format!("{side}: {} calls failed\n", group(failures)),
-        None => String::new(),
-    }
-}
-
 /// A table under `header` (cells separated by `|`): labels left-aligned,
 /// figures right-aligned.
-pub(crate) fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
+fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut table = Table::new();
     let header: Vec<&str> = header.split('|').collect();
     table
@@ -463,29 +324,19 @@ mod tests {
 
     #[test]
     fn the_verdict_stays_true_whichever_side_wins() {
-        let scenario = Scenario {
-            callers: 100,
-            keys: 2,
-            rounds: 3,
-            fill: std::time::Duration::ZERO,
-        };
+        let args = HerdArgs::from_flags(&["--callers", "100", "--keys", "2"]);
         let side = |side, fills, successes| {
+            let failures = 300 - successes;
             let tally = Tally {
                 successes,
-                failures: 300 - successes,
+                failures,
                 ..Tally::default()
             };
-            SideReport::new(side, scenario, fills, tally, Series::default())
+            SideReport::new(side, 300, fills, tally)
         };
         let verdict = |corral, naive| {
-            let (processes, fill_ms, budget, fleet) = (2, 0, 0, false);
-            let setting = Setting::Redis {
-                processes,
-                fill_ms,
-                budget,
-                fleet,
-            };
-            Comparison::new(scenario, setting, corral, naive)
+            let setting = (serde_json::Value::Null, "title".to_owned(), Vec::new());
+            Comparison::new(&args, setting, corral, naive)
         };
         let won = verdict(side("corral", 6, 300), side("naive", 300, 100));
         assert_eq!(

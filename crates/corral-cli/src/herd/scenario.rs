@@ -1,27 +1,18 @@
-//! The stampede itself: its shape, what a source of truth is ([`Load`]), the
-//! two caches under test (corral and a naive cache-aside), and the callers
-//! of one round, released together (`corral-testkit`'s [`Callers`]).
+//! The stampede itself: what a source of truth is ([`Load`]), the
+//! sleeping [`Source`], the two caches under test (corral and a naive
+//! cache-aside), and the callers of one round, released together
+//! (`corral-testkit`'s [`Callers`]).
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral_testkit::{Callers, Tally};
 
-use super::timeline::Timeline;
-
-/// `callers` concurrent callers per round on `keys` cold keys (caller `i`
-/// asks for key `i % keys`), `rounds` times, each round on fresh keys.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Scenario {
-    pub(crate) callers: u64,
-    pub(crate) keys: u64,
-    pub(crate) rounds: u64,
-    /// How long one call of the sleeping source takes.
-    pub(crate) fill: Duration,
-}
+use super::plot::{Gauge, Timeline};
 
 /// The `keys` keys of one round; `prefix` keeps runs, sides and rounds apart.
 pub(crate) fn round_keys(prefix: &str, keys: u64) -> Vec<String> {
@@ -31,6 +22,26 @@ pub(crate) fn round_keys(prefix: &str, keys: u64) -> Vec<String> {
 /// A source of truth: what a fill calls. Its values start with their key.
 pub(crate) trait Load: Send + Sync + 'static {
     fn load(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
+}
+
+/// The sleeping source of the Redis and outage runs: each call is counted,
+/// takes `fill` and fails while the source is `down`.
+#[derive(Debug, Default)]
+pub(crate) struct Source {
+    pub(crate) calls: AtomicU64,
+    pub(crate) fill: Duration,
+    pub(crate) down: AtomicBool,
+    pub(crate) timeline: Arc<Timeline>,
+}
+
+impl Load for Source {
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
+        self.calls.fetch_add(1, Relaxed);
+        let _running = self.timeline.enter(Gauge::Running);
+        tokio::time::sleep(self.fill).await;
+        anyhow::ensure!(!self.down.load(Relaxed), "the source is down");
+        Ok(format!("{key} → its value"))
+    }
 }
 
 /// Whether `value` answers `key`: a caller handed another key's value is
@@ -43,6 +54,16 @@ fn is_value_of(key: &str, value: &str) -> bool {
 /// A cache under test: reads `key`, filling it from its source on a miss.
 pub(crate) trait Contender: Send + Sync + 'static {
     fn get(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
+
+    /// What the cache counted of itself, if it counts.
+    fn stats(&self) -> Option<corral::Stats> {
+        None
+    }
+
+    /// Callers answered by fail-safe so far, if it counts them.
+    fn fail_safe(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// corral's `get_or_fill` over a source.
@@ -57,6 +78,10 @@ impl<S: Load> Contender for CorralSide<S> {
         let fill = move || async move { source.load(&owned).await };
         let value = self.cache.get_or_fill(key, fill).await;
         value.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))
+    }
+
+    fn stats(&self) -> Option<corral::Stats> {
+        Some(self.cache.stats())
     }
 }
 
@@ -168,8 +193,8 @@ mod tests {
         let first = tally.first_failure.expect("a failure");
         let either = first.contains("wrong value") || first.contains("no herd:t:k2");
         assert!(either, "{first}");
-        let series = timeline.take();
-        let sum = |column: &[u64]| column.iter().sum::<u64>();
-        assert_eq!((sum(&series.answered), sum(&series.failed)), (3, 4));
+        let buckets = timeline.take();
+        let answered = buckets.iter().map(|b| b.answered).sum::<u64>();
+        assert_eq!((answered, buckets.iter().map(|b| b.failed).sum()), (3, 4));
     }
 }
