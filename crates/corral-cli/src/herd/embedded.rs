@@ -219,9 +219,8 @@ fn zipf_keys(keys: &[String], callers: u64, s: f64, round: u64) -> Vec<String> {
         let at = rng.f64() * total;
         cumulative.partition_point(|&c| c < at)
     };
-    (0..callers)
-        .map(|_| keys[draw().min(keys.len() - 1)].clone())
-        .collect()
+    let pick = |_| keys[draw().min(keys.len() - 1)].clone();
+    (0..callers).map(pick).collect()
 }
 
 /// A contender whose callers of the `hot` keys are timed apart.
@@ -237,10 +236,8 @@ impl<C: Contender> Contender for Timed<C> {
         let value = self.inner.get(key).await;
         if self.hot.contains(key) {
             let took = corral_testkit::micros(started.elapsed());
-            self.hot_us
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(took);
+            let mut hot_us = self.hot_us.lock().unwrap_or_else(PoisonError::into_inner);
+            hot_us.push(took);
         }
         value
     }
@@ -292,9 +289,8 @@ fn user_totals(conn: &Connection, user: i64) -> deadpool_sqlite::rusqlite::Resul
     let mut statement = conn.prepare_cached(USER_TOTALS)?;
     statement.query_row([user], |row| {
         let (orders, total, refunded): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-        Ok(format!(
-            "user {user}: {orders} orders, {total} cents, {refunded} refunded"
-        ))
+        let totals = format!("user {user}: {orders} orders, {total} cents, {refunded} refunded");
+        Ok(totals)
     })
 }
 
@@ -391,17 +387,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("t.sqlite3");
         let db = path.to_str().expect("a UTF-8 path");
-        let flags = [
-            "--db",
-            db,
-            "--rows",
-            "2000",
-            "--users",
-            "50",
-            "--pool-size",
-            "1",
-        ];
-        let args = HerdArgs::from_flags(&[&flags[..], &["--pool-wait-ms", "20"]].concat());
+        let flags = "--rows 2000 --users 50 --pool-size 1 --pool-wait-ms 20";
+        let args = HerdArgs::from_flags(&format!("--db {db} {flags}"));
         Seeded::create(&args).expect("seeded");
         let source = SqliteSource::open(&path, &args).expect("pool");
         let conn = Connection::open(&path).expect("open");

@@ -115,15 +115,15 @@ impl HerdArgs {
         Duration::from_millis(self.fill_ms)
     }
 
-    /// `corral herd` given `flags`.
+    /// `corral herd` given `flags`, separated by spaces.
     #[cfg(test)]
-    fn from_flags(flags: &[&str]) -> Self {
+    fn from_flags(flags: &str) -> Self {
         #[derive(clap::Parser)]
         struct Herd {
             #[command(flatten)]
             args: HerdArgs,
         }
-        let flags = std::iter::once("herd").chain(flags.iter().copied());
+        let flags = std::iter::once("herd").chain(flags.split(' '));
         <Herd as clap::Parser>::parse_from(flags).args
     }
 }

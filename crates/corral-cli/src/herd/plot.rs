@@ -220,7 +220,8 @@ pub(crate) fn svg(picture: &Picture<'_>, path: &Path) -> anyhow::Result<()> {
         sums
     };
     let calls = |side: &[Bucket]| side.iter().map(|b| b.answered + b.failed).sum::<u64>();
-    let top = calls(corral).max(calls(naive)).max(1) as f64 * 1.05;
+    // Headroom above the lines for the legend.
+    let top = calls(corral).max(calls(naive)).max(1) as f64 * 1.4;
     let caption = "callers answered (line) and failed (dashed) so far";
     let mut chart = builder(&bottom, caption).build_cartesian_2d(0.0..end, 0.0..top)?;
     let mut mesh = chart.configure_mesh();
@@ -242,7 +243,7 @@ pub(crate) fn svg(picture: &Picture<'_>, path: &Path) -> anyhow::Result<()> {
     }
     let mut legend = chart.configure_series_labels();
     let legend = legend
-        .position(SeriesLabelPosition::MiddleRight)
+        .position(SeriesLabelPosition::UpperMiddle)
         .label_font(FONT);
     let legend = legend.background_style(WHITE.mix(0.85));
     legend.border_style(BLACK).draw()?;

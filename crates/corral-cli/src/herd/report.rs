@@ -17,8 +17,8 @@ pub(crate) struct Latency {
     pub(crate) max: f64,
 }
 
-/// One side (one cache under test) of a run; a figure left out was not
-/// measured.
+/// One side (one cache under test) of a run; a figure that is `None` was
+/// not measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct SideReport {
     /// `corral` or `naive`.
@@ -27,7 +27,6 @@ pub(crate) struct SideReport {
     pub(crate) calls: u64,
     pub(crate) successes: u64,
     pub(crate) failures: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) first_failure: Option<String>,
     /// Calls of the source of truth (fill attempts), over every process.
     pub(crate) fills: u64,
@@ -36,28 +35,20 @@ pub(crate) struct SideReport {
     pub(crate) wall_ms: f64,
     /// The SQLite source's queries run, calls that found no pooled
     /// connection in time, and calls that failed otherwise.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) sqlite_queries: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) timeouts: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) errors: Option<u64>,
     /// The most calls running at the source at once, as it counted them.
     pub(crate) most_at_once: u64,
     /// Callers that waited for a fill in flight (corral, in process).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) coalesced: Option<u64>,
     /// Callers answered by fail-safe (corral, in the outage).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) fail_safe: Option<u64>,
     /// Commands the Redis server ran for this side's rounds.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_commands: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) hot_p50_ms: Option<f64>,
     /// Distinct keys the callers asked for (Zipf runs leave some out).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) distinct_keys: Option<u64>,
     /// Each round's figures (the outage).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -91,20 +82,18 @@ impl SideReport {
         self
     }
 
-    /// The rows of the table: label and figure (absent: not measured).
+    /// The rows of the table: label and figure (`None`: not measured).
     fn cells(&self) -> [(&'static str, Option<String>); 14] {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
+        let (fills, most) = (group(self.fills), group(self.most_at_once));
         [
             ("calls answered", Some(answered)),
             ("distinct keys asked", self.distinct_keys.map(group)),
-            ("source calls (fill attempts)", Some(group(self.fills))),
+            ("source calls (fill attempts)", Some(fills)),
             ("SQLite queries run", self.sqlite_queries.map(group)),
             ("timeouts (no pooled connection)", self.timeouts.map(group)),
-            (
-                "most fills at once (at the source)",
-                Some(group(self.most_at_once)),
-            ),
+            ("most fills at once (at the source)", Some(most)),
             ("callers coalesced", self.coalesced.map(group)),
             ("callers answered by fail-safe", self.fail_safe.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
@@ -151,8 +140,7 @@ pub(crate) struct Comparison {
 }
 
 impl Comparison {
-    /// Puts the sides of a run of `setting` together and writes the
-    /// verdict, in words true whichever side wins.
+    /// Puts the sides of a run of `setting` together, with the verdict.
     pub(crate) fn new(
         args: &HerdArgs,
         (setting, title, limits): (serde_json::Value, String, Vec<(String, u64)>),
@@ -160,53 +148,7 @@ impl Comparison {
         naive: SideReport,
     ) -> Self {
         let rounds = args.rounds + if args.outage { 2 } else { 0 };
-        let per_key = |side: &SideReport| {
-            let (n, [one, many]) = side.judged();
-            let rate = match n as f64 / (args.keys * rounds) as f64 {
-                1.0 => format!("1 {one}"),
-                rate => format!("{} {many}", decimal(rate)),
-            };
-            let timeouts = side.timeouts.map(|n| format!(", {} timeouts", group(n)));
-            let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
-            format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
-        };
-        let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
-        let ratio = |a: u64, b: u64| decimal(a as f64 / b as f64);
-        let ran = match (ours, theirs) {
-            (c, n) if c == n => format!("both ran {} {what}", group(c)),
-            (c, 0) => format!("corral ran {} {what}, the naive side none", group(c)),
-            (0, n) => format!("the naive side ran {} {what}, corral none", group(n)),
-            (c, n) if c > n => format!(
-                "corral ran {}x as many {what} as the naive side",
-                ratio(c, n)
-            ),
-            (c, n) => format!(
-                "the naive side ran {}x as many {what} as corral",
-                ratio(n, c)
-            ),
-        };
-        let share =
-            |side: &SideReport| format!("{} of {}", group(side.successes), group(side.calls));
-        let answered = match [&corral, &naive].map(|side| side.successes == side.calls) {
-            [true, true] => "both answered every call".to_owned(),
-            [true, false] => format!(
-                "corral answered every call, the naive side {}",
-                share(&naive)
-            ),
-            [false, true] => format!(
-                "the naive side answered every call, corral {}",
-                share(&corral)
-            ),
-            [false, false] => {
-                let (ours, theirs) = (share(&corral), share(&naive));
-                format!("corral answered {ours} calls, the naive side {theirs}")
-            }
-        };
-        let verdict = format!(
-            "{}; {} — {ran}; {answered}",
-            per_key(&corral),
-            per_key(&naive)
-        );
+        let verdict = verdict(&corral, &naive, args.keys * rounds);
         let (callers, keys) = (args.callers, args.keys);
         Self {
             callers,
@@ -234,11 +176,8 @@ impl Comparison {
         let rows = rows.filter_map(|((label, c), (_, n))| {
             Some(vec![label.into(), c?, n.unwrap_or_else(|| "-".into())])
         });
-        let mut out = format!(
-            "{}\n\n{}",
-            self.title,
-            render("|corral|naive cache-aside", rows)
-        );
+        let table = render("|corral|naive cache-aside", rows);
+        let mut out = format!("{}\n\n{table}", self.title);
         if !c.rounds.is_empty() {
             let header = "|corral ok|fail-safe|errors|source calls|naive ok|errors|source calls";
             let rows = c.rounds.iter().zip(&n.rounds).enumerate();
@@ -274,15 +213,68 @@ impl Comparison {
     }
 }
 
+/// What the figures mean, in words true whichever side wins: each side's
+/// calls of the source per cold key, who called it more, who answered.
+fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
+    let per_key = |side: &SideReport| {
+        let (n, [one, many]) = side.judged();
+        let rate = match n as f64 / cold_keys as f64 {
+            1.0 => format!("1 {one}"),
+            rate => format!("{} {many}", decimal(rate)),
+        };
+        let timeouts = side.timeouts.map(|n| format!(", {} timeouts", group(n)));
+        let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
+        format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
+    };
+    let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
+    let names = ["corral", "the naive side"];
+    let ([more, less], [m, l]) = match ours >= theirs {
+        true => (names, [ours, theirs]),
+        false => ([names[1], names[0]], [theirs, ours]),
+    };
+    let ran = match l {
+        _ if m == l => format!("both ran {} {what}", group(m)),
+        0 => format!("{more} ran {} {what}, {less} none", group(m)),
+        _ => format!(
+            "{more} ran {}x as many {what} as {less}",
+            decimal(m as f64 / l as f64)
+        ),
+    };
+    let share = |side: &SideReport| format!("{} of {}", group(side.successes), group(side.calls));
+    let answered = match [corral, naive].map(|side| side.successes == side.calls) {
+        [true, true] => "both answered every call".to_owned(),
+        [false, false] => {
+            let (ours, theirs) = (share(corral), share(naive));
+            format!("corral answered {ours} calls, the naive side {theirs}")
+        }
+        [corral_all, _] => {
+            let (all, part) = if corral_all {
+                (corral, naive)
+            } else {
+                (naive, corral)
+            };
+            let [all_name, part_name] =
+                [all, part].map(|side| names[usize::from(side.side != "corral")]);
+            format!(
+                "{all_name} answered every call, {part_name} {}",
+                share(part)
+            )
+        }
+    };
+    format!(
+        "{}; {} — {ran}; {answered}",
+        per_key(corral),
+        per_key(naive)
+    )
+}
+
 /// A table under `header` (cells separated by `|`): labels left-aligned,
 /// figures right-aligned.
 fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut table = Table::new();
     let header: Vec<&str> = header.split('|').collect();
-    table
-        .load_style(presets::ASCII_MARKDOWN)
-        .set_header(header)
-        .add_rows(rows);
+    table.load_style(presets::ASCII_MARKDOWN);
+    table.set_header(header).add_rows(rows);
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
@@ -324,7 +316,7 @@ mod tests {
 
     #[test]
     fn the_verdict_stays_true_whichever_side_wins() {
-        let args = HerdArgs::from_flags(&["--callers", "100", "--keys", "2"]);
+        let args = HerdArgs::from_flags("--callers 100 --keys 2");
         let side = |side, fills, successes| {
             let failures = 300 - successes;
             let tally = Tally {
