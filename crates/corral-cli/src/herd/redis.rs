@@ -201,24 +201,19 @@ async fn play(
     Ok(tally)
 }
 
-/// The commands the Redis server ran so far, but `INFO`'s own: the calls of
-/// the `cmdstat_<name>:calls=N,...` lines of `INFO commandstats`.
+/// The commands the Redis server ran so far, but the `INFO` that asks.
 async fn commands(redis: &mut MultiplexedConnection) -> anyhow::Result<u64> {
     let info = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(redis)
         .await;
     let info: String = info.context("INFO commandstats")?;
-    Ok(count_commands(&info))
-}
-
-fn count_commands(info: &str) -> u64 {
-    let counts = info.lines().filter_map(|line| {
-        let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-        let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-        (name != "info").then(|| calls.parse::<u64>().ok())?
-    });
-    counts.sum()
+    let stats = corral_testkit::parse_command_stats(&info);
+    Ok(stats
+        .iter()
+        .filter(|(name, _)| *name != "info")
+        .map(|(_, calls)| calls)
+        .sum())
 }
 
 impl Source {
@@ -379,14 +374,4 @@ async fn serve<C: Contender>(
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn counts_every_command_but_info() {
-        let info = "# Commandstats\r\ncmdstat_get:calls=10,usec=5\r\n\
-                    cmdstat_info:calls=3,usec=9\r\ncmdstat_set:calls=2,usec=1,usec_per_call=0.5\r\n";
-        assert_eq!(super::count_commands(info), 12);
-    }
 }
