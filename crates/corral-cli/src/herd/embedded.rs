@@ -22,7 +22,7 @@ use deadpool_sqlite::{Manager, Pool, PoolError, Runtime, TimeoutType, Timeouts};
 
 use super::plot::{Gauge, Timeline};
 use super::report::{group, Comparison, SideReport};
-use super::scenario::{round_keys, run_round, Contender, CorralSide, Load, NaiveSide};
+use super::scenario::{fill_budget, round_keys, run_round, Contender, CorralSide, Load, NaiveSide};
 use super::HerdArgs;
 
 const SCHEMA: &str = "DROP TABLE IF EXISTS orders;
@@ -57,18 +57,11 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
             (args.keys * args.rounds).max(1024),
         ))
         .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
-    let mut adaptive = None;
-    if budget > 0 {
-        // Queued fills wait as long as the run may take: the demo counts
-        // callers answered, not callers turned away.
-        let mut fills = corral::FillBudget::new(usize::try_from(budget)?);
-        fills = fills.max_wait(Duration::from_secs(600));
-        if let Some(max) = args.adaptive_max {
-            fills = fills.adaptive(1, usize::try_from(max)?);
-            adaptive = Some(fills.clone());
-        }
+    let fills = fill_budget(args, budget)?;
+    if let Some(fills) = fills.clone() {
         builder = builder.fill_budget(fills);
     }
+    let adaptive = fills.filter(|_| args.adaptive_max.is_some());
     let cache = builder.build().context("building the corral cache")?;
     let source = Arc::new(SqliteSource::open(path, args)?);
     let corral = Arc::new(CorralSide {

@@ -28,7 +28,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::plot::{Bucket, Timeline};
 use super::report::{group, Comparison, SideReport};
-use super::scenario::{arm, release, round_keys, Contender, CorralSide, Load, Source};
+use super::scenario::{arm, fill_budget, release, round_keys, Contender, CorralSide, Load, Source};
 use super::HerdArgs;
 
 /// What befalls corral's side while its first measured round runs.
@@ -325,12 +325,7 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
             .l1(true);
         builder = builder.ttl(Duration::from_secs(60));
         builder = builder.fill_timeout(args.fill() + Duration::from_secs(30));
-        if let Some(limit) = args.budget.filter(|&budget| budget > 0) {
-            let budget = corral::FillBudget::new(usize::try_from(limit)?);
-            let mut budget = budget.max_wait(Duration::from_secs(600));
-            if args.fleet {
-                budget = budget.fleet("herd-source")?;
-            }
+        if let Some(budget) = fill_budget(args, args.budget.unwrap_or(0))? {
             builder = builder.fill_budget(budget);
         }
         let cache = builder.build()?;

@@ -13,10 +13,28 @@ use anyhow::Context as _;
 use corral_testkit::{Callers, Tally};
 
 use super::plot::{Gauge, Timeline};
+use super::HerdArgs;
+use corral::FillBudget;
 
 /// The `keys` keys of one round; `prefix` keeps runs, sides and rounds apart.
 pub(crate) fn round_keys(prefix: &str, keys: u64) -> Vec<String> {
     (0..keys).map(|k| format!("herd:{prefix}:k{k}")).collect()
+}
+
+/// corral's fill budget of `limit` fills at once (none for 0). Queued fills
+/// wait as long as the run may take: the demo counts callers answered, not
+/// callers turned away. In process it adapts up to `--adaptive-max`; with
+/// `--redis --fleet` it is one budget for every process, counted in Redis.
+pub(crate) fn fill_budget(args: &HerdArgs, limit: u64) -> anyhow::Result<Option<FillBudget>> {
+    if limit == 0 {
+        return Ok(None);
+    }
+    let budget = FillBudget::new(usize::try_from(limit)?).max_wait(Duration::from_secs(600));
+    Ok(Some(match (&args.redis, args.adaptive_max) {
+        (None, Some(max)) => budget.adaptive(1, usize::try_from(max)?),
+        (Some(_), _) if args.fleet => budget.fleet("herd-source")?,
+        _ => budget,
+    }))
 }
 
 /// A source of truth: what a fill calls. Its values start with their key.
