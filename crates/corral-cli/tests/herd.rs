@@ -39,11 +39,17 @@ fn herd_json(extra: &[&str]) -> Value {
         .args(extra)
         .output()
         .expect("run corral herd");
+    json_of(&output, "")
+}
+
+/// The one JSON object a successful `corral herd --json` printed, and
+/// nothing on stderr; `context` goes into the failure message.
+fn json_of(output: &std::process::Output, context: &str) -> Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "corral herd failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        "corral herd failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}{context}",
         output.status
     );
     assert!(
@@ -256,16 +262,7 @@ fn across_processes_corral_fills_once_per_cold_key_and_naive_stampedes() {
         .arg(&svg)
         .output()
         .expect("run corral herd --redis");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "corral herd --redis failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}\nserver log:\n{}",
-        output.status,
-        server.log()
-    );
-    let report: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{stdout}"));
+    let report = json_of(&output, &format!("\nserver log:\n{}", server.log()));
     assert_eq!(report["mode"], "redis");
     assert_eq!(report["processes"], PROCESSES);
     timelines_sum_to_the_totals(&report, "fills");
