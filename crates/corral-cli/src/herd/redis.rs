@@ -82,22 +82,22 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
     let corral = play_side(config(true), &mut conn, &source, upset).await?;
     let naive = play_side(config(false), &mut conn, &source, Upset::None).await?;
     let (fill_ms, budget, fleet) = (args.fill_ms, args.budget.unwrap_or(0), args.fleet);
-    let (per_process, limits) = match (budget, fleet) {
+    let (corral_budget, limits) = match (budget, fleet) {
         (0, _) => ("none".to_owned(), Vec::new()),
         (n, true) => {
             let limit = (format!("corral's fleet budget of {n}"), n);
-            (format!("{n} fills at once, one fleet budget"), vec![limit])
+            (format!("one fleet budget of {n}"), vec![limit])
         }
         (n, false) => {
             let label = format!("corral's budget, {n} in each of {processes} processes");
-            (format!("{n} fills at once"), vec![(label, n * processes)])
+            (format!("{n} per process"), vec![(label, n * processes)])
         }
     };
     let (callers, keys, rounds) = (group(callers), group(keys), group(args.rounds));
     let title = format!(
         "corral herd: {callers} callers on {keys} cold keys, {rounds} rounds, in {processes} \
          processes per side sharing one Redis\nsource: a server holding each call {fill_ms} ms; \
-         corral's fill budget per process: {per_process}",
+         corral's fill budget: {corral_budget}",
     );
     let setting = serde_json::json!({
         "mode": "redis", "processes": processes, "fill_ms": fill_ms, "budget": budget,
