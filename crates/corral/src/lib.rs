@@ -282,6 +282,7 @@ mod redis;
 mod memcached;
 
 pub use budget::{FillBudget, DEFAULT_FAIL_OPEN_LIMIT, DEFAULT_MAX_WAIT};
+pub use data::policy::FAIL_SAFE_SOFT_TIMEOUT;
 pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{CallOptions, FillOutput, GetOrFill};

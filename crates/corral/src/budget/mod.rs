@@ -30,7 +30,9 @@ pub(crate) use queue::{Demand, LocalPermit};
 
 /// The default longest wait for a permit: past it, a caller with no stale
 /// or fail-safe value at hand gets [`Error::Overloaded`](crate::Error::Overloaded).
-pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
+/// Short enough for a request handler to answer within its own deadline;
+/// set [`FillBudget::max_wait`] to the latency budget of the callers.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
 
 /// The fill budget of a cache that has none, for its fills without a lease
 /// alone: while the shared store does not answer, at most this many such
@@ -95,7 +97,9 @@ pub const DEFAULT_FAIL_OPEN_LIMIT: usize = 16;
 /// lease TTL) and are renewed while their fill runs. A process first takes
 /// a permit of its own budget (its queue, in the order above), then one of
 /// the fleet's. If the store does not answer, the fill runs on its local
-/// permit alone (reads fail open; counted in `fleet_fail_open`).
+/// permit alone (reads fail open; counted in `fleet_fail_open`). N is
+/// what the source takes from the whole fleet: the sum of the pools it
+/// protects, not one pool's size.
 ///
 /// # Default
 ///
@@ -103,7 +107,11 @@ pub const DEFAULT_FAIL_OPEN_LIMIT: usize = 16;
 /// its source can take (a pool's size, a rate limit), and a budget sized
 /// for the wrong source either throttles a healthy one or protects
 /// nothing. Give one budget to every cache that reads the same source, of
-/// about its concurrency (the pool's size).
+/// about its concurrency (the pool's size). With a healthy store a cache
+/// without a budget still fills each key once across the fleet; while the
+/// store does not answer, its fills without a lease are bounded by a
+/// default budget of [`DEFAULT_FAIL_OPEN_LIMIT`] (see
+/// [`CacheBuilder::fill_budget`](crate::CacheBuilder::fill_budget)).
 #[derive(Clone)]
 pub struct FillBudget {
     shared: Arc<Shared>,
@@ -149,6 +157,11 @@ impl FillBudget {
     /// the shared store of each cache that uses it, together with every
     /// other process's fleet budget of that name on the same store. Every
     /// process must give the same limit. Set it before sharing the budget.
+    ///
+    /// The limit is what the source takes from **every process together**:
+    /// the sum of the pools it protects (3 replicas with a pool of 8
+    /// connections each: 24), not one pool's size. A fleet budget sized
+    /// like one pool caps the whole fleet at one replica's worth of fills.
     ///
     /// # Errors
     /// A name of 1 to 64 characters from `A-Z a-z 0-9 _ - .` is required.

@@ -59,7 +59,24 @@ impl Default for Policy {
     }
 }
 
+/// With fail-safe on and no soft timeout set, how long callers with a
+/// value at hand wait for a fill before they get that value (the fill goes
+/// on in the background): a fill slower than this is a source in trouble,
+/// exactly when the value kept for fail-safe is worth serving.
+pub const FAIL_SAFE_SOFT_TIMEOUT: Duration = Duration::from_millis(100);
+
 impl Policy {
+    /// This policy with fail-safe paired with a soft timeout: with
+    /// `fail_safe_max` set and no `soft_timeout`, [`FAIL_SAFE_SOFT_TIMEOUT`]
+    /// (at most half the fill timeout).
+    pub(crate) fn paired(mut self) -> Self {
+        if !self.fail_safe_max.is_zero() && self.soft_timeout.is_none() {
+            let soft = FAIL_SAFE_SOFT_TIMEOUT.min(self.fill_timeout / 2);
+            self.soft_timeout = Some(soft).filter(|soft| !soft.is_zero());
+        }
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.ttl.is_zero() {
             return Err(ConfigError::new("ttl must be greater than zero"));
