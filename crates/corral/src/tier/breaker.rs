@@ -551,6 +551,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_eager_call_probes_an_open_breaker_before_its_cool_down() {
+        let breaker = breaker(1);
+        open(&breaker, 1);
+        assert!(refused(&breaker.admit(false).map(|_| ())), "cooling down");
+        let probe = breaker.admit(true).expect("an eager call probes");
+        assert!(matches!(probe, Pass::Probe(_)));
+        assert!(
+            refused(&breaker.admit(true).map(|_| ())),
+            "one probe at a time"
+        );
+        probe.ended(true);
+        assert_eq!(breaker.opened(), 2, "its failure opened it again");
+        let probe = breaker.admit(true).expect("the next eager call probes");
+        probe.ended(false);
+        assert!(breaker.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn the_store_heard_again_closes_it_at_once() {
         let breaker = breaker(1);
         open(&breaker, 1);

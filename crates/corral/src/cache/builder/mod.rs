@@ -364,6 +364,15 @@ where
         self
     }
 
+    /// No soft timeout, even with [`fail_safe`](Self::fail_safe) on:
+    /// callers with a value at hand wait for the fill (up to
+    /// `fill_timeout`) and get the fail-safe value only once it failed.
+    pub fn no_soft_timeout(mut self) -> Self {
+        self.policy.soft_timeout = None;
+        self.policy.pair_soft_timeout = false;
+        self
+    }
+
     /// How long a "not found" answer is cached (see
     /// [`Cache::get_or_fill_option`]). Default 60 s.
     pub fn negative_ttl(mut self, ttl: Duration) -> Self {
