@@ -254,6 +254,7 @@
 // docs.rs (nightly) marks each feature-gated item with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod bounded_map;
 mod budget;
 mod cache;
 pub mod clock;

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use quick_cache::UnitWeighter;
 
+use crate::bounded_map::BoundedMap;
 use crate::store::Stored;
-use crate::tier::bounded_map::BoundedMap;
 
 type Map = BoundedMap<u64, Expiry, UnitWeighter>;
 
