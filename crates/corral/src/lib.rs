@@ -254,6 +254,7 @@
 // docs.rs (nightly) marks each feature-gated item with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backoff;
 mod bounded_map;
 mod budget;
 mod cache;
@@ -269,6 +270,7 @@ pub mod fuzzing;
 mod read;
 #[cfg(any(feature = "redis", feature = "config"))]
 mod redact;
+mod rng;
 mod state;
 mod stats;
 pub mod store;

@@ -45,15 +45,13 @@ impl MemcachedStore {
                 )
             })
             .collect();
-        let seed =
-            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         let store = Self {
             inner: Arc::new(Inner {
                 servers,
                 ring: Ring::new(addrs.iter().map(AsRef::as_ref)),
                 config,
                 notifier: Notifier::new(),
-                rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+                rng: Mutex::new(crate::rng::seeded()),
                 waits: Mutex::new(HashMap::new()),
             }),
         };

@@ -38,6 +38,7 @@ pub use self::config::MemcachedConfig;
 #[cfg(doc)]
 use crate::store::Store;
 use crate::store::{new_version, Notifier, StoreKey};
+use crate::sync::lock_std;
 
 /// Memcached's longest relative TTL; longer numbers are unix times.
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -98,12 +99,12 @@ impl MemcachedStore {
     }
 
     fn token(&self) -> Arc<str> {
-        let mut rng = self.inner.rng.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = lock_std(&self.inner.rng);
         format!("{:032x}", rng.u128(..)).into()
     }
 
     fn new_version(&self) -> Arc<str> {
-        new_version(&mut self.inner.rng.lock().unwrap_or_else(|p| p.into_inner()))
+        new_version(&mut lock_std(&self.inner.rng))
     }
 }
 

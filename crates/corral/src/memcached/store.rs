@@ -8,18 +8,20 @@ use super::conn::{md, mg, mn, ms, protocol, Server, Status};
 use super::frame::Slot;
 use super::lease::{Found, MAX_RACES};
 use super::{keys, secs, MemcachedStore};
+use crate::backoff::doubled;
 use crate::data::error::StoreError;
 use crate::store::{
     is_version, BoxFuture, Commit, Lease, LeaseRequest, Listener, Lookup, Origin, Store, StoreKey,
     Stored,
 };
+use crate::sync::lock_std;
 
 /// The most keys whose backoff is remembered.
 const MAX_WAITS: usize = 4096;
 
 impl MemcachedStore {
     pub(super) fn waited(&self, id: &Arc<str>, held: bool) {
-        let mut waits = self.inner.waits.lock().unwrap_or_else(|p| p.into_inner());
+        let mut waits = lock_std(&self.inner.waits);
         if held {
             if waits.len() >= MAX_WAITS && !waits.contains_key(id) {
                 waits.clear();
@@ -32,17 +34,14 @@ impl MemcachedStore {
 
     pub(super) fn backoff(&self, id: &str) -> Duration {
         let config = &self.inner.config;
-        let waits = self.inner.waits.lock().unwrap_or_else(|p| p.into_inner());
+        let waits = lock_std(&self.inner.waits);
         let n = waits
             .get(id)
             .copied()
             .unwrap_or(0)
             .saturating_sub(1)
             .min(20);
-        config
-            .poll_start
-            .saturating_mul(1u32 << n)
-            .min(config.poll_cap.max(config.poll_start))
+        doubled(config.poll_start, n, config.poll_cap.max(config.poll_start))
     }
     /// The version of `tag` as `server`'s copy holds it: read, or created
     /// by add when absent (by cas over an item that is not a version), so

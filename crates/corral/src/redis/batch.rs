@@ -54,7 +54,7 @@
 //!   when polled), the next read takes the places back.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::redis::{Cmd, RedisError, Value};
@@ -66,6 +66,7 @@ use super::errors::{refusal, unexpected};
 use super::keys::{ClearCopy, ValueName};
 use super::lanes::Lanes;
 use super::touches::Touches;
+use crate::sync::lock_std;
 
 mod watch;
 
@@ -349,7 +350,7 @@ impl Shared {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.state)
     }
 
     /// Ends a round trip: frees its place if nothing queued, else takes

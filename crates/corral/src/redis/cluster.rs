@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 
 use crate::throttle::{warn_throttled, Throttle};
 
-use super::backoff::Backoff;
+use crate::backoff::Backoff;
 
 use crate::sync::{read, write};
 

@@ -16,14 +16,14 @@ use super::lanes;
 use super::sentinel::{Sentinels, Source};
 use super::standalone::{Reconnect, Standalone};
 use super::subscriber::{Feed, Settings, ShardedClient, Subscriber};
-use super::{random_seed, Inner, RedisConfig, RedisStore};
+use super::{Inner, RedisConfig, RedisStore};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 
 /// How many times a standalone store tries to connect before
 /// [`RedisStore::connect`] reports the server unavailable (each within the
 /// connect timeout; a lost connection is retried until it is back).
-const CONNECT_ATTEMPTS: usize = 3;
+const CONNECT_ATTEMPTS: u32 = 3;
 
 /// What a cluster store is built from: the cluster client, the
 /// subscriber's, and the seeds as shown in its `Debug`.
@@ -425,7 +425,7 @@ impl RedisStore {
                     runtime.clone(),
                 ),
                 connection,
-                rng: Mutex::new(fastrand::Rng::with_seed(random_seed())),
+                rng: Mutex::new(crate::rng::seeded()),
                 subscriber,
                 expiries: Expiries::new(config.read_memory),
                 config,

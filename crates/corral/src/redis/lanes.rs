@@ -33,7 +33,7 @@
 //!   lanes: their batches go through the command connection as before.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
@@ -46,6 +46,7 @@ use super::conn::Connection;
 use super::errors::timed_out;
 use super::resp;
 use crate::data::error::StoreError;
+use crate::sync::lock_std;
 
 /// The lanes of a store on `connection` with `config` (see [`Lanes::new`]),
 /// opened on `runtime` when no read's runtime is at hand.
@@ -216,7 +217,7 @@ impl Lanes {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.state)
     }
 
     /// An idle lane of `epoch` (closing those of older epochs and those

@@ -3,7 +3,6 @@
 //! needs from Redis are documented on [`RedisStore`] (this module is
 //! private).
 
-mod backoff;
 mod batch;
 mod client;
 mod cluster;
@@ -136,12 +135,6 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
             "a generation changed on re-framing"
         );
     }
-}
-
-/// A seed from the OS-seeded keys of `std`'s `RandomState`.
-pub(super) fn random_seed() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(0x636f_7272_616c_u64)
 }
 
 /// Milliseconds for `PX`/`PEXPIRE`: at least 1, at most [`MAX_TTL_MS`].

@@ -55,8 +55,8 @@ use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
 use super::sentinel::{is_master, Source};
+use crate::backoff::{doubled, Backoff};
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
 
@@ -66,7 +66,7 @@ pub(super) struct Reconnect {
     /// Bound on one connection attempt.
     pub(super) connect_timeout: Duration,
     /// Attempts made by [`Standalone::connect`] before it gives up.
-    pub(super) initial_attempts: usize,
+    pub(super) initial_attempts: u32,
     /// The first backoff between attempts; it doubles up to `max_delay`.
     pub(super) min_delay: Duration,
     /// The longest backoff between attempts.
@@ -132,14 +132,13 @@ impl Standalone {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
-        let mut delay = reconnect.min_delay;
         let mut attempt = 1;
         let conn = loop {
             match source.connect(&config, reconnect.connect_timeout).await {
                 Ok(conn) => break conn,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(reconnect.max_delay);
+                    let pause = doubled(reconnect.min_delay, attempt - 1, reconnect.max_delay);
+                    tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
                 Err(e) => return Err(e),

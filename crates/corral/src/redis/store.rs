@@ -2,7 +2,7 @@
 //! for writes and leases, see [`scripts`](super::scripts)), announced on
 //! the key's channel; and the names and tokens the operations use.
 
-use std::sync::{Arc, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ::redis::Value;
@@ -17,6 +17,7 @@ use crate::store::{
     is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener,
     Lookup, Origin, Store, StoreKey, Stored,
 };
+use crate::sync::lock_std;
 
 impl RedisStore {
     /// The verb and channel announcing a change in `namespace`: on a
@@ -63,11 +64,7 @@ impl RedisStore {
 
     /// A fresh random lease token: 128 bits as 32 hex digits.
     fn token(&self) -> String {
-        let mut rng = self
-            .inner
-            .rng
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut rng = lock_std(&self.inner.rng);
         format!("{:032x}", rng.u128(..))
     }
 
@@ -377,11 +374,7 @@ impl Store for RedisStore {
                 .collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             let fresh: Vec<Arc<str>> = {
-                let mut rng = self
-                    .inner
-                    .rng
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
+                let mut rng = lock_std(&self.inner.rng);
                 tags.iter().map(|_| new_version(&mut rng)).collect()
             };
             let retention_ms = millis(retention);
@@ -433,13 +426,7 @@ impl Store for RedisStore {
             let (verb, channel) = self.tag_channel(namespace);
             let kind = if tag.is_empty() { 'x' } else { 't' };
             let message = format!("{kind}|{}|{tag}", origin.to_hex());
-            let version = new_version(
-                &mut self
-                    .inner
-                    .rng
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
+            let version = new_version(&mut lock_std(&self.inner.rng));
             let retention_ms = millis(retention);
             if let Connection::Cluster(cluster) = &self.inner.connection {
                 let timeout = self.inner.config.op_timeout;

@@ -10,10 +10,10 @@ use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
-use super::super::backoff::Backoff;
 use super::super::keys;
 use super::super::sentinel::Source;
 use super::shared::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
+use crate::backoff::Backoff;
 
 /// Why a session with one connection ended.
 enum Ended {
