@@ -19,7 +19,7 @@
 //!
 //! It sits below the tiers and the stores: the L1 (`tier/local.rs`) keeps
 //! its entries in one, and the Redis store its expiries
-//! (`redis/expiries.rs`).
+//! (`redis/read/expiries.rs`).
 
 mod eviction;
 #[cfg(all(test, not(shuttle)))]

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 #[cfg(feature = "tls")]
-use super::client;
-use super::sentinel::MasterAuth;
+use super::conn::client;
+use super::conn::sentinel::MasterAuth;
 #[cfg(doc)]
 use super::RedisStore;
 #[cfg(doc)]

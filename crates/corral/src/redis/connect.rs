@@ -5,16 +5,16 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::batch::Reads;
-use super::client;
-use super::cluster::Cluster;
 use super::config::RECONNECT_MIN_DELAY;
+use super::conn::client;
+use super::conn::cluster::Cluster;
+use super::conn::sentinel::{Sentinels, Source};
+use super::conn::standalone::{Reconnect, Standalone};
 use super::conn::Connection;
 use super::errors::{bounded, store_error};
-use super::expiries::Expiries;
-use super::lanes;
-use super::sentinel::{Sentinels, Source};
-use super::standalone::{Reconnect, Standalone};
+use super::read::batch::Reads;
+use super::read::expiries::Expiries;
+use super::read::lanes;
 use super::subscriber::{Feed, Settings, ShardedClient, Subscriber};
 use super::{Inner, RedisConfig, RedisStore};
 use crate::data::error::{StoreError, StoreErrorKind};

@@ -1,37 +1,38 @@
 //! The Redis store, [`RedisStore`]: standalone Redis, Redis Cluster or a
-//! master under Redis Sentinel, through redis-rs and tokio. Key layout, notifications, fences and what it
-//! needs from Redis are documented on [`RedisStore`] (this module is
-//! private).
+//! master under Redis Sentinel, through redis-rs and tokio. Key layout,
+//! notifications, fences and what it needs from Redis are documented on
+//! [`RedisStore`] (`store.md`; this module is private).
+//!
+//! | file or folder | holds |
+//! |---|---|
+//! | `config.rs` | [`RedisConfig`] |
+//! | `connect.rs` | the constructors: the store assembled around its connection and subscriber |
+//! | `store.rs` | `impl Store`: leases, commits, writes, tags, one round trip each |
+//! | `read/` | the read path: batched reads (`batch/`), their own connections (`lanes.rs`, `resp.rs`), the expiries remembered (`expiries.rs`) |
+//! | `conn/` | the command connection: one server (`standalone.rs`, found through Sentinel in `sentinel.rs`) or a cluster (`cluster.rs`); clients from URLs and TLS (`client.rs`) |
+//! | `subscriber/` | the pub/sub connection: wake-ups and backplane messages |
+//! | `keys.rs`, `frame.rs`, `scripts.rs`, `errors.rs` | key names, the value frame, the Lua scripts, errors |
 
-mod batch;
-mod client;
-mod cluster;
 mod config;
 mod conn;
 mod connect;
 mod errors;
-mod expiries;
 mod frame;
 mod keys;
-mod lanes;
 mod read;
-mod resp;
 mod scripts;
-mod sentinel;
-mod standalone;
 mod store;
 mod subscriber;
-mod touches;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use self::batch::Reads;
 pub use self::config::RedisConfig;
 use self::conn::Connection;
-use self::expiries::Expiries;
 use self::keys::KeyNames;
+use self::read::batch::Reads;
+use self::read::expiries::Expiries;
 use self::subscriber::Subscriber;
 #[cfg(doc)]
 use crate::store::Store;

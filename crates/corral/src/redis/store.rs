@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use ::redis::Value;
 
+use super::conn::cluster;
 use super::conn::Connection;
 use super::errors::{bounded, unexpected};
 use super::keys::{self, KeyNames};
 use super::read::{remaining, stored};
-use super::{cluster, frame, millis, scripts, RedisStore};
+use super::{frame, millis, scripts, RedisStore};
 use crate::data::error::StoreError;
 use crate::store::{
     is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener,

@@ -11,9 +11,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
 use super::super::keys;
-use super::super::sentinel::Source;
 use super::shared::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
 use crate::backoff::Backoff;
+use crate::redis::conn::sentinel::Source;
 
 /// Why a session with one connection ended.
 enum Ended {

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 
 use super::super::keys;
-use super::super::sentinel::Source;
 use super::ShardedClient;
+use crate::redis::conn::sentinel::Source;
 use crate::store::{Change, Notifier, Sinks};
 use crate::sync::lock_std;
 

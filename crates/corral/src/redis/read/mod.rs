@@ -3,30 +3,40 @@
 //! flight) or many (one pipeline per hash slot), after the namespace's
 //! first subscription.
 
+pub(in crate::redis) mod batch;
+pub(in crate::redis) mod expiries;
+pub(in crate::redis) mod lanes;
+mod resp;
+mod touches;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::Value;
 
-use super::errors::unexpected;
-#[cfg(doc)]
-use super::subscriber::Subscriber;
-use super::{frame, keys, RedisStore};
 use crate::data::error::StoreError;
+use crate::redis::errors::unexpected;
+#[cfg(doc)]
+use crate::redis::subscriber::Subscriber;
+use crate::redis::{frame, keys, RedisStore};
 use crate::store::{StoreKey, Stored};
 
 impl RedisStore {
     /// Waits (briefly) for the first subscription of `namespace`'s channel
     /// if caches keep values current through it; see [`Subscriber::ready`].
     #[inline]
-    pub(super) async fn ahead_of_backplane(&self, namespace: &str) -> Option<Arc<str>> {
+    pub(in crate::redis) async fn ahead_of_backplane(&self, namespace: &str) -> Option<Arc<str>> {
         let bound = self.inner.config.op_timeout / 2;
         self.inner.subscriber.ready(namespace, bound).await
     }
 
     /// Records that a read went ahead of its namespace's first
     /// subscription and succeeded.
-    pub(super) fn went_ahead<T, E>(&self, ahead: Option<Arc<str>>, result: &Result<T, E>) {
+    pub(in crate::redis) fn went_ahead<T, E>(
+        &self,
+        ahead: Option<Arc<str>>,
+        result: &Result<T, E>,
+    ) {
         if let (Some(channel), Ok(_)) = (ahead, result) {
             self.inner.subscriber.went_ahead(&channel);
         }
@@ -34,7 +44,10 @@ impl RedisStore {
 
     /// [`read_value`](Self::read_value), after the namespace's first
     /// subscription.
-    pub(super) async fn read(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
+    pub(in crate::redis) async fn read(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<Stored>, StoreError> {
         let ahead = self.ahead_of_backplane(key.namespace()).await;
         let read = self.read_value(key).await;
         self.went_ahead(ahead, &read);
@@ -85,7 +98,7 @@ impl RedisStore {
 
     /// The values of `keys`, if present: one pipeline of `PTTL` + `GET`
     /// per hash slot.
-    pub(super) async fn read_many(
+    pub(in crate::redis) async fn read_many(
         &self,
         keys: &[StoreKey],
     ) -> Result<Vec<Option<Stored>>, StoreError> {
@@ -119,7 +132,7 @@ impl RedisStore {
 
 /// A value read with its `PTTL`: envelope bytes, remaining time and the
 /// generation from its frame.
-pub(super) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
+pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
     let (bytes, generation) = frame::unframe(bytes);
     Stored {
         bytes,
@@ -129,7 +142,7 @@ pub(super) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
 }
 
 /// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
-pub(super) fn remaining(pttl: &Value) -> Option<Duration> {
+pub(in crate::redis) fn remaining(pttl: &Value) -> Option<Duration> {
     match pttl {
         Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
         _ => None,

@@ -61,11 +61,11 @@ use ::redis::{Cmd, RedisError, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::conn::{answered, Connection};
-use super::errors::{refusal, unexpected};
-use super::keys::{ClearCopy, ValueName};
 use super::lanes::Lanes;
 use super::touches::Touches;
+use crate::redis::conn::{answered, Connection};
+use crate::redis::errors::{refusal, unexpected};
+use crate::redis::keys::{ClearCopy, ValueName};
 use crate::sync::lock_std;
 
 mod watch;
@@ -86,7 +86,7 @@ const ABSENT: i64 = -2;
 /// A store's batched reads over its command connection. Clones share the
 /// queue.
 #[derive(Clone)]
-pub(super) struct Reads {
+pub(in crate::redis) struct Reads {
     shared: Arc<Shared>,
 }
 
@@ -158,7 +158,7 @@ impl Reads {
     /// Batched reads over `connection` (the batches over `lanes`, if
     /// any), each batch bounded by `timeout`; drivers run on the runtime of
     /// the read that starts them, or on `runtime`.
-    pub(super) fn new(
+    pub(in crate::redis) fn new(
         connection: Connection,
         lanes: Option<Lanes>,
         timeout: Duration,
@@ -188,7 +188,7 @@ impl Reads {
     /// where it is sent, so a queued read's future (and the store's, which
     /// holds it) stays small: a size the allocator serves from its thread
     /// cache.
-    pub(super) async fn get(
+    pub(in crate::redis) async fn get(
         &self,
         name: ValueName<'_>,
         timeout: Duration,
@@ -215,7 +215,7 @@ impl Reads {
 
     /// A value key's `PTTL` and value (see [`Connection::read`]), bounded
     /// by `timeout`.
-    pub(super) async fn read(
+    pub(in crate::redis) async fn read(
         &self,
         name: ValueName<'_>,
         timeout: Duration,
@@ -253,7 +253,7 @@ impl Reads {
     /// slot), in one pipeline with the touches due of their clear
     /// versions, sent at once (not queued) on a lane where the store has
     /// them: what a batch read of several keys asks.
-    pub(super) async fn read_many(
+    pub(in crate::redis) async fn read_many(
         &self,
         names: &[ValueName<'_>],
         timeout: Duration,
