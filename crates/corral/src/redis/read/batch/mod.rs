@@ -53,6 +53,7 @@
 //!   while every place is taken (a read in flight ends by its own timeout
 //!   when polled), the next read takes the places back.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -145,6 +146,71 @@ enum Answer {
     Late,
 }
 
+/// What a read of a value key asks: its value alone ([`Get`]) or its
+/// `PTTL` with it ([`WithPttl`]). [`Reads::fetch`] is written once for
+/// both and compiled for each, so neither pays for the other.
+trait Ask {
+    /// What the read returns.
+    type Out;
+    /// Whether a batch reads the key's `PTTL` too.
+    const PTTL: bool;
+    /// The read sent alone, bounded by `timeout`.
+    fn alone<'a>(
+        connection: &'a Connection,
+        name: ValueName<'a>,
+        touch: Option<ClearCopy<'a>>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Self::Out, StoreError>> + 'a;
+    /// The read out of a batch's answer.
+    fn batched(pttl: Value, value: Value) -> Self::Out;
+}
+
+/// A plain `GET` ([`Connection::get`]).
+struct Get;
+
+impl Ask for Get {
+    type Out = Value;
+    const PTTL: bool = false;
+
+    #[inline]
+    fn alone<'a>(
+        connection: &'a Connection,
+        name: ValueName<'a>,
+        touch: Option<ClearCopy<'a>>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Value, StoreError>> + 'a {
+        connection.get(name, touch, timeout)
+    }
+
+    #[inline]
+    fn batched(_pttl: Value, value: Value) -> Value {
+        value
+    }
+}
+
+/// `PTTL` + `GET` ([`Connection::read`]).
+struct WithPttl;
+
+impl Ask for WithPttl {
+    type Out = (Value, Value);
+    const PTTL: bool = true;
+
+    #[inline]
+    fn alone<'a>(
+        connection: &'a Connection,
+        name: ValueName<'a>,
+        touch: Option<ClearCopy<'a>>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(Value, Value), StoreError>> + 'a {
+        connection.read(name, touch, timeout)
+    }
+
+    #[inline]
+    fn batched(pttl: Value, value: Value) -> (Value, Value) {
+        (pttl, value)
+    }
+}
+
 /// How a read goes out.
 enum Entry {
     /// Alone, at once; the guard hands the queue on when it ends (`None`:
@@ -184,57 +250,51 @@ impl Reads {
     }
 
     /// A plain `GET` of a value key (one whose expiry the store
-    /// remembers), bounded by `timeout`. The command's own future is boxed
-    /// where it is sent, so a queued read's future (and the store's, which
-    /// holds it) stays small: a size the allocator serves from its thread
-    /// cache.
-    pub(in crate::redis) async fn get(
-        &self,
-        name: ValueName<'_>,
+    /// remembers), bounded by `timeout`.
+    pub(in crate::redis) fn get<'a>(
+        &'a self,
+        name: ValueName<'a>,
         timeout: Duration,
-    ) -> Result<Value, StoreError> {
-        match self.enter(name, false) {
-            Entry::Alone(_flight) => {
-                let touch = self.touch(&name);
-                Box::pin(self.shared.connection.get(name, touch, timeout)).await
-            }
-            Entry::Queued(reply, asked) => match waited(reply).await? {
-                Answer::Read(_, value) => Ok(value),
-                Answer::Alone => {
-                    let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.get(name, None, left)).await
-                }
-                Answer::Late => {
-                    let touch = self.touch(&name);
-                    let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.get(name, touch, left)).await
-                }
-            },
-        }
+    ) -> impl Future<Output = Result<Value, StoreError>> + 'a {
+        self.fetch::<Get>(name, timeout)
     }
 
     /// A value key's `PTTL` and value (see [`Connection::read`]), bounded
     /// by `timeout`.
-    pub(in crate::redis) async fn read(
+    pub(in crate::redis) fn read<'a>(
+        &'a self,
+        name: ValueName<'a>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(Value, Value), StoreError>> + 'a {
+        self.fetch::<WithPttl>(name, timeout)
+    }
+
+    /// One read of a value key: sent alone, or queued for the next batch
+    /// (and then sent alone after all if the batch says so). The command's
+    /// own future is boxed where it is sent, so a queued read's future
+    /// (and the store's, which holds it) stays small: a size the allocator
+    /// serves from its thread cache.
+    async fn fetch<A: Ask>(
         &self,
         name: ValueName<'_>,
         timeout: Duration,
-    ) -> Result<(Value, Value), StoreError> {
-        match self.enter(name, true) {
+    ) -> Result<A::Out, StoreError> {
+        let connection = &self.shared.connection;
+        match self.enter(name, A::PTTL) {
             Entry::Alone(_flight) => {
                 let touch = self.touch(&name);
-                Box::pin(self.shared.connection.read(name, touch, timeout)).await
+                Box::pin(A::alone(connection, name, touch, timeout)).await
             }
             Entry::Queued(reply, asked) => match waited(reply).await? {
-                Answer::Read(pttl, value) => Ok((pttl, value)),
+                Answer::Read(pttl, value) => Ok(A::batched(pttl, value)),
                 Answer::Alone => {
                     let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.read(name, None, left)).await
+                    Box::pin(A::alone(connection, name, None, left)).await
                 }
                 Answer::Late => {
                     let touch = self.touch(&name);
                     let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.read(name, touch, left)).await
+                    Box::pin(A::alone(connection, name, touch, left)).await
                 }
             },
         }
