@@ -11,6 +11,8 @@ mod conn;
 mod errors;
 mod expiries;
 mod frame;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod fuzz;
 mod keys;
 mod lanes;
 mod resp;

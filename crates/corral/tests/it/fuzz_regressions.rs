@@ -40,3 +40,13 @@ fn key_inputs_encode_cleanly() {
         corral::fuzzing::keys(&bytes);
     }
 }
+
+#[test]
+fn resp_inputs_read_or_fail_cleanly() {
+    let inputs = inputs("resp");
+    assert!(!inputs.is_empty(), "no seeds in fuzz/regressions/resp");
+    for (path, bytes) in inputs {
+        eprintln!("{}", path.display());
+        corral::fuzzing::resp(&bytes);
+    }
+}
