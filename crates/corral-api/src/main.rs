@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use serde_json::{Map, Value};
 
-use render::{header, id_key, variant, Names};
+use render::{flag, header, id_key, variant, Names};
 
 /// Where a line sorts, and its text: under the item it belongs to (its
 /// path), then by section (the item, its members, inherent impls, trait
@@ -233,11 +233,7 @@ impl Api<'_> {
             "function" => format!("{attrs}pub {}", self.function(path, inner)),
             "constant" => format!("{attrs}pub const {path}: {}", names.ty(&inner["type"])),
             "static" => {
-                let mutability = if inner["is_mutable"] == true {
-                    "mut "
-                } else {
-                    ""
-                };
+                let mutability = flag(&inner["is_mutable"], "mut ");
                 let ty = names.ty(&inner["type"]);
                 format!("{attrs}pub static {mutability}{path}: {ty}")
             }
@@ -277,12 +273,7 @@ impl Api<'_> {
         let fields = match shape {
             "plain" => {
                 self.fields(path, &body["fields"]);
-                if body["has_stripped_fields"] == true {
-                    " { .. }"
-                } else {
-                    ""
-                }
-                .to_owned()
+                flag(&body["has_stripped_fields"], " { .. }").to_owned()
             }
             "tuple" => format!("({})", self.tuple_fields(body)),
             "unit" => String::new(),
@@ -366,11 +357,7 @@ impl Api<'_> {
             );
         }
         self.impls(path, &inner["impls"]);
-        let stripped = if inner["has_stripped_variants"] == true {
-            " { .. }"
-        } else {
-            ""
-        };
+        let stripped = flag(&inner["has_stripped_variants"], " { .. }");
         format!(
             "{attrs}pub enum {path}{}{stripped}{}",
             self.names.params(&inner["generics"]),
@@ -393,16 +380,8 @@ impl Api<'_> {
             bounds if bounds.is_empty() => bounds,
             bounds => format!(": {bounds}"),
         };
-        let unsafety = if inner["is_unsafe"] == true {
-            "unsafe "
-        } else {
-            ""
-        };
-        let auto = if inner["is_auto"] == true {
-            "auto "
-        } else {
-            ""
-        };
+        let unsafety = flag(&inner["is_unsafe"], "unsafe ");
+        let auto = flag(&inner["is_auto"], "auto ");
         format!(
             "{attrs}pub {unsafety}{auto}trait {path}{}{bounds}{}",
             names.params(&inner["generics"]),
@@ -493,16 +472,8 @@ impl Api<'_> {
     /// impl: one line, with the associated types and constants it sets.
     fn impl_block(&mut self, owner: &str, inner: &Value) {
         let names = &self.names;
-        let unsafety = if inner["is_unsafe"] == true {
-            "unsafe "
-        } else {
-            ""
-        };
-        let negative = if inner["is_negative"] == true {
-            "!"
-        } else {
-            ""
-        };
+        let unsafety = flag(&inner["is_unsafe"], "unsafe ");
+        let negative = flag(&inner["is_negative"], "!");
         let generics = names.params(&inner["generics"]);
         let for_type = names.ty(&inner["for"]);
         let where_clause = names.where_clause(&inner["generics"]);

@@ -38,6 +38,25 @@ pub(crate) fn variant(value: &Value) -> (&str, &Value) {
     }
 }
 
+/// `word` if the JSON `value` is `true`, else nothing.
+pub(crate) fn flag<'w>(value: &Value, word: &'w str) -> &'w str {
+    if *value == true {
+        word
+    } else {
+        ""
+    }
+}
+
+/// `items` joined by `sep` between `before` and `after`; nothing if there
+/// are none.
+pub(crate) fn enclose(items: &[String], before: &str, sep: &str, after: &str) -> String {
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!("{before}{}{after}", items.join(sep))
+    }
+}
+
 fn text(value: &Value) -> &str {
     value.as_str().unwrap_or("")
 }
@@ -94,9 +113,7 @@ impl Names<'_> {
                     out.push_str(lifetime);
                     out.push(' ');
                 }
-                if inner["is_mutable"] == true {
-                    out.push_str("mut ");
-                }
+                out.push_str(flag(&inner["is_mutable"], "mut "));
                 out + &self.pointee(&inner["type"])
             }
             "impl_trait" => format!("impl {}", self.bounds(inner)),
@@ -140,11 +157,7 @@ impl Names<'_> {
                     .collect();
                 let constraints = list(&inner["constraints"]).iter();
                 parts.extend(constraints.map(|c| self.constraint(c)));
-                if parts.is_empty() {
-                    String::new()
-                } else {
-                    format!("<{}>", parts.join(", "))
-                }
+                enclose(&parts, "<", ", ", ">")
             }
             "parenthesized" => {
                 let inputs = self.join(list(&inner["inputs"]), |t| self.ty(t));
@@ -298,11 +311,7 @@ impl Names<'_> {
             .filter(|param| variant(&param["kind"]).1["is_synthetic"] != true)
             .map(|param| self.param(param))
             .collect();
-        if params.is_empty() {
-            String::new()
-        } else {
-            format!("<{}>", params.join(", "))
-        }
+        enclose(&params, "<", ", ", ">")
     }
 
     /// ` where ..` for the predicates of `generics`, or nothing.
@@ -328,11 +337,7 @@ impl Names<'_> {
                 (other, _) => format!("/* {other} */"),
             })
             .collect();
-        if predicates.is_empty() {
-            String::new()
-        } else {
-            format!(" where {}", predicates.join(", "))
-        }
+        enclose(&predicates, " where ", ", ", "")
     }
 
     /// A function's parameters and return type: `(&self, key: &str) -> T`.
@@ -362,14 +367,12 @@ impl Names<'_> {
 /// `const `, `async `, `unsafe `, `extern "C" ` as a function's header says.
 pub(crate) fn header(header: &Value) -> String {
     let mut out = String::new();
-    for (flag, word) in [
+    for (key, word) in [
         ("is_const", "const "),
         ("is_async", "async "),
         ("is_unsafe", "unsafe "),
     ] {
-        if header[flag] == true {
-            out.push_str(word);
-        }
+        out.push_str(flag(&header[key], word));
     }
     match variant(&header["abi"]) {
         ("Rust", _) | ("", _) => {}
