@@ -546,8 +546,9 @@ pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Parses `INFO commandstats` lines like
-/// `cmdstat_get:calls=3,usec=5,usec_per_call=1.67,rejected_calls=0,failed_calls=0`.
-fn parse_command_stats(info: &str) -> BTreeMap<String, u64> {
+/// `cmdstat_get:calls=3,usec=5,usec_per_call=1.67,rejected_calls=0,failed_calls=0`
+/// into command name (lower case) to number of calls.
+pub fn parse_command_stats(info: &str) -> BTreeMap<String, u64> {
     info.lines()
         .filter_map(|line| {
             let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;

@@ -1,183 +1,222 @@
 //! The default run, in process: corral's `get_or_fill` against a naive
-//! cache-aside over a map, each reading the same seeded SQLite file through
-//! its own bounded pool. corral's fills share a fill budget (by default of
-//! the pool's size); callers ask for keys in turn or Zipf-distributed.
+//! cache-aside over a map, each reading the same seeded SQLite file of
+//! orders through its own bounded [`deadpool_sqlite`] pool. corral's fills
+//! share a fill budget (by default of the pool's size); callers ask for
+//! keys in turn or Zipf-distributed.
+//!
+//! Every fill is one deliberately costly query: a user's order totals, with
+//! no index on `orders.user_id`, so a full scan. A call waits at most
+//! `--pool-wait-ms` for one of the `--pool-size` connections; past that it
+//! gives up and counts a timeout.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral_testkit::Tally;
+use deadpool_sqlite::rusqlite::{named_params, Connection};
+use deadpool_sqlite::{Manager, Pool, PoolError, Runtime, TimeoutType, Timeouts};
 
-use super::report::{Comparison, Setting, SideReport};
-use super::scenario::{round_keys, run_round, Contender, CorralSide, NaiveSide, Scenario};
-use super::sqlite::{Database, SqliteArgs};
+use super::plot::{Gauge, Timeline};
+use super::report::{group, Comparison, SideReport};
+use super::scenario::{fill_budget, round_keys, run_round, Contender, CorralSide, Load, NaiveSide};
+use super::HerdArgs;
+
+const SCHEMA: &str = "DROP TABLE IF EXISTS orders;
+    CREATE TABLE orders (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL,
+        amount_cents INTEGER NOT NULL, status INTEGER NOT NULL, note TEXT NOT NULL);";
+
+/// The orders, from a fixed formula so every run holds the same data.
+const ORDERS: &str = "
+    WITH RECURSIVE n(id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < :rows),
+        o(id, user_id) AS (SELECT id, (id * 2654435761) % :users + 1 FROM n)
+    INSERT INTO orders SELECT id, user_id, 100 + (id * 7919) % 49901, id % 3,
+        'order ' || id || ' of user ' || user_id || ', shipped by carrier ' || id % 7 FROM o";
+
+/// The fill: one user's order totals, a scan of every order (no index on
+/// `user_id`).
+const USER_TOTALS: &str = "
+    SELECT COUNT(*), COALESCE(SUM(amount_cents), 0),
+           COALESCE(SUM(CASE WHEN status = 2 THEN amount_cents ELSE 0 END), 0)
+    FROM orders WHERE user_id = ?1";
 
 /// Seeds the database, then runs the scenario through corral, then through the
 /// naive cache-aside; fails if the database cannot be created, the cache cannot
 /// be built or a caller task panicked.
-pub(crate) async fn run(
-    scenario: Scenario,
-    sqlite: SqliteArgs,
-    shape: Shape,
-) -> anyhow::Result<Comparison> {
-    let db = tokio::task::spawn_blocking(move || Database::create(&sqlite)).await??;
-    let budget = shape.budget.unwrap_or(db.pool_size);
-
-    let source = Arc::new(db.source()?);
+pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
+    let seeding = args.clone();
+    let db = tokio::task::spawn_blocking(move || Seeded::create(&seeding)).await??;
+    let (path, seed_ms, query_ms) = (&db.path, db.seed_ms, db.query_ms);
+    let budget = args.budget.unwrap_or(args.pool_size);
     let mut builder = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
-        .capacity(corral::Capacity::Entries(scenario.cold_keys().max(1024)))
-        .fill_timeout(Duration::from_millis(db.pool_wait_ms) + Duration::from_secs(30));
-    let mut adaptive = None;
-    if budget > 0 {
-        let limit = usize::try_from(budget)?;
-        // Queued fills wait as long as the run may take: the demo counts
-        // callers answered, not callers turned away.
-        let mut fills = corral::FillBudget::new(limit).max_wait(Duration::from_secs(600));
-        if let Some(max) = shape.adaptive_max {
-            fills = fills.adaptive(1, usize::try_from(max)?);
-        }
-        adaptive = Some(fills.clone()).filter(|_| shape.adaptive_max.is_some());
+        .capacity(corral::Capacity::Entries(
+            (args.keys * args.rounds).max(1024),
+        ))
+        .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
+    let fills = fill_budget(args, budget)?;
+    if let Some(fills) = fills.clone() {
         builder = builder.fill_budget(fills);
     }
+    let adaptive = fills.filter(|_| args.adaptive_max.is_some());
     let cache = builder.build().context("building the corral cache")?;
+    let source = Arc::new(SqliteSource::open(path, args)?);
     let corral = Arc::new(CorralSide {
         cache,
         source: Arc::clone(&source),
     });
-    warm_up(&corral, scenario).await?;
-    let (_, coalesced) = (source.take_counts(), corral.cache.stats().coalesced);
     // An adaptive budget's limit, sampled every 20 ms while fills queue.
-    let limits: Arc<Mutex<Vec<u64>>> = Arc::default();
-    let sampler = adaptive.clone().map(|fills: corral::FillBudget| {
-        let limits = Arc::clone(&limits);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let stats = fills.stats();
-                if stats.queued > 0 {
-                    let mut limits = limits.lock().unwrap_or_else(PoisonError::into_inner);
-                    limits.push(stats.limit as u64);
-                }
+    let mut limits = Vec::new();
+    let sample = async {
+        let Some(fills) = &adaptive else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let stats = fills.stats();
+            if stats.queued > 0 {
+                limits.push(stats.limit as u64);
             }
-        })
-    });
-    let (tally, hot) = run_side(&corral, scenario, shape.zipf).await?;
-    if let Some(sampler) = sampler {
-        sampler.abort();
-    }
-    let mut limits = std::mem::take(&mut *limits.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    };
+    let corral = tokio::select! {
+        report = measure("corral", &corral, &source, args) => report?,
+        () = sample => unreachable!("sampling never ends"),
+    };
     limits.sort_unstable();
-    let quantile = |q: f64| {
-        limits
-            .get(((limits.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-    };
-    let settled = (quantile(0.1), quantile(0.5), quantile(0.9));
-    let mut corral_report = SideReport::sqlite("corral", scenario, source.take_counts(), tally);
-    corral_report.coalesced = Some(corral.cache.stats().coalesced - coalesced);
-    hot.fill(&mut corral_report);
-
-    let source = Arc::new(db.source()?);
+    let quantile = |q: f64| limits[((limits.len() - 1) as f64 * q).round() as usize];
+    let adaptive = args.adaptive_max.filter(|_| !limits.is_empty());
+    let adaptive = adaptive.map(|max| (max, [0.1, 0.5, 0.9].map(quantile)));
+    let source = Arc::new(SqliteSource::open(path, args)?);
     let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
-    warm_up(&naive, scenario).await?;
-    source.take_counts();
-    let (tally, hot) = run_side(&naive, scenario, shape.zipf).await?;
-    let mut naive_report = SideReport::sqlite("naive", scenario, source.take_counts(), tally);
-    hot.fill(&mut naive_report);
+    let naive = measure("naive", &naive, &source, args).await?;
 
-    let setting = Setting::Embedded {
-        database: db,
-        budget,
-        zipf: shape.zipf,
-        adaptive: match (shape.adaptive_max, settled) {
-            (Some(max), (Some(p10), Some(p50), Some(p90))) => Some((max, [p10, p50, p90])),
-            _ => None,
-        },
+    let keys = if args.zipf == 0.0 {
+        "uniform".to_owned()
+    } else {
+        format!("Zipf s = {}", args.zipf)
     };
+    let (pool, wait) = (args.pool_size, group(args.pool_wait_ms));
+    let corral_budget = match (budget, adaptive) {
+        (0, _) => "none".to_owned(),
+        (n, None) => format!("{n} fills at once"),
+        (n, Some((max, [p10, p50, p90]))) => {
+            format!(
+                "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
+            )
+        }
+    };
+    let title = format!(
+        "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\
+         source: SQLite, {} orders of {} users (seeded in {seed_ms:.0} ms); one fill query \
+         {query_ms:.1} ms; pool of {pool} connections per side, wait ≤ {wait} ms; corral's fill \
+         budget: {corral_budget}",
+        group(args.callers),
+        group(args.keys),
+        group(args.rounds),
+        group(args.rows),
+        group(args.users),
+    );
+    let mut limits = vec![(format!("pool of {pool} connections"), pool)];
+    match adaptive {
+        Some((max, _)) => limits.push((format!("corral's budget, at most {max}"), max)),
+        None if budget > 0 => limits.push((format!("corral's budget of {budget}"), budget)),
+        None => {}
+    }
+    let database = serde_json::json!({
+        "path": path, "rows": args.rows, "users": args.users, "pool_size": pool,
+        "pool_wait_ms": args.pool_wait_ms, "seed_ms": seed_ms, "query_ms": query_ms,
+    });
+    let setting = serde_json::json!({
+        "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
+        "adaptive": adaptive,
+    });
     Ok(Comparison::new(
-        scenario,
-        setting,
-        corral_report,
-        naive_report,
+        args,
+        (setting, title, limits),
+        corral,
+        naive,
     ))
 }
 
-/// Uncounted: one call fills a key of its own, then callers hit it, so
-/// neither side's first round pays for starting threads, opening a
-/// connection and growing allocations — without a stampede of its own.
-async fn warm_up<C: Contender>(contender: &Arc<C>, scenario: Scenario) -> anyhow::Result<()> {
-    let keys = round_keys("local-warm-up", 1);
-    run_round(contender, 1, &keys).await?;
-    run_round(contender, scenario.callers.min(1000), &keys).await?;
-    Ok(())
-}
-
-/// How the default run's corral side and callers are set up.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Shape {
-    /// corral's fill budget (`None`: the pool's size; 0: none).
-    pub(crate) budget: Option<u64>,
-    /// The Zipf exponent of the keys asked for (0: each in turn).
-    pub(crate) zipf: f64,
-    /// The adaptive budget's maximum, if it adapts.
-    pub(crate) adaptive_max: Option<u64>,
-}
-
-/// Every round of the scenario through one contender, and what the callers
-/// of the hottest keys measured (Zipf runs).
-async fn run_side<C: Contender>(
+/// Every round through one side, after an uncounted warm-up: one call
+/// fills a key of its own, then callers hit it, so the first round pays
+/// nothing for starting threads, opening a connection and growing
+/// allocations. Zipf runs time the callers of each round's 10 hottest keys
+/// apart.
+async fn measure<C: Contender>(
+    side: &'static str,
     contender: &Arc<C>,
-    scenario: Scenario,
-    zipf: f64,
-) -> anyhow::Result<(Tally, Hot)> {
-    let mut total = Tally::default();
-    let mut hot = Hot::default();
-    for round in 0..scenario.rounds {
-        let keys = round_keys(&format!("local:r{round}"), scenario.keys);
-        if zipf == 0.0 {
-            total.absorb(run_round(contender, scenario.callers, &keys).await?);
-            continue;
-        }
-        // Caller i asks for asked[i]; the 10 first keys are the hottest.
-        let asked = zipf_keys(&keys, scenario.callers, zipf, round);
+    source: &SqliteSource,
+    args: &HerdArgs,
+) -> anyhow::Result<SideReport> {
+    let (warm, timeline) = (round_keys("local-warm-up", 1), &source.timeline);
+    run_round(contender, 1, &warm, timeline).await?;
+    run_round(contender, args.callers.min(1000), &warm, timeline).await?;
+    let (_, _, stats) = (source.take_counts(), timeline.take(), contender.stats());
+    let (mut tally, mut hot_us, mut distinct) = (Tally::default(), Vec::new(), 0);
+    for round in 0..args.rounds {
+        let keys = round_keys(&format!("local:r{round}"), args.keys);
+        let (asked, hot) = match args.zipf {
+            0.0 => (keys, HashSet::new()),
+            s => {
+                let hot = keys.iter().take(10).cloned().collect();
+                (zipf_keys(&keys, args.callers, s, round), hot)
+            }
+        };
+        distinct += asked.iter().collect::<HashSet<_>>().len() as u64;
+        let hot_us_round = Mutex::default();
+        let inner = Arc::clone(contender);
         let timed = Arc::new(Timed {
-            inner: Arc::clone(contender),
-            hot: keys.iter().take(10).cloned().collect(),
-            hot_us: Mutex::default(),
+            inner,
+            hot,
+            hot_us: hot_us_round,
         });
-        total.absorb(run_round(&timed, scenario.callers, &asked).await?);
-        hot.distinct += asked.iter().collect::<HashSet<_>>().len() as u64;
-        let mut samples = timed.hot_us.lock().unwrap_or_else(PoisonError::into_inner);
-        hot.samples_us.append(&mut samples);
+        tally.absorb(run_round(&timed, args.callers, &asked, timeline).await?);
+        hot_us.append(&mut timed.hot_us.lock().unwrap_or_else(PoisonError::into_inner));
     }
-    Ok((total, hot))
+    let [queries, timeouts, errors] = source.take_counts();
+    let fills = queries + timeouts + errors;
+    let mut report = SideReport::new(side, args.callers * args.rounds, fills, tally);
+    (report.sqlite_queries, report.timeouts, report.errors) =
+        (Some(queries), Some(timeouts), Some(errors));
+    report.coalesced = contender
+        .stats()
+        .zip(stats)
+        .map(|(now, then)| now.coalesced - then.coalesced);
+    if args.zipf != 0.0 {
+        let hot = Tally {
+            latencies_us: hot_us,
+            ..Tally::default()
+        };
+        (report.hot_p50_ms, report.distinct_keys) = (Some(hot.latency_ms(0.5)), Some(distinct));
+    }
+    Ok(report.over(timeline.take()))
 }
 
 /// `callers` keys drawn from `keys` with weight 1/k^s for the k-th (a fixed
 /// seed per round, so both sides get the same draws).
 fn zipf_keys(keys: &[String], callers: u64, s: f64, round: u64) -> Vec<String> {
-    let mut cumulative = Vec::with_capacity(keys.len());
-    let mut total = 0.0;
-    for k in 1..=keys.len() {
-        total += 1.0 / (k as f64).powf(s);
-        cumulative.push(total);
-    }
-    let mut rng = fastrand::Rng::with_seed(0x5eed_0000 + round);
-    (0..callers)
-        .map(|_| {
-            let draw = rng.f64() * total;
-            let k = cumulative
-                .partition_point(|&c| c < draw)
-                .min(keys.len() - 1);
-            keys[k].clone()
+    let cumulative: Vec<f64> = (1..=keys.len())
+        .scan(0.0, |total, k| {
+            *total += 1.0 / (k as f64).powf(s);
+            Some(*total)
         })
-        .collect()
+        .collect();
+    let total = cumulative.last().copied().unwrap_or(0.0);
+    let mut rng = fastrand::Rng::with_seed(0x5eed_0000 + round);
+    let mut draw = || {
+        let at = rng.f64() * total;
+        cumulative.partition_point(|&c| c < at)
+    };
+    let pick = |_| keys[draw().min(keys.len() - 1)].clone();
+    (0..callers).map(pick).collect()
 }
 
-/// A contender whose callers of the hottest keys are timed apart.
+/// A contender whose callers of the `hot` keys are timed apart.
 struct Timed<C> {
     inner: Arc<C>,
     hot: HashSet<String>,
@@ -197,24 +236,170 @@ impl<C: Contender> Contender for Timed<C> {
     }
 }
 
-/// The Zipf runs' extra figures.
-#[derive(Default)]
-struct Hot {
-    samples_us: Vec<u64>,
-    distinct: u64,
+/// The seeded SQLite file; its temporary directory, if any, goes away
+/// with it.
+struct Seeded {
+    _dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+    /// How long creating and seeding the file took, and one fill query alone.
+    seed_ms: f64,
+    query_ms: f64,
 }
 
-impl Hot {
-    /// Adds the figures to a side's report (nothing for uniform runs).
-    fn fill(self, report: &mut SideReport) {
-        if self.distinct == 0 {
-            return;
-        }
-        let hot = Tally {
-            latencies_us: self.samples_us,
-            ..Tally::default()
+impl Seeded {
+    /// Creates the file (in a temporary directory unless `--db` names one),
+    /// seeds it and times one fill query; fails if it cannot. Blocking.
+    fn create(args: &HerdArgs) -> anyhow::Result<Self> {
+        let (_dir, path) = match &args.db {
+            Some(path) => (None, path.clone()),
+            None => {
+                let dir = tempfile::Builder::new().prefix("corral-herd-").tempdir()?;
+                let path = dir.path().join("herd.sqlite3");
+                (Some(dir), path)
+            }
         };
-        report.hot_p50_ms = Some(hot.latency_ms(0.5));
-        report.distinct_keys = Some(self.distinct);
+        let ms = |started: Instant| started.elapsed().as_micros() as f64 / 1000.0;
+        let started = Instant::now();
+        let conn = Connection::open(&path)?;
+        let (rows, users) = (i64::try_from(args.rows)?, i64::try_from(args.users)?);
+        conn.execute_batch(SCHEMA)?;
+        let seeded = conn.execute(ORDERS, named_params! { ":rows": rows, ":users": users });
+        seeded.with_context(|| format!("seeding {path:?}"))?;
+        let (seed_ms, started) = (ms(started), Instant::now());
+        user_totals(&conn, 1)?;
+        let query_ms = ms(started);
+        Ok(Self {
+            _dir,
+            path,
+            seed_ms,
+            query_ms,
+        })
+    }
+}
+
+/// One fill query: the user's totals.
+fn user_totals(conn: &Connection, user: i64) -> deadpool_sqlite::rusqlite::Result<String> {
+    let mut statement = conn.prepare_cached(USER_TOTALS)?;
+    statement.query_row([user], |row| {
+        let (orders, total, refunded): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+        let totals = format!("user {user}: {orders} orders, {total} cents, {refunded} refunded");
+        Ok(totals)
+    })
+}
+
+/// A side's view of the database: a bounded pool; its queries run, calls
+/// that found no connection in time, calls that failed otherwise; and its
+/// timeline.
+struct SqliteSource {
+    pool: Pool,
+    args: HerdArgs,
+    counts: [AtomicU64; 3],
+    timeline: Arc<Timeline>,
+}
+
+impl SqliteSource {
+    /// A pool of `--pool-size` connections to `path`.
+    fn open(path: &std::path::Path, args: &HerdArgs) -> anyhow::Result<Self> {
+        let config = deadpool_sqlite::Config::new(path);
+        let pool = Pool::builder(Manager::from_config(&config, Runtime::Tokio1))
+            .max_size(usize::try_from(args.pool_size)?)
+            .wait_timeout(Some(Duration::from_millis(args.pool_wait_ms)))
+            .runtime(Runtime::Tokio1)
+            .build()?;
+        let (args, counts, timeline) = (args.clone(), Default::default(), Arc::default());
+        Ok(Self {
+            pool,
+            args,
+            counts,
+            timeline,
+        })
+    }
+
+    /// The user a key names (a stable hash of the key, FNV-1a).
+    fn user_of(&self, key: &str) -> i64 {
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        (hash % self.args.users.max(1)) as i64 + 1
+    }
+
+    /// Its counts since the last time they were taken.
+    fn take_counts(&self) -> [u64; 3] {
+        self.counts.each_ref().map(|count| count.swap(0, Relaxed))
+    }
+}
+
+impl Load for SqliteSource {
+    /// One counted fill: waits (bounded) for a connection, then queries the
+    /// totals of the key's user; the value is `{key} → {totals}`.
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
+        let (user, [queries, timeouts, errors]) = (self.user_of(key), &self.counts);
+        // Only a call that finds no connection free waits at the door.
+        let at_once = Timeouts {
+            wait: Some(Duration::ZERO),
+            ..self.pool.timeouts()
+        };
+        let conn = match self.pool.timeout_get(&at_once).await {
+            Err(PoolError::Timeout(TimeoutType::Wait)) => {
+                let _waiting = self.timeline.enter(Gauge::Waiting);
+                self.pool.get().await
+            }
+            conn => conn,
+        };
+        let conn = match conn {
+            Ok(conn) => conn,
+            Err(PoolError::Timeout(TimeoutType::Wait)) => {
+                timeouts.fetch_add(1, Relaxed);
+                let wait = self.args.pool_wait_ms;
+                anyhow::bail!("no SQLite connection came free within {wait} ms");
+            }
+            Err(other) => {
+                errors.fetch_add(1, Relaxed);
+                anyhow::bail!("SQLite pool: {other}");
+            }
+        };
+        queries.fetch_add(1, Relaxed);
+        let running = self.timeline.enter(Gauge::Running);
+        let totals = conn.interact(move |conn| user_totals(conn, user)).await;
+        drop(running);
+        let totals = totals.map_err(|e| anyhow::anyhow!("SQLite query task: {e}"));
+        let totals = totals.and_then(|v| Ok(v?)).inspect_err(|_| {
+            errors.fetch_add(1, Relaxed);
+        })?;
+        Ok(format!("{key} → {totals}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::plot::Bucket;
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fill_is_its_user_s_totals_and_every_call_is_counted() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("t.sqlite3");
+        let db = path.to_str().expect("a UTF-8 path");
+        let flags = "--rows 2000 --users 50 --pool-size 1 --pool-wait-ms 20";
+        let args = HerdArgs::from_flags(&format!("--db {db} {flags}"));
+        Seeded::create(&args).expect("seeded");
+        let source = SqliteSource::open(&path, &args).expect("pool");
+        let conn = Connection::open(&path).expect("open");
+        for key in ["a", "herd:local:r0:k3"] {
+            let totals = user_totals(&conn, source.user_of(key)).expect("totals");
+            let value = source.load(key).await.expect("query");
+            assert_eq!(value, format!("{key} → {totals}"));
+        }
+        let held = source.pool.get().await.expect("the one connection");
+        let error = source.load("k").await.expect_err("no connection is free");
+        assert!(error.to_string().contains("within 20 ms"), "{error}");
+        drop(held);
+        assert_eq!(source.take_counts(), [2, 1, 0]);
+        assert_eq!(source.take_counts(), [0, 0, 0]);
+        let buckets = source.timeline.take();
+        let sum = |count: fn(&Bucket) -> u64| buckets.iter().map(count).sum();
+        let most = |count: fn(&Bucket) -> u64| buckets.iter().map(count).max();
+        assert_eq!((sum(|b| b.started), most(|b| b.running)), (2, Some(1)));
+        assert_eq!(most(|b| b.waiting), Some(1), "{buckets:?}");
     }
 }

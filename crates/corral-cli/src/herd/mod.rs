@@ -1,35 +1,33 @@
 //! `corral herd`: a stampede on cold keys, through corral and through a
 //! naive cache-aside, side by side.
 //!
-//! - [`scenario`]: the sources, the two caches under test, and the callers
-//!   of one round, released together;
-//! - [`embedded`]: both sides in this process over [`sqlite`], a seeded
-//!   SQLite file behind a bounded pool (the default);
+//! - [`scenario`]: the caches under test, the sleeping source, the callers
+//!   of a round, released together;
+//! - [`embedded`]: both sides in this process over a seeded SQLite file
+//!   behind a bounded pool (the default);
 //! - [`redis`]: `--redis URL --processes N`, both sides in worker
-//!   processes ([`worker`]) sharing Redis;
+//!   processes sharing Redis, their fills calling one source server;
 //! - [`outage`]: `--outage`, the source failing for a while (fail-safe);
-//! - [`report`]: the figures, the tables and the JSON.
+//! - [`report`]: the figures as a table or JSON; [`plot`]: each side over
+//!   time, as a picture and as sparklines.
 
 mod embedded;
 mod outage;
+mod plot;
 mod redis;
-mod remote;
 mod report;
 mod scenario;
-mod sqlite;
-mod worker;
 
-pub(crate) use worker::run as run_worker;
+pub(crate) use redis::run_worker;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
 
-use report::Report;
-use scenario::Scenario;
-
-/// Flags of `corral herd`.
-#[derive(Debug, Clone, clap::Args)]
+/// Flags of `corral herd` (a worker process gets them as JSON).
+#[derive(Debug, Clone, clap::Args, Serialize, Deserialize)]
 pub(crate) struct HerdArgs {
     /// Concurrent callers per round (caller i asks for key i % keys).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -48,6 +46,10 @@ pub(crate) struct HerdArgs {
     /// Print the figures as one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw both sides over time to this SVG file: calls at the
+    /// source, callers answered and failed.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
     /// Run the outage scenario instead: the source fails for `--rounds`
     /// rounds between a good round and a recovered one; corral serves the
     /// last good value (fail-safe) while the naive cache-aside fails.
@@ -68,73 +70,101 @@ pub(crate) struct HerdArgs {
     /// this, starting from --budget (`FillBudget::adaptive`).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     adaptive_max: Option<u64>,
-    #[command(flatten)]
-    sqlite: sqlite::SqliteArgs,
-    #[command(flatten)]
-    redis: redis::RedisArgs,
+    /// Default run: the SQLite file to create and seed (its `users` and
+    /// `orders` tables are replaced) [default: a file in a fresh temporary
+    /// directory].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Default run: orders to seed; each fill's query scans all of them.
+    #[arg(long, default_value_t = 400_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    rows: u64,
+    /// Default run: users the orders belong to; each key names one of them.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    users: u64,
+    /// Default run: connections in the SQLite pool of each side.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pool_size: u64,
+    /// Default run: how long a call waits for a pooled connection before
+    /// it gives up (counted as a timeout), in milliseconds.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pool_wait_ms: u64,
+    /// Run the stampede across --processes OS processes sharing this Redis
+    /// (e.g. redis://127.0.0.1:6379/) instead of in this process.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Worker processes per side (with --redis); caller i runs in process
+    /// (i / keys) % processes, so every process asks for every key.
+    #[arg(long, default_value_t = 4, requires = "redis",
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    processes: u64,
+    /// With --redis and --budget: one fill budget for every process,
+    /// counted in Redis (`FillBudget::fleet`), instead of one per process.
+    #[arg(long, requires = "budget")]
+    fleet: bool,
+    /// With --redis: SIGKILL corral's worker 0 while one of its fills runs
+    /// at the source, in the first measured round; its leases and fleet
+    /// permits lapse within the lease TTL (3 s) and the other processes'
+    /// callers are still answered (its own callers are not counted).
+    #[arg(long, requires = "redis")]
+    kill_one: bool,
 }
 
-/// Runs `corral herd`: prints the table, or the JSON with `--json`; fails on
-/// invalid flags, a runtime that cannot start, Redis or a worker process that
-/// fails, a caller task that panicked, or calls that failed (reported after the
-/// figures).
-pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.keys <= args.callers,
-        "--keys {} is more than --callers {}: some keys would never be asked for",
-        args.keys,
-        args.callers
-    );
-    let scenario = Scenario {
-        callers: args.callers,
-        keys: args.keys,
-        rounds: args.rounds,
-        fill: Duration::from_millis(args.fill_ms),
-    };
-    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
-    if args.outage {
-        let report = runtime.block_on(outage::run(scenario));
-        return emit(&report?, args.json);
+impl HerdArgs {
+    /// How long one call of the sleeping source takes.
+    fn fill(&self) -> Duration {
+        Duration::from_millis(self.fill_ms)
     }
-    let report = match &args.redis.redis {
-        None => {
-            anyhow::ensure!(
-                args.zipf.is_finite() && (0.0..=10.0).contains(&args.zipf),
-                "--zipf {} is not an exponent from 0 to 10",
-                args.zipf
-            );
-            let shape = embedded::Shape {
-                budget: args.budget,
-                zipf: args.zipf,
-                adaptive_max: args.adaptive_max,
-            };
-            runtime.block_on(embedded::run(scenario, args.sqlite.clone(), shape))
+
+    /// `corral herd` given `flags`, separated by spaces.
+    #[cfg(test)]
+    fn from_flags(flags: &str) -> Self {
+        #[derive(clap::Parser)]
+        struct Herd {
+            #[command(flatten)]
+            args: HerdArgs,
         }
-        Some(url) => {
-            let fleet = redis::Fleet {
-                processes: args.redis.processes,
-                budget: args.budget.unwrap_or(0),
-                fleet: args.redis.fleet,
-                kill_one: args.redis.kill_one,
-            };
-            runtime.block_on(redis::run(url, fleet, scenario))
-        }
-    };
-    emit(&report?, args.json)
+        let flags = std::iter::once("herd").chain(flags.split(' '));
+        <Herd as clap::Parser>::parse_from(flags).args
+    }
 }
 
-/// Prints `report` as one line of JSON or as its table; fails, after
-/// printing, if any call failed.
-fn emit<R: Report>(report: &R, json: bool) -> anyhow::Result<()> {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).context("encoding the report as JSON")?
-        );
+/// Runs `corral herd`: prints the table and sparklines, or the JSON with
+/// `--json`, and draws the picture with `--plot`; fails on invalid flags, a
+/// runtime that cannot start, Redis or a worker process that fails, a
+/// caller task that panicked, or corral's calls that failed (reported after
+/// the figures).
+pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
+    let (keys, callers, zipf) = (args.keys, args.callers, args.zipf);
+    anyhow::ensure!(
+        keys <= callers,
+        "--keys {keys} is more than --callers {callers}: some keys would never be asked for",
+    );
+    anyhow::ensure!(
+        zipf.is_finite() && (0.0..=10.0).contains(&zipf),
+        "--zipf {zipf} is not an exponent from 0 to 10",
+    );
+    let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    let report = runtime.block_on(async {
+        match &args.redis {
+            _ if args.outage => outage::run(&args).await,
+            Some(url) => redis::run(url, &args).await,
+            None => embedded::run(&args).await,
+        }
+    })?;
+    let picture = report.picture();
+    if args.json {
+        let json = serde_json::to_string(&report).context("encoding the report as JSON")?;
+        println!("{json}");
     } else {
-        print!("{}", report.table());
+        print!("{}\n{}", report.table(), plot::sparklines(picture.sides));
+    }
+    if let Some(path) = &args.plot {
+        plot::svg(&picture, path).with_context(|| format!("drawing {}", path.display()))?;
     }
     let failures = report.failures();
-    anyhow::ensure!(failures == 0, "{failures} calls failed (see the report)");
+    anyhow::ensure!(
+        failures == 0,
+        "{failures} of corral's calls failed (see the report)"
+    );
     Ok(())
 }

@@ -6,15 +6,17 @@
 //! with it back up. Rounds are further apart than the TTL, so every round
 //! finds its keys expired and asks the source again.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::report::{failure_line, group, render, Report};
-use super::scenario::{round_keys, run_round, Contender, Load, NaiveSide, Scenario, Source};
+use super::report::{group, Comparison, SideReport};
+use super::scenario::{round_keys, run_round, Contender, Load, NaiveSide, Source};
+use super::HerdArgs;
 
 /// How long a value is fresh in this scenario.
 const TTL: Duration = Duration::from_millis(100);
@@ -24,48 +26,9 @@ const BETWEEN_ROUNDS: Duration = Duration::from_millis(150);
 /// than the pause, so every outage round tries the source once per key.
 const THROTTLE: Duration = Duration::from_millis(50);
 
-/// A sleeping source that can be switched off.
-struct FlakySource {
-    source: Source,
-    down: AtomicBool,
-}
-
-impl FlakySource {
-    fn new(fill: Duration) -> Arc<Self> {
-        let (source, down) = (Source::new(fill), AtomicBool::new(false));
-        Arc::new(Self { source, down })
-    }
-}
-
-impl Load for FlakySource {
-    async fn load(&self, key: &str) -> anyhow::Result<String> {
-        let value = self.source.load(key).await;
-        anyhow::ensure!(!self.down.load(Relaxed), "the source is down");
-        value
-    }
-}
-
-/// corral with fail-safe over its source, counting the answers it served
-/// by fail-safe.
-struct CorralSide(corral::Cache<String>, Arc<FlakySource>, AtomicU64);
-
-impl Contender for CorralSide {
-    async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let CorralSide(cache, source, fail_safe_answers) = self;
-        let (source, owned) = (Arc::clone(source), key.to_owned());
-        let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
-        let fetched = cache.get_or_fill_answer(key, fill).await;
-        let fetched = fetched.map_err(|e| anyhow::anyhow!("corral fetch({key}): {e}"))?;
-        if fetched.freshness == corral::Freshness::FailSafe {
-            fail_safe_answers.fetch_add(1, Relaxed);
-        }
-        fetched.value.context("no value")
-    }
-}
-
 /// One round's figures on one side.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct OutageRound {
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Round {
     pub(crate) source_up: bool,
     /// Calls answered with the key's value.
     pub(crate) answered: u64,
@@ -76,120 +39,94 @@ pub(crate) struct OutageRound {
     pub(crate) fail_safe: u64,
 }
 
-/// The outage scenario's report.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct OutageReport {
-    /// Always `outage`.
-    mode: &'static str,
-    callers: u64,
-    keys: u64,
-    corral: Vec<OutageRound>,
-    naive: Vec<OutageRound>,
-    corral_errors: u64,
-    first_corral_failure: Option<String>,
-    verdict: String,
-}
+/// corral with fail-safe over its source, counting the callers it answered
+/// by fail-safe.
+struct CorralSide(corral::Cache<String>, Arc<Source>, AtomicU64);
 
-impl Report for OutageReport {
-    /// Only corral's failures count: the naive side's are the comparison.
-    fn failures(&self) -> u64 {
-        self.corral_errors
+impl Contender for CorralSide {
+    async fn get(&self, key: &str) -> anyhow::Result<String> {
+        let (source, owned) = (Arc::clone(&self.1), key.to_owned());
+        let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
+        let fetched = self.0.get_or_fill_answer(key, fill).await;
+        let fetched = fetched.map_err(|e| anyhow::anyhow!("corral fetch({key}): {e}"))?;
+        let fail_safe = fetched.freshness == corral::Freshness::FailSafe;
+        self.2.fetch_add(u64::from(fail_safe), Relaxed);
+        fetched.value.context("no value")
     }
 
-    fn table(&self) -> String {
-        let header = "|corral ok|fail-safe|errors|source calls|naive ok|errors|source calls";
-        let rows = self.corral.iter().zip(&self.naive).enumerate();
-        let rows = rows.map(|(i, (c, n))| {
-            let state = if c.source_up { "up" } else { "DOWN" };
-            let corral = [c.answered, c.fail_safe, c.errors, c.source_calls];
-            let naive = [n.answered, n.errors, n.source_calls];
-            let figures = corral.into_iter().chain(naive).map(group);
-            let label = format!("round {} (source {state})", i + 1);
-            std::iter::once(label).chain(figures).collect()
-        });
-        let (ttl, apart) = (TTL.as_millis(), BETWEEN_ROUNDS.as_millis());
-        let (callers, keys) = (group(self.callers), group(self.keys));
-        let first = self.first_corral_failure.as_deref();
-        format!(
-            "corral herd --outage: {callers} callers on {keys} keys per round; TTL {ttl} ms, \
-             rounds {apart} ms apart\n\n{}\n{}\n{}",
-            render(header, rows),
-            self.verdict,
-            failure_line("corral", self.corral_errors, first),
-        )
+    fn fail_safe(&self) -> Option<u64> {
+        Some(self.2.load(Relaxed))
     }
 }
 
 /// Runs the outage scenario through corral, then through the naive side; fails
 /// if the cache cannot be built or a caller task panicked.
-pub(crate) async fn run(scenario: Scenario) -> anyhow::Result<OutageReport> {
+pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let cache = corral::Cache::<String>::builder("herd-outage")
         .ttl(TTL)
         .fail_safe(Duration::from_secs(3600))
         .fail_safe_throttle(THROTTLE)
-        .fill_timeout(scenario.fill + Duration::from_secs(30))
-        .capacity(corral::Capacity::Entries(scenario.keys.max(1024)))
+        .fill_timeout(args.fill() + Duration::from_secs(30))
+        .capacity(corral::Capacity::Entries(args.keys.max(1024)))
         .build()
         .context("building the corral cache")?;
-    let source = FlakySource::new(scenario.fill);
-    let corral = Arc::new(CorralSide(cache, Arc::clone(&source), AtomicU64::new(0)));
-    let fail_safe = || corral.2.swap(0, Relaxed);
-    let (corral_rounds, first_failure) = run_side(&corral, &source, scenario, fail_safe).await?;
-    let source = FlakySource::new(scenario.fill);
-    let naive = Arc::new(NaiveSide::new(TTL, &source));
-    let (naive_rounds, _) = run_side(&naive, &source, scenario, || 0).await?;
-
-    let down = |rounds: &[OutageRound], f: fn(&OutageRound) -> u64| {
-        rounds.iter().filter(|r| !r.source_up).map(f).sum::<u64>()
+    let fill = args.fill();
+    let source = || {
+        Arc::new(Source {
+            fill,
+            ..Source::default()
+        })
     };
-    let verdict = format!(
-        "source down for {} calls: corral answered {} of them ({} errors); naive: {} errors",
-        group(scenario.callers * scenario.rounds),
-        group(down(&corral_rounds, |r| r.answered)),
-        group(down(&corral_rounds, |r| r.errors)),
-        group(down(&naive_rounds, |r| r.errors)),
+    let (for_corral, for_naive) = (source(), source());
+    let counted = AtomicU64::new(0);
+    let corral = Arc::new(CorralSide(cache, Arc::clone(&for_corral), counted));
+    let corral = play("corral", &corral, &for_corral, args).await?;
+    let naive = Arc::new(NaiveSide::new(TTL, &for_naive));
+    let naive = play("naive", &naive, &for_naive, args).await?;
+    let (callers, keys, rounds) = (group(args.callers), group(args.keys), args.rounds);
+    let title = format!(
+        "corral herd --outage: {callers} callers on {keys} keys per round; TTL {} ms, rounds {} ms \
+         apart\nsource: each call {} ms, up in round 1, down in rounds 2 to {}, up in round {}",
+        TTL.as_millis(),
+        BETWEEN_ROUNDS.as_millis(),
+        args.fill_ms,
+        rounds + 1,
+        rounds + 2,
     );
-    Ok(OutageReport {
-        mode: "outage",
-        callers: scenario.callers,
-        keys: scenario.keys,
-        corral_errors: corral_rounds.iter().map(|r| r.errors).sum(),
-        corral: corral_rounds,
-        naive: naive_rounds,
-        first_corral_failure: first_failure,
-        verdict,
-    })
+    let setting = (serde_json::json!({ "mode": "outage" }), title, Vec::new());
+    Ok(Comparison::new(args, setting, corral, naive))
 }
 
-/// The up, down ×`scenario.rounds`, up rounds through one side: their
-/// figures and the side's first failure.
-async fn run_side<C: Contender>(
+/// The up, down ×`--rounds`, up rounds through one side.
+async fn play<C: Contender>(
+    side: &'static str,
     contender: &Arc<C>,
-    source: &FlakySource,
-    scenario: Scenario,
-    mut fail_safe: impl FnMut() -> u64,
-) -> anyhow::Result<(Vec<OutageRound>, Option<String>)> {
-    let keys = round_keys("outage", scenario.keys);
-    let total = scenario.rounds + 2;
-    let (mut rounds, mut first_failure) = (Vec::new(), None);
+    source: &Source,
+    args: &HerdArgs,
+) -> anyhow::Result<SideReport> {
+    let keys = round_keys("outage", args.keys);
+    let (total, mut tally, mut rounds) = (args.rounds + 2, Tally::default(), Vec::new());
+    let fail_safe = || contender.fail_safe().unwrap_or(0);
     for round in 0..total {
         let source_up = round == 0 || round == total - 1;
         source.down.store(!source_up, Relaxed);
         if round > 0 {
             tokio::time::sleep(BETWEEN_ROUNDS).await;
         }
-        let calls_before = source.source.calls();
-        let tally = run_round(contender, scenario.callers, &keys).await?;
-        first_failure = first_failure.or(tally.first_failure);
-        let (answered, errors) = (tally.successes, tally.failures);
-        let (source_calls, fail_safe) = (source.source.calls() - calls_before, fail_safe());
-        rounds.push(OutageRound {
+        let before = (source.calls.load(Relaxed), fail_safe());
+        let played = run_round(contender, args.callers, &keys, &source.timeline).await?;
+        rounds.push(Round {
             source_up,
-            answered,
-            errors,
-            source_calls,
-            fail_safe,
+            answered: played.successes,
+            errors: played.failures,
+            source_calls: source.calls.load(Relaxed) - before.0,
+            fail_safe: fail_safe() - before.1,
         });
+        tally.absorb(played);
     }
-    Ok((rounds, first_failure))
+    let (calls, fills) = (args.callers * total, source.calls.load(Relaxed));
+    let mut report = SideReport::new(side, calls, fills, tally);
+    report.fail_safe = contender.fail_safe();
+    report.rounds = rounds;
+    Ok(report.over(source.timeline.take()))
 }

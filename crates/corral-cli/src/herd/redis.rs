@@ -3,254 +3,370 @@
 //! Redis.
 //!
 //! For each side, this process starts N `corral herd-worker` processes of
-//! the same binary (through `corral-testkit`'s [`Worker`]). Caller `i` of a
-//! round asks for key `i % keys` and runs in worker `(i / keys) % N`, so
-//! every worker asks for every key. Each round, every worker arms its
-//! callers (spawned, waiting at a gate), then all are released together and
-//! report what they measured and how often they called the source. An
-//! uncounted warm-up round first opens connections and subscriptions. The
-//! commands each side cost are read from `INFO commandstats` around its
-//! rounds.
+//! the same binary (`corral-testkit`'s [`Worker`]). Caller `i` of a round
+//! asks for key `i % keys` and runs in worker `(i / keys) % N`, so every
+//! worker asks for every key. A worker says `@ready` once connected; on
+//! `arm <round>` it spawns its share of the round's callers (`@armed`); on
+//! `go` it releases them and prints `@report <json>` ([`ProcessRound`]).
+//! Their fills call one source server in this process, which counts them
+//! where they land: a call is a connection that sends the key and a
+//! newline, and gets the value and a newline after the fill time. An
+//! uncounted warm-up round first opens connections and subscriptions; the
+//! commands each side cost are read from `INFO commandstats`.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral_testkit::{micros, Tally, Worker};
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands as _;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::net::{TcpListener, TcpStream};
 
-use super::remote::SourceServer;
-use super::report::{Comparison, Setting, SideReport};
-use super::scenario::Scenario;
-use super::worker::{ProcessRound, SideKind, WorkerConfig};
+use super::plot::{Bucket, Timeline};
+use super::report::{group, Comparison, SideReport};
+use super::scenario::{arm, fill_budget, release, round_keys, Contender, CorralSide, Load, Source};
+use super::HerdArgs;
 
-/// Flags of `corral herd` for the run across processes.
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct RedisArgs {
-    /// Run the stampede across --processes OS processes sharing this Redis
-    /// (e.g. redis://127.0.0.1:6379/) instead of in this process.
-    #[arg(long, value_name = "URL")]
-    pub(crate) redis: Option<String>,
-    /// Worker processes per side (with --redis); caller i runs in process
-    /// (i / keys) % processes, so every process asks for every key.
-    #[arg(long, default_value_t = 4, requires = "redis",
-          value_parser = clap::value_parser!(u64).range(1..=256))]
-    pub(crate) processes: u64,
-    /// With --redis and --budget: one fill budget for every process,
-    /// counted in Redis (`FillBudget::fleet`), instead of one per process.
-    #[arg(long, requires = "budget")]
-    pub(crate) fleet: bool,
-    /// With --redis: SIGKILL corral's worker 0 while one of its fills runs
-    /// at the source, in the first measured round; its leases and fleet
-    /// permits lapse within the lease TTL (3 s) and the other processes'
-    /// callers are still answered (its own callers are not counted).
-    #[arg(long, requires = "redis")]
-    pub(crate) kill_one: bool,
-}
-
-/// How corral's side of a run across processes is set up.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Fleet {
-    pub(crate) processes: u64,
-    /// Each process's fill budget (0: none).
-    pub(crate) budget: u64,
-    /// Whether the budget is one fleet budget.
-    pub(crate) fleet: bool,
-    pub(crate) kill_one: bool,
+/// What befalls corral's side while its first measured round runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upset {
+    /// Nothing.
+    None,
+    /// Worker 0 is killed (SIGKILL) once one of its fills reached the
+    /// source: a process holding leases and fleet permits mid-fill. Its
+    /// callers are not counted, in any round.
+    KillOne,
 }
 
 /// Runs the scenario through corral, then through the naive cache-aside, each
 /// side in its own worker processes; fails if Redis cannot be reached, or a
 /// worker cannot start, fails or stalls.
-pub(crate) async fn run(
-    redis: &str,
-    fleet: Fleet,
-    scenario: Scenario,
-) -> anyhow::Result<Comparison> {
-    let processes = fleet.processes;
-    let source = SourceServer::start(scenario.fill).await?;
+pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparison> {
+    let (processes, keys, callers) = (args.processes, args.keys, args.callers);
     anyhow::ensure!(
-        processes.saturating_mul(scenario.keys) <= scenario.callers,
-        "--processes {processes} × --keys {} is more than --callers {}: not every process could ask for every key",
-        scenario.keys,
-        scenario.callers
+        processes.saturating_mul(keys) <= callers,
+        "--processes {processes} × --keys {keys} is more than --callers {callers}: \
+         not every process could ask for every key",
     );
-    let mut commands = CommandCount::connect(redis).await?;
-    let run = format!("{:x}-{:x}", std::process::id(), fastrand::u64(..));
-    let mut sides = [SideKind::Corral, SideKind::Naive].map(|side| WorkerConfig {
-        redis: redis.to_owned(),
-        side,
-        run: format!("{run}:{side:?}"),
-        index: 0,
-        processes,
-        scenario,
-        source: source.addr(),
-        budget: if side == SideKind::Corral {
-            fleet.budget
-        } else {
-            0
-        },
-        fleet: fleet.fleet,
+    let listener = TcpListener::bind("127.0.0.1:0").await;
+    let listener = listener.context("binding the source server")?;
+    let addr = listener.local_addr()?.to_string();
+    let source = Arc::new(Source {
+        fill: args.fill(),
+        ..Source::default()
     });
-    let [corral, naive] = &mut sides;
-    let corral = play_side(corral, &mut commands, &source, fleet.kill_one).await?;
-    let naive = play_side(naive, &mut commands, &source, false).await?;
-    let fill_ms = u64::try_from(scenario.fill.as_millis()).unwrap_or(u64::MAX);
-    let budget = match (fleet.budget, fleet.fleet) {
-        (0, _) => "none".to_owned(),
-        (n, true) => format!("one fleet budget of {n}"),
-        (n, false) => format!("{n} per process"),
+    tokio::spawn(serve_source(listener, Arc::clone(&source)));
+    let client = redis::Client::open(redis).context("parsing the Redis URL")?;
+    let conn = client.get_multiplexed_async_connection().await;
+    let mut conn = conn.context("connecting to Redis")?;
+    let run = format!("{:x}-{:x}", std::process::id(), fastrand::u64(..));
+    let config = |corral| {
+        let (args, run, source) = (args.clone(), format!("{run}:{corral}"), addr.clone());
+        WorkerConfig {
+            args,
+            corral,
+            run,
+            index: 0,
+            source,
+        }
     };
-    let setting = Setting::Redis {
-        processes,
-        fill_ms,
-        budget,
+    let upset = if args.kill_one {
+        Upset::KillOne
+    } else {
+        Upset::None
     };
-    Ok(Comparison::new(scenario, setting, corral, naive))
+    let corral = play_side(config(true), &mut conn, &source, upset).await?;
+    let naive = play_side(config(false), &mut conn, &source, Upset::None).await?;
+    let (fill_ms, budget, fleet) = (args.fill_ms, args.budget.unwrap_or(0), args.fleet);
+    let (corral_budget, limits) = match (budget, fleet) {
+        (0, _) => ("none".to_owned(), Vec::new()),
+        (n, true) => {
+            let limit = (format!("corral's fleet budget of {n}"), n);
+            (format!("one fleet budget of {n}"), vec![limit])
+        }
+        (n, false) => {
+            let label = format!("corral's budget, {n} in each of {processes} processes");
+            (format!("{n} per process"), vec![(label, n * processes)])
+        }
+    };
+    let (callers, keys, rounds) = (group(callers), group(keys), group(args.rounds));
+    let title = format!(
+        "corral herd: {callers} callers on {keys} cold keys, {rounds} rounds, in {processes} \
+         processes per side sharing one Redis\nsource: a server holding each call {fill_ms} ms; \
+         corral's fill budget: {corral_budget}",
+    );
+    let setting = serde_json::json!({
+        "mode": "redis", "processes": processes, "fill_ms": fill_ms, "budget": budget,
+        "fleet": fleet,
+    });
+    Ok(Comparison::new(
+        args,
+        (setting, title, limits),
+        corral,
+        naive,
+    ))
 }
 
 /// One side's run: starts its workers, plays an uncounted warm-up round and
 /// the measured ones, and reads the commands they cost.
 async fn play_side(
-    config: &mut WorkerConfig,
-    commands: &mut CommandCount,
-    source: &SourceServer,
-    kill_one: bool,
+    mut config: WorkerConfig,
+    redis: &mut MultiplexedConnection,
+    source: &Source,
+    upset: Upset,
 ) -> anyhow::Result<SideReport> {
     let exe = std::env::current_exe().context("finding the corral binary")?;
     let mut workers = Vec::new();
-    for index in 0..config.processes {
+    for index in 0..config.args.processes {
         config.index = index;
         let mut command = tokio::process::Command::new(&exe);
         command
             .arg("herd-worker")
-            .arg(serde_json::to_string(config)?);
+            .arg(serde_json::to_string(&config)?);
         let worker = Worker::spawn(command).await;
-        workers
-            .push(worker.with_context(|| format!("starting worker {index} (its error is above)"))?);
+        let context = || format!("starting worker {index} (its error is above)");
+        workers.push(worker.with_context(context)?);
     }
-    let within = config.scenario.fill * 2 + Duration::from_secs(120);
-    play(&mut workers, "warm-up", within, None).await?;
+    let args = &config.args;
+    let within = args.fill() * 2 + Duration::from_secs(120);
+    play(&mut workers, "warm-up", within, source, Upset::None).await?;
     source.take();
-    let before = commands.read().await?;
-    let (mut tally, mut fills) = (Tally::default(), 0);
-    let mut kill = kill_one.then_some(source);
-    for round in 0..config.scenario.rounds {
+    source.timeline.take();
+    let before = commands(redis).await?;
+    let mut tally = Tally::default();
+    for round in 0..args.rounds {
+        let upset = if round == 0 { upset } else { Upset::None };
         let label = format!("r{round}");
-        let (round, round_fills) = play(&mut workers, &label, within, kill.take()).await?;
-        tally.absorb(round);
-        fills += round_fills;
+        tally.absorb(play(&mut workers, &label, within, source, upset).await?);
     }
-    // Counted by the source itself, the killed worker's calls included.
-    let (source_calls, most_at_once) = source.take();
-    let side = if config.side == SideKind::Corral {
-        "corral"
-    } else {
-        "naive"
-    };
-    debug_assert!(kill_one || fills == source_calls);
-    let mut report = SideReport::new(side, config.scenario, source_calls, tally);
-    report.redis_commands = Some(commands.read().await? - before);
-    report.source_most_at_once = Some(most_at_once);
-    if kill_one {
-        // The killed worker's callers are not counted, in any round.
-        let Scenario {
-            callers,
-            keys,
-            rounds,
-            ..
-        } = config.scenario;
-        let killed = (0..callers)
-            .filter(|c| (c / keys) % config.processes == 0)
-            .count() as u64;
-        report.calls = report.calls.saturating_sub(killed * rounds);
+    let mut calls = args.callers;
+    if upset == Upset::KillOne {
+        let first = (0..args.callers).filter(|c| (c / args.keys).is_multiple_of(args.processes));
+        calls -= first.count() as u64;
     }
-    Ok(report)
+    // Counted by the source itself, a killed worker's calls included.
+    let side = if config.corral { "corral" } else { "naive" };
+    let mut report = SideReport::new(side, calls * args.rounds, source.take(), tally);
+    report.redis_commands = Some(commands(redis).await? - before);
+    Ok(report.over(source.timeline.take()))
 }
 
-/// Arms every worker on the round `label`, releases them together and puts
-/// their reports together: the round's tally (its wall from the release to
-/// the last report, as this process saw it) and its fills.
+/// Arms every worker on the round `label`, releases them together, lets
+/// `upset` happen, and puts their reports together: the round's tally (its
+/// wall from the release to the last report, as this process saw it), and
+/// their callers in the source's timeline.
 async fn play(
     workers: &mut Vec<Worker>,
     label: &str,
     within: Duration,
-    kill_first_at: Option<&SourceServer>,
-) -> anyhow::Result<(Tally, u64)> {
-    let arm = format!("arm {label}");
+    source: &Source,
+    upset: Upset,
+) -> anyhow::Result<Tally> {
     for worker in workers.iter_mut() {
-        worker.tell(&arm).await.context("arming a worker")?;
+        worker
+            .tell(&format!("arm {label}"))
+            .await
+            .context("arming a worker")?;
     }
     for worker in workers.iter_mut() {
         let armed = worker.answer("@armed", Duration::from_secs(30)).await;
         armed.context("arming a worker")?;
     }
-    let started = Instant::now();
+    let (started, at) = (Instant::now(), source.timeline.begin_round());
     for worker in workers.iter_mut() {
         worker.tell("go").await.context("releasing a worker")?;
     }
-    if let Some(source) = kill_first_at {
-        // SIGKILL worker 0 while one of its fills runs at the source: a
-        // process holding leases and fleet permits mid-fill.
-        let deadline = Instant::now() + within;
-        while !source.first_worker_filling() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        if !workers.is_empty() {
-            workers.remove(0).kill().await;
-        }
+    if upset == Upset::KillOne && !workers.is_empty() {
+        let filling = workers[0].answer("@filling", within).await;
+        filling.context("waiting for worker 0 to fill")?;
+        workers.remove(0).kill().await;
     }
-    let (mut tally, mut fills) = (Tally::default(), 0);
+    let mut tally = Tally::default();
     for worker in workers.iter_mut() {
-        let line = worker
-            .answer("@report", within)
-            .await
-            .context("a worker's round")?;
+        let line = worker.answer("@report", within).await;
+        let line = line.context("a worker's round")?;
         let report: ProcessRound = serde_json::from_str(&line).context("a worker's report")?;
-        fills += report.fills;
+        source.timeline.add(at, &report.timeline);
         tally.absorb(Tally {
             wall_us: 0,
             ..report.tally
         });
     }
+    source.timeline.end_round();
     tally.wall_us = micros(started.elapsed());
-    Ok((tally, fills))
+    Ok(tally)
 }
 
-/// The commands one Redis server ran so far, from `INFO commandstats`,
-/// but `INFO` itself (which this process sends).
-struct CommandCount(redis::aio::MultiplexedConnection);
+/// The commands the Redis server ran so far, but the `INFO` that asks.
+async fn commands(redis: &mut MultiplexedConnection) -> anyhow::Result<u64> {
+    let info = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(redis)
+        .await;
+    let info: String = info.context("INFO commandstats")?;
+    let stats = corral_testkit::parse_command_stats(&info);
+    Ok(stats
+        .iter()
+        .filter(|(name, _)| *name != "info")
+        .map(|(_, calls)| calls)
+        .sum())
+}
 
-impl CommandCount {
-    async fn connect(url: &str) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url).context("parsing the Redis URL")?;
-        let conn = client.get_multiplexed_async_connection().await;
-        Ok(Self(conn.context("connecting to Redis")?))
-    }
-
-    async fn read(&mut self) -> anyhow::Result<u64> {
-        let info: redis::RedisResult<String> = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut self.0)
-            .await;
-        Ok(count_commands(&info.context("INFO commandstats")?))
+impl Source {
+    /// Calls received since the last time taken.
+    fn take(&self) -> u64 {
+        self.calls.swap(0, Relaxed)
     }
 }
 
-/// The calls of `cmdstat_<name>:calls=N,...` lines, but `INFO`'s.
-fn count_commands(info: &str) -> u64 {
-    let counts = info.lines().filter_map(|line| {
-        let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-        let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-        (name != "info").then(|| calls.parse::<u64>().ok())?
-    });
-    counts.sum()
+/// Serves the source's calls until the runtime shuts down (the run's end).
+async fn serve_source(listener: TcpListener, source: Arc<Source>) {
+    while let Ok((conn, _)) = listener.accept().await {
+        let source = Arc::clone(&source);
+        tokio::spawn(async move {
+            let (read, mut write) = conn.into_split();
+            let mut key = String::new();
+            if BufReader::new(read).read_line(&mut key).await.is_ok() {
+                if let Ok(value) = source.load(key.trim_end()).await {
+                    let _ = write.write_all(format!("{value}\n").as_bytes()).await;
+                }
+            }
+        });
+    }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn counts_every_command_but_info() {
-        let info = "# Commandstats\r\ncmdstat_get:calls=10,usec=5\r\n\
-                    cmdstat_info:calls=3,usec=9\r\ncmdstat_set:calls=2,usec=1,usec_per_call=0.5\r\n";
-        assert_eq!(super::count_commands(info), 12);
+/// What a worker is told, as the JSON of its one argument.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct WorkerConfig {
+    /// The run's flags (its Redis, scenario and budget).
+    args: HerdArgs,
+    /// corral's `get_or_fill` on a `RedisStore` with an L1, or else a naive
+    /// cache-aside on Redis.
+    corral: bool,
+    /// Names this run's keys.
+    run: String,
+    /// This worker's index, from 0: it runs caller `i` when
+    /// `(i / keys) % processes == index`.
+    index: u64,
+    /// The source server's address (`host:port`).
+    source: String,
+}
+
+/// What one worker measured in one round: its callers, and over time.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct ProcessRound {
+    tally: Tally,
+    timeline: Vec<Bucket>,
+}
+
+/// A fill's call of the source server, at this address; says `@filling`
+/// once a call reached it while `announce` (set in the round in which
+/// `--kill-one` kills this worker).
+struct RemoteSource {
+    addr: String,
+    announce: AtomicBool,
+}
+
+impl Load for RemoteSource {
+    async fn load(&self, key: &str) -> anyhow::Result<String> {
+        let conn = TcpStream::connect(&self.addr).await;
+        let (read, mut write) = conn.context("calling the source")?.into_split();
+        write.write_all(format!("{key}\n").as_bytes()).await?;
+        if self.announce.swap(false, Relaxed) {
+            println!("@filling");
+        }
+        let mut value = String::new();
+        BufReader::new(read).read_line(&mut value).await?;
+        anyhow::ensure!(value.ends_with('\n'), "the source hung up");
+        value.pop();
+        Ok(value)
     }
+}
+
+/// The usual cache-aside on Redis: `GET`; on a miss call the source and
+/// `SETEX`. Nothing stops concurrent misses from all filling.
+struct NaiveSide(MultiplexedConnection, Arc<RemoteSource>);
+
+impl Contender for NaiveSide {
+    async fn get(&self, key: &str) -> anyhow::Result<String> {
+        let mut conn = self.0.clone();
+        if let Some(value) = conn.get::<_, Option<String>>(key).await? {
+            return Ok(value);
+        }
+        let value = self.1.load(key).await?;
+        let () = conn.set_ex(key, &value, 600).await?;
+        Ok(value)
+    }
+}
+
+/// Runs the worker described by `config` (JSON) until its stdin closes; fails
+/// on a bad config, Redis out of reach, an order not understood, or a caller
+/// task that panicked.
+pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
+    let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
+    let args = &config.args;
+    let url = args.redis.as_deref().context("no Redis URL")?;
+    let (addr, announce) = (config.source.clone(), AtomicBool::new(false));
+    let source = Arc::new(RemoteSource { addr, announce });
+    tokio::runtime::Runtime::new()?.block_on(async {
+        if !config.corral {
+            let client = redis::Client::open(url).context("the Redis URL")?;
+            let conn = client.get_multiplexed_async_connection().await?;
+            let naive = NaiveSide(conn, Arc::clone(&source));
+            return serve(&config, Arc::new(naive), &source).await;
+        }
+        let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await?;
+        let mut builder = corral::Cache::<String>::builder("herd")
+            .store(store)
+            .l1(true);
+        builder = builder.ttl(Duration::from_secs(60));
+        builder = builder.fill_timeout(args.fill() + Duration::from_secs(30));
+        if let Some(budget) = fill_budget(args, args.budget.unwrap_or(0))? {
+            builder = builder.fill_budget(budget);
+        }
+        let cache = builder.build()?;
+        let corral = CorralSide {
+            cache,
+            source: Arc::clone(&source),
+        };
+        serve(&config, Arc::new(corral), &source).await
+    })
+}
+
+/// Takes orders on stdin until it closes.
+async fn serve<C: Contender>(
+    config: &WorkerConfig,
+    side: Arc<C>,
+    source: &RemoteSource,
+) -> anyhow::Result<()> {
+    let (args, index) = (&config.args, config.index);
+    let killed = args.kill_one && config.corral && index == 0;
+    println!("@ready");
+    let mut orders = BufReader::new(tokio::io::stdin()).lines();
+    let (mut armed, timeline) = (None, Arc::new(Timeline::default()));
+    while let Some(order) = orders.next_line().await? {
+        match order.split_once(' ') {
+            Some(("arm", round)) => {
+                let keys = round_keys(&format!("{}:{round}", config.run), args.keys);
+                let callers = 0..args.callers;
+                let mine = callers.filter(|c| (c / args.keys) % args.processes == index);
+                armed = Some(arm(&side, &keys, mine, &timeline));
+                source.announce.store(killed && round == "r0", Relaxed);
+                println!("@armed");
+            }
+            None if order == "go" => {
+                let round = armed.take().context("go before arm")?;
+                let tally = release(round, &timeline).await?;
+                let timeline = timeline.take();
+                let report = serde_json::to_string(&ProcessRound { tally, timeline })?;
+                println!("@report {report}");
+            }
+            _ => anyhow::bail!("unknown order {order:?}"),
+        }
+    }
+    Ok(())
 }

@@ -5,16 +5,9 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::scenario::Scenario;
-use super::sqlite::{Database, SourceCounts};
-
-/// A finished run: serialized for `--json`, else printed as a table.
-pub(crate) trait Report: Serialize {
-    /// The title, the table and the verdict.
-    fn table(&self) -> String;
-    /// Calls that failed and should not have.
-    fn failures(&self) -> u64;
-}
+use super::outage::Round;
+use super::plot::{Bucket, Picture};
+use super::HerdArgs;
 
 /// Per-call latency percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -24,100 +17,85 @@ pub(crate) struct Latency {
     pub(crate) max: f64,
 }
 
-impl Latency {
-    fn of(tally: &Tally) -> Self {
-        let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
-        Self { p50, p99, max }
-    }
-}
-
-/// One side (one cache under test) of a run.
+/// One side (one cache under test) of a run; a figure that is `None` was
+/// not measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(crate) struct SideReport {
     /// `corral` or `naive`.
     pub(crate) side: &'static str,
-    /// Calls made: callers × rounds.
+    /// Calls made (and counted): callers × rounds.
     pub(crate) calls: u64,
     pub(crate) successes: u64,
     pub(crate) failures: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) first_failure: Option<String>,
     /// Calls of the source of truth (fill attempts), over every process.
     pub(crate) fills: u64,
     pub(crate) latency_ms: Latency,
     /// Sum over rounds of the release to the last call's end.
     pub(crate) wall_ms: f64,
-    /// What the SQLite source's calls came to (the default run).
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub(crate) sqlite: Option<SourceCounts>,
+    /// The SQLite source's queries run, calls that found no pooled
+    /// connection in time, and calls that failed otherwise.
+    pub(crate) sqlite_queries: Option<u64>,
+    pub(crate) timeouts: Option<u64>,
+    pub(crate) errors: Option<u64>,
+    /// The most calls running at the source at once, as it counted them.
+    pub(crate) most_at_once: u64,
     /// Callers that waited for a fill in flight (corral, in process).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) coalesced: Option<u64>,
+    /// Callers answered by fail-safe (corral, in the outage).
+    pub(crate) fail_safe: Option<u64>,
     /// Commands the Redis server ran for this side's rounds.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) redis_commands: Option<u64>,
-    /// The most fills running at once, counted by the source server of a
-    /// run across processes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) source_most_at_once: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) hot_p50_ms: Option<f64>,
     /// Distinct keys the callers asked for (Zipf runs leave some out).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) distinct_keys: Option<u64>,
+    /// Each round's figures (the outage).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) rounds: Vec<Round>,
+    /// The side over time, in buckets of 10 ms.
+    pub(crate) timeline: Vec<Bucket>,
 }
 
 impl SideReport {
-    /// A side that called its source `fills` times and measured `tally`.
-    pub(crate) fn new(side: &'static str, scenario: Scenario, fills: u64, tally: Tally) -> Self {
-        let (latency_ms, calls) = (Latency::of(&tally), scenario.callers * scenario.rounds);
-        let mut report = Self {
+    /// A side whose `calls` called its source `fills` times, measured
+    /// `tally` and recorded `timeline`.
+    pub(crate) fn new(side: &'static str, calls: u64, fills: u64, tally: Tally) -> Self {
+        let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
+        Self {
             side,
             calls,
+            successes: tally.successes,
+            failures: tally.failures,
+            first_failure: tally.first_failure,
             fills,
-            latency_ms,
+            latency_ms: Latency { p50, p99, max },
+            wall_ms: tally.wall_us as f64 / 1000.0,
             ..Self::default()
-        };
-        (report.successes, report.failures) = (tally.successes, tally.failures);
-        report.first_failure = tally.first_failure;
-        report.wall_ms = tally.wall_us as f64 / 1000.0;
-        report
+        }
     }
 
-    /// A side of the SQLite run: every call of the source is a fill
-    /// attempt, whether or not it got a connection.
-    pub(crate) fn sqlite(
-        side: &'static str,
-        scenario: Scenario,
-        n: SourceCounts,
-        tally: Tally,
-    ) -> Self {
-        let mut report = Self::new(
-            side,
-            scenario,
-            n.sqlite_queries + n.timeouts + n.errors,
-            tally,
-        );
-        report.sqlite = Some(n);
-        report
+    /// Keeps `timeline`, and the most calls at once at the source in it.
+    pub(crate) fn over(mut self, timeline: Vec<Bucket>) -> Self {
+        self.most_at_once = timeline.iter().map(|b| b.running).max().unwrap_or(0);
+        self.timeline = timeline;
+        self
     }
 
-    /// The rows of the table: label and figure (absent: not measured).
-    fn cells(&self) -> [(&'static str, Option<String>); 13] {
-        let sqlite = self.sqlite;
+    /// The rows of the table: label and figure (`None`: not measured).
+    fn cells(&self) -> [(&'static str, Option<String>); 14] {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
-        let (queries, timeouts) = (sqlite.map(|s| s.sqlite_queries), sqlite.map(|s| s.timeouts));
-        let most = sqlite.map(|s| s.most_at_once).or(self.source_most_at_once);
+        let (fills, most) = (group(self.fills), group(self.most_at_once));
         [
             ("calls answered", Some(answered)),
             ("distinct keys asked", self.distinct_keys.map(group)),
-            ("source calls (fill attempts)", Some(group(self.fills))),
-            ("SQLite queries run", queries.map(group)),
-            ("timeouts (no pooled connection)", timeouts.map(group)),
-            ("most fills at once (at the source)", most.map(group)),
+            ("source calls (fill attempts)", Some(fills)),
+            ("SQLite queries run", self.sqlite_queries.map(group)),
+            ("timeouts (no pooled connection)", self.timeouts.map(group)),
+            ("most fills at once (at the source)", Some(most)),
             ("callers coalesced", self.coalesced.map(group)),
+            ("callers answered by fail-safe", self.fail_safe.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
             (
@@ -133,36 +111,11 @@ impl SideReport {
     /// What this side is judged by: SQLite queries or fills, and their
     /// name, singular and plural.
     fn judged(&self) -> (u64, [&'static str; 2]) {
-        match self.sqlite {
-            Some(counts) => (counts.sqlite_queries, ["SQLite query", "SQLite queries"]),
+        match self.sqlite_queries {
+            Some(queries) => (queries, ["SQLite query", "SQLite queries"]),
             None => (self.fills, ["fill", "fills"]),
         }
     }
-}
-
-/// Where a run's values and source live: its `mode`.
-#[derive(Debug, Serialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub(crate) enum Setting {
-    /// In process, over a seeded SQLite file.
-    Embedded {
-        database: Database,
-        /// corral's fill budget (0: none).
-        budget: u64,
-        /// The Zipf exponent of the keys callers ask for (0: uniform).
-        zipf: f64,
-        /// An adaptive budget's maximum, and its limit while fills queued
-        /// (p10, p50, p90 of samples every 20 ms).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        adaptive: Option<(u64, [u64; 3])>,
-    },
-    /// Worker processes sharing Redis, over a sleeping source server.
-    Redis {
-        processes: u64,
-        fill_ms: u64,
-        /// corral's fill budget, in words.
-        budget: String,
-    },
 }
 
 /// corral against the naive cache-aside on one scenario.
@@ -171,138 +124,157 @@ pub(crate) struct Comparison {
     callers: u64,
     keys: u64,
     rounds: u64,
+    /// The mode (`embedded`, `redis`, `outage`) and its setting.
     #[serde(flatten)]
-    setting: Setting,
+    setting: serde_json::Value,
     corral: SideReport,
     naive: SideReport,
     /// One line that says what the figures mean.
     verdict: String,
+    /// What ran, in a line, then its source.
+    #[serde(skip)]
+    title: String,
+    /// The levels that bound the calls at the source, named.
+    #[serde(skip)]
+    limits: Vec<(String, u64)>,
 }
 
 impl Comparison {
-    /// Puts the sides together and writes the verdict.
+    /// Puts the sides of a run of `setting` together, with the verdict.
     pub(crate) fn new(
-        scenario: Scenario,
-        at: Setting,
+        args: &HerdArgs,
+        (setting, title, limits): (serde_json::Value, String, Vec<(String, u64)>),
         corral: SideReport,
         naive: SideReport,
     ) -> Self {
-        let cold_keys = scenario.cold_keys().max(1) as f64;
-        let judged = |side: &SideReport| {
-            let (n, [one, many]) = side.judged();
-            let rate = match n as f64 / cold_keys {
-                1.0 => format!("1 {one}"),
-                rate => format!("{} {many}", decimal(rate)),
-            };
-            let timeouts = side
-                .sqlite
-                .map(|s| format!(", {} timeouts", group(s.timeouts)));
-            let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
-            format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
-        };
-        let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
-        let ratio = match ours {
-            0 => String::new(),
-            n => format!(" — {}x the {what}", decimal(theirs as f64 / n as f64)),
-        };
+        let rounds = args.rounds + if args.outage { 2 } else { 0 };
+        let verdict = verdict(&corral, &naive, args.keys * rounds);
+        let (callers, keys) = (args.callers, args.keys);
         Self {
-            callers: scenario.callers,
-            keys: scenario.keys,
-            rounds: scenario.rounds,
-            verdict: format!("{}; {}{ratio}", judged(&corral), judged(&naive)),
-            setting: at,
+            callers,
+            keys,
+            rounds,
+            setting,
             corral,
             naive,
+            verdict,
+            title,
+            limits,
         }
     }
 
-    fn title(&self) -> String {
-        let (callers, keys, rounds) = (group(self.callers), group(self.keys), group(self.rounds));
-        let shape = format!("corral herd: {callers} callers on {keys} cold keys, {rounds} rounds");
-        match &self.setting {
-            Setting::Embedded {
-                database: db,
-                budget,
-                zipf,
-                adaptive,
-            } => format!(
-                "{shape} (in process, keys {})\nsource: SQLite, {} orders of {} users (seeded in {:.0} ms); \
-                 one fill query {:.1} ms; pool of {} connections per side, wait ≤ {} ms; \
-                 corral's fill budget: {}",
-                match zipf {
-                    0.0 => "uniform".to_owned(),
-                    s => format!("Zipf s = {s}"),
-                },
-                group(db.rows),
-                group(db.users),
-                db.seed_ms,
-                db.query_ms,
-                db.pool_size,
-                group(db.pool_wait_ms),
-                match (budget, adaptive) {
-                    (0, _) => "none".to_owned(),
-                    (n, None) => format!("{n} fills at once"),
-                    (n, Some((max, [p10, p50, p90]))) => format!(
-                        "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
-                    ),
-                },
-            ),
-            Setting::Redis {
-                processes,
-                fill_ms,
-                budget,
-            } => format!(
-                "{shape}, in {processes} processes per side sharing one Redis\n\
-                 source: a server holding each call {fill_ms} ms; corral's fill budget: {budget}"
-            ),
-        }
-    }
-}
-
-impl Report for Comparison {
-    /// Every failed call, but the naive side's timeouts waiting for a
-    /// connection: those are the comparison.
-    fn failures(&self) -> u64 {
-        let timeouts = self.naive.sqlite.map_or(0, |s| s.timeouts);
-        self.corral.failures + self.naive.failures.saturating_sub(timeouts)
+    /// corral's calls that failed: the naive side's are the comparison.
+    pub(crate) fn failures(&self) -> u64 {
+        self.corral.failures
     }
 
-    fn table(&self) -> String {
+    /// The title, the table and the verdict.
+    pub(crate) fn table(&self) -> String {
         let (c, n) = (&self.corral, &self.naive);
-        let dash = || "-".to_owned();
         // A row measured on the naive side is measured on corral's.
         let rows = c.cells().into_iter().zip(n.cells());
         let rows = rows.filter_map(|((label, c), (_, n))| {
-            Some(vec![label.into(), c?, n.unwrap_or_else(dash)])
+            Some(vec![label.into(), c?, n.unwrap_or_else(|| "-".into())])
         });
         let table = render("|corral|naive cache-aside", rows);
-        let mut out = format!("{}\n\n{table}\n{}\n", self.title(), self.verdict);
-        for side in [c, n] {
-            let first = side.first_failure.as_deref();
-            out.push_str(&failure_line(side.side, side.failures, first));
+        let mut out = format!("{}\n\n{table}", self.title);
+        if !c.rounds.is_empty() {
+            let header = "|corral ok|fail-safe|errors|source calls|naive ok|errors|source calls";
+            let rows = c.rounds.iter().zip(&n.rounds).enumerate();
+            let rows = rows.map(|(i, (c, n))| {
+                let state = if c.source_up { "up" } else { "DOWN" };
+                let corral = [c.answered, c.fail_safe, c.errors, c.source_calls];
+                let naive = [n.answered, n.errors, n.source_calls];
+                let label = format!("round {} (source {state})", i + 1);
+                let figures = corral.into_iter().chain(naive).map(group);
+                std::iter::once(label).chain(figures).collect()
+            });
+            out.push_str(&format!("\n{}", render(header, rows)));
+        }
+        out.push_str(&format!("\n{}\n", self.verdict));
+        for side in [c, n].into_iter().filter(|side| side.failures > 0) {
+            let first = side.first_failure.as_deref().unwrap_or("?");
+            let (name, failed) = (side.side, group(side.failures));
+            out.push_str(&format!("{name}: {failed} calls failed; first: {first}\n"));
         }
         out
     }
+
+    /// The sides over time, and the limits at the source.
+    pub(crate) fn picture(&self) -> Picture<'_> {
+        let title = self.title.lines().next().unwrap_or_default();
+        let sides = [&self.corral, &self.naive].map(|side| (side.side, &side.timeline[..]));
+        let limits = &self.limits;
+        Picture {
+            title,
+            sides,
+            limits,
+        }
+    }
 }
 
-/// `side: N calls failed; first: ...` and a newline, or nothing.
-pub(crate) fn failure_line(side: &str, failures: u64, first: Option<&str>) -> String {
-    match first {
-        Some(first) => format!("{side}: {} calls failed; first: {first}\n", group(failures)),
-        None if failures > 0 => format!("{side}: {} calls failed\n", group(failures)),
-        None => String::new(),
-    }
+/// What the figures mean, in words true whichever side wins: each side's
+/// calls of the source per cold key, who called it more, who answered.
+fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
+    let per_key = |side: &SideReport| {
+        let (n, [one, many]) = side.judged();
+        let rate = match n as f64 / cold_keys as f64 {
+            1.0 => format!("1 {one}"),
+            rate => format!("{} {many}", decimal(rate)),
+        };
+        let timeouts = side.timeouts.map(|n| format!(", {} timeouts", group(n)));
+        let (name, n, timeouts) = (side.side, group(n), timeouts.unwrap_or_default());
+        format!("{name}: {rate} per cold key per round ({n} total){timeouts}")
+    };
+    let ((ours, [_, what]), (theirs, _)) = (corral.judged(), naive.judged());
+    let names = ["corral", "the naive side"];
+    let ([more, less], [m, l]) = match ours >= theirs {
+        true => (names, [ours, theirs]),
+        false => ([names[1], names[0]], [theirs, ours]),
+    };
+    let ran = match l {
+        _ if m == l => format!("both ran {} {what}", group(m)),
+        0 => format!("{more} ran {} {what}, {less} none", group(m)),
+        _ => format!(
+            "{more} ran {}x as many {what} as {less}",
+            decimal(m as f64 / l as f64)
+        ),
+    };
+    let share = |side: &SideReport| format!("{} of {}", group(side.successes), group(side.calls));
+    let answered = match [corral, naive].map(|side| side.successes == side.calls) {
+        [true, true] => "both answered every call".to_owned(),
+        [false, false] => {
+            let (ours, theirs) = (share(corral), share(naive));
+            format!("corral answered {ours} calls, the naive side {theirs}")
+        }
+        [corral_all, _] => {
+            let (all, part) = if corral_all {
+                (corral, naive)
+            } else {
+                (naive, corral)
+            };
+            let [all_name, part_name] =
+                [all, part].map(|side| names[usize::from(side.side != "corral")]);
+            format!(
+                "{all_name} answered every call, {part_name} {}",
+                share(part)
+            )
+        }
+    };
+    format!(
+        "{}; {} — {ran}; {answered}",
+        per_key(corral),
+        per_key(naive)
+    )
 }
 
 /// A table under `header` (cells separated by `|`): labels left-aligned,
 /// figures right-aligned.
-pub(crate) fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
+fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
     let mut table = Table::new();
     let header: Vec<&str> = header.split('|').collect();
-    table
-        .load_style(presets::ASCII_MARKDOWN)
-        .set_header(header)
-        .add_rows(rows);
+    table.load_style(presets::ASCII_MARKDOWN);
+    table.set_header(header).add_rows(rows);
     for column in table.column_iter_mut().skip(1) {
         column.set_cell_alignment(CellAlignment::Right);
     }
@@ -343,31 +315,47 @@ mod tests {
     }
 
     #[test]
-    fn the_table_and_verdict_set_the_sides_side_by_side() {
-        let fill = std::time::Duration::ZERO;
-        let scenario = Scenario {
-            callers: 100,
-            keys: 2,
-            rounds: 3,
-            fill,
+    fn the_verdict_stays_true_whichever_side_wins() {
+        let args = HerdArgs::from_flags("--callers 100 --keys 2");
+        let side = |side, fills, successes| {
+            let failures = 300 - successes;
+            let tally = Tally {
+                successes,
+                failures,
+                ..Tally::default()
+            };
+            SideReport::new(side, 300, fills, tally)
         };
-        let side = |name, fills| SideReport::new(name, scenario, fills, Tally::default());
-        let setting = Setting::Redis {
-            processes: 2,
-            fill_ms: 0,
-            budget: "none".to_owned(),
+        let verdict = |corral, naive| {
+            let setting = (serde_json::Value::Null, "title".to_owned(), Vec::new());
+            Comparison::new(&args, setting, corral, naive)
         };
-        let comparison = Comparison::new(scenario, setting, side("corral", 6), side("naive", 300));
+        let won = verdict(side("corral", 6, 300), side("naive", 300, 100));
         assert_eq!(
-            comparison.verdict,
-            "corral: 1 fill per cold key per round (6 total); naive: 50 fills per cold key per round (300 total) — 50x the fills"
+            won.verdict,
+            "corral: 1 fill per cold key per round (6 total); naive: 50 fills per cold key \
+             per round (300 total) — the naive side ran 50x as many fills as corral; corral \
+             answered every call, the naive side 100 of 300"
         );
-        let table = comparison.table();
-        let fills = "| source calls (fill attempts) |      6 |               300 |";
+        let table = won.table();
+        let fills = "| source calls (fill attempts)       |       6 |               300 |";
         assert!(table.contains(fills), "{table}");
         assert!(
             !table.contains("SQLite"),
             "no SQLite rows without SQLite: {table}"
         );
+        let lost = verdict(side("corral", 24, 299), side("naive", 12, 300)).verdict;
+        let words = "corral ran 2x as many fills as the naive side; the naive side answered \
+                     every call, corral 299 of 300";
+        assert!(lost.ends_with(words), "{lost}");
+        let even = verdict(side("corral", 6, 300), side("naive", 6, 300)).verdict;
+        assert!(
+            even.ends_with("both ran 6 fills; both answered every call"),
+            "{even}"
+        );
+        let neither = verdict(side("corral", 0, 1), side("naive", 7, 2)).verdict;
+        let words = "the naive side ran 7 fills, corral none; corral answered 1 of 300 calls, \
+                     the naive side 2 of 300";
+        assert!(neither.ends_with(words), "{neither}");
     }
 }

@@ -1,37 +1,40 @@
-//! The stampede itself: its shape, the sources of truth ([`Load`]), the two
-//! caches under test (corral and a naive cache-aside), and the callers of
-//! one round, released together (`corral-testkit`'s [`Callers`]).
+//! The stampede itself: what a source of truth is ([`Load`]), the
+//! sleeping [`Source`], the two caches under test (corral and a naive
+//! cache-aside), and the callers of one round, released together
+//! (`corral-testkit`'s [`Callers`]).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral_testkit::{Callers, Tally};
 
-/// `callers` concurrent callers per round on `keys` cold keys (caller `i`
-/// asks for key `i % keys`), `rounds` times, each round on fresh keys.
-#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
-pub(crate) struct Scenario {
-    pub(crate) callers: u64,
-    pub(crate) keys: u64,
-    pub(crate) rounds: u64,
-    /// How long one call of the sleeping source takes.
-    pub(crate) fill: Duration,
-}
-
-impl Scenario {
-    /// Cold keys over the whole run.
-    pub(crate) fn cold_keys(&self) -> u64 {
-        self.keys * self.rounds
-    }
-}
+use super::plot::{Gauge, Timeline};
+use super::HerdArgs;
+use corral::FillBudget;
 
 /// The `keys` keys of one round; `prefix` keeps runs, sides and rounds apart.
 pub(crate) fn round_keys(prefix: &str, keys: u64) -> Vec<String> {
     (0..keys).map(|k| format!("herd:{prefix}:k{k}")).collect()
+}
+
+/// corral's fill budget of `limit` fills at once (none for 0). Queued fills
+/// wait as long as the run may take: the demo counts callers answered, not
+/// callers turned away. In process it adapts up to `--adaptive-max`; with
+/// `--redis --fleet` it is one budget for every process, counted in Redis.
+pub(crate) fn fill_budget(args: &HerdArgs, limit: u64) -> anyhow::Result<Option<FillBudget>> {
+    if limit == 0 {
+        return Ok(None);
+    }
+    let budget = FillBudget::new(usize::try_from(limit)?).max_wait(Duration::from_secs(600));
+    Ok(Some(match (&args.redis, args.adaptive_max) {
+        (None, Some(max)) => budget.adaptive(1, usize::try_from(max)?),
+        (Some(_), _) if args.fleet => budget.fleet("herd-source")?,
+        _ => budget,
+    }))
 }
 
 /// A source of truth: what a fill calls. Its values start with their key.
@@ -39,56 +42,23 @@ pub(crate) trait Load: Send + Sync + 'static {
     fn load(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
 }
 
-/// The sleeping source of truth of the Redis and outage runs: every call
-/// is counted and takes the fill time.
-#[derive(Debug)]
+/// The sleeping source of the Redis and outage runs: each call is counted,
+/// takes `fill` and fails while the source is `down`.
+#[derive(Debug, Default)]
 pub(crate) struct Source {
-    calls: AtomicU64,
-    fill: Duration,
-}
-
-impl Source {
-    pub(crate) fn new(fill: Duration) -> Self {
-        let calls = AtomicU64::new(0);
-        Self { calls, fill }
-    }
-
-    pub(crate) fn calls(&self) -> u64 {
-        self.calls.load(Relaxed)
-    }
+    pub(crate) calls: AtomicU64,
+    pub(crate) fill: Duration,
+    pub(crate) down: AtomicBool,
+    pub(crate) timeline: Arc<Timeline>,
 }
 
 impl Load for Source {
     async fn load(&self, key: &str) -> anyhow::Result<String> {
         self.calls.fetch_add(1, Relaxed);
+        let _running = self.timeline.enter(Gauge::Running);
         tokio::time::sleep(self.fill).await;
+        anyhow::ensure!(!self.down.load(Relaxed), "the source is down");
         Ok(format!("{key} → its value"))
-    }
-}
-
-/// Calls running at a source now, and the most at once since last taken:
-/// what a source counts of itself.
-#[derive(Debug, Default)]
-pub(crate) struct AtOnce {
-    running: AtomicU64,
-    most: AtomicU64,
-}
-
-impl AtOnce {
-    /// A call starts.
-    pub(crate) fn enter(&self) {
-        let now = self.running.fetch_add(1, Relaxed) + 1;
-        self.most.fetch_max(now, Relaxed);
-    }
-
-    /// A call ends.
-    pub(crate) fn leave(&self) {
-        self.running.fetch_sub(1, Relaxed);
-    }
-
-    /// The most at once since the last time taken.
-    pub(crate) fn take_most(&self) -> u64 {
-        self.most.swap(0, Relaxed)
     }
 }
 
@@ -102,6 +72,16 @@ fn is_value_of(key: &str, value: &str) -> bool {
 /// A cache under test: reads `key`, filling it from its source on a miss.
 pub(crate) trait Contender: Send + Sync + 'static {
     fn get(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
+
+    /// What the cache counted of itself, if it counts.
+    fn stats(&self) -> Option<corral::Stats> {
+        None
+    }
+
+    /// Callers answered by fail-safe so far, if it counts them.
+    fn fail_safe(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// corral's `get_or_fill` over a source.
@@ -116,6 +96,10 @@ impl<S: Load> Contender for CorralSide<S> {
         let fill = move || async move { source.load(&owned).await };
         let value = self.cache.get_or_fill(key, fill).await;
         value.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))
+    }
+
+    fn stats(&self) -> Option<corral::Stats> {
+        Some(self.cache.stats())
     }
 }
 
@@ -162,34 +146,45 @@ impl<S: Load> Contender for NaiveSide<S> {
 
 /// Spawns a caller for each `i` in `callers`, asking `contender` for
 /// `keys[i % keys.len()]` once released; a caller succeeds if it gets its
-/// key's value.
+/// key's value, and says so to `timeline`.
 pub(crate) fn arm<C: Contender>(
     contender: &Arc<C>,
     keys: &[String],
     callers: impl Iterator<Item = u64>,
+    timeline: &Arc<Timeline>,
 ) -> Callers {
     Callers::arm(callers.map(|caller| {
         let key = keys[usize::try_from(caller).unwrap_or(0) % keys.len().max(1)].clone();
-        let contender = Arc::clone(contender);
+        let (contender, timeline) = (Arc::clone(contender), Arc::clone(timeline));
         move || async move {
-            match contender.get(&key).await {
+            let outcome = match contender.get(&key).await {
                 Ok(value) if is_value_of(&key, &value) => Ok(()),
                 Ok(value) => Err(format!("caller {caller}: wrong value {value:?} for {key}")),
                 Err(error) => Err(format!("caller {caller}: {error:#}")),
-            }
+            };
+            timeline.answer(outcome.is_ok());
+            outcome
         }
     }))
 }
 
-/// One round in this process: callers `0..callers`, released together; fails
-/// if a caller task panicked.
+/// Releases `callers` as a round of `timeline`; fails if a caller task
+/// panicked.
+pub(crate) async fn release(callers: Callers, timeline: &Timeline) -> anyhow::Result<Tally> {
+    timeline.begin_round();
+    let tally = callers.release().await.context("a caller task panicked");
+    timeline.end_round();
+    tally
+}
+
+/// One round in this process: callers `0..callers`, released together.
 pub(crate) async fn run_round<C: Contender>(
     on: &Arc<C>,
     callers: u64,
     keys: &[String],
+    timeline: &Arc<Timeline>,
 ) -> anyhow::Result<Tally> {
-    let round = arm(on, keys, 0..callers).release().await;
-    round.context("a caller task panicked")
+    release(arm(on, keys, 0..callers, timeline), timeline).await
 }
 
 #[cfg(test)]
@@ -207,13 +202,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_fails_on_an_error_or_another_key_s_value() {
-        let keys = round_keys("t", 3);
-        let tally = run_round(&Arc::new(Echo), 7, &keys).await.expect("round");
+        let (keys, timeline) = (round_keys("t", 3), Arc::default());
+        let tally = run_round(&Arc::new(Echo), 7, &keys, &timeline).await;
+        let tally = tally.expect("round");
         // Callers 0, 3, 6 ask for k0 (right), 1 and 4 for k1 (handed
         // k0's value), 2 and 5 for k2 (an error).
         assert_eq!((tally.successes, tally.failures), (3, 4));
         let first = tally.first_failure.expect("a failure");
         let either = first.contains("wrong value") || first.contains("no herd:t:k2");
         assert!(either, "{first}");
+        let buckets = timeline.take();
+        let answered = buckets.iter().map(|b| b.answered).sum::<u64>();
+        assert_eq!((answered, buckets.iter().map(|b| b.failed).sum()), (3, 4));
     }
 }

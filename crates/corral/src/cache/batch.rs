@@ -21,7 +21,7 @@ use crate::data::freshness::{Fetched, Judged, Standing};
 use crate::data::key::validate_key;
 use crate::data::policy::FillOptions;
 use crate::flight::batch::{BatchLeader, Led};
-use crate::state::flight::Claim;
+use crate::state::flight::{Claim, Flight};
 use crate::state::inner::outcome_to_result;
 use crate::stats::Counters;
 
@@ -33,6 +33,12 @@ pub struct Batch<V, E> {
 }
 
 impl<V, E> Batch<V, E> {
+    /// Every key of `keys` answered with `error()`.
+    fn every(keys: Vec<String>, error: impl Fn() -> Error<E>) -> Self {
+        let results = keys.into_iter().map(|key| (key, Err(error()))).collect();
+        Self { results }
+    }
+
     /// The answer for `key`, if it was asked.
     pub fn get(&self, key: &str) -> Option<&Result<V, Error<E>>> {
         self.results.get(key)
@@ -198,6 +204,9 @@ where
         GetMany::new(self, keys, fill_many)
     }
 
+    /// Answers `keys`: at once where the L1 or a flight just finished
+    /// answers, otherwise by the flights this call joins or leads (those it
+    /// leads settled by one [`BatchLeader`] filling through `fill_many`).
     async fn fill_many<F, Fut, A, E>(
         &self,
         keys: Vec<String>,
@@ -211,58 +220,20 @@ where
         A: FillOutput<V>,
         E: Send + Sync + 'static,
     {
-        let mut results = HashMap::with_capacity(keys.len());
         let Ok(runtime) = Handle::try_current() else {
-            for key in keys {
-                results.insert(key, Err(Error::NoRuntime));
-            }
-            return Batch { results };
+            return Batch::every(keys, || Error::NoRuntime);
         };
         if let Some(Err(invalid)) = options.tags.as_deref().map(validate_tags) {
-            for key in keys {
-                results.insert(key, Err(invalid.into()));
-            }
-            return Batch { results };
+            return Batch::every(keys, || invalid.into());
         }
-        let inner = &self.inner;
-        let mut waits = Vec::new();
-        let mut led: Led<V> = Vec::new();
-        let mut seen = HashSet::with_capacity(keys.len());
-        for key in &keys {
-            let key = key.as_str();
-            if !seen.insert(key) {
-                continue;
-            }
-            if let Err(invalid) = validate_key(key) {
-                results.insert(key.to_owned(), Err(invalid.into()));
-                continue;
-            }
-            if let Some(value) = self.local_hit(key) {
-                results.insert(key.to_owned(), Ok(value));
-                continue;
-            }
-            let recheck = || {
-                self.inner
-                    .judge_in_l1(key)
-                    .filter(|judged| judged.standing == Standing::Fresh)
-                    .map(Judged::into_fetched)
-            };
-            match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
-                Claim::Ready(fetched) => {
-                    inner.counters().served(fetched.freshness);
-                    results.insert(key.to_owned(), fetched.value.ok_or(Error::NotFound));
-                }
-                Claim::Join(flight) => {
-                    Counters::bump(&inner.counters().coalesced);
-                    waits.push((key.to_owned(), flight));
-                }
-                Claim::Lead(leadership) => {
-                    waits.push((key.to_owned(), Arc::clone(leadership.flight())));
-                    led.push((key.to_owned(), leadership));
-                }
-            }
-        }
+        let Claims {
+            mut results,
+            waits,
+            led,
+        } = self.claim_each::<E>(&keys);
         if !led.is_empty() {
+            // The batch fill as the leader calls it: its values or answers
+            // read as `Answer`s, its error typed by `cause`.
             let fill_many = Arc::new(move |keys| {
                 let filling = fill_many(keys);
                 async move {
@@ -276,7 +247,7 @@ where
                     Ok::<_, FillError<E>>(answers)
                 }
             });
-            BatchLeader::spawn(inner, &runtime, fill_many, &options, led);
+            BatchLeader::spawn(&self.inner, &runtime, fill_many, &options, led);
         }
         for (key, flight) in waits {
             let answer = outcome_to_result(flight.wait().await)
@@ -285,6 +256,69 @@ where
         }
         Batch { results }
     }
+
+    /// Each distinct key of `keys` answered at once (invalid, an L1 hit, a
+    /// flight that just finished) or claimed: a flight joined, or led.
+    fn claim_each<E>(&self, keys: &[String]) -> Claims<V, E>
+    where
+        E: Send + Sync + 'static,
+    {
+        let inner = &self.inner;
+        let mut claims = Claims {
+            results: HashMap::with_capacity(keys.len()),
+            waits: Vec::new(),
+            led: Vec::new(),
+        };
+        let mut seen = HashSet::with_capacity(keys.len());
+        for key in keys {
+            let key = key.as_str();
+            if !seen.insert(key) {
+                continue;
+            }
+            if let Err(invalid) = validate_key(key) {
+                claims.results.insert(key.to_owned(), Err(invalid.into()));
+                continue;
+            }
+            if let Some(value) = self.local_hit(key) {
+                claims.results.insert(key.to_owned(), Ok(value));
+                continue;
+            }
+            let recheck = || {
+                self.inner
+                    .judge_in_l1(key)
+                    .filter(|judged| judged.standing == Standing::Fresh)
+                    .map(Judged::into_fetched)
+            };
+            match inner.flights().claim(key, TypeId::of::<E>(), recheck) {
+                Claim::Ready(fetched) => {
+                    inner.counters().served(fetched.freshness);
+                    let answer = fetched.value.ok_or(Error::NotFound);
+                    claims.results.insert(key.to_owned(), answer);
+                }
+                Claim::Join(flight) => {
+                    Counters::bump(&inner.counters().coalesced);
+                    claims.waits.push((key.to_owned(), flight));
+                }
+                Claim::Lead(leadership) => {
+                    claims
+                        .waits
+                        .push((key.to_owned(), Arc::clone(leadership.flight())));
+                    claims.led.push((key.to_owned(), leadership));
+                }
+            }
+        }
+        claims
+    }
+}
+
+/// What [`Cache::claim_each`] made of a batch's keys.
+struct Claims<V: Clone, E> {
+    /// The keys answered at once.
+    results: HashMap<String, Result<V, Error<E>>>,
+    /// The flights to wait for (joined or led), by key.
+    waits: Vec<(String, Arc<Flight<Fetched<V>>>)>,
+    /// The flights this call leads.
+    led: Led<V>,
 }
 
 type Filling<'a, V, E> = Pin<Box<dyn Future<Output = Batch<V, E>> + Send + 'a>>;

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use super::fields::FIELDS;
+use super::table::Field;
 use super::CacheConfig;
 use crate::data::error::ConfigError;
 
 /// How a variable's value is read.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Kind {
     Text,
     List,
@@ -20,47 +22,6 @@ pub(super) enum Kind {
     Numbers,
     Duration,
 }
-
-/// Every field read from a variable, and how. A process-wide field (see
-/// [`CacheConfig::is_process_field`]) is set for the whole process only.
-pub(super) const FIELDS: &[(&str, Kind)] = &[
-    ("redis_url", Kind::Text),
-    ("redis_cluster_urls", Kind::List),
-    ("redis_sentinel_master", Kind::Text),
-    ("redis_sentinel_urls", Kind::List),
-    ("redis_master_user", Kind::Text),
-    ("redis_master_password", Kind::Text),
-    ("l1", Kind::Bool),
-    ("backplane", Kind::Bool),
-    ("l1_lifetime", Kind::Duration),
-    ("version", Kind::Number),
-    ("also_invalidate_versions", Kind::Numbers),
-    ("ttl", Kind::Duration),
-    ("jitter", Kind::Number),
-    ("grace", Kind::Duration),
-    ("eager_refresh", Kind::Number),
-    ("fail_safe", Kind::Duration),
-    ("fail_safe_throttle", Kind::Duration),
-    ("fill_timeout", Kind::Duration),
-    ("soft_timeout", Kind::Duration),
-    ("negative_ttl", Kind::Duration),
-    ("lease_ttl", Kind::Duration),
-    ("poll_interval", Kind::Duration),
-    ("tag_retention", Kind::Duration),
-    ("refresh_limit", Kind::Number),
-    ("metrics_interval", Kind::Duration),
-    ("trace_raw_keys", Kind::Bool),
-    ("store_timeout", Kind::Duration),
-    ("redis_connect_timeout", Kind::Duration),
-    ("redis_health_interval", Kind::Duration),
-    ("redis_tcp_keepalive", Kind::Duration),
-    ("max_entries", Kind::Number),
-    ("max_bytes", Kind::Number),
-    ("max_value_bytes", Kind::Number),
-    ("circuit_breaker", Kind::Bool),
-    ("breaker_failures", Kind::Number),
-    ("breaker_cool_down", Kind::Duration),
-];
 
 /// The key of cache `name`'s section: lowercase, `-` and `.` read as `_`
 /// (the form a variable's name can spell).
@@ -84,7 +45,7 @@ pub(super) fn from_vars<'a>(
             continue;
         };
         let rest = rest.to_ascii_lowercase();
-        let (section, field, kind) = match field_of(&rest) {
+        let (section, field) = match field_of(&rest) {
             Some(found) => found,
             None => {
                 return Err(ConfigError::new(format!(
@@ -92,24 +53,25 @@ pub(super) fn from_vars<'a>(
                      {prefix}<CACHE>_<FIELD>, FIELD one of {})",
                     FIELDS
                         .iter()
-                        .map(|(f, _)| f.to_ascii_uppercase())
+                        .map(|field| field.name.to_ascii_uppercase())
                         .collect::<Vec<_>>()
                         .join(", ")
                 )))
             }
         };
-        if section.is_some() && CacheConfig::is_process_field(field) {
+        if section.is_some() && field.process {
             return Err(ConfigError::new(format!(
-                "{name}: {field} is set for the whole process ({prefix}{}), not per cache: \
+                "{name}: {} is set for the whole process ({prefix}{}), not per cache: \
                  the caches of a process share one store",
-                field.to_ascii_uppercase()
+                field.name,
+                field.name.to_ascii_uppercase()
             )));
         }
         let trimmed = value.trim();
         if trimmed.is_empty() {
             continue;
         }
-        let one = read_one(name, field, kind, trimmed)?;
+        let one = read_one(name, field, trimmed)?;
         config = match section {
             None => config.overlay(one),
             Some(section) => config.overlay(CacheConfig::default().cache(section, one)),
@@ -118,26 +80,27 @@ pub(super) fn from_vars<'a>(
     Ok(config)
 }
 
-/// The section (a cache's name, `None`: global), field and kind a
-/// variable's lowercase name without its prefix names. A global field
-/// wins; otherwise the longest field the name ends with (`users_fill_timeout`:
+/// The section (a cache's name, `None`: global) and field a variable's
+/// lowercase name without its prefix names. A global field wins;
+/// otherwise the longest field the name ends with (`users_fill_timeout`:
 /// cache `users`, field `fill_timeout`).
-fn field_of(rest: &str) -> Option<(Option<&str>, &'static str, Kind)> {
-    if let Some((field, kind)) = FIELDS.iter().find(|(known, _)| *known == rest) {
-        return Some((None, field, *kind));
+fn field_of(rest: &str) -> Option<(Option<&str>, &'static Field)> {
+    if let Some(field) = FIELDS.iter().find(|field| field.name == rest) {
+        return Some((None, field));
     }
     FIELDS
         .iter()
-        .filter_map(|(field, kind)| {
-            let section = rest.strip_suffix(field)?.strip_suffix('_')?;
-            (!section.is_empty()).then_some((Some(section), *field, *kind))
+        .filter_map(|field| {
+            let section = rest.strip_suffix(field.name)?.strip_suffix('_')?;
+            (!section.is_empty()).then_some((Some(section), field))
         })
-        .max_by_key(|(_, field, _)| field.len())
+        .max_by_key(|(_, field)| field.name.len())
 }
 
 /// The config that variable `name` sets: its one `field`, read from
-/// `value` (not blank) as `kind`.
-fn read_one(name: &str, field: &str, kind: Kind, value: &str) -> Result<CacheConfig, ConfigError> {
+/// `value` (not blank) as the field's kind.
+fn read_one(name: &str, field: &Field, value: &str) -> Result<CacheConfig, ConfigError> {
+    let kind = field.kind;
     // The value of a URL variable may hold a password: never shown.
     let shown = match kind {
         Kind::Text | Kind::List => String::new(),
@@ -179,7 +142,7 @@ fn read_one(name: &str, field: &str, kind: Kind, value: &str) -> Result<CacheCon
     };
     // One variable at a time, so an error names its variable.
     let mut table = toml::Table::new();
-    table.insert(field.to_owned(), value);
+    table.insert(field.name.to_owned(), value);
     CacheConfig::deserialize(table)
         .map_err(|e| ConfigError::new(format!("{name}: {}{shown}", one_line(&e.to_string()))))
 }
@@ -199,11 +162,11 @@ pub(super) fn from_toml(text: &str) -> Result<CacheConfig, ConfigError> {
 /// The form a duration is written in, for error messages.
 const DURATION_FORM: &str = r#"a duration with a unit (ms, s, m, h or d), like "60s""#;
 
-/// Deserializes an optional duration written as a number and a unit.
-pub(super) fn duration<'de, D: Deserializer<'de>>(
+/// Deserializes a duration written as a number and a unit.
+pub(super) fn read_duration<'de, D: Deserializer<'de>>(
     deserializer: D,
-) -> Result<Option<Duration>, D::Error> {
-    deserializer.deserialize_any(DurationVisitor).map(Some)
+) -> Result<Duration, D::Error> {
+    deserializer.deserialize_any(DurationVisitor)
 }
 
 /// Reads a duration string; any other type is an error that shows the
@@ -283,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_variable_names_a_global_field_or_a_caches() {
-        let field = |rest| field_of(rest).map(|(section, field, _)| (section, field));
+        let field = |rest| field_of(rest).map(|(section, field)| (section, field.name));
         assert_eq!(field("ttl"), Some((None, "ttl")));
         assert_eq!(field("negative_ttl"), Some((None, "negative_ttl")));
         assert_eq!(field("users_ttl"), Some((Some("users"), "ttl")));
@@ -305,20 +268,22 @@ mod tests {
 
     #[test]
     fn each_process_field_is_named_beside_its_own_value() {
-        for (field, _) in CacheConfig::default().process_fields() {
-            let value = match FIELDS.iter().find(|(name, _)| *name == field) {
-                Some((_, Kind::Duration)) => "1s",
-                Some((_, Kind::List)) => "redis://a:1,redis://b:1",
-                Some(_) => "redis://a:1",
-                None => panic!("{field} is not a field"),
+        let process: Vec<&Field> = FIELDS.iter().filter(|field| field.process).collect();
+        assert_eq!(process.len(), 9, "{process:?}");
+        for field in process {
+            let value = match field.kind {
+                Kind::Duration => "1s",
+                Kind::List => "redis://a:1,redis://b:1",
+                _ => "redis://a:1",
             };
-            let name = format!("C_{}", field.to_ascii_uppercase());
+            let name = format!("C_{}", field.name.to_ascii_uppercase());
             let config = from_vars("C_", [(name.as_str(), value)].into_iter())
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert_eq!(config.process_fields_set(), [field], "{name}");
-            assert!(CacheConfig::is_process_field(field));
+            let set: Vec<&Field> = config.fields_set().collect();
+            assert_eq!(set, [field], "{name}");
         }
-        assert!(!CacheConfig::is_process_field("ttl"));
+        let ttl = FIELDS.iter().find(|field| field.name == "ttl");
+        assert!(ttl.is_some_and(|field| !field.process));
     }
 
     #[test]

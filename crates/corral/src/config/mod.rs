@@ -66,157 +66,18 @@
 
 mod caches;
 mod env;
-mod setters;
+mod fields;
+mod table;
 
 use std::borrow::Borrow;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
-
 pub use self::caches::Caches;
-use self::env::{duration, section_key};
+use self::env::section_key;
+pub use self::fields::CacheConfig;
 use crate::cache::builder::CacheBuilder;
 use crate::cache::Cache;
 use crate::data::error::ConfigError;
-
-/// A cache's settings — or a process's, with a section per cache
-/// ([`cache`](Self::cache)) — as read from TOML or the environment, or set
-/// in code with the setters named after the fields.
-///
-/// `Debug` never shows the Redis URL's password, whatever bytes it holds.
-#[derive(Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[non_exhaustive]
-pub struct CacheConfig {
-    /// A Redis URL (`redis://[user:password@]host:port/[db]`): values are
-    /// shared through it. Unset: in process only.
-    pub redis_url: Option<String>,
-    /// Redis Cluster node URLs (instead of `redis_url`).
-    pub redis_cluster_urls: Option<Vec<String>>,
-    /// The name of a Redis Sentinel group's master (instead of `redis_url`;
-    /// with `redis_sentinel_urls`): values are shared through whichever
-    /// server is its master, followed across failovers.
-    pub redis_sentinel_master: Option<String>,
-    /// The URLs of the sentinels watching `redis_sentinel_master`
-    /// (`redis://[user:password@]host:port`; with `redis_sentinel_master`).
-    pub redis_sentinel_urls: Option<Vec<String>>,
-    /// The user that authenticates to the Sentinel group's master (with
-    /// `redis_master_password`; unset: the default user).
-    pub redis_master_user: Option<String>,
-    /// The password that authenticates to the Sentinel group's master
-    /// (the sentinels' own passwords are in their URLs). Never shown by
-    /// `Debug` or in errors.
-    pub redis_master_password: Option<String>,
-    /// With a store, also keep decoded values in process (the L1; default:
-    /// on with a store that has a backplane, see `CacheBuilder::l1`).
-    pub l1: Option<bool>,
-    /// Listen to the store's backplane (default on).
-    pub backplane: Option<bool>,
-    /// How long an L1 copy lives at most.
-    #[serde(default, deserialize_with = "duration")]
-    pub l1_lifetime: Option<Duration>,
-    /// How long a value is fresh.
-    #[serde(default, deserialize_with = "duration")]
-    pub ttl: Option<Duration>,
-    /// Random spread of TTLs, a fraction in `[0, 1]`.
-    pub jitter: Option<f64>,
-    /// How long past its TTL a value is served stale while one refresh runs.
-    #[serde(default, deserialize_with = "duration")]
-    pub grace: Option<Duration>,
-    /// The fraction of the TTL after which a background refresh starts.
-    pub eager_refresh: Option<f64>,
-    /// How long past its TTL a value is kept to serve if the fill fails.
-    #[serde(default, deserialize_with = "duration")]
-    pub fail_safe: Option<Duration>,
-    /// The hard limit of one fill.
-    #[serde(default, deserialize_with = "duration")]
-    pub fill_timeout: Option<Duration>,
-    /// With a fail-safe value at hand, how long callers wait for a fill.
-    #[serde(default, deserialize_with = "duration")]
-    pub soft_timeout: Option<Duration>,
-    /// How long a "not found" is cached.
-    #[serde(default, deserialize_with = "duration")]
-    pub negative_ttl: Option<Duration>,
-    /// The fill lease's time to live (renewed while a fill runs).
-    #[serde(default, deserialize_with = "duration")]
-    pub lease_ttl: Option<Duration>,
-    /// The bound of one store call.
-    #[serde(default, deserialize_with = "duration")]
-    pub store_timeout: Option<Duration>,
-    /// The bound of one connection attempt to Redis
-    /// ([`RedisConfig::connect_timeout`](crate::redis::RedisConfig::connect_timeout)).
-    #[serde(default, deserialize_with = "duration")]
-    pub redis_connect_timeout: Option<Duration>,
-    /// How often the Redis command and subscriber connections are checked
-    /// (`ROLE`, `PING`); one that gives no answer within `store_timeout` is
-    /// replaced
-    /// ([`RedisConfig::health_interval`](crate::redis::RedisConfig::health_interval)).
-    #[serde(default, deserialize_with = "duration")]
-    pub redis_health_interval: Option<Duration>,
-    /// TCP keepalive on the Redis connections: the first probe after this
-    /// long without traffic; `"0s"` turns it off
-    /// ([`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive)).
-    #[serde(default, deserialize_with = "duration")]
-    pub redis_tcp_keepalive: Option<Duration>,
-    /// The in-process bound, in entries
-    /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
-    pub max_entries: Option<u64>,
-    /// The in-process bound, in bytes of encoded values, instead of
-    /// entries ([`Capacity::Bytes`](crate::cache::builder::Capacity::Bytes); wins when
-    /// both are set).
-    pub max_bytes: Option<u64>,
-    /// The largest encoded value stored.
-    pub max_value_bytes: Option<usize>,
-    /// Whether the store's circuit breaker is on (default on with a store).
-    pub circuit_breaker: Option<bool>,
-    /// Consecutive failed store calls that open the breaker (default 5).
-    pub breaker_failures: Option<u32>,
-    /// How long an open breaker skips the store (default 5 s).
-    #[serde(default, deserialize_with = "duration")]
-    pub breaker_cool_down: Option<Duration>,
-    /// The schema version of the values
-    /// ([`CacheBuilder::version`]; default 0).
-    pub version: Option<u32>,
-    /// Versions whose namespaces this cache's invalidations also reach,
-    /// during a rolling deploy that changes `version`
-    /// ([`CacheBuilder::also_invalidate_versions`]). From the environment:
-    /// comma-separated (`CORRAL_USERS_ALSO_INVALIDATE_VERSIONS=2`).
-    pub also_invalidate_versions: Option<Vec<u32>>,
-    /// How long a fail-safe value is re-cached after a failed fill
-    /// ([`CacheBuilder::fail_safe_throttle`]; default 30 s).
-    #[serde(default, deserialize_with = "duration")]
-    pub fail_safe_throttle: Option<Duration>,
-    /// How often a process waiting for another's fill re-checks the store
-    /// without a notification ([`CacheBuilder::poll_interval`]; default
-    /// 250 ms).
-    #[serde(default, deserialize_with = "duration")]
-    pub poll_interval: Option<Duration>,
-    /// How long tag versions are kept in the store after their last use
-    /// ([`CacheBuilder::tag_retention`]; default 7 days).
-    #[serde(default, deserialize_with = "duration")]
-    pub tag_retention: Option<Duration>,
-    /// At most this many background refreshes at once
-    /// ([`CacheBuilder::refresh_limit`]; default 16).
-    pub refresh_limit: Option<usize>,
-    /// How often counters are copied into the `metrics` recorder (feature
-    /// `metrics`; `"0s"`: only on `Cache::export_metrics`; default 1 s;
-    /// without the feature: no effect).
-    #[serde(default, deserialize_with = "duration")]
-    pub metrics_interval: Option<Duration>,
-    /// Whether traces show raw keys instead of their hash
-    /// ([`CacheBuilder::trace_raw_keys`]; default no).
-    pub trace_raw_keys: Option<bool>,
-    /// Per-cache settings, by cache name: each over the settings above for
-    /// that cache only (TOML `[cache.users]`, variables
-    /// `CORRAL_USERS_TTL`; see [`for_cache`](Self::for_cache)). A section
-    /// sets no Redis URL or connection setting (the process's caches share
-    /// one store) and has no sections of its own. Names are matched
-    /// ignoring case, with `-` and `.` read as `_`. A section for a cache
-    /// that is never built is never read.
-    #[serde(default)]
-    pub cache: BTreeMap<String, CacheConfig>,
-}
 
 impl CacheConfig {
     /// Preset: in process only, values fresh for a minute, a hung source
@@ -345,47 +206,7 @@ impl CacheConfig {
             };
             cache.insert(name, merged);
         }
-        Self {
-            redis_url: over.redis_url.or(this.redis_url),
-            redis_cluster_urls: over.redis_cluster_urls.or(this.redis_cluster_urls),
-            redis_sentinel_master: over.redis_sentinel_master.or(this.redis_sentinel_master),
-            redis_sentinel_urls: over.redis_sentinel_urls.or(this.redis_sentinel_urls),
-            redis_master_user: over.redis_master_user.or(this.redis_master_user),
-            redis_master_password: over.redis_master_password.or(this.redis_master_password),
-            l1: over.l1.or(this.l1),
-            backplane: over.backplane.or(this.backplane),
-            l1_lifetime: over.l1_lifetime.or(this.l1_lifetime),
-            ttl: over.ttl.or(this.ttl),
-            jitter: over.jitter.or(this.jitter),
-            grace: over.grace.or(this.grace),
-            eager_refresh: over.eager_refresh.or(this.eager_refresh),
-            fail_safe: over.fail_safe.or(this.fail_safe),
-            fill_timeout: over.fill_timeout.or(this.fill_timeout),
-            soft_timeout: over.soft_timeout.or(this.soft_timeout),
-            negative_ttl: over.negative_ttl.or(this.negative_ttl),
-            lease_ttl: over.lease_ttl.or(this.lease_ttl),
-            store_timeout: over.store_timeout.or(this.store_timeout),
-            redis_connect_timeout: over.redis_connect_timeout.or(this.redis_connect_timeout),
-            redis_health_interval: over.redis_health_interval.or(this.redis_health_interval),
-            redis_tcp_keepalive: over.redis_tcp_keepalive.or(this.redis_tcp_keepalive),
-            max_entries: over.max_entries.or(this.max_entries),
-            max_bytes: over.max_bytes.or(this.max_bytes),
-            max_value_bytes: over.max_value_bytes.or(this.max_value_bytes),
-            circuit_breaker: over.circuit_breaker.or(this.circuit_breaker),
-            breaker_failures: over.breaker_failures.or(this.breaker_failures),
-            breaker_cool_down: over.breaker_cool_down.or(this.breaker_cool_down),
-            version: over.version.or(this.version),
-            also_invalidate_versions: over
-                .also_invalidate_versions
-                .or(this.also_invalidate_versions),
-            fail_safe_throttle: over.fail_safe_throttle.or(this.fail_safe_throttle),
-            poll_interval: over.poll_interval.or(this.poll_interval),
-            tag_retention: over.tag_retention.or(this.tag_retention),
-            refresh_limit: over.refresh_limit.or(this.refresh_limit),
-            metrics_interval: over.metrics_interval.or(this.metrics_interval),
-            trace_raw_keys: over.trace_raw_keys.or(this.trace_raw_keys),
-            cache,
-        }
+        over.fields_over(this, cache)
     }
 
     /// The settings of cache `name`: the global ones overlaid with its
@@ -414,6 +235,25 @@ impl CacheConfig {
         self
     }
 
+    /// Sets [`redis_sentinel_master`](Self::redis_sentinel_master) and
+    /// [`redis_sentinel_urls`](Self::redis_sentinel_urls).
+    #[must_use]
+    pub fn redis_sentinel(
+        self,
+        master: impl Into<String>,
+        urls: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        self.redis_sentinel_master(master).redis_sentinel_urls(urls)
+    }
+
+    /// Sets [`redis_master_user`](Self::redis_master_user) (`None`: the
+    /// default user) and [`redis_master_password`](Self::redis_master_password).
+    #[must_use]
+    pub fn redis_master_auth(mut self, user: Option<&str>, password: impl Into<String>) -> Self {
+        self.redis_master_user = user.map(str::to_owned);
+        self.redis_master_password(password)
+    }
+
     /// `self` with its sections keyed by [`section_key`] (sections whose
     /// names differ only by case, `-` or `.` overlaid in name order).
     fn normalized(mut self) -> Self {
@@ -435,61 +275,15 @@ impl CacheConfig {
                     "cache {name:?}: a cache's section has no sections of its own"
                 )));
             }
-            let set = section.process_fields_set();
-            if let Some(field) = set.first() {
+            if let Some(field) = section.fields_set().find(|field| field.process) {
                 return Err(ConfigError::new(format!(
-                    "cache {name:?}: {field} is set for the whole process, not per cache: \
-                     the caches of a process share one store"
+                    "cache {name:?}: {} is set for the whole process, not per cache: \
+                     the caches of a process share one store",
+                    field.name
                 )));
             }
         }
         Ok(())
-    }
-
-    /// The fields that describe the process's one store — set globally,
-    /// never per cache (every cache of a [`Caches`] shares the store) —
-    /// each beside whether this config sets it.
-    fn process_fields(&self) -> [(&'static str, bool); 9] {
-        [
-            ("redis_url", self.redis_url.is_some()),
-            ("redis_cluster_urls", self.redis_cluster_urls.is_some()),
-            (
-                "redis_sentinel_master",
-                self.redis_sentinel_master.is_some(),
-            ),
-            ("redis_sentinel_urls", self.redis_sentinel_urls.is_some()),
-            ("redis_master_user", self.redis_master_user.is_some()),
-            (
-                "redis_master_password",
-                self.redis_master_password.is_some(),
-            ),
-            (
-                "redis_connect_timeout",
-                self.redis_connect_timeout.is_some(),
-            ),
-            (
-                "redis_health_interval",
-                self.redis_health_interval.is_some(),
-            ),
-            ("redis_tcp_keepalive", self.redis_tcp_keepalive.is_some()),
-        ]
-    }
-
-    /// The process-wide fields this config sets.
-    fn process_fields_set(&self) -> Vec<&'static str> {
-        self.process_fields()
-            .into_iter()
-            .filter_map(|(field, set)| set.then_some(field))
-            .collect()
-    }
-
-    /// Whether `field` is one of the process-wide fields (see
-    /// [`process_fields`](Self::process_fields)).
-    fn is_process_field(field: &str) -> bool {
-        Self::default()
-            .process_fields()
-            .iter()
-            .any(|(name, _)| *name == field)
     }
 
     /// Applies the in-process settings to `builder` (everything but the
@@ -501,51 +295,6 @@ impl CacheConfig {
     {
         let config = self.for_cache(builder.name());
         config.apply_own(builder)
-    }
-
-    /// Applies this config's own fields (not its sections) to `builder`.
-    fn apply_own<V>(&self, mut builder: CacheBuilder<V>) -> CacheBuilder<V>
-    where
-        V: Clone + Send + Sync + 'static,
-    {
-        macro_rules! set {
-            ($($field:ident => $method:ident),* $(,)?) => {
-                $( if let Some(value) = self.$field.clone() { builder = builder.$method(value); } )*
-            };
-        }
-        set! {
-            l1 => l1, backplane => backplane, l1_lifetime => l1_lifetime, ttl => ttl,
-            jitter => jitter, grace => grace, eager_refresh => eager_refresh,
-            fail_safe => fail_safe, fill_timeout => fill_timeout,
-            soft_timeout => soft_timeout, negative_ttl => negative_ttl,
-            lease_ttl => lease_ttl, store_timeout => store_timeout,
-            max_value_bytes => max_value_bytes, version => version,
-            also_invalidate_versions => also_invalidate_versions,
-            fail_safe_throttle => fail_safe_throttle, poll_interval => poll_interval,
-            tag_retention => tag_retention, refresh_limit => refresh_limit,
-            trace_raw_keys => trace_raw_keys,
-        }
-        #[cfg(feature = "metrics")]
-        if let Some(interval) = self.metrics_interval {
-            builder = builder.metrics_interval(Some(interval));
-        }
-        // A bound in bytes wins over one in entries.
-        if let Some(entries) = self.max_entries {
-            builder = builder.capacity(crate::cache::builder::Capacity::Entries(entries));
-        }
-        if let Some(bytes) = self.max_bytes {
-            builder = builder.capacity(crate::cache::builder::Capacity::Bytes(bytes));
-        }
-        if self.circuit_breaker == Some(false) {
-            builder = builder.no_circuit_breaker();
-        } else if self.breaker_failures.is_some() || self.breaker_cool_down.is_some() {
-            let defaults = crate::tier::breaker::BreakerSettings::default();
-            builder = builder.circuit_breaker(
-                self.breaker_failures.unwrap_or(defaults.failures),
-                self.breaker_cool_down.unwrap_or(defaults.cool_down),
-            );
-        }
-        builder
     }
 
     /// Builds cache `name` on the Redis of `redis_url` (feature `redis`),

@@ -2,6 +2,7 @@
 //! cache attached to its store.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
@@ -32,14 +33,7 @@ where
     /// [`Capacity::Bytes`] without a codec to weigh values.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         let sizing = self.checked_sizing()?;
-        let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
-        let mut also_invalidate: Vec<Arc<str>> = Vec::new();
-        for version in &self.also_invalidate_versions {
-            let other: Arc<str> = format!("{}:v{version}", self.name).into();
-            if *version != self.version && !also_invalidate.contains(&other) {
-                also_invalidate.push(other);
-            }
-        }
+        let (namespace, also_invalidate) = self.namespaces();
         let cipher = match &self.encryption {
             Some(encryption) => Some(encryption.cipher(&namespace)?),
             None => None,
@@ -49,25 +43,19 @@ where
             None => fastrand::Rng::new(),
         };
         let origin = Origin::new(rng.u64(..));
-        let listens = self.backplane;
         let name: Arc<str> = self.name.into();
-        let store_timeout = self.policy.store_timeout;
-        let breaker_settings = self.breaker;
         let store = self.store.map(|store| {
-            let breaker = breaker_settings
-                .map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
-            SharedTier::new(store, breaker, store_timeout)
+            let breaker =
+                (self.breaker).map(|settings| Arc::new(Breaker::new(Arc::clone(&name), settings)));
+            SharedTier::new(store, breaker, self.policy.store_timeout)
         });
+        let (listens, l1_lifetime) = (self.backplane, self.l1_lifetime);
         let mut coherent = false;
         let inner = Arc::new_cyclic(|weak: &Weak<Inner<V>>| {
             // Subscribed before the tiers exist, so that the default L1 is
             // made only where messages keep it coherent. Messages that come
             // before the cache is whole find no cache: nothing is cached yet.
-            coherent = listens
-                && store.as_ref().is_some_and(|store| {
-                    let sink: Weak<dyn ChangeSink> = weak.clone();
-                    store.backplane(&namespace, sink)
-                });
+            coherent = listens && subscribe(store.as_ref(), &namespace, weak);
             let l1_on = store.is_none() || self.l1_with_store.unwrap_or(coherent);
             let l1 = l1_on.then(|| {
                 let clock = match self.clock {
@@ -79,7 +67,7 @@ where
                     sizing.weight_capacity,
                     clock,
                     self.policy.eager_refresh,
-                    self.l1_lifetime,
+                    l1_lifetime,
                     self.l1_shards,
                 )
             });
@@ -101,16 +89,23 @@ where
                 budget: self.budget,
             })
         });
-        attach_to_store(&inner, listens, coherent, self.l1_lifetime.is_some());
-        #[cfg(feature = "metrics")]
-        if let Some(interval) = self.metrics_interval {
-            let weak = Arc::downgrade(&inner);
-            let name = Arc::clone(inner.name());
-            crate::stats::export::spawn_exporter(&name, weak, interval, Inner::export_metrics);
-        }
-        #[cfg(not(feature = "metrics"))]
-        let _ = self.metrics_interval;
+        attach_to_store(&inner, listens, coherent, l1_lifetime.is_some());
+        export_metrics(&inner, self.metrics_interval);
         Ok(Cache { inner })
+    }
+
+    /// The cache's namespace (`name:v<version>`) and those of the other
+    /// versions its invalidations also reach, each once, its own left out.
+    fn namespaces(&self) -> (Arc<str>, Vec<Arc<str>>) {
+        let namespace: Arc<str> = format!("{}:v{}", self.name, self.version).into();
+        let mut also_invalidate: Vec<Arc<str>> = Vec::new();
+        for version in &self.also_invalidate_versions {
+            let other: Arc<str> = format!("{}:v{version}", self.name).into();
+            if *version != self.version && !also_invalidate.contains(&other) {
+                also_invalidate.push(other);
+            }
+        }
+        (namespace, also_invalidate)
     }
 
     /// Checks the name, the policy, the breaker and the capacity; the
@@ -168,6 +163,35 @@ struct Sizing {
     weight_capacity: u64,
     /// Whether entries weigh their encoded size (a capacity in bytes).
     weigh_by_bytes: bool,
+}
+
+/// Subscribes the cache being made (`weak`) to the messages of
+/// `namespace` on `store`'s backplane, if it has one; whether it did.
+fn subscribe<V: Clone + Send + Sync + 'static>(
+    store: Option<&SharedTier>,
+    namespace: &str,
+    weak: &Weak<Inner<V>>,
+) -> bool {
+    store.is_some_and(|store| {
+        let sink: Weak<dyn ChangeSink> = weak.clone();
+        store.backplane(namespace, sink)
+    })
+}
+
+/// Starts copying the cache's counters into the `metrics` recorder every
+/// `interval` (feature `metrics`; `None`: only when asked).
+fn export_metrics<V: Clone + Send + Sync + 'static>(
+    inner: &Arc<Inner<V>>,
+    interval: Option<Duration>,
+) {
+    #[cfg(feature = "metrics")]
+    if let Some(interval) = interval {
+        let weak = Arc::downgrade(inner);
+        let name = Arc::clone(inner.name());
+        crate::stats::export::spawn_exporter(&name, weak, interval, Inner::export_metrics);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (inner, interval);
 }
 
 /// Connects a cache built on a shared store to it, its sink attached

@@ -1,0 +1,387 @@
+//! Each side of a run over time: recorded in buckets of [`BUCKET_MS`] as
+//! events happen ([`Timeline`]; rounds end to end, each from its release),
+//! drawn with `--plot FILE` as an SVG picture (plotters) on one time axis
+//! and one scale per panel, and summed up in the terminal by a sparkline
+//! per side.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde::{Deserialize, Serialize};
+
+use super::report::group;
+
+/// How long a bucket is, in milliseconds.
+pub(crate) const BUCKET_MS: u64 = 10;
+
+/// A side's run in one bucket: counts (they sum to the run's totals) and
+/// the most at once of the gauges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Bucket {
+    /// Calls that started running at the source (queries run, fills).
+    pub(crate) started: u64,
+    /// The most calls running at the source at once.
+    pub(crate) running: u64,
+    /// The most calls waiting at its door (for a pooled connection).
+    pub(crate) waiting: u64,
+    /// Callers answered with their key's value.
+    pub(crate) answered: u64,
+    /// Callers that failed.
+    pub(crate) failed: u64,
+}
+
+impl Bucket {
+    /// Adds `other`'s counts and takes the larger of each gauge.
+    fn add(&mut self, other: &Bucket) {
+        self.started += other.started;
+        self.hold([other.running, other.waiting]);
+        self.answered += other.answered;
+        self.failed += other.failed;
+    }
+
+    fn hold(&mut self, [running, waiting]: [u64; 2]) {
+        self.running = self.running.max(running);
+        self.waiting = self.waiting.max(waiting);
+    }
+}
+
+/// A source's gauges: calls running at it, or waiting to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Gauge {
+    Running,
+    Waiting,
+}
+
+/// Records a side's buckets as events happen; shared by its source and its
+/// callers.
+#[derive(Debug, Default)]
+pub(crate) struct Timeline(Mutex<State>);
+
+#[derive(Debug, Default)]
+struct State {
+    buckets: Vec<Bucket>,
+    /// The release of the round under way (tokio's clock, which tests pause).
+    epoch: Option<tokio::time::Instant>,
+    /// The round's first bucket.
+    offset: usize,
+    /// Calls running and waiting now.
+    levels: [u64; 2],
+    /// Every bucket up to this one holds the levels of its time.
+    filled: usize,
+}
+
+impl State {
+    /// The bucket of now, once every bucket up to it holds the levels.
+    fn now(&mut self) -> usize {
+        let since = self.epoch.map_or(0, |epoch| epoch.elapsed().as_millis());
+        let at = self.offset + usize::try_from(since / u128::from(BUCKET_MS)).unwrap_or(0);
+        let len = self.buckets.len().max(at + 1);
+        self.buckets.resize(len, Bucket::default());
+        for bucket in &mut self.buckets[self.filled..=at] {
+            bucket.hold(self.levels);
+        }
+        self.filled = at;
+        at
+    }
+}
+
+impl Timeline {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A round is released now; returns its first bucket.
+    pub(crate) fn begin_round(&self) -> usize {
+        let mut state = self.state();
+        state.epoch = Some(tokio::time::Instant::now());
+        state.offset
+    }
+
+    /// The round is over: the next starts after its last bucket.
+    pub(crate) fn end_round(&self) {
+        let mut state = self.state();
+        (state.offset, state.epoch) = (state.now() + 1, None);
+    }
+
+    /// A call starts running (counted as started) or waiting, until the
+    /// guard drops.
+    pub(crate) fn enter(&self, gauge: Gauge) -> Held<'_> {
+        let mut state = self.state();
+        let at = state.now();
+        state.levels[gauge as usize] += 1;
+        let levels = state.levels;
+        let bucket = &mut state.buckets[at];
+        bucket.started += u64::from(matches!(gauge, Gauge::Running));
+        bucket.hold(levels);
+        Held(self, gauge)
+    }
+
+    /// A caller got its answer (`ok`) or failed.
+    pub(crate) fn answer(&self, ok: bool) {
+        let mut state = self.state();
+        let at = state.now();
+        let bucket = &mut state.buckets[at];
+        (bucket.answered, bucket.failed) =
+            (bucket.answered + ok as u64, bucket.failed + !ok as u64);
+    }
+
+    /// Adds another timeline's buckets (a worker process's round) from `at`.
+    pub(crate) fn add(&self, at: usize, buckets: &[Bucket]) {
+        let mut state = self.state();
+        let len = state.buckets.len().max(at + buckets.len());
+        state.buckets.resize(len, Bucket::default());
+        for (mine, theirs) in state.buckets[at..].iter_mut().zip(buckets) {
+            mine.add(theirs);
+        }
+    }
+
+    /// The buckets so far, starting over.
+    pub(crate) fn take(&self) -> Vec<Bucket> {
+        let mut state = self.state();
+        (state.offset, state.filled, state.epoch) = (0, 0, None);
+        std::mem::take(&mut state.buckets)
+    }
+}
+
+/// A call counted at the source until dropped.
+pub(crate) struct Held<'a>(&'a Timeline, Gauge);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.now();
+        state.levels[self.1 as usize] -= 1;
+    }
+}
+
+/// A run's picture: its title, its sides (corral's first) and the levels
+/// that bound the calls at its source (a pool's size, a budget).
+pub(crate) struct Picture<'a> {
+    pub(crate) title: &'a str,
+    pub(crate) sides: [(&'a str, &'a [Bucket]); 2],
+    pub(crate) limits: &'a [(String, u64)],
+}
+
+/// corral's colour, then the naive side's.
+const COLORS: [RGBColor; 2] = [RGBColor(0x1f, 0x6f, 0xb4), RGBColor(0xd6, 0x3a, 0x28)];
+const FONT: (&str, u32) = ("sans-serif", 15);
+
+/// Writes the picture to `path` as SVG: above, the calls at the source
+/// (running and waiting, most per bucket, on a log scale); below, the
+/// callers answered and failed so far.
+pub(crate) fn svg(picture: &Picture<'_>, path: &Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(picture.title, ("sans-serif", 17))?;
+    let (top, bottom) = root.split_vertically(390);
+    let [corral, naive] = picture.sides.map(|(_, side)| side);
+    let buckets = corral.len().max(naive.len());
+    let end = seconds(buckets.max(1));
+    let column = |side: &[Bucket], of: fn(&Bucket) -> u64| side.iter().map(of).collect::<Vec<_>>();
+    let levels = corral
+        .iter()
+        .chain(naive)
+        .flat_map(|b| [b.running, b.waiting]);
+    let limits = picture.limits.iter().map(|(_, level)| *level);
+    let peak = levels.chain(limits).max().unwrap_or(0).max(1) as f64;
+    let caption = "calls at the source, most per 10 ms: running (line), waiting (shaded)";
+    let y = (0.7..peak * 3.0).log_scale();
+    let mut chart = builder(&top, caption).build_cartesian_2d(0.0..end, y)?;
+    let mut mesh = chart.configure_mesh();
+    let mesh = mesh.y_desc("calls (log scale)");
+    mesh.y_label_formatter(&|y| group(*y as u64)).draw()?;
+    for (color, (_, side)) in COLORS.iter().zip(picture.sides) {
+        let waiting = steps(&column(side, |b| b.waiting), 0.7);
+        chart.draw_series(AreaSeries::new(waiting, 0.7, color.mix(0.25)))?;
+        let running = steps(&column(side, |b| b.running), 0.7);
+        chart.draw_series(LineSeries::new(running, color.stroke_width(2)))?;
+    }
+    let mut levels: Vec<u64> = picture.limits.iter().map(|(_, level)| *level).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    for level in levels {
+        let named = picture.limits.iter().filter(|(_, at)| *at == level);
+        let label: Vec<&str> = named.map(|(name, _)| name.as_str()).collect();
+        let at = level as f64;
+        chart.draw_series(LineSeries::new([(0.0, at), (end, at)], BLACK.mix(0.45)))?;
+        let style = TextStyle::from(FONT).pos(Pos::new(HPos::Right, VPos::Bottom));
+        chart.draw_series([Text::new(label.join(", "), (end, at), style)])?;
+    }
+    let so_far = |side: &[Bucket], of: fn(&Bucket) -> u64| {
+        let sums = side.iter().scan(0, |sum, bucket| {
+            *sum += of(bucket);
+            Some(*sum)
+        });
+        let mut sums: Vec<u64> = sums.collect();
+        sums.resize(buckets, sums.last().copied().unwrap_or(0));
+        sums
+    };
+    let calls = |side: &[Bucket]| side.iter().map(|b| b.answered + b.failed).sum::<u64>();
+    // Headroom above the lines for the legend.
+    let top = calls(corral).max(calls(naive)).max(1) as f64 * 1.4;
+    let caption = "callers answered (line) and failed (dashed) so far";
+    let mut chart = builder(&bottom, caption).build_cartesian_2d(0.0..end, 0.0..top)?;
+    let mut mesh = chart.configure_mesh();
+    let mesh = mesh
+        .y_desc("callers")
+        .y_label_formatter(&|y| group(*y as u64));
+    mesh.x_desc("seconds from the release (rounds end to end)")
+        .draw()?;
+    for (&color, (name, side)) in COLORS.iter().zip(picture.sides) {
+        let (answered, failed) = (so_far(side, |b| b.answered), so_far(side, |b| b.failed));
+        let dashed = DashedLineSeries::new(steps(&failed, 0.0), 6, 4, color.stroke_width(2));
+        chart.draw_series(dashed)?;
+        let line = LineSeries::new(steps(&answered, 0.0), color.stroke_width(2));
+        let [ok, failed] = [answered, failed].map(|sums| group(sums.last().copied().unwrap_or(0)));
+        let run = group(side.iter().map(|b| b.started).sum());
+        let label = format!("{name}: {ok} answered, {failed} failed, {run} run at the source");
+        let mark = move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2));
+        chart.draw_series(line)?.label(label).legend(mark);
+    }
+    let mut legend = chart.configure_series_labels();
+    let legend = legend
+        .position(SeriesLabelPosition::UpperMiddle)
+        .label_font(FONT);
+    let legend = legend.background_style(WHITE.mix(0.85));
+    legend.border_style(BLACK).draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// A chart in `area` under `caption`, its labels' room set.
+fn builder<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut chart = ChartBuilder::on(area);
+    chart.caption(caption, FONT).margin_right(20);
+    chart.x_label_area_size(40).y_label_area_size(60);
+    chart
+}
+
+/// The start of bucket `at`, in seconds.
+fn seconds(at: usize) -> f64 {
+    (at as u64 * BUCKET_MS) as f64 / 1000.0
+}
+
+/// Points of a step line through `values` (one per bucket), from `floor`,
+/// with a point only where the value changes.
+fn steps(values: &[u64], floor: f64) -> Vec<(f64, f64)> {
+    let (mut points, mut last) = (vec![(0.0, floor)], floor);
+    for (at, &value) in values.iter().enumerate() {
+        let value = (value as f64).max(floor);
+        if value != last {
+            points.extend([(seconds(at), last), (seconds(at), value)]);
+            last = value;
+        }
+    }
+    points.push((seconds(values.len()), last));
+    points
+}
+
+/// Two lines for the terminal: each side's calls running at the source over
+/// time, on one time axis and one scale.
+pub(crate) fn sparklines(sides: [(&str, &[Bucket]); 2]) -> String {
+    const WIDTH: usize = 60;
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let buckets = sides.iter().map(|(_, side)| side.len()).max().unwrap_or(0);
+    let per = buckets.div_ceil(WIDTH).max(1);
+    let peak = sides
+        .iter()
+        .flat_map(|(_, side)| side.iter().map(|b| b.running));
+    let peak = peak.max().unwrap_or(0).max(1);
+    let (ms, most) = (per as u64 * BUCKET_MS, group(peak));
+    let mut out = format!("calls running at the source, a character per {ms} ms (█: {most}):\n");
+    for (name, side) in sides {
+        let line = side.chunks(per).map(|chunk| {
+            let most = chunk.iter().map(|bucket| bucket.running).max().unwrap_or(0);
+            let bar = (most * 8).div_ceil(peak).clamp(1, 8) as usize - 1;
+            if most == 0 {
+                ' '
+            } else {
+                BARS[bar]
+            }
+        });
+        out.push_str(&format!(
+            "{name:<7}|{:<WIDTH$}|\n",
+            line.collect::<String>()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn levels_fill_the_buckets_they_span_and_rounds_lie_end_to_end() {
+        let timeline = Timeline::default();
+        let ms = |n| tokio::time::advance(std::time::Duration::from_millis(n));
+        assert_eq!(timeline.begin_round(), 0);
+        let running = timeline.enter(Gauge::Running);
+        let waiting = timeline.enter(Gauge::Waiting);
+        timeline.answer(false);
+        ms(35).await;
+        drop(waiting);
+        let again = timeline.enter(Gauge::Running);
+        timeline.answer(true);
+        drop((running, again));
+        timeline.end_round();
+        ms(1).await;
+        let next = timeline.begin_round();
+        timeline.answer(true);
+        timeline.end_round();
+        let buckets = timeline.take();
+        let column = |f: fn(&Bucket) -> u64| buckets.iter().map(f).collect::<Vec<_>>();
+        assert_eq!(next, 4, "{buckets:?}");
+        assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0]);
+        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0]);
+        assert_eq!(column(|b| b.waiting), [1, 1, 1, 1, 0]);
+        assert_eq!(column(|b| b.answered), [0, 0, 0, 1, 1]);
+        assert_eq!(column(|b| b.failed), [1, 0, 0, 0, 0]);
+        timeline.add(1, &buckets);
+        timeline.add(0, &buckets);
+        let sum = timeline.take();
+        assert_eq!(
+            sum.iter().map(|b| b.started).collect::<Vec<_>>(),
+            [1, 1, 0, 1, 1, 0]
+        );
+        assert_eq!(
+            sum.iter().map(|b| b.running).collect::<Vec<_>>(),
+            [1, 1, 1, 2, 2, 0]
+        );
+        assert_eq!(timeline.take(), []);
+    }
+
+    #[test]
+    fn a_sparkline_scales_both_sides_alike_on_one_time_axis() {
+        let at = |running| Bucket {
+            running,
+            ..Bucket::default()
+        };
+        let corral = [4, 0, 0, 4].map(at);
+        let naive = [vec![at(8); 100], vec![at(1); 20]].concat();
+        let expected = "calls running at the source, a character per 20 ms (█: 8):\n\
+             corral |▄▄                                                          |\n\
+             naive  |██████████████████████████████████████████████████▁▁▁▁▁▁▁▁▁▁|\n";
+        assert_eq!(
+            sparklines([("corral", &corral), ("naive", &naive)]),
+            expected
+        );
+        let points = [
+            (0.0, 0.5),
+            (0.01, 0.5),
+            (0.01, 3.0),
+            (0.03, 3.0),
+            (0.03, 0.5),
+        ];
+        assert_eq!(
+            steps(&[0, 3, 3, 0], 0.5),
+            [&points[..], &[(0.04, 0.5)]].concat()
+        );
+    }
+}
