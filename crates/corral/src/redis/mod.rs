@@ -18,6 +18,8 @@ mod conn;
 mod connect;
 mod errors;
 mod frame;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod fuzz;
 mod keys;
 mod read;
 mod scripts;
