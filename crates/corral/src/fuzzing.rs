@@ -108,7 +108,7 @@ pub fn keys(bytes: &[u8]) {
 /// it is incomplete, never wrong.
 pub fn resp(bytes: &[u8]) {
     #[cfg(feature = "redis")]
-    crate::redis::fuzz::resp(bytes);
+    crate::redis::read::fuzz::resp(bytes);
     #[cfg(not(feature = "redis"))]
     let _ = bytes;
 }

@@ -18,10 +18,8 @@ mod conn;
 mod connect;
 mod errors;
 mod frame;
-#[cfg(feature = "test-hooks")]
-pub(crate) mod fuzz;
 mod keys;
-mod read;
+pub(crate) mod read;
 mod scripts;
 mod store;
 mod subscriber;

@@ -6,6 +6,8 @@
 pub(in crate::redis) mod batch;
 pub(in crate::redis) mod expiries;
 pub(in crate::redis) mod lanes;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod fuzz;
 mod resp;
 mod touches;
 
