@@ -55,7 +55,7 @@
 //!
 //! | store | lost | refills |
 //! |---|---|---|
-//! | [`MemoryStore`] | a version ([`MemoryStore::forget_tag_versions`]) | its tag's entries (all, for the clear version) |
+//! | [`MemoryStore`] | a version left unused for its retention | its tag's entries (all, for the clear version) |
 //! | Redis, one server | everything (flush, restart) | every entry |
 //! | Redis, one server | a version key (`DEL`, eviction) | its tag's entries (all, for the clear version); reads and writes touch the clear version, so LRU evicts it after the entries |
 //! | Redis Cluster | a shard's data | that shard's entries only |

@@ -495,7 +495,9 @@ where
     /// own tests and `examples/l1_hit_ratio.rs` show the layout of a
     /// many-CPU machine on a small one. What the tier keeps does not depend
     /// on it (one eviction order over all shards); only how many threads
-    /// insert at once without waiting on one another does.
+    /// insert at once without waiting on one another does. Test support
+    /// (feature `test-hooks`), not a stable API.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn l1_shards(mut self, shards: usize) -> Self {
         self.l1_shards = Some(shards);
