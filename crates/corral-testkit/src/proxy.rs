@@ -242,13 +242,16 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
+/// Bytes read from the target, each chunk with when it is due.
+type Held = mpsc::Sender<(Instant, Vec<u8>)>;
+
 /// Copies one direction of `link` (client to target if `upstream`) until
 /// either side closes; while the link is blackholed, reads and drops. A
 /// close is passed on only while the link relays: a blackholed link stays
 /// open on both sides. Downstream, what is read goes to `held` stamped
 /// with when it is due (the proxy's reply delay from now), for
 /// [`pass_on_when_due`] to write.
-fn relay(link: &Link, upstream: bool, held: Option<(&Shared, mpsc::Sender<(Instant, Vec<u8>)>)>) {
+fn relay(link: &Link, upstream: bool, held: Option<(&Shared, Held)>) {
     let (from, to) = if upstream {
         (&link.client, &link.target)
     } else {

@@ -14,6 +14,7 @@
 //! for another process's fill. It gives the permit back on every exit
 //! (drop guards).
 
+pub(crate) mod acquire;
 pub(crate) mod adaptive;
 pub(crate) mod fleet;
 pub(crate) mod queue;
@@ -26,6 +27,7 @@ use crate::data::error::ConfigError;
 use crate::data::key::valid_name;
 use crate::stats::health::BudgetStats;
 
+pub(crate) use acquire::{FleetStore, Permit, Waited};
 pub(crate) use queue::{Demand, LocalPermit};
 
 /// The default longest wait for a permit: past it, a caller with no stale
@@ -234,20 +236,20 @@ impl FillBudget {
         }
     }
 
-    pub(crate) fn permits(&self) -> &Arc<queue::Permits> {
+    fn permits(&self) -> &Arc<queue::Permits> {
         &self.shared.permits
     }
 
-    pub(crate) fn wait_bound(&self) -> Duration {
+    fn wait_bound(&self) -> Duration {
         self.shared.max_wait
     }
 
-    pub(crate) fn fleet_slots(&self) -> Option<&fleet::Slots> {
+    fn fleet_slots(&self) -> Option<&fleet::Slots> {
         self.shared.fleet.as_deref()
     }
 
     /// Learns from a finished fill, if the limit adapts.
-    pub(crate) fn finished(&self, took: Duration, ok: bool) {
+    fn finished(&self, took: Duration, ok: bool) {
         if let Some(adaptive) = &self.shared.adaptive {
             self.shared.permits.set_limit(adaptive.finished(took, ok));
         }

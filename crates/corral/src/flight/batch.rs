@@ -25,11 +25,12 @@ use tokio::time::Instant;
 
 use std::time::Duration;
 
+use crate::budget::Waited;
 use crate::data::freshness::{Answer, Standing};
 use crate::data::policy::FillOptions;
 use crate::data::tags::{Home, Stamps};
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
-use crate::flight::permit::{self, Waited};
+use crate::flight::permit;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Outcome};
 use crate::state::inner::Inner;
@@ -116,8 +117,9 @@ where
             };
             let waiting = permit::wait_for_permit(&self.inner, demand, pending(), || {});
             match leader::while_renewing(&self.inner, waiting, &leases).await {
-                Waited::Granted { permit, .. } => permit,
-                Waited::Overloaded(waited) | Waited::Deserted(waited) => {
+                None => None,
+                Some(Waited::Granted { permit, .. }) => Some(permit),
+                Some(Waited::Overloaded(waited) | Waited::Deserted(waited)) => {
                     drop(leases);
                     for (_, mut flight, lease) in to_fill {
                         drop(lease);

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::trouble::Trouble;
 use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
+use crate::budget::Permit;
 use crate::data::freshness::{Freshness, Standing};
-use crate::flight::permit::Permit;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -151,7 +151,8 @@ where
                         "lease held by another process: waiting for its value"
                     );
                     drop(cache);
-                    let backoff = poll_interval.saturating_mul(1 << held.min(3));
+                    let backoff =
+                        crate::backoff::doubled(poll_interval, held.min(3), Duration::MAX);
                     held += 1;
                     let wait = self.wait_for_holder(&mut listener, remaining, backoff);
                     if let Some(found) = wait.await {

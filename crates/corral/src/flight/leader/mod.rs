@@ -11,11 +11,12 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
+use crate::budget::{Permit, Waited};
 use crate::data::error::StoreError;
 use crate::data::freshness::{Answer, Fetched, Freshness};
 use crate::data::key::KeyLabel;
 use crate::data::policy::FillOptions;
-use crate::flight::permit::{self, Permit, Waited};
+use crate::flight::permit;
 use crate::state::flight::{Failure, Leadership, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -318,15 +319,16 @@ where
         lease: Option<&LeaseGuard>,
     ) -> Result<Option<Permit>, Option<Duration>> {
         match self.wait_for_permit(lease).await {
-            Waited::Granted { permit, queued } => {
-                if queued {
+            None => Ok(None),
+            Some(Waited::Granted { permit, queued, .. }) => {
+                if queued.is_some() {
                     // The fill's own time starts with its permit.
                     self.clock = self.clock.restarted();
                 }
-                Ok(permit)
+                Ok(Some(permit))
             }
-            Waited::Overloaded(waited) => Err(Some(waited)),
-            Waited::Deserted(waited) => {
+            Some(Waited::Overloaded(waited)) => Err(Some(waited)),
+            Some(Waited::Deserted(waited)) => {
                 self.flight.retire(|| ());
                 // Only a caller that joined as the last one left reads it.
                 self.flight
@@ -348,16 +350,16 @@ where
     }
 
     /// Waits for a permit of the cache's fill budget (renewing the lease
-    /// meanwhile); a value at hand is served at once if the fill has to
-    /// queue.
-    async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Waited {
+    /// meanwhile; `None`: the cache has none); a value at hand is served at
+    /// once if the fill has to queue.
+    async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Option<Waited> {
         // Most caches have no budget: nothing to gather, no lease to renew.
         if self
             .inner
             .upgrade()
             .is_none_or(|cache| cache.budget().is_none())
         {
-            return Waited::without_budget();
+            return None;
         }
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());

@@ -30,9 +30,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::find::{Finder, Found};
+use crate::budget::Permit;
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::data::freshness::Freshness;
-use crate::flight::permit::{self, Permit};
+use crate::flight::permit;
 use crate::stats::Counters;
 use crate::store::Listener;
 
@@ -114,10 +115,7 @@ where
         } else {
             Duration::ZERO
         };
-        let retry = self
-            .poll_interval
-            .saturating_mul(1 << trouble.failures.min(8))
-            .min(MAX_RETRY);
+        let retry = crate::backoff::doubled(self.poll_interval, trouble.failures, MAX_RETRY);
         let budget = cache.fail_open_budget().clone();
         drop(cache);
         let flight = Arc::clone(self.leader.flight.flight());
@@ -131,7 +129,9 @@ where
         // Once its turn to fill without a lease has come, the flight keeps
         // its place in the budget's queue across lookups.
         if gone_in.is_zero() && trouble.queued.is_none() {
-            trouble.queued = Some(Box::pin(permit::fail_open(budget.clone(), demand)));
+            let budget = budget.clone();
+            let acquiring = async move { budget.acquire_local(Arc::new(demand)).await };
+            trouble.queued = Some(Box::pin(acquiring));
         }
         let queued = &mut trouble.queued;
         let fail_open = async move {
@@ -144,9 +144,8 @@ where
                         flights: vec![flight],
                         refresh: false,
                     };
-                    queued
-                        .insert(Box::pin(permit::fail_open(budget, demand)))
-                        .await
+                    let acquiring = async move { budget.acquire_local(Arc::new(demand)).await };
+                    queued.insert(Box::pin(acquiring)).await
                 }
             }
         };
