@@ -286,7 +286,7 @@ mod redis;
 #[cfg(feature = "memcached")]
 mod memcached;
 
-pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
+pub use budget::{FillBudget, DEFAULT_FAIL_OPEN_LIMIT, DEFAULT_MAX_WAIT};
 pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{CallOptions, FillOutput, GetOrFill};
@@ -302,6 +302,7 @@ pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
 pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
+pub use data::policy::FAIL_SAFE_SOFT_TIMEOUT;
 pub use data::policy::{FillOptions, WriteOptions};
 pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use stats::Stats;

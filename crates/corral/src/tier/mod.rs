@@ -4,5 +4,6 @@
 
 pub(crate) mod breaker;
 pub(crate) mod local;
+pub(crate) mod pulse;
 pub(crate) mod shared;
 pub(crate) mod ticker;

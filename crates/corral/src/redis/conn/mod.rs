@@ -218,6 +218,8 @@ impl Connection {
         args: &[&[u8]],
         timeout: Duration,
     ) -> Result<Value, StoreError> {
+        // A flight's calls may wait longer than the store's timeout.
+        let timeout = crate::store::stretched(timeout);
         bounded(timeout, "script", async {
             let evalsha = eval_cmd("EVALSHA", lua.hash().as_bytes(), keys, args);
             match self.query(&evalsha).await {

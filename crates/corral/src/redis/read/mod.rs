@@ -5,9 +5,9 @@
 
 pub(in crate::redis) mod batch;
 pub(in crate::redis) mod expiries;
-pub(in crate::redis) mod lanes;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod fuzz;
+pub(in crate::redis) mod lanes;
 mod resp;
 mod touches;
 
