@@ -292,6 +292,7 @@ pub use config::{CacheConfig, Caches};
 #[doc(hidden)]
 pub use data::cause::marker as fill_cause;
 pub use data::cause::{FillCause, FillError};
+pub use data::compression::Compression;
 #[cfg(feature = "encryption")]
 pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
