@@ -67,7 +67,7 @@ impl Frames {
     fn zstd(&self, raw: &[u8], level: i32, limit: usize) -> Option<Vec<u8>> {
         let mut context = match pop(&self.compressors) {
             Some(context) => context,
-            None => Compressor::new(level).ok()?,
+            None => compressor(level)?,
         };
         let mut out = Vec::with_capacity(limit);
         let written = context.compress_to_buffer(raw, &mut out);
@@ -114,6 +114,17 @@ impl Frames {
         }
         Ok(out)
     }
+}
+
+/// A zstd context at `level` whose frames end with a checksum of their
+/// content (4 bytes): an altered frame fails to unpack rather than
+/// unpacking to other bytes.
+fn compressor(level: i32) -> Option<Compressor<'static>> {
+    let mut context = Compressor::new(level).ok()?;
+    context
+        .set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+        .ok()?;
+    Some(context)
 }
 
 /// An LZ4 block of `raw`.
@@ -239,6 +250,23 @@ mod tests {
                 );
             }
         }
+        // zstd frames carry a checksum of their content: an altered byte
+        // is refused, or changed nothing the content depends on.
+        let frame = frame_bytes(Frames::new(Compression::zstd(3)).pack(&raw));
+        let mut refused = 0;
+        for at in super::super::PREFIX_LEN..frame.len() {
+            let mut altered = frame.clone();
+            altered[at] ^= 0x20;
+            match frames.unpack(&altered, 1 << 20) {
+                Ok(unpacked) => assert_eq!(unpacked, raw, "altered at {at}"),
+                Err(_) => refused += 1,
+            }
+        }
+        assert!(
+            refused > (frame.len() - 5) * 9 / 10,
+            "{refused} of {}",
+            frame.len() - 5
+        );
         assert_eq!(
             frames.unpack(&[9, 0, 0, 0, 0], 1 << 20),
             Err(UnpackError::UnknownAlgorithm(9))

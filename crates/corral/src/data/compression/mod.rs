@@ -15,7 +15,8 @@
 //! offset size field
 //!  0     1    algorithm: 1 LZ4 block (lz4_flex), 2 zstd frame
 //!  1     4    the encoding's length, decompressed (u32 LE)
-//!  5     n    the compressed bytes
+//!  5     n    the compressed bytes (a zstd frame ends with a checksum
+//!             of its content)
 //! ```
 //!
 //! The decompressed length is checked against the cache's
