@@ -11,7 +11,8 @@
 //! [`FaultProxy::hold_new`] holds them too. [`FaultProxy::retarget`] sends
 //! the connections accepted from then on to another server, as a DNS name
 //! moved by a managed service's failover does, while the open ones stay
-//! with the old server.
+//! with the old server. [`FaultProxy::limit_bandwidth`] makes it a slow
+//! link: every connection's bytes share one capacity per direction.
 //!
 //! The proxy's kernel acknowledges what the client sends, so TCP keepalive
 //! and `TCP_USER_TIMEOUT` on the client see a live peer: only the client's
@@ -20,9 +21,11 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 /// A relay from a loopback port to a target address whose connections can
 /// be blackholed; everything it opened is closed on drop.
@@ -52,6 +55,11 @@ struct Shared {
     hold_new: AtomicBool,
     /// Connections accepted so far.
     accepted: AtomicUsize,
+    /// The bandwidth of each direction in bytes per second (0: no limit).
+    bandwidth: AtomicU64,
+    /// When each direction (upstream, downstream) has sent every byte
+    /// handed to it so far, at the bandwidth.
+    link_free_at: [Mutex<Instant>; 2],
     links: Mutex<Vec<Arc<Link>>>,
     relays: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -87,6 +95,8 @@ impl FaultProxy {
             stopping: AtomicBool::new(false),
             hold_new: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
+            bandwidth: AtomicU64::new(0),
+            link_free_at: [Mutex::new(Instant::now()), Mutex::new(Instant::now())],
             links: Mutex::new(Vec::new()),
             relays: Mutex::new(Vec::new()),
         });
@@ -148,6 +158,18 @@ impl FaultProxy {
         self.shared.target_port.store(target_port, Ordering::SeqCst);
     }
 
+    /// Makes the proxy a link of `bytes_per_second` in each direction
+    /// (`None`: as fast as loopback, the default), shared by every
+    /// connection as the capacity of one network link is: bytes wait
+    /// their turn, each chunk relayed once the link has had the time to
+    /// send it and everything handed to it before. Applies to the bytes
+    /// read from now on.
+    pub fn limit_bandwidth(&self, bytes_per_second: Option<u64>) {
+        self.shared
+            .bandwidth
+            .store(bytes_per_second.unwrap_or(0), Ordering::SeqCst);
+    }
+
     /// How many connections the proxy has accepted so far.
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
@@ -201,9 +223,10 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         let mut relays = lock(&shared.relays);
         for upstream in [true, false] {
             let link = Arc::clone(&link);
+            let pace = Arc::clone(shared);
             let spawned = thread::Builder::new()
                 .name("fault-proxy-relay".into())
-                .spawn(move || relay(&link, upstream));
+                .spawn(move || relay(&link, &pace, upstream));
             if let Ok(handle) = spawned {
                 relays.push(handle);
             }
@@ -212,10 +235,10 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
 }
 
 /// Copies one direction of `link` (client to target if `upstream`) until
-/// either side closes; while the link is blackholed, reads and drops. A
-/// close is passed on only while the link relays: a blackholed link stays
-/// open on both sides.
-fn relay(link: &Link, upstream: bool) {
+/// either side closes, at the proxy's bandwidth; while the link is
+/// blackholed, reads and drops. A close is passed on only while the link
+/// relays: a blackholed link stays open on both sides.
+fn relay(link: &Link, shared: &Shared, upstream: bool) {
     let (from, to) = if upstream {
         (&link.client, &link.target)
     } else {
@@ -233,11 +256,32 @@ fn relay(link: &Link, upstream: bool) {
         if link.holed.load(Ordering::SeqCst) {
             continue;
         }
+        pace(shared, upstream, n);
         if (&*to).write_all(&buf[..n]).is_err() {
             break;
         }
     }
     if !link.holed.load(Ordering::SeqCst) {
         let _ = to.shutdown(Shutdown::Write);
+    }
+}
+
+/// Waits until the direction (`upstream` or not) has sent `bytes` more at
+/// the proxy's bandwidth, after every byte handed to it before: the
+/// transmission time of one shared link. No wait without a limit.
+fn pace(shared: &Shared, upstream: bool, bytes: usize) {
+    let rate = shared.bandwidth.load(Ordering::SeqCst);
+    if rate == 0 {
+        return;
+    }
+    let sent_at = {
+        let mut free_at = lock(&shared.link_free_at[usize::from(upstream)]);
+        let start = (*free_at).max(Instant::now());
+        *free_at = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+        *free_at
+    };
+    let now = Instant::now();
+    if sent_at > now {
+        thread::sleep(sent_at - now);
     }
 }

@@ -40,3 +40,16 @@ fn key_inputs_encode_cleanly() {
         corral::fuzzing::keys(&bytes);
     }
 }
+
+#[test]
+fn compressed_inputs_unpack_or_fail_cleanly() {
+    let inputs = inputs("compressed");
+    assert!(
+        !inputs.is_empty(),
+        "no seeds in fuzz/regressions/compressed"
+    );
+    for (path, bytes) in inputs {
+        eprintln!("{}", path.display());
+        corral::fuzzing::compressed(&bytes);
+    }
+}
