@@ -201,7 +201,7 @@ pub(crate) enum Algorithm {
 impl Compression {
     /// No compression: values are stored as the codec encodes them (the
     /// default). Compressed values written by other caches are still read.
-    pub fn none() -> Self {
+    pub const fn none() -> Self {
         Self {
             algorithm: Algorithm::None,
             min_bytes: DEFAULT_MIN_BYTES,
@@ -210,7 +210,7 @@ impl Compression {
 
     /// LZ4 (the block format, through `lz4_flex`): fast both ways, about
     /// half the ratio of zstd on JSON.
-    pub fn lz4() -> Self {
+    pub const fn lz4() -> Self {
         Self {
             algorithm: Algorithm::Lz4,
             min_bytes: DEFAULT_MIN_BYTES,
@@ -220,7 +220,7 @@ impl Compression {
     /// zstd at `level`, 1 (fastest) to 22 (smallest); 3 is zstd's own
     /// default. Another level makes [`build`](crate::CacheBuilder::build)
     /// fail.
-    pub fn zstd(level: i32) -> Self {
+    pub const fn zstd(level: i32) -> Self {
         Self {
             algorithm: Algorithm::Zstd(level),
             min_bytes: DEFAULT_MIN_BYTES,
@@ -231,7 +231,7 @@ impl Compression {
     /// (default 1 KiB): below that, a value saves
     /// few bytes for the CPU it costs.
     #[must_use]
-    pub fn min_bytes(mut self, bytes: usize) -> Self {
+    pub const fn min_bytes(mut self, bytes: usize) -> Self {
         self.min_bytes = bytes;
         self
     }
