@@ -12,7 +12,9 @@
 //!   envelope: 40 bytes of header, then the value) and the CPU time of one
 //!   encode (codec, compression, envelope) and one decode, on one thread,
 //!   read from the thread's own CPU clock (`/proc/thread-self/schedstat`):
-//!   the median of ROUNDS batches of at least MS_PER_LOOP each.
+//!   every round times a batch of at least MS_PER_LOOP of each per
+//!   setting, the settings in a rotating order; the medians over ROUNDS
+//!   rounds, and of the per-round differences to no compression.
 //! - `l2`: L2 hits (`Cache::get_or_fill` of a cache without an L1, on a
 //!   `RedisStore` on loopback): `COMPRESSION_TASKS` tasks (default 16) on a
 //!   2-worker runtime, each reading its own warm key for MS_PER_LOOP, every
@@ -103,26 +105,18 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// CPU µs per call of `op`: the median of `rounds` batches of at least
-/// `ms` of this thread's CPU time.
-fn cpu_us_per_op(rounds: u64, ms: u64, mut op: impl FnMut()) -> f64 {
-    for _ in 0..10 {
-        op();
+/// CPU µs per call of `op` over a batch of at least `ms` of this
+/// thread's CPU time.
+fn cpu_us_per_op(ms: u64, mut op: impl FnMut()) -> f64 {
+    let start = thread_cpu_ns();
+    let mut ops = 0u64;
+    while thread_cpu_ns() - start < ms * 1_000_000 {
+        for _ in 0..8 {
+            op();
+        }
+        ops += 8;
     }
-    let mut per_op: Vec<f64> = (0..rounds)
-        .map(|_| {
-            let start = thread_cpu_ns();
-            let mut ops = 0u64;
-            while thread_cpu_ns() - start < ms * 1_000_000 {
-                for _ in 0..8 {
-                    op();
-                }
-                ops += 8;
-            }
-            (thread_cpu_ns() - start) as f64 / 1e3 / ops as f64
-        })
-        .collect();
-    median(&mut per_op)
+    (thread_cpu_ns() - start) as f64 / 1e3 / ops as f64
 }
 
 /// A cache of `V` with `codec` on `store`, without an L1, compressing
@@ -146,7 +140,9 @@ where
         .expect("cache")
 }
 
-/// The `cpu` rows of one value.
+/// The `cpu` rows of one value: every round times one batch of encodes
+/// and one of decodes per setting, the settings in a rotating order;
+/// the medians over rounds, and of the per-round differences to none.
 fn cpu_rows<V, C>(label: &str, value: &V, codec: C, rounds: u64, ms: u64)
 where
     V: Clone + Send + Sync + Serialize + DeserializeOwned + PartialEq + 'static,
@@ -154,36 +150,57 @@ where
 {
     let mut encoded = Vec::new();
     codec.encode(value, &mut encoded).expect("encodes");
-    let mut none = (0.0, 0.0);
-    for (name, setting) in SETTINGS {
-        let cache = cache("cpu", MemoryStore::new(), codec.clone(), setting);
-        let ttl = Duration::from_secs(60);
-        let bytes = cache.encode_for_store("k", value, ttl).expect("encodes");
-        assert!(cache.decode_from_store("k", &bytes).as_ref() == Some(value));
-        let encode = cpu_us_per_op(rounds, ms, || {
-            std::hint::black_box(cache.encode_for_store("k", value, ttl).expect("encodes"));
-        });
-        let decode = cpu_us_per_op(rounds, ms, || {
-            std::hint::black_box(cache.decode_from_store("k", &bytes).expect("decodes"));
-        });
-        if name == "none" {
-            none = (encode, decode);
+    let ttl = Duration::from_secs(60);
+    let setups: Vec<(Cache<V>, Vec<u8>)> = SETTINGS
+        .iter()
+        .map(|(_, setting)| {
+            let cache = cache("cpu", MemoryStore::new(), codec.clone(), *setting);
+            let bytes = cache.encode_for_store("k", value, ttl).expect("encodes");
+            assert!(cache.decode_from_store("k", &bytes).as_ref() == Some(value));
+            (cache, bytes)
+        })
+        .collect();
+    let n = setups.len();
+    let mut samples = vec![(Vec::new(), Vec::new(), Vec::new(), Vec::new()); n];
+    for round in 0..rounds as usize {
+        let mut this = vec![(0.0, 0.0); n];
+        for step in 0..n {
+            let at = (step + round) % n;
+            let (cache, bytes) = &setups[at];
+            this[at] = (
+                cpu_us_per_op(ms, || {
+                    std::hint::black_box(cache.encode_for_store("k", value, ttl).expect("encodes"));
+                }),
+                cpu_us_per_op(ms, || {
+                    std::hint::black_box(cache.decode_from_store("k", bytes).expect("decodes"));
+                }),
+            );
         }
+        for (at, (encode, decode)) in this.iter().enumerate() {
+            samples[at].0.push(*encode);
+            samples[at].1.push(*decode);
+            samples[at].2.push(encode - this[0].0);
+            samples[at].3.push(decode - this[0].1);
+        }
+    }
+    for (((name, _), (_, bytes)), (encode, decode, more_encode, more_decode)) in
+        SETTINGS.iter().zip(&setups).zip(&mut samples)
+    {
         println!(
             "{label:<12} {:>9} {name:<6} {:>9} {:>6.2}x {:>10.1} {:>10.1} {:>+10.1} {:>+10.1}",
             encoded.len(),
             bytes.len(),
             (encoded.len() + 40) as f64 / bytes.len() as f64,
-            encode,
-            decode,
-            encode - none.0,
-            decode - none.1,
+            median(encode),
+            median(decode),
+            median(more_encode),
+            median(more_decode),
         );
     }
 }
 
 fn cpu(payloads: &Payloads, rounds: u64, ms: u64) {
-    println!("== stored bytes and CPU per value (one thread; µs of its CPU clock, median of {rounds} batches of {ms} ms)");
+    println!("== stored bytes and CPU per value (one thread; µs of its CPU clock, medians of {rounds} rounds of {ms} ms batches)");
     println!(
         "{:<12} {:>9} {:<6} {:>9} {:>7} {:>10} {:>10} {:>10} {:>10}",
         "value",
