@@ -156,16 +156,21 @@ const ZSTD_LEVELS: std::ops::RangeInclusive<i32> = 1..=22;
 ///
 /// # Which one
 ///
-/// | setting | stored size of JSON | CPU per value | when |
-/// |---|---|---|---|
-/// | [`none`](Self::none) (the default) | as encoded | none | small values; a store with memory to spare on a fast network; values already compressed (images, archives) |
-/// | [`lz4`](Self::lz4) | about 4× smaller | a few µs per 10 KB each way | values of a few KB and more, on a network or a store where bytes cost: less memory and wire for little CPU |
-/// | [`zstd`](Self::zstd) level 1–3 | about 7–9× smaller | 3–5× LZ4's to write, 2× to read | large values (tens of KB and more), slow or metered links, memcached's 1 MiB item limit, a Redis short of memory |
-/// | zstd level 4–22 | a little smaller still | much slower writes, reads as level 3 | values written rarely and read often, where every byte counts |
+/// Measured on JSON of 1.4, 10 and 100 KB (BENCHMARKS.md, "Values
+/// compressed", with the L2 hit throughput on loopback and through slow
+/// links):
 ///
-/// BENCHMARKS.md has the measured figures (JSON of 1, 10 and 100 KB and an
-/// incompressible blob; stored bytes, CPU per encode and decode, L2 hit
-/// throughput on loopback and through a slow link).
+/// | setting | JSON stored | CPU added per value (1.4 / 10 / 100 KB) | when |
+/// |---|---|---|---|
+/// | [`none`](Self::none) (the default) | as encoded | none | small values; a store with memory to spare on a fast network, where a read is bound by the client's CPU; values already compressed (images, archives) |
+/// | [`lz4`](Self::lz4) | 1.8× to 4.1× smaller | write +2 / +13 / +143 µs, read +1 / +5 / +58 µs | values of a few KB and more where bytes cost: store memory, a link of 1 Gbit/s or less (2× the L2 hits at 100 KB), for the least CPU |
+/// | [`zstd(1)`](Self::zstd) | 2.5× to 7.1× smaller | write +8 / +27 / +197 µs, read +4 / +12 / +68 µs | large values (tens of KB and more), slow links (6× the L2 hits at 100 KB on 100 Mbit/s), memcached's 1 MiB item limit, a Redis short of memory |
+/// | zstd 3 and up | about as small as level 1 at these sizes | writes slower with each level | values written rarely and read often, large enough for higher levels to find more |
+///
+/// On loopback no setting raised L2 hit throughput (LZ4 0.95–0.99×,
+/// zstd 0.73–0.98× of none): compression pays for bytes, not for CPU.
+/// Values that do not shrink (random bytes) cost their writes the try
+/// (+13 µs per 100 KB with LZ4) and their reads nothing.
 ///
 /// A build without the feature `compression` reads a compressed value as
 /// undecodable (a counted miss, then refilled): turn the feature on in
