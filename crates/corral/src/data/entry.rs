@@ -383,6 +383,23 @@ mod tests {
 
     const MAX: usize = 1 << 20;
 
+    /// Runs `run` with the format of `codec`, `schema` and
+    /// `max_value_bytes`, without compression.
+    fn with_format<V: 'static, T>(
+        codec: &dyn Codec<V>,
+        schema: u32,
+        max_value_bytes: usize,
+        run: impl FnOnce(&Format<'_, V>) -> T,
+    ) -> T {
+        let frames = Frames::new(Compression::none());
+        run(&Format {
+            codec,
+            schema,
+            max_value_bytes,
+            frames: &frames,
+        })
+    }
+
     /// [`super::encode`] without compression, its arguments one by one.
     fn encode<V: 'static>(
         codec: &dyn Codec<V>,
@@ -393,14 +410,9 @@ mod tests {
         max_value_bytes: usize,
         stamps: &Stamps,
     ) -> Result<Vec<u8>, String> {
-        let frames = Frames::new(Compression::none());
-        let format = Format {
-            codec,
-            schema,
-            max_value_bytes,
-            frames: &frames,
-        };
-        super::encode(&format, ttls, flags, value, stamps).map(|(bytes, _)| bytes)
+        with_format(codec, schema, max_value_bytes, |format| {
+            super::encode(format, ttls, flags, value, stamps).map(|(bytes, _)| bytes)
+        })
     }
 
     /// [`super::decode`], its arguments one by one.
@@ -410,14 +422,9 @@ mod tests {
         bytes: &[u8],
         max_value_bytes: usize,
     ) -> Result<Decoded<V>, DecodeError> {
-        let frames = Frames::new(Compression::none());
-        let format = Format {
-            codec,
-            schema,
-            max_value_bytes,
-            frames: &frames,
-        };
-        super::decode(&format, bytes)
+        with_format(codec, schema, max_value_bytes, |format| {
+            super::decode(format, bytes)
+        })
     }
 
     fn roundtrip(codec: &dyn Codec<String>) {
