@@ -14,7 +14,8 @@
 //! with the old server. [`FaultProxy::delay_replies`] holds every byte
 //! the server sends for a while before passing it on, as an overloaded
 //! server host or a congested link does: the server has done the work, the
-//! client hears of it late.
+//! client hears of it late. [`FaultProxy::limit_bandwidth`] makes it a
+//! slow link: every connection's bytes share one capacity per direction.
 //!
 //! The proxy's kernel acknowledges what the client sends, so TCP keepalive
 //! and `TCP_USER_TIMEOUT` on the client see a live peer: only the client's
@@ -60,6 +61,11 @@ struct Shared {
     /// How long bytes from the target are held before they are passed on,
     /// in microseconds (0: at once).
     reply_delay_us: AtomicU64,
+    /// The bandwidth of each direction in bytes per second (0: no limit).
+    bandwidth: AtomicU64,
+    /// When each direction (upstream, downstream) has sent every byte
+    /// handed to it so far, at the bandwidth.
+    link_free_at: [Mutex<Instant>; 2],
     links: Mutex<Vec<Arc<Link>>>,
     relays: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -96,6 +102,8 @@ impl FaultProxy {
             hold_new: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
             reply_delay_us: AtomicU64::new(0),
+            bandwidth: AtomicU64::new(0),
+            link_free_at: [Mutex::new(Instant::now()), Mutex::new(Instant::now())],
             links: Mutex::new(Vec::new()),
             relays: Mutex::new(Vec::new()),
         });
@@ -168,6 +176,18 @@ impl FaultProxy {
         self.shared.reply_delay_us.store(micros, Ordering::SeqCst);
     }
 
+    /// Makes the proxy a link of `bytes_per_second` in each direction
+    /// (`None`: as fast as loopback, the default), shared by every
+    /// connection as the capacity of one network link is: bytes wait
+    /// their turn, each chunk relayed once the link has had the time to
+    /// send it and everything handed to it before. Applies to the bytes
+    /// read from now on.
+    pub fn limit_bandwidth(&self, bytes_per_second: Option<u64>) {
+        self.shared
+            .bandwidth
+            .store(bytes_per_second.unwrap_or(0), Ordering::SeqCst);
+    }
+
     /// How many connections the proxy has accepted so far.
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
@@ -221,16 +241,16 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         let mut relays = lock(&shared.relays);
         let (held, due) = mpsc::channel::<(Instant, Vec<u8>)>();
         let upstream = {
-            let link = Arc::clone(&link);
+            let (link, shared) = (Arc::clone(&link), Arc::clone(shared));
             thread::Builder::new()
                 .name("fault-proxy-relay".into())
-                .spawn(move || relay(&link, true, None))
+                .spawn(move || relay(&link, &shared, true, None))
         };
         let downstream = {
             let (link, shared) = (Arc::clone(&link), Arc::clone(shared));
             thread::Builder::new()
                 .name("fault-proxy-relay".into())
-                .spawn(move || relay(&link, false, Some((&shared, held))))
+                .spawn(move || relay(&link, &shared, false, Some(held)))
         };
         let replies = {
             let link = Arc::clone(&link);
@@ -246,12 +266,12 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
 type Held = mpsc::Sender<(Instant, Vec<u8>)>;
 
 /// Copies one direction of `link` (client to target if `upstream`) until
-/// either side closes; while the link is blackholed, reads and drops. A
-/// close is passed on only while the link relays: a blackholed link stays
-/// open on both sides. Downstream, what is read goes to `held` stamped
-/// with when it is due (the proxy's reply delay from now), for
-/// [`pass_on_when_due`] to write.
-fn relay(link: &Link, upstream: bool, held: Option<(&Shared, Held)>) {
+/// either side closes, at the proxy's bandwidth; while the link is
+/// blackholed, reads and drops. A close is passed on only while the link
+/// relays: a blackholed link stays open on both sides. Downstream, what is
+/// read goes to `held` stamped with when it is due (the proxy's reply
+/// delay from now), for [`pass_on_when_due`] to write.
+fn relay(link: &Link, shared: &Shared, upstream: bool, held: Option<Held>) {
     let (from, to) = if upstream {
         (&link.client, &link.target)
     } else {
@@ -269,7 +289,8 @@ fn relay(link: &Link, upstream: bool, held: Option<(&Shared, Held)>) {
         if link.holed.load(Ordering::SeqCst) {
             continue;
         }
-        if let Some((shared, held)) = &held {
+        pace(shared, upstream, n);
+        if let Some(held) = &held {
             let delay = Duration::from_micros(shared.reply_delay_us.load(Ordering::SeqCst));
             if held
                 .send((Instant::now() + delay, buf[..n].to_vec()))
@@ -307,5 +328,25 @@ fn pass_on_when_due(link: &Link, due: &mpsc::Receiver<(Instant, Vec<u8>)>) {
     }
     if !link.holed.load(Ordering::SeqCst) {
         let _ = link.client.shutdown(Shutdown::Write);
+    }
+}
+
+/// Waits until the direction (`upstream` or not) has sent `bytes` more at
+/// the proxy's bandwidth, after every byte handed to it before: the
+/// transmission time of one shared link. No wait without a limit.
+fn pace(shared: &Shared, upstream: bool, bytes: usize) {
+    let rate = shared.bandwidth.load(Ordering::SeqCst);
+    if rate == 0 {
+        return;
+    }
+    let sent_at = {
+        let mut free_at = lock(&shared.link_free_at[usize::from(upstream)]);
+        let start = (*free_at).max(Instant::now());
+        *free_at = start + Duration::from_secs_f64(bytes as f64 / rate as f64);
+        *free_at
+    };
+    let now = Instant::now();
+    if sent_at > now {
+        thread::sleep(sent_at - now);
     }
 }

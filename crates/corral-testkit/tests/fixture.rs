@@ -199,3 +199,49 @@ fn fault_proxy_relays_and_blackholes_without_closing() {
     assert!(!ping_on(&mut held).expect("no error on a held connection"));
     assert!(ping_on(&mut new).expect("the relaying connection still relays"));
 }
+
+/// Sends `GET big` on a new connection through `port` and reads the
+/// `len`-byte reply whole.
+fn get_big(port: u16, len: usize) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .write_all(b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n")
+        .expect("GET");
+    let header = format!("${len}\r\n");
+    let mut reply = vec![0_u8; header.len() + len + 2];
+    stream.read_exact(&mut reply).expect("reply");
+    assert!(reply.starts_with(header.as_bytes()));
+    reply[header.len()..header.len() + len].to_vec()
+}
+
+#[test]
+fn fault_proxy_limits_the_bandwidth_its_connections_share() {
+    const LEN: usize = 200_000;
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let value: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+    let mut set = TcpStream::connect(("127.0.0.1", proxy.port())).expect("connect");
+    set.write_all(format!("*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n${LEN}\r\n").as_bytes())
+        .and_then(|()| set.write_all(&value))
+        .and_then(|()| set.write_all(b"\r\n"))
+        .expect("SET");
+    let mut ok = [0_u8; 5];
+    set.read_exact(&mut ok).expect("reply");
+    assert_eq!(&ok, b"+OK\r\n");
+
+    // 1 MB/s: two replies of 200 KB on two connections take 0.4 s at
+    // least, however fast loopback is.
+    proxy.limit_bandwidth(Some(1_000_000));
+    let started = std::time::Instant::now();
+    let port = proxy.port();
+    let readers: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get_big(port, LEN)))
+        .collect();
+    for reader in readers {
+        assert_eq!(reader.join().expect("reader"), value, "relayed whole");
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(390), "{took:?}");
+    proxy.limit_bandwidth(None);
+    assert_eq!(get_big(port, LEN), value);
+}

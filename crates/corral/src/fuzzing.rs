@@ -6,66 +6,127 @@
 use std::time::Duration;
 
 use crate::codec::{Codec, Json, Postcard};
-use crate::data::entry::{self, Ttls};
+use crate::data::compression::frames::Frames;
+use crate::data::compression::{Compression, Packing};
+use crate::data::entry::{self, Format, Ttls};
 use crate::data::stamps::Stamps;
+
+/// The size limit of the fuzzed envelopes.
+const MAX: usize = 1 << 20;
+
+/// The TTLs of the envelopes the targets frame bytes in.
+const TTLS: Ttls = Ttls {
+    fresh: Duration::from_millis(1),
+    stale: Duration::from_millis(2),
+    physical: Duration::from_millis(3),
+};
 
 /// The envelope decoder on arbitrary bytes, with both codecs; whatever
 /// decodes re-encodes to bytes that decode to the same entry.
 pub fn envelope(bytes: &[u8]) {
-    check_envelope::<String>(&Postcard, bytes);
-    check_envelope::<Vec<u32>>(&Postcard, bytes);
-    check_envelope::<String>(&Json, bytes);
+    let frames = Frames::new(Compression::none());
+    check_envelope::<String>(&Postcard, &frames, bytes);
+    check_envelope::<Vec<u32>>(&Postcard, &frames, bytes);
+    check_envelope::<String>(&Json, &frames, bytes);
     // The same bytes behind a valid header: the body and stamps decoders
     // see them too, not only the header checks.
-    let ttls = Ttls {
-        fresh: Duration::from_millis(1),
-        stale: Duration::from_millis(2),
-        physical: Duration::from_millis(3),
-    };
-    if let Ok(mut framed) = entry::encode::<Vec<u8>>(
-        &Postcard,
-        7,
-        ttls,
-        0,
-        Some(&Vec::new()),
-        1 << 20,
-        &Stamps::default(),
-    ) {
-        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-        framed.truncate(entry::HEADER_LEN);
-        if let Some(field) = framed.get_mut(36..40) {
-            field.copy_from_slice(&len.to_le_bytes());
-        }
-        framed.extend_from_slice(bytes);
-        check_envelope::<String>(&Postcard, &framed);
-        if let Some(flags) = framed.get_mut(6..8) {
-            flags.copy_from_slice(&entry::FLAG_STAMPED.to_le_bytes());
-        }
-        check_envelope::<String>(&Postcard, &framed);
+    if let Some(framed) = behind_header(bytes, 0) {
+        check_envelope::<String>(&Postcard, &frames, &framed);
+    }
+    if let Some(framed) = behind_header(bytes, entry::FLAG_STAMPED) {
+        check_envelope::<String>(&Postcard, &frames, &framed);
     }
 }
 
-fn check_envelope<V>(codec: &dyn Codec<V>, bytes: &[u8])
+/// Compressed values on arbitrary bytes: as the frame of a compressed
+/// envelope they never panic a reader (nor make it allocate past its
+/// limit: the fuzz script bounds each allocation); as a value, each
+/// algorithm's envelope is read back whole by a cache that does not
+/// compress, and its truncations and altered bytes are refused or read,
+/// never a panic.
+pub fn compressed(bytes: &[u8]) {
+    let reader = Frames::new(Compression::none());
+    if let Some(framed) = behind_header(bytes, entry::FLAG_COMPRESSED) {
+        check_envelope::<Vec<u8>>(&Postcard, &reader, &framed);
+        check_envelope::<String>(&Postcard, &reader, &framed);
+    }
+    let value = bytes.to_vec();
+    for setting in [Compression::lz4(), Compression::zstd(1)] {
+        let writer = Frames::new(setting.min_bytes(0));
+        let format = Format {
+            codec: &Postcard,
+            schema: 7,
+            max_value_bytes: MAX,
+            frames: &writer,
+        };
+        let Ok((envelope, packing)) =
+            entry::encode(&format, TTLS, 0, Some(&value), &Stamps::default())
+        else {
+            continue;
+        };
+        let format = Format {
+            frames: &reader,
+            ..format
+        };
+        match entry::decode(&format, &envelope) {
+            Ok(decoded) => assert_eq!(decoded.value.as_ref(), Some(&value), "{setting}"),
+            Err(error) => panic!("{setting}: a compressed envelope does not decode: {error:?}"),
+        }
+        if !matches!(packing, Packing::Packed { .. }) {
+            continue;
+        }
+        let at = bytes.first().map_or(0, |b| usize::from(*b)) * 7919 % envelope.len();
+        let _ = entry::decode(&format, &envelope[..at.max(entry::HEADER_LEN)]);
+        let mut altered = envelope.clone();
+        altered[at] ^= bytes.last().copied().unwrap_or(1).max(1);
+        let _ = entry::decode(&format, &altered);
+    }
+}
+
+/// `bytes` as the value bytes of a valid header with `flags`.
+fn behind_header(bytes: &[u8], flags: u16) -> Option<Vec<u8>> {
+    let frames = Frames::new(Compression::none());
+    let format = Format {
+        codec: &Postcard,
+        schema: 7,
+        max_value_bytes: MAX,
+        frames: &frames,
+    };
+    let (mut framed, _) =
+        entry::encode::<Vec<u8>>(&format, TTLS, 0, Some(&Vec::new()), &Stamps::default()).ok()?;
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    framed.truncate(entry::HEADER_LEN);
+    framed.get_mut(36..40)?.copy_from_slice(&len.to_le_bytes());
+    framed.get_mut(6..8)?.copy_from_slice(&flags.to_le_bytes());
+    framed.extend_from_slice(bytes);
+    Some(framed)
+}
+
+fn check_envelope<V>(codec: &dyn Codec<V>, frames: &Frames, bytes: &[u8])
 where
     V: PartialEq + std::fmt::Debug + 'static,
 {
     for schema in [0, 7] {
-        let Ok(decoded) = entry::decode(codec, schema, bytes, 1 << 20) else {
+        let format = Format {
+            codec,
+            schema,
+            max_value_bytes: MAX,
+            frames,
+        };
+        let Ok(decoded) = entry::decode(&format, bytes) else {
             continue;
         };
         let again = entry::encode(
-            codec,
-            schema,
+            &format,
             decoded.ttls,
             decoded.flags,
             decoded.value.as_ref(),
-            1 << 20,
             &decoded.stamps,
         );
-        let Ok(again) = again else {
+        let Ok((again, _)) = again else {
             continue;
         };
-        match entry::decode(codec, schema, &again, 1 << 20) {
+        match entry::decode(&format, &again) {
             Ok(round) => {
                 assert_eq!(round.value, decoded.value, "a value changed on re-encoding");
                 assert_eq!(round.ttls, decoded.ttls, "TTLs changed on re-encoding");

@@ -3,6 +3,8 @@
 pub(crate) mod batch;
 pub(crate) mod builder;
 pub(crate) mod get_or_fill;
+#[cfg(feature = "test-hooks")]
+mod hooks;
 pub(crate) mod write;
 
 use std::future::Future;

@@ -6,7 +6,8 @@
 //!  4     1    envelope format version (1)
 //!  5     1    codec id
 //!  6     2    flags: bit 0 "not found" (no value bytes), bit 1 "kept by
-//!             fail-safe"; other bits must be 0 in format 1
+//!             fail-safe", bit 2 "stamped" (below), bit 3 "compressed";
+//!             other bits must be 0 in format 1
 //!  8     4    the cache's schema version (u32 LE)
 //! 12     8    fresh TTL in ms (u64 LE): fresh while age < this
 //! 20     8    stale TTL in ms (u64 LE): servable while age < this
@@ -14,6 +15,11 @@
 //! 36     4    value length (u32 LE)
 //! 40     n    value bytes (the codec's encoding)
 //! ```
+//!
+//! With flag bit 3 ("compressed") the value bytes are a compressed frame of
+//! the codec's encoding (see [`compression`](crate::data::compression)):
+//! the value length is the frame's, and the encoding's own length, inside
+//! the frame, is what the cache's size limit bounds.
 //!
 //! With flag bit 2 ("stamped") the value is followed by the tag versions
 //! the entry was filled under (see the cache's tags): a count (u16 LE),
@@ -23,8 +29,9 @@
 //! was filled under no tags and no clear version.
 //!
 //! Decoding is strict: wrong magic, format, codec, flags or schema version, a
-//! length that does not match, or a value over the cache's size limit are all
-//! rejected, and the caller treats them as a counted miss.
+//! length that does not match, a value over the cache's size limit
+//! (decompressed), or a frame that does not unpack are all rejected, and
+//! the caller treats them as a counted miss.
 
 use std::fmt;
 use std::sync::Arc;
@@ -32,6 +39,8 @@ use std::time::Duration;
 
 use crate::clock::millis;
 use crate::codec::Codec;
+use crate::data::compression::frames::Frames;
+use crate::data::compression::{Packed, Packing, UnpackError};
 use crate::data::stamps::Stamps;
 
 const MAGIC: [u8; 4] = *b"CRL\0";
@@ -78,7 +87,9 @@ pub(crate) const FLAG_NOT_FOUND: u16 = 1;
 pub(crate) const FLAG_FAIL_SAFE: u16 = 2;
 /// Flag: tag versions follow the value.
 pub(crate) const FLAG_STAMPED: u16 = 4;
-const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED;
+/// Flag: the value bytes are a compressed frame of the encoding.
+pub(crate) const FLAG_COMPRESSED: u16 = 8;
+const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED | FLAG_COMPRESSED;
 /// The most tags one entry may carry.
 pub(crate) const MAX_TAGS: usize = 64;
 
@@ -116,6 +127,29 @@ pub(crate) enum DecodeError {
     Codec(String),
     /// The tag versions after the value are malformed.
     BadStamps,
+    /// The compressed value did not unpack.
+    Unpack(UnpackError),
+}
+
+impl From<UnpackError> for DecodeError {
+    fn from(error: UnpackError) -> Self {
+        match error {
+            UnpackError::TooLarge { len } => Self::TooLarge { len },
+            error => Self::Unpack(error),
+        }
+    }
+}
+
+/// How one cache writes and reads envelopes.
+pub(crate) struct Format<'a, V> {
+    /// Its codec.
+    pub(crate) codec: &'a dyn Codec<V>,
+    /// Its schema version.
+    pub(crate) schema: u32,
+    /// The longest encoding it writes or reads, decompressed.
+    pub(crate) max_value_bytes: usize,
+    /// How it compresses what it writes, and unpacks what is compressed.
+    pub(crate) frames: &'a Frames,
 }
 
 impl fmt::Display for DecodeError {
@@ -133,37 +167,40 @@ pub(crate) struct Decoded<V> {
     pub(crate) value: Option<V>,
     /// The TTLs it was written with.
     pub(crate) ttls: Ttls,
-    /// Its flags ([`FLAG_NOT_FOUND`], [`FLAG_FAIL_SAFE`], [`FLAG_STAMPED`]).
+    /// Its flags ([`FLAG_NOT_FOUND`], [`FLAG_FAIL_SAFE`], [`FLAG_STAMPED`],
+    /// [`FLAG_COMPRESSED`]).
     pub(crate) flags: u16,
     /// The tag versions it was filled under (empty without [`FLAG_STAMPED`]).
     pub(crate) stamps: Stamps,
 }
 
 /// Encodes `value` (`None`: a cached "not found") into an envelope,
-/// refusing values larger than `max_value_bytes`. `flags` may carry
-/// [`FLAG_FAIL_SAFE`]; [`FLAG_NOT_FOUND`] is set from `value`, and
-/// [`FLAG_STAMPED`] when `stamps` hold a tag or a clear version.
+/// refusing values whose encoding is larger than the format's
+/// `max_value_bytes`, and compressing it as the format's frames say.
+/// `flags` may carry [`FLAG_FAIL_SAFE`]; [`FLAG_NOT_FOUND`] is set from
+/// `value`, [`FLAG_STAMPED`] when `stamps` hold a tag or a clear version,
+/// and [`FLAG_COMPRESSED`] when the value was compressed.
 pub(crate) fn encode<V: 'static>(
-    codec: &dyn Codec<V>,
-    schema: u32,
+    format: &Format<'_, V>,
     ttls: Ttls,
     flags: u16,
     value: Option<&V>,
-    max_value_bytes: usize,
     stamps: &Stamps,
-) -> Result<Vec<u8>, String> {
+) -> Result<(Vec<u8>, Packing), String> {
     let stamped = stamps
         .iter()
         .any(|(tag, version)| !tag.is_empty() || version.is_some());
-    let flags = (flags & FLAG_FAIL_SAFE)
+    let mut flags = (flags & FLAG_FAIL_SAFE)
         | if value.is_none() { FLAG_NOT_FOUND } else { 0 }
         | if stamped { FLAG_STAMPED } else { 0 };
+    let codec = format.codec;
+    let max_value_bytes = format.max_value_bytes;
     let mut out = Vec::with_capacity(HEADER_LEN + 32);
     out.extend_from_slice(&MAGIC);
     out.push(FORMAT);
     out.push(codec.id());
     out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&schema.to_le_bytes());
+    out.extend_from_slice(&format.schema.to_le_bytes());
     out.extend_from_slice(&millis(ttls.fresh).to_le_bytes());
     out.extend_from_slice(&millis(ttls.stale).to_le_bytes());
     out.extend_from_slice(&millis(ttls.physical).to_le_bytes());
@@ -173,18 +210,35 @@ pub(crate) fn encode<V: 'static>(
             .encode(value, &mut out)
             .map_err(|e| format!("encode failed: {e}"))?;
     }
-    let len = out.len() - HEADER_LEN;
+    let mut len = out.len() - HEADER_LEN;
     if len > max_value_bytes {
         return Err(format!(
             "value is {len} bytes encoded, the limit is {max_value_bytes}"
         ));
     }
+    let packed = match value {
+        Some(_) => format.frames.pack(&out[HEADER_LEN..]),
+        None => Packed::Plain,
+    };
+    let packing = match packed {
+        Packed::Plain => Packing::Plain,
+        Packed::Skipped => Packing::Skipped,
+        Packed::Frame(frame) => {
+            let before = len;
+            out.truncate(HEADER_LEN);
+            frame.write_to(&mut out);
+            len = frame.len();
+            flags |= FLAG_COMPRESSED;
+            out[6..8].copy_from_slice(&flags.to_le_bytes());
+            Packing::Packed { before, after: len }
+        }
+    };
     let len32 = u32::try_from(len).map_err(|_| format!("value is {len} bytes encoded"))?;
     out[36..40].copy_from_slice(&len32.to_le_bytes());
     if stamped {
         encode_stamps(stamps, &mut out)?;
     }
-    Ok(out)
+    Ok((out, packing))
 }
 
 fn encode_stamps(stamps: &Stamps, out: &mut Vec<u8>) -> Result<(), String> {
@@ -242,13 +296,14 @@ fn split(bytes: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
     (bytes.len() >= at).then(|| bytes.split_at(at))
 }
 
-/// Decodes an envelope strictly. Never panics, whatever the bytes.
+/// Decodes an envelope strictly, unpacking a compressed value. Never
+/// panics, whatever the bytes, and never allocates more than the format's
+/// `max_value_bytes` for the value.
 pub(crate) fn decode<V: 'static>(
-    codec: &dyn Codec<V>,
-    schema: u32,
+    format: &Format<'_, V>,
     bytes: &[u8],
-    max_value_bytes: usize,
 ) -> Result<Decoded<V>, DecodeError> {
+    let (codec, schema, max_value_bytes) = (format.codec, format.schema, format.max_value_bytes);
     let header = bytes.get(..HEADER_LEN).ok_or(DecodeError::Truncated)?;
     if header[0..4] != MAGIC {
         return Err(DecodeError::BadMagic);
@@ -302,9 +357,12 @@ pub(crate) fn decode<V: 'static>(
             stamps,
         });
     }
-    let value = codec
-        .decode(body)
-        .map_err(|e| DecodeError::Codec(e.to_string()))?;
+    let value = if flags & FLAG_COMPRESSED == 0 {
+        codec.decode(body)
+    } else {
+        codec.decode(&format.frames.unpack(body, max_value_bytes)?)
+    };
+    let value = value.map_err(|e| DecodeError::Codec(e.to_string()))?;
     Ok(Decoded {
         value: Some(value),
         ttls,
@@ -329,9 +387,54 @@ fn dword(header: &[u8], at: usize) -> [u8; 8] {
 mod tests {
     use super::*;
     use crate::codec::{Json, Postcard};
+    use crate::data::compression::Compression;
     use proptest::prelude::*;
 
     const MAX: usize = 1 << 20;
+
+    /// Runs `run` with the format of `codec`, `schema` and
+    /// `max_value_bytes`, without compression.
+    fn with_format<V: 'static, T>(
+        codec: &dyn Codec<V>,
+        schema: u32,
+        max_value_bytes: usize,
+        run: impl FnOnce(&Format<'_, V>) -> T,
+    ) -> T {
+        let frames = Frames::new(Compression::none());
+        run(&Format {
+            codec,
+            schema,
+            max_value_bytes,
+            frames: &frames,
+        })
+    }
+
+    /// [`super::encode`] without compression, its arguments one by one.
+    fn encode<V: 'static>(
+        codec: &dyn Codec<V>,
+        schema: u32,
+        ttls: Ttls,
+        flags: u16,
+        value: Option<&V>,
+        max_value_bytes: usize,
+        stamps: &Stamps,
+    ) -> Result<Vec<u8>, String> {
+        with_format(codec, schema, max_value_bytes, |format| {
+            super::encode(format, ttls, flags, value, stamps).map(|(bytes, _)| bytes)
+        })
+    }
+
+    /// [`super::decode`], its arguments one by one.
+    fn decode<V: 'static>(
+        codec: &dyn Codec<V>,
+        schema: u32,
+        bytes: &[u8],
+        max_value_bytes: usize,
+    ) -> Result<Decoded<V>, DecodeError> {
+        with_format(codec, schema, max_value_bytes, |format| {
+            super::decode(format, bytes)
+        })
+    }
 
     fn roundtrip(codec: &dyn Codec<String>) {
         let ttls = Ttls {
@@ -435,6 +538,58 @@ mod tests {
                 decode::<String>(&Postcard, 1, &bytes, MAX),
                 Err(DecodeError::BadStamps),
                 "{version}"
+            );
+        }
+    }
+
+    #[test]
+    fn compressed_values_are_flagged_read_by_any_cache_and_bounded_decompressed() {
+        let ttls = Ttls::simple(Duration::from_secs(1));
+        let value = "{\"sku\":\"A-1\",\"qty\":2},".repeat(200);
+        let plain = Frames::new(Compression::none());
+        let reader = |max_value_bytes| Format {
+            codec: &Postcard,
+            schema: 1,
+            max_value_bytes,
+            frames: &plain,
+        };
+        for setting in [Compression::lz4(), Compression::zstd(3)] {
+            let frames = Frames::new(setting);
+            let format = Format {
+                frames: &frames,
+                ..reader(MAX)
+            };
+            let (bytes, packing) =
+                super::encode(&format, ttls, 0, Some(&value), &stamps()).expect("encodes");
+            let Packing::Packed { before, after } = packing else {
+                panic!("{setting}: not compressed: {packing:?}");
+            };
+            assert_eq!(
+                before,
+                value.len() + 2,
+                "postcard: a varint length, the bytes"
+            );
+            assert!(bytes.len() < HEADER_LEN + after + 64 && after < before / 4);
+            let decoded = super::decode(&reader(MAX), &bytes).expect("decodes");
+            assert_eq!(decoded.value.as_ref(), Some(&value));
+            assert_eq!(decoded.flags, FLAG_STAMPED | FLAG_COMPRESSED);
+            assert_eq!(decoded.stamps, stamps());
+            // The limit bounds the decompressed size, not the stored one.
+            assert_eq!(
+                super::decode(&reader(before - 1), &bytes).map(|d| d.value),
+                Err(DecodeError::TooLarge { len: before })
+            );
+            for cut in HEADER_LEN..bytes.len() {
+                assert!(super::decode(&reader(MAX), &bytes[..cut]).is_err());
+            }
+            // A "not found" has nothing to compress.
+            let (bytes, packing) =
+                super::encode::<String>(&format, ttls, 0, None, &Stamps::default())
+                    .expect("encodes");
+            assert_eq!(packing, Packing::Plain);
+            assert_eq!(
+                decode::<String>(&Postcard, 1, &bytes, MAX).map(|d| d.flags),
+                Ok(FLAG_NOT_FOUND)
             );
         }
     }

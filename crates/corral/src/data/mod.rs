@@ -3,6 +3,7 @@
 //! nothing here calls a store, spawns a task or knows a cache instance.
 
 pub(crate) mod cause;
+pub(crate) mod compression;
 #[cfg_attr(not(feature = "encryption"), path = "encryption_off.rs")]
 pub(crate) mod encryption;
 pub(crate) mod entry;

@@ -14,8 +14,10 @@ use tokio::sync::Semaphore;
 use crate::budget::FillBudget;
 use crate::codec::{round_trips, Codec};
 use crate::data::cause::FillError;
+use crate::data::compression::frames::Frames;
+use crate::data::compression::Compression;
 use crate::data::encryption::Cipher;
-use crate::data::entry::{self, Decoded, Ttls};
+use crate::data::entry::{self, Decoded, Format, Ttls};
 use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Fetched, Judged};
 use crate::data::key::KeyLabel;
@@ -62,6 +64,9 @@ pub(crate) struct Inner<V> {
     /// Seals what goes to the shared store and opens what comes back
     /// (feature `encryption`; `None`: envelopes are stored as they are).
     cipher: Option<Cipher>,
+    /// Compresses what goes to the shared store (as its setting says) and
+    /// unpacks what comes back compressed, whoever wrote it.
+    frames: Frames,
     tiers: Tiers<V>,
     /// This instance's id on the backplane.
     origin: Origin,
@@ -103,6 +108,7 @@ pub(crate) struct InnerParts<V> {
     pub(crate) policy: Policy,
     pub(crate) codec: Option<Arc<dyn Codec<V>>>,
     pub(crate) cipher: Option<Cipher>,
+    pub(crate) compression: Compression,
     pub(crate) tiers: Tiers<V>,
     pub(crate) origin: Origin,
     pub(crate) rng: fastrand::Rng,
@@ -125,6 +131,7 @@ impl<V: Clone> Inner<V> {
             policy: parts.policy,
             codec: parts.codec,
             cipher: parts.cipher,
+            frames: Frames::new(parts.compression),
             tiers: parts.tiers,
             origin: parts.origin,
             tags,
@@ -272,7 +279,8 @@ impl<V: 'static> Inner<V> {
 
     /// The bytes of `key`'s `value` (`None`: "not found") in the shared
     /// store, written with `ttls`, filled under `stamps`: its envelope,
-    /// sealed when the cache encrypts.
+    /// its value compressed when the setting says so and it pays (counted),
+    /// then sealed when the cache encrypts.
     pub(crate) fn encode(
         &self,
         key: &str,
@@ -285,18 +293,21 @@ impl<V: 'static> Inner<V> {
         if let Some(value) = value {
             self.check_round_trip(codec, value)?;
         }
-        let envelope = entry::encode(
-            codec,
-            self.schema,
-            ttls,
-            flags,
-            value,
-            self.policy.max_value_bytes,
-            stamps,
-        )?;
+        let (envelope, packing) = entry::encode(&self.format(codec), ttls, flags, value, stamps)?;
+        self.counters.packed(packing);
         match &self.cipher {
             Some(cipher) => cipher.seal(&self.namespace, key, &envelope),
             None => Ok(envelope),
+        }
+    }
+
+    /// How this cache writes and reads envelopes with `codec`.
+    fn format<'a>(&'a self, codec: &'a dyn Codec<V>) -> Format<'a, V> {
+        Format {
+            codec,
+            schema: self.schema,
+            max_value_bytes: self.policy.max_value_bytes,
+            frames: &self.frames,
         }
     }
 
@@ -347,9 +358,7 @@ impl<V: 'static> Inner<V> {
             },
         };
         let decoded = match &self.codec {
-            Some(codec) => {
-                entry::decode(&**codec, self.schema, envelope, self.policy.max_value_bytes)
-            }
+            Some(codec) => entry::decode(&self.format(&**codec), envelope),
             None => Err(entry::DecodeError::Codec(NO_CODEC.to_owned())),
         };
         match decoded {

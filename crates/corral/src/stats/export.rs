@@ -58,6 +58,8 @@ const COUNTER_HELP: &[(&str, &str)] = &[
     ("corral_fills_queued_total", "Fills that waited in the fill budget's queue."),
     ("corral_overloads_total", "Flights that got no fill budget permit within its max_wait (callers got Error::Overloaded or a stale value; the source was not called)."),
     ("corral_fleet_permits_total", "Fleet fill budget permits, by outcome (taken from the store; errored: the store failed and the fill ran on the local permit alone)."),
+    ("corral_compression_values_total", "Values written to the shared store, by outcome (compressed; skipped: at or over the threshold, stored as they are because compressing did not save an eighth)."),
+    ("corral_compression_bytes_total", "Bytes of the values written compressed, by stage (before: encoded; after: compressed). Their ratio is before over after."),
     ("corral_breaker_opened_total", "Times the store's circuit breaker opened."),
     ("corral_store_calls_skipped_total", "Store calls not made because the circuit breaker was open."),
 ];
@@ -281,6 +283,26 @@ const COUNTERS: &[Reading] = &[
         "corral_fleet_permits_total",
         Some(("outcome", "errored")),
         |s| s.fleet_fail_open,
+    ),
+    (
+        "corral_compression_values_total",
+        Some(("outcome", "compressed")),
+        |s| s.compressed_values,
+    ),
+    (
+        "corral_compression_values_total",
+        Some(("outcome", "skipped")),
+        |s| s.compression_skipped,
+    ),
+    (
+        "corral_compression_bytes_total",
+        Some(("stage", "before")),
+        |s| s.compression_bytes_before,
+    ),
+    (
+        "corral_compression_bytes_total",
+        Some(("stage", "after")),
+        |s| s.compression_bytes_after,
     ),
     ("corral_breaker_opened_total", None, |s| s.breaker_opened),
     ("corral_store_calls_skipped_total", None, |s| {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
 
+use crate::data::compression::Packing;
 use crate::data::freshness::Freshness;
 
 /// Every this many counts on its own stripe, [`StripedCounter::incr`]
@@ -302,6 +303,14 @@ counters! {
     fleet_permits,
     /// Fills that ran on this process's budget permit alone because the store did not answer for a fleet permit.
     fleet_fail_open,
+    /// Values written to the shared store compressed (see [`CacheBuilder::compression`](crate::CacheBuilder::compression)).
+    compressed_values,
+    /// Values at or over the compression threshold written as they are, because compressing did not save an eighth of their bytes (already compressed data, say).
+    compression_skipped,
+    /// Encoded bytes of the values written compressed, before compression (see [`compression_ratio`](Stats::compression_ratio)).
+    compression_bytes_before,
+    /// Bytes of the values written compressed, after compression (their frames).
+    compression_bytes_after,
     ; kept by the breaker:
     /// Times the store's circuit breaker opened: after consecutive failed store calls, or when its half-open probe failed.
     breaker_opened,
@@ -309,10 +318,38 @@ counters! {
     store_calls_skipped,
 }
 
+impl Stats {
+    /// Bytes before over bytes after compression of the values this cache
+    /// wrote compressed ([`compression_bytes_before`](Self::compression_bytes_before)
+    /// over [`compression_bytes_after`](Self::compression_bytes_after)):
+    /// 4.0 when they take a quarter of their encoded size. `None` before
+    /// the first value written compressed. Of two snapshots'
+    /// difference, the ratio over that stretch.
+    pub fn compression_ratio(&self) -> Option<f64> {
+        (self.compression_bytes_after > 0)
+            .then(|| self.compression_bytes_before as f64 / self.compression_bytes_after as f64)
+    }
+}
+
 impl Counters {
     #[inline]
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
+    }
+
+    /// Counts what compression did to a value written.
+    pub(crate) fn packed(&self, packing: Packing) {
+        match packing {
+            Packing::Plain => {}
+            Packing::Skipped => Self::bump(&self.compression_skipped),
+            Packing::Packed { before, after } => {
+                Self::bump(&self.compressed_values);
+                self.compression_bytes_before
+                    .fetch_add(before as u64, Relaxed);
+                self.compression_bytes_after
+                    .fetch_add(after as u64, Relaxed);
+            }
+        }
     }
 
     /// Counts a failed store call in `store_errors`, unless the circuit

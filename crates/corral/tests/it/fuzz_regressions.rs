@@ -45,3 +45,16 @@ fn key_inputs_encode_cleanly() {
 fn resp_inputs_read_or_fail_cleanly() {
     replay("resp", corral::fuzzing::resp);
 }
+
+#[test]
+fn compressed_inputs_unpack_or_fail_cleanly() {
+    let inputs = inputs("compressed");
+    assert!(
+        !inputs.is_empty(),
+        "no seeds in fuzz/regressions/compressed"
+    );
+    for (path, bytes) in inputs {
+        eprintln!("{}", path.display());
+        corral::fuzzing::compressed(&bytes);
+    }
+}

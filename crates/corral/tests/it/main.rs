@@ -26,6 +26,8 @@ mod budget;
 mod cached_macro;
 mod cluster_faults;
 mod codec_round_trip;
+#[cfg(feature = "compression")]
+mod compression;
 #[cfg(feature = "config")]
 mod config;
 mod core;

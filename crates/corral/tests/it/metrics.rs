@@ -128,4 +128,44 @@ async fn a_stampede_shows_on_the_prometheus_endpoint() {
         get(r#"corral_fill_duration_seconds_count{cache="metrics_orders"}"#),
         1.0
     );
+    #[cfg(feature = "compression")]
+    compression_shows(&handle).await;
+}
+
+/// A compressing cache's bytes before and after, and its values by outcome.
+#[cfg(feature = "compression")]
+async fn compression_shows(handle: &metrics_exporter_prometheus::PrometheusHandle) {
+    let pages = Cache::<String>::builder("metrics_pages")
+        .store(corral::store::MemoryStore::new())
+        .compression(corral::Compression::lz4())
+        .build()
+        .expect("config");
+    pages
+        .set("page", "<p>corral</p>".repeat(1000))
+        .await
+        .expect("set");
+    pages
+        .set("small", "<p>corral</p>".to_owned())
+        .await
+        .expect("set");
+    pages.export_metrics();
+    let stats = pages.stats();
+    let text = handle.render();
+    let get =
+        |name: &str| sample(&text, name).unwrap_or_else(|| panic!("no sample {name} in:\n{text}"));
+    assert_eq!(
+        get(r#"corral_compression_values_total{cache="metrics_pages",outcome="compressed"}"#),
+        1.0
+    );
+    assert_eq!(
+        get(r#"corral_compression_bytes_total{cache="metrics_pages",stage="before"}"#),
+        stats.compression_bytes_before as f64
+    );
+    assert_eq!(
+        stats.compression_bytes_before, 13_002,
+        "a 2-byte length, the text"
+    );
+    let after = get(r#"corral_compression_bytes_total{cache="metrics_pages",stage="after"}"#);
+    assert_eq!(after, stats.compression_bytes_after as f64);
+    assert!(after < 1_000.0, "{after}");
 }

@@ -29,7 +29,9 @@ where
     /// outside `[0, 1]`, an eager-refresh fraction outside `(0, 1)`, a soft
     /// timeout not below the fill timeout, a zero capacity, a lease TTL
     /// under 30 ms, a circuit breaker with 0 failures or no cool-down, an
-    /// `encryption` with more than 8 previous keys, or a
+    /// `encryption` with more than 8 previous keys, a zstd
+    /// [`compression`](CacheBuilder::compression) level outside 1 to 22
+    /// (or any compression without the feature `compression`), or a
     /// [`Capacity::Bytes`] without a codec to weigh values.
     pub fn build(self) -> Result<Cache<V>, ConfigError> {
         let sizing = self.checked_sizing()?;
@@ -79,6 +81,7 @@ where
                 policy: self.policy.paired(),
                 codec: self.codec,
                 cipher,
+                compression: self.compression,
                 tiers: Tiers { l1, l2: store },
                 origin,
                 rng,
@@ -118,6 +121,7 @@ where
             )));
         }
         self.policy.validate()?;
+        self.compression.validate()?;
         if let Some(breaker) = self.breaker {
             if breaker.failures == 0 || breaker.cool_down.is_zero() {
                 return Err(ConfigError::new(

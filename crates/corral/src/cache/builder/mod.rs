@@ -11,6 +11,7 @@ use crate::budget::FillBudget;
 use crate::cache::Cache;
 use crate::clock::Clock;
 use crate::codec::{Codec, Postcard};
+use crate::data::compression::Compression;
 use crate::data::encryption::Encryption;
 use crate::data::policy::Policy;
 use crate::store::{IntoStore, Store};
@@ -53,6 +54,7 @@ pub struct CacheBuilder<V> {
     /// Set by `codec`, or to the default by `store`.
     codec: Option<Arc<dyn Codec<V>>>,
     encryption: Option<Encryption>,
+    compression: Compression,
     store: Option<Arc<dyn Store>>,
     /// `None`: on if the cache listens to a store with a backplane.
     l1_with_store: Option<bool>,
@@ -85,6 +87,7 @@ impl<V> std::fmt::Debug for CacheBuilder<V> {
             .field("metrics_interval", &self.metrics_interval)
             .field("circuit_breaker", &self.breaker)
             .field("encryption", &self.encryption)
+            .field("compression", &self.compression)
             .finish_non_exhaustive()
     }
 }
@@ -136,6 +139,7 @@ where
             capacity: Capacity::Entries(10_000),
             codec: None,
             encryption: None,
+            compression: Compression::none(),
             store: None,
             l1_with_store: None,
             l1_shards: None,
@@ -441,6 +445,29 @@ where
     #[cfg(feature = "encryption")]
     pub fn encryption(mut self, encryption: Encryption) -> Self {
         self.encryption = Some(encryption);
+        self
+    }
+
+    /// Compresses the values written to the shared store (feature
+    /// `compression`): LZ4 or zstd, applied to a value's encoding when it
+    /// is at least [`Compression::min_bytes`] long (default 1 KiB) and
+    /// kept only if it saves at least an eighth, after the codec and before
+    /// [`encryption`](Self::encryption). Every cache reads compressed and
+    /// plain values alike, whatever it writes, so caches with different
+    /// settings can share a namespace. [`max_value_bytes`](Self::max_value_bytes)
+    /// bounds the decompressed size, checked before anything is allocated;
+    /// a frame that does not unpack is a miss, counted in
+    /// [`Stats::decode_failures`](crate::Stats::decode_failures). The L1
+    /// keeps decoded values: its hits never decompress. Counted in
+    /// [`Stats::compressed_values`](crate::Stats::compressed_values) and
+    /// [`Stats::compression_ratio`](crate::Stats::compression_ratio).
+    /// [`Compression`] says which to choose. Default:
+    /// [`Compression::none`].
+    ///
+    /// Without the feature, any setting but [`Compression::none`] makes
+    /// [`build`](Self::build) fail.
+    pub fn compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
         self
     }
 
