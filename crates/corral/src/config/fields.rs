@@ -38,6 +38,7 @@ use serde::Deserialize;
 use super::table::settings;
 use crate::cache::builder::{CacheBuilder, Capacity};
 use crate::tier::breaker::BreakerSettings;
+use crate::Compression;
 
 settings! {
     /// A cache's settings — or a process's, with a section per cache
@@ -121,6 +122,10 @@ settings! {
         max_bytes: u64 => with(capacity_of),
         /// The largest encoded value stored.
         max_value_bytes: usize => builder,
+        /// How values are compressed in the shared store (feature
+        /// `compression`): `"none"`, `"lz4"`, `"zstd"` or `"zstd:<level>"`,
+        /// optionally followed by `",min_bytes=<bytes>"` (default none).
+        compression: Compression => builder,
         /// Whether the store's circuit breaker is on (default on with a
         /// store).
         circuit_breaker: bool => with(breaker_of),

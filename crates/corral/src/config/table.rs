@@ -82,6 +82,7 @@ plain_settings! {
     Vec<u32> => Numbers, debug;
     String => Text, debug;
     Vec<String> => List, debug;
+    crate::Compression => Text, display;
 }
 
 /// A duration is written as a number and a unit (`"250ms"`, `"5m"`).
@@ -405,6 +406,18 @@ pub(super) mod examples {
                 .map(u32::to_string)
                 .collect::<Vec<_>>()
                 .join(", ")
+        }
+    }
+
+    impl Example for crate::Compression {
+        fn examples() -> Vec<Self> {
+            vec![crate::Compression::zstd(5).min_bytes(2048)]
+        }
+        fn toml(&self) -> String {
+            format!("\"{self}\"")
+        }
+        fn var(&self) -> String {
+            self.to_string()
         }
     }
 }

@@ -582,3 +582,30 @@ async fn two_caches_from_one_config_share_one_store_and_its_two_connections() {
     let (commands, _, list) = connections(&server);
     assert_eq!(commands, 2, "{list}");
 }
+
+#[test]
+fn a_bad_compression_names_its_variable_and_the_forms_it_takes() {
+    let bad = CacheConfig::from_vars("CORRAL_", vars(&[("CORRAL_COMPRESSION", "gzip")]))
+        .expect_err("unknown algorithm");
+    let message = bad.to_string();
+    assert!(
+        message.contains("CORRAL_COMPRESSION") && message.contains("zstd:<level>"),
+        "{message}"
+    );
+    let bad = CacheConfig::from_toml("compression = \"zstd:x\"").expect_err("bad level");
+    assert!(bad.to_string().contains("compression"), "{bad}");
+}
+
+#[cfg(feature = "compression")]
+#[tokio::test]
+async fn a_configured_compression_compresses() {
+    let config = CacheConfig::from_toml("compression = \"lz4\"").expect("valid");
+    let cache = config
+        .apply(
+            corral::Cache::<String>::builder("configured").store(corral::store::MemoryStore::new()),
+        )
+        .build()
+        .expect("config");
+    cache.set("k", "corral ".repeat(500)).await.expect("set");
+    assert_eq!(cache.stats().compressed_values, 1);
+}
