@@ -57,6 +57,7 @@ pub(super) const FIELDS: &[(&str, Kind)] = &[
     ("max_entries", Kind::Number),
     ("max_bytes", Kind::Number),
     ("max_value_bytes", Kind::Number),
+    ("compression", Kind::Text),
     ("circuit_breaker", Kind::Bool),
     ("breaker_failures", Kind::Number),
     ("breaker_cool_down", Kind::Duration),

@@ -168,6 +168,11 @@ pub struct CacheConfig {
     pub max_bytes: Option<u64>,
     /// The largest encoded value stored.
     pub max_value_bytes: Option<usize>,
+    /// How values are compressed in the shared store (feature
+    /// `compression`): `"none"`, `"lz4"`, `"zstd"` or `"zstd:<level>"`,
+    /// optionally followed by `",min_bytes=<bytes>"`
+    /// ([`CacheBuilder::compression`]; default none).
+    pub compression: Option<crate::Compression>,
     /// Whether the store's circuit breaker is on (default on with a store).
     pub circuit_breaker: Option<bool>,
     /// Consecutive failed store calls that open the breaker (default 5).
@@ -371,6 +376,7 @@ impl CacheConfig {
             max_entries: over.max_entries.or(this.max_entries),
             max_bytes: over.max_bytes.or(this.max_bytes),
             max_value_bytes: over.max_value_bytes.or(this.max_value_bytes),
+            compression: over.compression.or(this.compression),
             circuit_breaker: over.circuit_breaker.or(this.circuit_breaker),
             breaker_failures: over.breaker_failures.or(this.breaker_failures),
             breaker_cool_down: over.breaker_cool_down.or(this.breaker_cool_down),
@@ -519,7 +525,7 @@ impl CacheConfig {
             fail_safe => fail_safe, fill_timeout => fill_timeout,
             soft_timeout => soft_timeout, negative_ttl => negative_ttl,
             lease_ttl => lease_ttl, store_timeout => store_timeout,
-            max_value_bytes => max_value_bytes, version => version,
+            max_value_bytes => max_value_bytes, compression => compression, version => version,
             also_invalidate_versions => also_invalidate_versions,
             fail_safe_throttle => fail_safe_throttle, poll_interval => poll_interval,
             tag_retention => tag_retention, refresh_limit => refresh_limit,

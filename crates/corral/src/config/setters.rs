@@ -63,6 +63,8 @@ setters! {
     max_bytes: u64,
     /// Sets [`max_value_bytes`](Self::max_value_bytes).
     max_value_bytes: usize,
+    /// Sets [`compression`](Self::compression).
+    compression: crate::Compression,
     /// Sets [`circuit_breaker`](Self::circuit_breaker).
     circuit_breaker: bool,
     /// Sets [`breaker_failures`](Self::breaker_failures).
@@ -180,6 +182,7 @@ impl fmt::Debug for CacheConfig {
             ("eager_refresh", self.eager_refresh.map(|v| v.to_string())),
             ("max_entries", self.max_entries.map(|v| v.to_string())),
             ("max_bytes", self.max_bytes.map(|v| v.to_string())),
+            ("compression", self.compression.map(|v| v.to_string())),
             (
                 "max_value_bytes",
                 self.max_value_bytes.map(|v| v.to_string()),

@@ -582,3 +582,49 @@ async fn two_caches_from_one_config_share_one_store_and_its_two_connections() {
     let (commands, _, list) = connections(&server);
     assert_eq!(commands, 2, "{list}");
 }
+
+#[test]
+fn compression_is_read_from_toml_and_variables() {
+    let file = CacheConfig::from_toml(
+        "compression = \"zstd:1,min_bytes=512\"\n[cache.pages]\ncompression = \"none\"",
+    )
+    .expect("valid");
+    assert_eq!(
+        file.compression,
+        Some(corral::Compression::zstd(1).min_bytes(512))
+    );
+    assert_eq!(
+        file.for_cache("pages").compression,
+        Some(corral::Compression::none())
+    );
+    let env = CacheConfig::from_vars("CORRAL_", vars(&[("CORRAL_USERS_COMPRESSION", "lz4")]))
+        .expect("valid");
+    assert_eq!(
+        env.for_cache("users").compression,
+        Some(corral::Compression::lz4())
+    );
+    assert!(format!("{env:?}").contains("lz4"), "{env:?}");
+    let bad = CacheConfig::from_vars("CORRAL_", vars(&[("CORRAL_COMPRESSION", "gzip")]))
+        .expect_err("unknown algorithm");
+    let message = bad.to_string();
+    assert!(
+        message.contains("CORRAL_COMPRESSION") && message.contains("zstd:<level>"),
+        "{message}"
+    );
+    let bad = CacheConfig::from_toml("compression = \"zstd:x\"").expect_err("bad level");
+    assert!(bad.to_string().contains("compression"), "{bad}");
+}
+
+#[cfg(feature = "compression")]
+#[tokio::test]
+async fn a_configured_compression_compresses() {
+    let config = CacheConfig::from_toml("compression = \"lz4\"").expect("valid");
+    let cache = config
+        .apply(
+            corral::Cache::<String>::builder("configured").store(corral::store::MemoryStore::new()),
+        )
+        .build()
+        .expect("config");
+    cache.set("k", "corral ".repeat(500)).await.expect("set");
+    assert_eq!(cache.stats().compressed_values, 1);
+}
