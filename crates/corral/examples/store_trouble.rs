@@ -21,6 +21,11 @@
 //! flights in progress and its counters, and the server its clients, so
 //! that recovery shows: nothing left queued, connections back to their
 //! usual number.
+//!
+//! `BUDGET=N` gives each process's cache a `FillBudget` of N (all its
+//! fills, leased or not, at most N at once), `ADAPTIVE=MAX` makes it adapt
+//! between 1 and MAX: to weigh a default budget against the default of
+//! none (fills without a lease alone bounded, by `DEFAULT_FAIL_OPEN_LIMIT`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -74,6 +79,7 @@ struct After {
     commits: u64,
     commits_refused: u64,
     overloads: u64,
+    fills_queued: u64,
     flights_in_progress: usize,
     store_answers: bool,
 }
@@ -123,6 +129,11 @@ async fn run_scene(scene: Scene) -> anyhow::Result<()> {
         let mut command = tokio::process::Command::new(&exe);
         command.args(["--worker", &proxy.url()]);
         command.env("FILL_MS", fill_ms.to_string());
+        for name in ["BUDGET", "ADAPTIVE"] {
+            if let Ok(value) = std::env::var(name) {
+                command.env(name, value);
+            }
+        }
         workers.push(Worker::spawn(command).await?);
     }
     for worker in &mut workers {
@@ -190,7 +201,7 @@ async fn run_scene(scene: Scene) -> anyhow::Result<()> {
         println!("  first failure: {why}");
     }
     println!(
-        "  leases {} · commits {} (refused {}) · lease waits {} · store waits {} · store errors {} · calls skipped {} · overloads {}",
+        "  leases {} · commits {} (refused {}) · lease waits {} · store waits {} · store errors {} · calls skipped {} · overloads {} · fills queued {}",
         sum(|a| a.leases_acquired),
         sum(|a| a.commits),
         sum(|a| a.commits_refused),
@@ -199,6 +210,7 @@ async fn run_scene(scene: Scene) -> anyhow::Result<()> {
         sum(|a| a.store_errors),
         sum(|a| a.store_calls_skipped),
         sum(|a| a.overloads),
+        sum(|a| a.fills_queued),
     );
     println!(
         "  clients on the server after the burst: {}",
@@ -249,7 +261,17 @@ fn worker(url: &str) -> anyhow::Result<()> {
     let fill = Duration::from_millis(env_u64("FILL_MS", 20));
     tokio::runtime::Runtime::new()?.block_on(async {
         let store = RedisStore::connect(url, RedisConfig::default()).await?;
-        let cache = Cache::<String>::builder("trouble").store(store).build()?;
+        let mut builder = Cache::<String>::builder("trouble").store(store);
+        let budget = env_u64("BUDGET", 0);
+        if budget > 0 {
+            let mut fill_budget = corral::FillBudget::new(usize::try_from(budget)?);
+            let adaptive = env_u64("ADAPTIVE", 0);
+            if adaptive > 0 {
+                fill_budget = fill_budget.adaptive(1, usize::try_from(adaptive)?);
+            }
+            builder = builder.fill_budget(fill_budget);
+        }
+        let cache = builder.build()?;
         let source = Arc::new(Source::default());
         println!("@ready");
         let mut orders = tokio::io::BufReader::new(tokio::io::stdin()).lines();
@@ -312,6 +334,7 @@ fn worker(url: &str) -> anyhow::Result<()> {
                         commits: stats.commits,
                         commits_refused: stats.commits_refused,
                         overloads: stats.overloads,
+                        fills_queued: stats.fills_queued,
                         flights_in_progress: cache.health().await.flights_in_progress,
                         store_answers: answers,
                     };

@@ -9,12 +9,13 @@
 //! joins the keys already in flight. The keys a batch leads are handed to
 //! one spawned task (a cancelled caller does not cancel it) that reads the
 //! L2, asks for the leases of the keys it missed (concurrently), runs the
-//! batch fill once for the keys it holds leases for (or, the store
-//! unreachable, for all of them without leases), and commits them
+//! batch fill once for the keys it holds leases for, and commits them
 //! concurrently. A key it cannot settle that way — a stale or undecodable
-//! value, a lease held by another process, a value that landed meanwhile —
-//! goes to the single-key leader, whose fill calls the batch fill with that
-//! one key if it must fill at all.
+//! value, a lease held by another process, a value that landed meanwhile,
+//! or a store that did not answer (the single-key leader waits for it, and
+//! fills without a lease only within the fail-open budget) — goes to the
+//! single-key leader, whose fill calls the batch fill with that one key if
+//! it must fill at all.
 
 use std::collections::HashMap;
 use std::future::{pending, Future};
@@ -25,7 +26,7 @@ use tokio::time::Instant;
 
 use std::time::Duration;
 
-use crate::budget::Waited;
+use crate::budget::{Permit, Waited};
 use crate::data::freshness::{Answer, Standing};
 use crate::data::policy::FillOptions;
 use crate::data::tags::{Home, Stamps};
@@ -88,11 +89,8 @@ where
         let Some(cache) = self.inner.upgrade() else {
             return;
         };
-        let (to_fill, reachable) = match cache.tiers().l2.clone() {
-            None => {
-                let to_fill = led.into_iter().map(|(k, f)| (k, f, None)).collect();
-                (to_fill, true)
-            }
+        let to_fill = match cache.tiers().l2.clone() {
+            None => led.into_iter().map(|(k, f)| (k, f, None)).collect(),
             Some(store) => self.settle_from_store(&cache, &store, led).await,
         };
         if to_fill.is_empty() {
@@ -101,50 +99,17 @@ where
         for _ in &to_fill {
             Counters::bump(&cache.counters().misses);
         }
-        let ttl = self.ttl;
-        let budgeted = cache.budget().is_some();
         drop(cache);
-        // One permit of the fill budget for the one call of the batch fill.
-        let permit = if !budgeted {
-            None
-        } else {
-            let leases: Vec<&LeaseGuard> =
-                to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
-            let flights = to_fill.iter().map(|(_, f, _)| Arc::clone(f.flight()));
-            let demand = permit::FlightDemand {
-                flights: flights.collect(),
-                refresh: false,
-            };
-            let waiting = permit::wait_for_permit(&self.inner, demand, pending(), || {});
-            match leader::while_renewing(&self.inner, waiting, &leases).await {
-                None => None,
-                Some(Waited::Granted { permit, .. }) => Some(permit),
-                Some(Waited::Overloaded(waited) | Waited::Deserted(waited)) => {
-                    drop(leases);
-                    for (_, mut flight, lease) in to_fill {
-                        drop(lease);
-                        flight.retire(|| ());
-                        flight.publish(Outcome::Failed(Failure::Overloaded(waited)));
-                    }
-                    return;
-                }
-            }
+        let permit = match self.take_permit(&to_fill).await {
+            Ok(permit) => permit,
+            Err(waited) => return fail_all(to_fill, &Failure::Overloaded(waited)),
         };
         let Some(cache) = self.inner.upgrade() else {
             return;
         };
         Counters::bump(&cache.counters().fills);
         let deadline = Instant::now() + self.fill_timeout;
-        // Read before the fill runs, at each home the batch's keys use.
-        let homes: Vec<Home> = to_fill.iter().map(|(key, _, _)| cache.home(key)).collect();
-        let mut distinct = homes.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let reads = distinct
-            .iter()
-            .map(|&home| cache.fill_stamps(home, &self.tags, reachable));
-        let read = futures_util::future::join_all(reads).await;
-        let stamps: HashMap<Home, Option<Stamps>> = distinct.into_iter().zip(read).collect();
+        let (homes, stamps) = self.stamps_at_homes(&cache, &to_fill).await;
         drop(cache);
 
         let keys: Vec<String> = to_fill.iter().map(|(key, _, _)| key.clone()).collect();
@@ -162,7 +127,7 @@ where
         }
         let failure = match filled {
             Ok(Ok(mut found)) => {
-                let inner = &self.inner;
+                let (inner, ttl) = (&self.inner, self.ttl);
                 let keeps =
                     to_fill
                         .into_iter()
@@ -189,23 +154,56 @@ where
                 Failure::TimedOut(self.fill_timeout)
             }
         };
-        for (_, mut flight, lease) in to_fill {
-            drop(lease);
-            flight.retire(|| ());
-            flight.publish(Outcome::Failed(failure.clone()));
+        fail_all(to_fill, &failure);
+    }
+
+    /// One permit of the fill budget, if the cache has one, for the one
+    /// call of the batch fill (renewing its leases meanwhile). `Err`: none
+    /// within the budget's wait (or every caller left), after this long.
+    async fn take_permit(&self, to_fill: &[ToFill<V>]) -> Result<Option<Permit>, Duration> {
+        let leases: Vec<&LeaseGuard> = to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
+        let flights = to_fill.iter().map(|(_, f, _)| Arc::clone(f.flight()));
+        let demand = permit::FlightDemand {
+            flights: flights.collect(),
+            refresh: false,
+        };
+        let waiting = permit::wait_for_permit(&self.inner, demand, pending(), || {});
+        match leader::while_renewing(&self.inner, waiting, &leases).await {
+            None => Ok(None),
+            Some(Waited::Granted { permit, .. }) => Ok(Some(permit)),
+            Some(Waited::Overloaded(waited) | Waited::Deserted(waited)) => Err(waited),
         }
+    }
+
+    /// The versions the batch's answers are stamped with, read before the
+    /// fill runs at each home its keys use: each key's home, and the
+    /// stamps by home.
+    async fn stamps_at_homes(
+        &self,
+        cache: &Inner<V>,
+        to_fill: &[ToFill<V>],
+    ) -> (Vec<Home>, HashMap<Home, Option<Stamps>>) {
+        let homes: Vec<Home> = to_fill.iter().map(|(key, _, _)| cache.home(key)).collect();
+        let mut distinct = homes.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // Every key to fill here holds its lease, or the cache has no store.
+        let reads = distinct
+            .iter()
+            .map(|&home| cache.fill_stamps(home, &self.tags, true));
+        let read = futures_util::future::join_all(reads).await;
+        (homes, distinct.into_iter().zip(read).collect())
     }
 
     /// Reads the led keys from the store in one round trip and answers the
     /// fresh ones; asks for the leases of the missing ones. Returns the keys
-    /// to fill (with their leases) and whether the store was reachable; the
-    /// rest went to single-key leaders.
+    /// to fill (with their leases); the rest went to single-key leaders.
     async fn settle_from_store(
         &self,
         cache: &Inner<V>,
         store: &SharedTier,
         led: Led<V>,
-    ) -> (Vec<ToFill<V>>, bool) {
+    ) -> Vec<ToFill<V>> {
         let skeys: Vec<_> = led.iter().map(|(key, _)| cache.store_key(key)).collect();
         let found = match store.call(store.get_many(&skeys)).await {
             Ok(found) => found,
@@ -216,7 +214,7 @@ where
                 for (key, flight) in led {
                     self.delegate(cache, key, flight);
                 }
-                return (Vec::new(), true);
+                return Vec::new();
             }
         };
         let mut missing = Vec::new();
@@ -235,20 +233,20 @@ where
             }
         }
         if missing.is_empty() {
-            return (Vec::new(), true);
+            return Vec::new();
         }
         self.lease_missing(cache, store, missing).await
     }
 
     /// Asks for the leases of the keys the store did not have: the keys
-    /// granted (or unreachable) are to be filled here, the others are left
-    /// to their single-key leaders; and whether the store answered.
+    /// granted are to be filled here, the others are left to their
+    /// single-key leaders.
     async fn lease_missing(
         &self,
         cache: &Inner<V>,
         store: &SharedTier,
         missing: Led<V>,
-    ) -> (Vec<ToFill<V>>, bool) {
+    ) -> Vec<ToFill<V>> {
         let fill_timeout = self.fill_timeout;
         let request = LeaseRequest {
             lease_ttl: cache.policy().lease_ttl,
@@ -264,7 +262,6 @@ where
         });
         let grants = futures_util::future::join_all(grants).await;
         let mut to_fill = Vec::new();
-        let reachable = true;
         for ((key, flight), (skey, grant)) in missing.into_iter().zip(grants) {
             match grant {
                 Ok(Lookup::Granted(lease)) => {
@@ -281,7 +278,7 @@ where
                 }
             }
         }
-        (to_fill, reachable)
+        to_fill
     }
 
     /// Hands `key`'s flight to a single-key leader whose fill asks the
@@ -308,5 +305,15 @@ where
         };
         self.runtime
             .spawn(leader::run(self.inner.clone(), flight, job));
+    }
+}
+
+/// Hands `failure` to the callers of every key of `to_fill`, releasing
+/// their leases.
+fn fail_all<V: Clone>(to_fill: Vec<ToFill<V>>, failure: &Failure) {
+    for (_, mut flight, lease) in to_fill {
+        drop(lease);
+        flight.retire(|| ());
+        flight.publish(Outcome::Failed(failure.clone()));
     }
 }

@@ -10,11 +10,12 @@ use tokio::time::Instant;
 use super::trouble::Trouble;
 use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
 use crate::budget::Permit;
+use crate::data::error::StoreError;
 use crate::data::freshness::{Freshness, Standing};
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::patiently;
+use crate::store::{patiently, Patience};
 use crate::store::{Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
@@ -61,6 +62,7 @@ where
             soft_deadline,
             poll_interval,
             trouble: None,
+            held: 0,
         };
         tokio::time::timeout_at(deadline, finder.find(first))
             .await
@@ -79,6 +81,8 @@ pub(super) struct Finder<'a, V: Clone> {
     pub(super) poll_interval: Duration,
     /// Since the store last failed to answer a lookup of this flight.
     pub(super) trouble: Option<Trouble>,
+    /// Answers "held" so far.
+    held: u32,
 }
 
 impl<V> Finder<'_, V>
@@ -88,24 +92,10 @@ where
     /// Looks until it can serve a value, holds the lease, or must fill
     /// without one; its first look is `first`'s answer, if given.
     pub(super) async fn find(mut self, mut first: Option<FirstLookup>) -> Found {
-        let poll_interval = self.poll_interval;
-        // One wait for another process's fill is counted once, however
-        // many polls and wake-ups it takes.
-        let mut waiting = false;
-        // Consecutive answers "held": each wait re-checks later, up to 8×.
-        let mut held = 0u32;
         loop {
-            // Listening before asking: a change right after the answer
-            // still wakes the wait below.
             let (mut listener, lookup) = match first.take() {
                 Some(first) => first.answered().await,
-                None => {
-                    let listener = self.store.listen(self.key);
-                    let asking = self.store.get_or_lease(self.key, &self.request);
-                    let lease_ttl = self.request.lease_ttl;
-                    let patience = self.store.patience(lease_ttl, self.leader.clock.deadline);
-                    (listener, patiently(patience, self.store.call(asking)).await)
-                }
+                None => self.ask().await,
             };
             let Some(cache) = self.leader.inner.upgrade() else {
                 return Found::Done;
@@ -113,65 +103,88 @@ where
             if lookup.is_ok() {
                 self.trouble = None;
             }
-            match lookup {
+            let found = match lookup {
                 Ok(Lookup::Hit(stored)) => {
                     // Judging it may read versions: as patient as the lookup.
-                    let lease_ttl = self.request.lease_ttl;
-                    let patience = self.store.patience(lease_ttl, self.leader.clock.deadline);
-                    if let Some(found) = patiently(patience, self.hit(&cache, &stored)).await {
-                        return found;
-                    }
+                    patiently(self.patience(), self.hit(&cache, &stored)).await
                 }
-                Ok(Lookup::Changed) => {
-                    if self.leader.flight.has_published() {
-                        // A refresh stands down: the value it read was
-                        // written anew or invalidated.
-                        Counters::bump(&cache.counters().refreshes_stood_down);
-                        return Found::Done;
-                    }
-                    // The fallback read earlier is no longer the key's
-                    // value: look again.
-                    self.leader.fallback = None;
-                    self.request.grant = Grant::IfNoValue;
-                }
-                Ok(Lookup::Granted(lease)) => return self.granted(&cache, lease),
+                Ok(Lookup::Changed) => self.changed(&cache),
+                Ok(Lookup::Granted(lease)) => Some(self.granted(&cache, lease)),
                 Ok(Lookup::Held { remaining }) => {
-                    if self.leader.flight.has_published() {
-                        // A refresh stands down: another process is filling.
-                        Counters::bump(&cache.counters().refreshes_stood_down);
-                        tracing::debug!("refresh stood down: another process is filling");
-                        return Found::Done;
-                    }
-                    if !waiting {
-                        waiting = true;
-                        Counters::bump(&cache.counters().lease_waits);
-                    }
-                    tracing::debug!(
-                        remaining_ms = remaining.map(|r| r.as_millis()),
-                        "lease held by another process: waiting for its value"
-                    );
                     drop(cache);
-                    let backoff =
-                        crate::backoff::doubled(poll_interval, held.min(3), Duration::MAX);
-                    held += 1;
-                    let wait = self.wait_for_holder(&mut listener, remaining, backoff);
-                    if let Some(found) = wait.await {
-                        return found;
-                    }
+                    self.held(&mut listener, remaining).await
+                }
+                Err(error) if self.leader.flight.has_published() => {
+                    // A refresh gives up: its callers were served.
+                    cache.counters().store_failed(&error);
+                    Some(Found::Done)
                 }
                 Err(error) => {
-                    if self.leader.flight.has_published() {
-                        // A refresh gives up: its callers were served.
-                        cache.counters().store_failed(&error);
-                        return Found::Done;
-                    }
                     drop(cache);
-                    if let Some(found) = self.ride_out(&mut listener, &error).await {
-                        return found;
-                    }
+                    self.ride_out(&mut listener, &error).await
                 }
+            };
+            if let Some(found) = found {
+                return found;
             }
         }
+    }
+
+    /// The patience of this flight's store calls (see
+    /// [`SharedTier::patience`]).
+    fn patience(&self) -> Patience {
+        let deadline = self.leader.clock.deadline;
+        self.store.patience(self.request.lease_ttl, deadline)
+    }
+
+    /// Asks the store for the value or the lease, listening first: a
+    /// change right after the answer still wakes the wait that follows.
+    async fn ask(&mut self) -> (Listener, Result<Lookup, StoreError>) {
+        let listener = self.store.listen(self.key);
+        let patience = self.patience();
+        let asking = self.store.get_or_lease(self.key, &self.request);
+        (listener, patiently(patience, self.store.call(asking)).await)
+    }
+
+    /// The value read earlier was written anew or invalidated: a refresh
+    /// stands down (`Some(Done)`); a fill drops its fallback and looks
+    /// again.
+    fn changed(&mut self, cache: &Inner<V>) -> Option<Found> {
+        if self.leader.flight.has_published() {
+            Counters::bump(&cache.counters().refreshes_stood_down);
+            return Some(Found::Done);
+        }
+        self.leader.fallback = None;
+        self.request.grant = Grant::IfNoValue;
+        None
+    }
+
+    /// Another process holds the lease: a refresh stands down; a fill
+    /// waits for the holder's value (its notice, a poll or the lease's
+    /// lapse), re-checking later after each wait, up to 8× the poll
+    /// interval. One wait is counted once, however many polls it takes.
+    async fn held(
+        &mut self,
+        listener: &mut Listener,
+        remaining: Option<Duration>,
+    ) -> Option<Found> {
+        let cache = self.leader.inner.upgrade()?;
+        if self.leader.flight.has_published() {
+            Counters::bump(&cache.counters().refreshes_stood_down);
+            tracing::debug!("refresh stood down: another process is filling");
+            return Some(Found::Done);
+        }
+        if self.held == 0 {
+            Counters::bump(&cache.counters().lease_waits);
+        }
+        drop(cache);
+        tracing::debug!(
+            remaining_ms = remaining.map(|r| r.as_millis()),
+            "lease held by another process: waiting for its value"
+        );
+        let backoff = crate::backoff::doubled(self.poll_interval, self.held.min(3), Duration::MAX);
+        self.held = self.held.saturating_add(1);
+        self.wait_for_holder(listener, remaining, backoff).await
     }
 
     /// The lease was granted: this leader fills under it.

@@ -260,40 +260,52 @@ where
                 Err(None) => return,
             },
         };
-        // Read before the fill runs: a tag invalidation or clear landing
-        // while it runs leaves the entry stamped with the old version, fenced.
-        let kept = match self.inner.upgrade() {
-            Some(cache) => {
-                Counters::bump(&cache.counters().fills);
-                let reachable = lease.is_some();
-                let reading = cache.fill_stamps(cache.home(&self.key), &tags, reachable);
-                let deadline = self.clock.deadline;
-                let stamps = under_lease(lease.as_ref(), deadline, reading).await;
-                // Filled while the store does not answer: kept in the L1 for
-                // a moment even though the versions guarding it are unknown.
-                let unverified =
-                    (stamps.is_none() && !reachable && cache.tiers().l2.is_some()).then_some(tags);
-                Kept {
-                    lease,
-                    stamps,
-                    unverified,
-                }
-            }
-            None => Kept {
-                lease,
-                ..Kept::nothing()
-            },
-        };
+        let kept = self.stamped(lease, tags).await;
         let fill_started = Instant::now();
         let result = self.fill_in_time(fill, kept.lease.as_ref()).await;
         // The source call is over: the next queued fill may start.
         if let Some(permit) = permit {
             permit.finished(fill_started.elapsed(), matches!(result, Ok(Ok(_))));
         }
+        self.settle(result, kept, ttl).await;
+    }
+
+    /// What the fill's answer is kept with: the lease, and the versions
+    /// read before the fill runs — so a tag invalidation or clear landing
+    /// while it runs leaves the entry stamped with the old version, fenced.
+    async fn stamped(&self, lease: Option<LeaseGuard>, tags: Arc<[Arc<str>]>) -> Kept {
+        let Some(cache) = self.inner.upgrade() else {
+            return Kept {
+                lease,
+                ..Kept::nothing()
+            };
+        };
+        Counters::bump(&cache.counters().fills);
+        let reachable = lease.is_some();
+        let reading = cache.fill_stamps(cache.home(&self.key), &tags, reachable);
+        let stamps = under_lease(lease.as_ref(), self.clock.deadline, reading).await;
+        // Filled while the store does not answer: kept in the L1 for a
+        // moment even though the versions guarding it are unknown.
+        let unverified =
+            (stamps.is_none() && !reachable && cache.tiers().l2.is_some()).then_some(tags);
+        Kept {
+            lease,
+            stamps,
+            unverified,
+        }
+    }
+
+    /// Keeps the fill's answer and hands it to the callers, or fails.
+    async fn settle(
+        mut self,
+        result: Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>,
+        kept: Kept,
+        ttl: Duration,
+    ) {
         match result {
             Ok(Ok(answer)) => {
-                let (inner, key) = (&self.inner, &*self.key);
                 let patience = kept.lease.as_ref().map(|l| l.patience(self.clock.deadline));
+                let (inner, key) = (&self.inner, &*self.key);
                 let keeping = succeed(inner, &mut self.flight, key, ttl, answer, kept);
                 match patience {
                     Some(patience) => patiently(patience, keeping).await,

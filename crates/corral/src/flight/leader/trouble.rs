@@ -30,10 +30,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::find::{Finder, Found};
-use crate::budget::Permit;
+use crate::budget::{FillBudget, Permit};
 use crate::data::error::{StoreError, StoreErrorKind};
+use crate::data::freshness::Fetched;
 use crate::data::freshness::Freshness;
 use crate::flight::permit;
+use crate::state::flight::Flight;
 use crate::stats::Counters;
 use crate::store::Listener;
 
@@ -63,6 +65,33 @@ impl Trouble {
     }
 }
 
+/// Waits `gone_in` (the store not yet silent long enough), then for a
+/// permit of the fail-open `budget` for `flight`'s fill. The place taken in
+/// the budget's queue is kept in `queued` across lookups, so a flight that
+/// looks again loses no turn.
+async fn turn_to_fail_open<V>(
+    queued: &mut Option<Queued>,
+    gone_in: Duration,
+    budget: FillBudget,
+    flight: Arc<Flight<Fetched<V>>>,
+) -> Result<Permit, Duration>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    if let Some(queued) = queued {
+        return queued.await;
+    }
+    if !gone_in.is_zero() {
+        tokio::time::sleep(gone_in).await;
+    }
+    let demand = permit::FlightDemand {
+        flights: vec![flight],
+        refresh: false,
+    };
+    let acquiring = async move { budget.acquire_local(Arc::new(demand)).await };
+    queued.insert(Box::pin(acquiring)).await
+}
+
 /// Whether the store may still answer: it did not refuse, it did not
 /// answer at all.
 fn unanswered(error: &StoreError) -> bool {
@@ -86,11 +115,10 @@ where
         let Some(cache) = self.leader.inner.upgrade() else {
             return Some(Found::Done);
         };
-        let first = self.trouble.is_none();
+        let waits = unanswered(error);
         let trouble = self.trouble.get_or_insert_with(Trouble::new);
         trouble.failures = trouble.failures.saturating_add(1);
-        let waits = unanswered(error);
-        if first {
+        if trouble.failures == 1 {
             Counters::bump(&cache.counters().store_waits);
             let instead = if waits {
                 "waiting for the store before filling without a lease"
@@ -119,36 +147,10 @@ where
         let budget = cache.fail_open_budget().clone();
         drop(cache);
         let flight = Arc::clone(self.leader.flight.flight());
-        let demand = permit::FlightDemand {
-            flights: vec![Arc::clone(&flight)],
-            refresh: false,
-        };
         let soft = self
             .soft_deadline
             .filter(|_| self.leader.fallback.is_some() && !self.leader.flight.has_published());
-        // Once its turn to fill without a lease has come, the flight keeps
-        // its place in the budget's queue across lookups.
-        if gone_in.is_zero() && trouble.queued.is_none() {
-            let budget = budget.clone();
-            let acquiring = async move { budget.acquire_local(Arc::new(demand)).await };
-            trouble.queued = Some(Box::pin(acquiring));
-        }
-        let queued = &mut trouble.queued;
-        let fail_open = async move {
-            match queued {
-                Some(queued) => queued.await,
-                None => {
-                    tokio::time::sleep(gone_in).await;
-                    let flight = Arc::clone(&flight);
-                    let demand = permit::FlightDemand {
-                        flights: vec![flight],
-                        refresh: false,
-                    };
-                    let acquiring = async move { budget.acquire_local(Arc::new(demand)).await };
-                    queued.insert(Box::pin(acquiring)).await
-                }
-            }
-        };
+        let fail_open = turn_to_fail_open(&mut trouble.queued, gone_in, budget, flight);
         tokio::select! {
             biased;
             () = super::find::sleep_until_some(soft) => {
