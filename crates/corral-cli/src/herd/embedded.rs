@@ -64,10 +64,7 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let adaptive = fills.filter(|_| args.adaptive_max.is_some());
     let cache = builder.build().context("building the corral cache")?;
     let source = Arc::new(SqliteSource::open(path, args)?);
-    let corral = Arc::new(CorralSide {
-        cache,
-        source: Arc::clone(&source),
-    });
+    let corral = Arc::new(CorralSide::new(cache, &source));
     // An adaptive budget's limit, sampled every 20 ms while fills queue.
     let mut limits = Vec::new();
     let sample = async {

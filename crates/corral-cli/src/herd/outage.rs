@@ -6,7 +6,7 @@
 //! with it back up. Rounds are further apart than the TTL, so every round
 //! finds its keys expired and asks the source again.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use corral_testkit::Tally;
 use serde::Serialize;
 
 use super::report::{group, Comparison, SideReport};
-use super::scenario::{round_keys, run_round, Contender, Load, NaiveSide, Source};
+use super::scenario::{round_keys, run_round, Contender, CorralSide, NaiveSide, Source};
 use super::HerdArgs;
 
 /// How long a value is fresh in this scenario.
@@ -39,26 +39,6 @@ pub(crate) struct Round {
     pub(crate) fail_safe: u64,
 }
 
-/// corral with fail-safe over its source, counting the callers it answered
-/// by fail-safe.
-struct CorralSide(corral::Cache<String>, Arc<Source>, AtomicU64);
-
-impl Contender for CorralSide {
-    async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let (source, owned) = (Arc::clone(&self.1), key.to_owned());
-        let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
-        let fetched = self.0.get_or_fill_answer(key, fill).await;
-        let fetched = fetched.map_err(|e| anyhow::anyhow!("corral fetch({key}): {e}"))?;
-        let fail_safe = fetched.freshness == corral::Freshness::FailSafe;
-        self.2.fetch_add(u64::from(fail_safe), Relaxed);
-        fetched.value.context("no value")
-    }
-
-    fn fail_safe(&self) -> Option<u64> {
-        Some(self.2.load(Relaxed))
-    }
-}
-
 /// Runs the outage scenario through corral, then through the naive side; fails
 /// if the cache cannot be built or a caller task panicked.
 pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
@@ -78,8 +58,7 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
         })
     };
     let (for_corral, for_naive) = (source(), source());
-    let counted = AtomicU64::new(0);
-    let corral = Arc::new(CorralSide(cache, Arc::clone(&for_corral), counted));
+    let corral = Arc::new(CorralSide::new(cache, &for_corral));
     let corral = play("corral", &corral, &for_corral, args).await?;
     let naive = Arc::new(NaiveSide::new(TTL, &for_naive));
     let naive = play("naive", &naive, &for_naive, args).await?;

@@ -329,11 +329,7 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
             builder = builder.fill_budget(budget);
         }
         let cache = builder.build()?;
-        let corral = CorralSide {
-            cache,
-            source: Arc::clone(&source),
-        };
-        serve(&config, Arc::new(corral), &source).await
+        serve(&config, Arc::new(CorralSide::new(cache, &source)), &source).await
     })
 }
 

@@ -84,22 +84,42 @@ pub(crate) trait Contender: Send + Sync + 'static {
     }
 }
 
-/// corral's `get_or_fill` over a source.
+/// corral's read-through over a source; counts the callers it answered
+/// with a fail-safe value.
 pub(crate) struct CorralSide<S> {
-    pub(crate) cache: corral::Cache<String>,
-    pub(crate) source: Arc<S>,
+    cache: corral::Cache<String>,
+    source: Arc<S>,
+    fail_safe: AtomicU64,
+}
+
+impl<S> CorralSide<S> {
+    pub(crate) fn new(cache: corral::Cache<String>, source: &Arc<S>) -> Self {
+        let (source, fail_safe) = (Arc::clone(source), AtomicU64::new(0));
+        Self {
+            cache,
+            source,
+            fail_safe,
+        }
+    }
 }
 
 impl<S: Load> Contender for CorralSide<S> {
     async fn get(&self, key: &str) -> anyhow::Result<String> {
         let (source, owned) = (Arc::clone(&self.source), key.to_owned());
-        let fill = move || async move { source.load(&owned).await };
-        let value = self.cache.get_or_fill(key, fill).await;
-        value.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))
+        let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
+        let fetched = self.cache.get_or_fill_answer(key, fill).await;
+        let fetched = fetched.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))?;
+        let fail_safe = fetched.freshness == corral::Freshness::FailSafe;
+        self.fail_safe.fetch_add(u64::from(fail_safe), Relaxed);
+        fetched.value.context("no value")
     }
 
     fn stats(&self) -> Option<corral::Stats> {
         Some(self.cache.stats())
+    }
+
+    fn fail_safe(&self) -> Option<u64> {
+        Some(self.fail_safe.load(Relaxed))
     }
 }
 
