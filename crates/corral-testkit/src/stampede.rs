@@ -105,7 +105,7 @@ impl StampedeReport {
 /// call.
 pub struct Callers {
     gate: Arc<Barrier>,
-    tasks: JoinSet<(Duration, Result<(), String>)>,
+    tasks: JoinSet<(usize, Duration, Result<(), String>)>,
 }
 
 impl Callers {
@@ -121,19 +121,20 @@ impl Callers {
         // Every caller and the releaser meet at the gate.
         let gate = Arc::new(Barrier::new(calls.len() + 1));
         let mut tasks = JoinSet::new();
-        for call in calls {
+        for (index, call) in calls.into_iter().enumerate() {
             let gate = Arc::clone(&gate);
             tasks.spawn(async move {
                 gate.wait().await;
                 let start = Instant::now();
                 let outcome = call().await;
-                (start.elapsed(), outcome)
+                (index, start.elapsed(), outcome)
             });
         }
         Self { gate, tasks }
     }
 
-    /// Opens the gate and waits for every call.
+    /// Opens the gate and waits for every call; the tally's latencies are
+    /// in the order of the calls.
     ///
     /// # Errors
     ///
@@ -141,10 +142,13 @@ impl Callers {
     pub async fn release(mut self) -> Result<Tally, JoinError> {
         let started = Instant::now();
         self.gate.wait().await;
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            latencies_us: vec![0; self.tasks.len()],
+            ..Tally::default()
+        };
         while let Some(joined) = self.tasks.join_next().await {
-            let (latency, outcome) = joined?;
-            tally.latencies_us.push(micros(latency));
+            let (index, latency, outcome) = joined?;
+            tally.latencies_us[index] = micros(latency);
             match outcome {
                 Ok(()) => tally.successes += 1,
                 Err(failure) => {
@@ -161,7 +165,8 @@ impl Callers {
 /// What released [`Callers`] measured (or several rounds of them, absorbed).
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tally {
-    /// Each call's latency, in microseconds.
+    /// Each call's latency, in microseconds, in the order of the calls
+    /// (absorbed rounds one after the other).
     pub latencies_us: Vec<u64>,
     /// Calls that got what they should.
     pub successes: u64,
@@ -233,6 +238,29 @@ mod tests {
         let mut total = tally.clone();
         total.absorb(tally);
         assert_eq!((total.successes, total.latencies_us.len()), (6, 10));
+    }
+
+    #[test]
+    fn latencies_are_in_the_order_of_the_calls() {
+        // The odd calls take at least 200 ms and end after the even ones.
+        let calls = (0..6_u64).map(|i| {
+            move || async move {
+                tokio::time::sleep(Duration::from_millis(200 * (i % 2))).await;
+                Ok(())
+            }
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let tally = runtime.block_on(async { Callers::arm(calls).release().await });
+        let latencies = tally.expect("no panic").latencies_us;
+        let slow: Vec<bool> = latencies.iter().map(|&us| us >= 200_000).collect();
+        assert_eq!(
+            slow,
+            [false, true, false, true, false, true],
+            "{latencies:?}"
+        );
     }
 
     #[test]

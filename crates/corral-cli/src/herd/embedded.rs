@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -49,35 +49,31 @@ const USER_TOTALS: &str = "
 pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let seeding = args.clone();
     let db = tokio::task::spawn_blocking(move || Seeded::create(&seeding)).await??;
-    let (path, seed_ms, query_ms) = (&db.path, db.seed_ms, db.query_ms);
     let budget = args.budget.unwrap_or(args.pool_size);
+    let fills = fill_budget(args, budget)?;
     let mut builder = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
         .capacity(corral::Capacity::Entries(
             (args.keys * args.rounds).max(1024),
         ))
         .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
-    let fills = fill_budget(args, budget)?;
     if let Some(fills) = fills.clone() {
         builder = builder.fill_budget(fills);
     }
-    let adaptive = fills.filter(|_| args.adaptive_max.is_some());
     let cache = builder.build().context("building the corral cache")?;
-    let source = Arc::new(SqliteSource::open(path, args)?);
+    let source = Arc::new(SqliteSource::open(&db.path, args)?);
     let corral = Arc::new(CorralSide::new(cache, &source));
     // An adaptive budget's limit, sampled every 20 ms while fills queue.
-    let mut limits = Vec::new();
+    let (adaptive, mut limits) = (fills.filter(|_| args.adaptive_max.is_some()), Vec::new());
     let sample = async {
-        let Some(fills) = &adaptive else {
-            return std::future::pending().await;
-        };
-        loop {
+        while let Some(fills) = &adaptive {
             tokio::time::sleep(Duration::from_millis(20)).await;
             let stats = fills.stats();
             if stats.queued > 0 {
                 limits.push(stats.limit as u64);
             }
         }
+        std::future::pending().await
     };
     let corral = tokio::select! {
         report = measure("corral", &corral, &source, args) => report?,
@@ -87,63 +83,17 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let quantile = |q: f64| limits[((limits.len() - 1) as f64 * q).round() as usize];
     let adaptive = args.adaptive_max.filter(|_| !limits.is_empty());
     let adaptive = adaptive.map(|max| (max, [0.1, 0.5, 0.9].map(quantile)));
-    let source = Arc::new(SqliteSource::open(path, args)?);
+    let source = Arc::new(SqliteSource::open(&db.path, args)?);
     let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
     let naive = measure("naive", &naive, &source, args).await?;
-
-    let keys = if args.zipf == 0.0 {
-        "uniform".to_owned()
-    } else {
-        format!("Zipf s = {}", args.zipf)
-    };
-    let (pool, wait) = (args.pool_size, group(args.pool_wait_ms));
-    let corral_budget = match (budget, adaptive) {
-        (0, _) => "none".to_owned(),
-        (n, None) => format!("{n} fills at once"),
-        (n, Some((max, [p10, p50, p90]))) => {
-            format!(
-                "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
-            )
-        }
-    };
-    let title = format!(
-        "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\
-         source: SQLite, {} orders of {} users (seeded in {seed_ms:.0} ms); one fill query \
-         {query_ms:.1} ms; pool of {pool} connections per side, wait ≤ {wait} ms; corral's fill \
-         budget: {corral_budget}",
-        group(args.callers),
-        group(args.keys),
-        group(args.rounds),
-        group(args.rows),
-        group(args.users),
-    );
-    let mut limits = vec![(format!("pool of {pool} connections"), pool)];
-    match adaptive {
-        Some((max, _)) => limits.push((format!("corral's budget, at most {max}"), max)),
-        None if budget > 0 => limits.push((format!("corral's budget of {budget}"), budget)),
-        None => {}
-    }
-    let database = serde_json::json!({
-        "path": path, "rows": args.rows, "users": args.users, "pool_size": pool,
-        "pool_wait_ms": args.pool_wait_ms, "seed_ms": seed_ms, "query_ms": query_ms,
-    });
-    let setting = serde_json::json!({
-        "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
-        "adaptive": adaptive,
-    });
-    Ok(Comparison::new(
-        args,
-        (setting, title, limits),
-        corral,
-        naive,
-    ))
+    let setting = db.setting(args, budget, adaptive);
+    Ok(Comparison::new(args, setting, corral, naive))
 }
 
 /// Every round through one side, after an uncounted warm-up: one call
 /// fills a key of its own, then callers hit it, so the first round pays
 /// nothing for starting threads, opening a connection and growing
-/// allocations. Zipf runs time the callers of each round's 10 hottest keys
-/// apart.
+/// allocations.
 async fn measure<C: Contender>(
     side: &'static str,
     contender: &Arc<C>,
@@ -153,84 +103,49 @@ async fn measure<C: Contender>(
     let (warm, timeline) = (round_keys("local-warm-up", 1), &source.timeline);
     run_round(contender, 1, &warm, timeline).await?;
     run_round(contender, args.callers.min(1000), &warm, timeline).await?;
-    let (_, _, stats) = (source.take_counts(), timeline.take(), contender.stats());
-    let (mut tally, mut hot_us, mut distinct) = (Tally::default(), Vec::new(), 0);
+    let (_, _, before) = (source.take_counts(), timeline.take(), contender.stats());
+    let (mut tally, mut hot) = (Tally::default(), Tally::default());
     for round in 0..args.rounds {
-        let keys = round_keys(&format!("local:r{round}"), args.keys);
-        let (asked, hot) = match args.zipf {
-            0.0 => (keys, HashSet::new()),
-            s => {
-                let hot = keys.iter().take(10).cloned().collect();
-                (zipf_keys(&keys, args.callers, s, round), hot)
-            }
-        };
-        distinct += asked.iter().collect::<HashSet<_>>().len() as u64;
-        let hot_us_round = Mutex::default();
-        let inner = Arc::clone(contender);
-        let timed = Arc::new(Timed {
-            inner,
-            hot,
-            hot_us: hot_us_round,
-        });
-        tally.absorb(run_round(&timed, args.callers, &asked, timeline).await?);
-        hot_us.append(&mut timed.hot_us.lock().unwrap_or_else(PoisonError::into_inner));
+        let (keys, asked) = asked(args, round);
+        let played = run_round(contender, args.callers, &asked, timeline).await?;
+        // The latencies of the callers of the round's 10 hottest keys.
+        let hottest = &keys[..keys.len().min(10)];
+        let asked = asked.iter().zip(&played.latencies_us);
+        let hot_us = asked.filter(|(key, _)| hottest.contains(key));
+        hot.latencies_us.extend(hot_us.map(|(_, us)| us));
+        tally.absorb(played);
     }
     let [queries, timeouts, errors] = source.take_counts();
     let fills = queries + timeouts + errors;
     let mut report = SideReport::new(side, args.callers * args.rounds, fills, tally);
     (report.sqlite_queries, report.timeouts, report.errors) =
         (Some(queries), Some(timeouts), Some(errors));
-    report.coalesced = contender
-        .stats()
-        .zip(stats)
-        .map(|(now, then)| now.coalesced - then.coalesced);
-    if args.zipf != 0.0 {
-        let hot = Tally {
-            latencies_us: hot_us,
-            ..Tally::default()
-        };
-        (report.hot_p50_ms, report.distinct_keys) = (Some(hot.latency_ms(0.5)), Some(distinct));
-    }
+    let coalesced = contender.stats().zip(before);
+    report.coalesced = coalesced.map(|(now, then)| now.coalesced - then.coalesced);
+    report.hot_p50_ms = (args.zipf != 0.0).then(|| hot.latency_ms(0.5));
     Ok(report.over(timeline.take()))
 }
 
-/// `callers` keys drawn from `keys` with weight 1/k^s for the k-th (a fixed
-/// seed per round, so both sides get the same draws).
-fn zipf_keys(keys: &[String], callers: u64, s: f64, round: u64) -> Vec<String> {
+/// A round's keys, and the key each of its callers asks for: caller `i`
+/// key `i % keys`, or with `--zipf s` a key drawn with weight 1/k^s for the
+/// k-th (a fixed seed per round, so both sides get the same draws).
+fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
+    let keys = round_keys(&format!("local:r{round}"), args.keys);
     let cumulative: Vec<f64> = (1..=keys.len())
         .scan(0.0, |total, k| {
-            *total += 1.0 / (k as f64).powf(s);
+            *total += 1.0 / (k as f64).powf(args.zipf);
             Some(*total)
         })
         .collect();
     let total = cumulative.last().copied().unwrap_or(0.0);
     let mut rng = fastrand::Rng::with_seed(0x5eed_0000 + round);
-    let mut draw = || {
-        let at = rng.f64() * total;
-        cumulative.partition_point(|&c| c < at)
+    let mut pick = |caller: usize| match args.zipf {
+        0.0 => caller % keys.len(),
+        _ => cumulative.partition_point(|&c| c < rng.f64() * total),
     };
-    let pick = |_| keys[draw().min(keys.len() - 1)].clone();
-    (0..callers).map(pick).collect()
-}
-
-/// A contender whose callers of the `hot` keys are timed apart.
-struct Timed<C> {
-    inner: Arc<C>,
-    hot: HashSet<String>,
-    hot_us: Mutex<Vec<u64>>,
-}
-
-impl<C: Contender> Contender for Timed<C> {
-    async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let started = Instant::now();
-        let value = self.inner.get(key).await;
-        if self.hot.contains(key) {
-            let took = corral_testkit::micros(started.elapsed());
-            let mut hot_us = self.hot_us.lock().unwrap_or_else(PoisonError::into_inner);
-            hot_us.push(took);
-        }
-        value
-    }
+    let callers = usize::try_from(args.callers).unwrap_or(usize::MAX);
+    let asked = (0..callers).map(|caller| keys[pick(caller).min(keys.len() - 1)].clone());
+    (keys.clone(), asked.collect())
 }
 
 /// The seeded SQLite file; its temporary directory, if any, goes away
@@ -271,6 +186,65 @@ impl Seeded {
             seed_ms,
             query_ms,
         })
+    }
+}
+
+impl Seeded {
+    /// The run's JSON setting, title and limits at the source: the pool,
+    /// and corral's `budget` (`adaptive`: its most, and the limit's p10,
+    /// p50 and p90 while fills queued).
+    fn setting(
+        &self,
+        args: &HerdArgs,
+        budget: u64,
+        adaptive: Option<(u64, [u64; 3])>,
+    ) -> (serde_json::Value, String, Vec<(String, u64)>) {
+        let (pool, wait) = (args.pool_size, group(args.pool_wait_ms));
+        let mut limits = vec![(format!("pool of {pool} connections"), pool)];
+        let corral_budget = match (budget, adaptive) {
+            (0, _) => "none".to_owned(),
+            (n, None) => {
+                limits.push((format!("corral's budget of {n}"), n));
+                format!("{n} fills at once")
+            }
+            (n, Some((max, [p10, p50, p90]))) => {
+                limits.push((format!("corral's budget, at most {max}"), max));
+                format!("adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})")
+            }
+        };
+        let distinct: usize = (0..args.rounds)
+            .map(|round| asked(args, round).1.iter().collect::<HashSet<_>>().len())
+            .sum();
+        let distinct = group(distinct as u64);
+        let keys = match args.zipf {
+            0.0 => "uniform".to_owned(),
+            s => format!(
+                "Zipf s = {s}, {distinct} of {} asked",
+                args.keys * args.rounds
+            ),
+        };
+        let title = format!(
+            "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\
+             source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} \
+             ms; pool of {pool} connections per side, wait ≤ {wait} ms; corral's fill budget: \
+             {corral_budget}",
+            group(args.callers),
+            group(args.keys),
+            group(args.rounds),
+            group(args.rows),
+            group(args.users),
+            self.seed_ms,
+            self.query_ms,
+        );
+        let database = serde_json::json!({
+            "path": self.path, "rows": args.rows, "users": args.users, "pool_size": pool,
+            "pool_wait_ms": args.pool_wait_ms, "seed_ms": self.seed_ms, "query_ms": self.query_ms,
+        });
+        let setting = serde_json::json!({
+            "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
+            "adaptive": adaptive,
+        });
+        (setting, title, limits)
     }
 }
 

@@ -151,15 +151,16 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
             None => embedded::run(&args).await,
         }
     })?;
-    let picture = report.picture();
     if args.json {
         let json = serde_json::to_string(&report).context("encoding the report as JSON")?;
         println!("{json}");
     } else {
-        print!("{}\n{}", report.table(), plot::sparklines(picture.sides));
+        print!("{}\n{}", report.table(), plot::sparklines(report.sides()));
     }
     if let Some(path) = &args.plot {
-        plot::svg(&picture, path).with_context(|| format!("drawing {}", path.display()))?;
+        report
+            .plot(path)
+            .with_context(|| format!("drawing {}", path.display()))?;
     }
     let failures = report.failures();
     anyhow::ensure!(

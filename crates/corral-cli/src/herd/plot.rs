@@ -1,8 +1,7 @@
-//! Each side of a run over time: recorded in buckets of [`BUCKET_MS`] as
-//! events happen ([`Timeline`]; rounds end to end, each from its release),
-//! drawn with `--plot FILE` as an SVG picture (plotters) on one time axis
-//! and one scale per panel, and summed up in the terminal by a sparkline
-//! per side.
+//! Each side of a run over time: recorded in buckets of [`BUCKET_MS`] from
+//! its first release as events happen ([`Timeline`]), drawn with `--plot
+//! FILE` as an SVG picture (plotters) on one time axis and one scale per
+//! panel, and summed up in the terminal by a sparkline per side.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -55,18 +54,17 @@ pub(crate) enum Gauge {
     Waiting,
 }
 
-/// Records a side's buckets as events happen; shared by its source and its
-/// callers.
+/// Records a side's buckets as events happen, from its first release since
+/// it was last taken; shared by its source and its callers.
 #[derive(Debug, Default)]
 pub(crate) struct Timeline(Mutex<State>);
 
 #[derive(Debug, Default)]
 struct State {
     buckets: Vec<Bucket>,
-    /// The release of the round under way (tokio's clock, which tests pause).
+    /// The first release (tokio's clock, which tests pause); events before
+    /// it fall in bucket 0.
     epoch: Option<tokio::time::Instant>,
-    /// The round's first bucket.
-    offset: usize,
     /// Calls running and waiting now.
     levels: [u64; 2],
     /// Every bucket up to this one holds the levels of its time.
@@ -77,7 +75,7 @@ impl State {
     /// The bucket of now, once every bucket up to it holds the levels.
     fn now(&mut self) -> usize {
         let since = self.epoch.map_or(0, |epoch| epoch.elapsed().as_millis());
-        let at = self.offset + usize::try_from(since / u128::from(BUCKET_MS)).unwrap_or(0);
+        let at = usize::try_from(since / u128::from(BUCKET_MS)).unwrap_or(usize::MAX);
         let len = self.buckets.len().max(at + 1);
         self.buckets.resize(len, Bucket::default());
         for bucket in &mut self.buckets[self.filled..=at] {
@@ -93,17 +91,12 @@ impl Timeline {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A round is released now; returns its first bucket.
-    pub(crate) fn begin_round(&self) -> usize {
+    /// Callers are released now (the first release starts the clock);
+    /// returns the bucket of now.
+    pub(crate) fn release(&self) -> usize {
         let mut state = self.state();
-        state.epoch = Some(tokio::time::Instant::now());
-        state.offset
-    }
-
-    /// The round is over: the next starts after its last bucket.
-    pub(crate) fn end_round(&self) {
-        let mut state = self.state();
-        (state.offset, state.epoch) = (state.now() + 1, None);
+        state.epoch.get_or_insert_with(tokio::time::Instant::now);
+        state.now()
     }
 
     /// A call starts running (counted as started) or waiting, until the
@@ -124,8 +117,8 @@ impl Timeline {
         let mut state = self.state();
         let at = state.now();
         let bucket = &mut state.buckets[at];
-        (bucket.answered, bucket.failed) =
-            (bucket.answered + ok as u64, bucket.failed + !ok as u64);
+        bucket.answered += u64::from(ok);
+        bucket.failed += u64::from(!ok);
     }
 
     /// Adds another timeline's buckets (a worker process's round) from `at`.
@@ -141,7 +134,7 @@ impl Timeline {
     /// The buckets so far, starting over.
     pub(crate) fn take(&self) -> Vec<Bucket> {
         let mut state = self.state();
-        (state.offset, state.filled, state.epoch) = (0, 0, None);
+        (state.filled, state.epoch) = (0, None);
         std::mem::take(&mut state.buckets)
     }
 }
@@ -157,84 +150,79 @@ impl Drop for Held<'_> {
     }
 }
 
-/// A run's picture: its title, its sides (corral's first) and the levels
-/// that bound the calls at its source (a pool's size, a budget).
-pub(crate) struct Picture<'a> {
-    pub(crate) title: &'a str,
-    pub(crate) sides: [(&'a str, &'a [Bucket]); 2],
-    pub(crate) limits: &'a [(String, u64)],
-}
-
 /// corral's colour, then the naive side's.
 const COLORS: [RGBColor; 2] = [RGBColor(0x1f, 0x6f, 0xb4), RGBColor(0xd6, 0x3a, 0x28)];
 const FONT: (&str, u32) = ("sans-serif", 15);
 
-/// Writes the picture to `path` as SVG: above, the calls at the source
-/// (running and waiting, most per bucket, on a log scale); below, the
-/// callers answered and failed so far.
-pub(crate) fn svg(picture: &Picture<'_>, path: &Path) -> anyhow::Result<()> {
+/// Writes the `sides` of the run `title` (corral's first) to `path` as SVG:
+/// above, the calls at the source (running and waiting, most per bucket, on
+/// a log scale) and the `limits` that bound them (a pool's size, a budget);
+/// below, the callers answered and failed so far.
+pub(crate) fn svg(
+    title: &str,
+    sides: [(&str, &[Bucket]); 2],
+    limits: &[(String, u64)],
+    path: &Path,
+) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (1000, 760)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = root.titled(picture.title, ("sans-serif", 17))?;
+    let root = root.titled(title, ("sans-serif", 17))?;
     let (top, bottom) = root.split_vertically(390);
-    let [corral, naive] = picture.sides.map(|(_, side)| side);
-    let buckets = corral.len().max(naive.len());
-    let end = seconds(buckets.max(1));
-    let column = |side: &[Bucket], of: fn(&Bucket) -> u64| side.iter().map(of).collect::<Vec<_>>();
-    let levels = corral
-        .iter()
-        .chain(naive)
-        .flat_map(|b| [b.running, b.waiting]);
-    let limits = picture.limits.iter().map(|(_, level)| *level);
-    let peak = levels.chain(limits).max().unwrap_or(0).max(1) as f64;
+    let buckets = sides.iter().map(|(_, side)| side.len()).max();
+    let end = seconds(buckets.unwrap_or(0).max(1));
+    let levels = sides.iter().flat_map(|(_, side)| side.iter());
+    let levels = levels.flat_map(|b| [b.running, b.waiting]);
+    let peak = levels.chain(limits.iter().map(|(_, level)| *level)).max();
+    let y = (0.7..peak.unwrap_or(0).max(1) as f64 * 3.0).log_scale();
     let caption = "calls at the source, most per 10 ms: running (line), waiting (shaded)";
-    let y = (0.7..peak * 3.0).log_scale();
     let mut chart = builder(&top, caption).build_cartesian_2d(0.0..end, y)?;
     let mut mesh = chart.configure_mesh();
     let mesh = mesh.y_desc("calls (log scale)");
     mesh.y_label_formatter(&|y| group(*y as u64)).draw()?;
-    for (color, (_, side)) in COLORS.iter().zip(picture.sides) {
-        let waiting = steps(&column(side, |b| b.waiting), 0.7);
+    for (color, (_, side)) in COLORS.iter().zip(sides) {
+        let waiting = steps(side.iter().map(|b| b.waiting), 0.7, end);
         chart.draw_series(AreaSeries::new(waiting, 0.7, color.mix(0.25)))?;
-        let running = steps(&column(side, |b| b.running), 0.7);
+        let running = steps(side.iter().map(|b| b.running), 0.7, end);
         chart.draw_series(LineSeries::new(running, color.stroke_width(2)))?;
     }
-    let mut levels: Vec<u64> = picture.limits.iter().map(|(_, level)| *level).collect();
+    // One line for each level, named by every limit at it.
+    let mut levels: Vec<u64> = limits.iter().map(|(_, level)| *level).collect();
     levels.sort_unstable();
     levels.dedup();
     for level in levels {
-        let named = picture.limits.iter().filter(|(_, at)| *at == level);
-        let label: Vec<&str> = named.map(|(name, _)| name.as_str()).collect();
+        let named = limits.iter().filter(|(_, at)| *at == level);
+        let names: Vec<&str> = named.map(|(name, _)| name.as_str()).collect();
         let at = level as f64;
         chart.draw_series(LineSeries::new([(0.0, at), (end, at)], BLACK.mix(0.45)))?;
         let style = TextStyle::from(FONT).pos(Pos::new(HPos::Right, VPos::Bottom));
-        chart.draw_series([Text::new(label.join(", "), (end, at), style)])?;
+        chart.draw_series([Text::new(names.join(", "), (end, at), style)])?;
     }
     let so_far = |side: &[Bucket], of: fn(&Bucket) -> u64| {
-        let sums = side.iter().scan(0, |sum, bucket| {
+        let sums = side.iter().scan(0, move |sum, bucket| {
             *sum += of(bucket);
             Some(*sum)
         });
-        let mut sums: Vec<u64> = sums.collect();
-        sums.resize(buckets, sums.last().copied().unwrap_or(0));
-        sums
+        sums.collect::<Vec<u64>>()
     };
     let calls = |side: &[Bucket]| side.iter().map(|b| b.answered + b.failed).sum::<u64>();
     // Headroom above the lines for the legend.
-    let top = calls(corral).max(calls(naive)).max(1) as f64 * 1.4;
+    let top = sides.iter().map(|(_, side)| calls(side)).max();
+    let top = top.unwrap_or(0).max(1) as f64 * 1.4;
     let caption = "callers answered (line) and failed (dashed) so far";
     let mut chart = builder(&bottom, caption).build_cartesian_2d(0.0..end, 0.0..top)?;
     let mut mesh = chart.configure_mesh();
     let mesh = mesh
         .y_desc("callers")
-        .y_label_formatter(&|y| group(*y as u64));
-    mesh.x_desc("seconds from the release (rounds end to end)")
-        .draw()?;
-    for (&color, (name, side)) in COLORS.iter().zip(picture.sides) {
+        .x_desc("seconds from the first release");
+    mesh.y_label_formatter(&|y| group(*y as u64)).draw()?;
+    for (&color, (name, side)) in COLORS.iter().zip(sides) {
         let (answered, failed) = (so_far(side, |b| b.answered), so_far(side, |b| b.failed));
-        let dashed = DashedLineSeries::new(steps(&failed, 0.0), 6, 4, color.stroke_width(2));
-        chart.draw_series(dashed)?;
-        let line = LineSeries::new(steps(&answered, 0.0), color.stroke_width(2));
+        let dashed = steps(failed.iter().copied(), 0.0, end);
+        chart.draw_series(DashedLineSeries::new(dashed, 6, 4, color.stroke_width(2)))?;
+        let line = LineSeries::new(
+            steps(answered.iter().copied(), 0.0, end),
+            color.stroke_width(2),
+        );
         let [ok, failed] = [answered, failed].map(|sums| group(sums.last().copied().unwrap_or(0)));
         let run = group(side.iter().map(|b| b.started).sum());
         let label = format!("{name}: {ok} answered, {failed} failed, {run} run at the source");
@@ -242,10 +230,8 @@ pub(crate) fn svg(picture: &Picture<'_>, path: &Path) -> anyhow::Result<()> {
         chart.draw_series(line)?.label(label).legend(mark);
     }
     let mut legend = chart.configure_series_labels();
-    let legend = legend
-        .position(SeriesLabelPosition::UpperMiddle)
-        .label_font(FONT);
-    let legend = legend.background_style(WHITE.mix(0.85));
+    let legend = legend.position(SeriesLabelPosition::UpperMiddle);
+    let legend = legend.label_font(FONT).background_style(WHITE.mix(0.85));
     legend.border_style(BLACK).draw()?;
     root.present()?;
     Ok(())
@@ -267,18 +253,18 @@ fn seconds(at: usize) -> f64 {
     (at as u64 * BUCKET_MS) as f64 / 1000.0
 }
 
-/// Points of a step line through `values` (one per bucket), from `floor`,
-/// with a point only where the value changes.
-fn steps(values: &[u64], floor: f64) -> Vec<(f64, f64)> {
+/// Points of a step line through `values` (one per bucket, the last one
+/// held until `end`), from `floor`, with a point only where it changes.
+fn steps(values: impl Iterator<Item = u64>, floor: f64, end: f64) -> Vec<(f64, f64)> {
     let (mut points, mut last) = (vec![(0.0, floor)], floor);
-    for (at, &value) in values.iter().enumerate() {
+    for (at, value) in values.enumerate() {
         let value = (value as f64).max(floor);
         if value != last {
             points.extend([(seconds(at), last), (seconds(at), value)]);
             last = value;
         }
     }
-    points.push((seconds(values.len()), last));
+    points.push((end, last));
     points
 }
 
@@ -305,10 +291,8 @@ pub(crate) fn sparklines(sides: [(&str, &[Bucket]); 2]) -> String {
                 BARS[bar]
             }
         });
-        out.push_str(&format!(
-            "{name:<7}|{:<WIDTH$}|\n",
-            line.collect::<String>()
-        ));
+        let line: String = line.collect();
+        out.push_str(&format!("{name:<7}|{line:<WIDTH$}|\n"));
     }
     out
 }
@@ -318,11 +302,16 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn levels_fill_the_buckets_they_span_and_rounds_lie_end_to_end() {
+    async fn levels_fill_the_buckets_they_span_from_the_first_release() {
         let timeline = Timeline::default();
         let ms = |n| tokio::time::advance(std::time::Duration::from_millis(n));
-        assert_eq!(timeline.begin_round(), 0);
         let running = timeline.enter(Gauge::Running);
+        ms(50).await;
+        assert_eq!(
+            timeline.release(),
+            0,
+            "the clock starts at the first release"
+        );
         let waiting = timeline.enter(Gauge::Waiting);
         timeline.answer(false);
         ms(35).await;
@@ -330,14 +319,11 @@ mod tests {
         let again = timeline.enter(Gauge::Running);
         timeline.answer(true);
         drop((running, again));
-        timeline.end_round();
-        ms(1).await;
-        let next = timeline.begin_round();
+        ms(11).await;
+        assert_eq!(timeline.release(), 4);
         timeline.answer(true);
-        timeline.end_round();
         let buckets = timeline.take();
         let column = |f: fn(&Bucket) -> u64| buckets.iter().map(f).collect::<Vec<_>>();
-        assert_eq!(next, 4, "{buckets:?}");
         assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0]);
         assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0]);
         assert_eq!(column(|b| b.waiting), [1, 1, 1, 1, 0]);
@@ -346,14 +332,9 @@ mod tests {
         timeline.add(1, &buckets);
         timeline.add(0, &buckets);
         let sum = timeline.take();
-        assert_eq!(
-            sum.iter().map(|b| b.started).collect::<Vec<_>>(),
-            [1, 1, 0, 1, 1, 0]
-        );
-        assert_eq!(
-            sum.iter().map(|b| b.running).collect::<Vec<_>>(),
-            [1, 1, 1, 2, 2, 0]
-        );
+        let column = |f: fn(&Bucket) -> u64| sum.iter().map(f).collect::<Vec<_>>();
+        assert_eq!(column(|b| b.started), [1, 1, 0, 1, 1, 0]);
+        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 2, 0]);
         assert_eq!(timeline.take(), []);
     }
 
@@ -372,6 +353,7 @@ mod tests {
             sparklines([("corral", &corral), ("naive", &naive)]),
             expected
         );
+        let steps = steps([0, 3, 3, 0].into_iter(), 0.5, 0.05);
         let points = [
             (0.0, 0.5),
             (0.01, 0.5),
@@ -379,9 +361,6 @@ mod tests {
             (0.03, 3.0),
             (0.03, 0.5),
         ];
-        assert_eq!(
-            steps(&[0, 3, 3, 0], 0.5),
-            [&points[..], &[(0.04, 0.5)]].concat()
-        );
+        assert_eq!(steps, [&points[..], &[(0.05, 0.5)]].concat());
     }
 }

@@ -176,7 +176,7 @@ async fn play(
         let armed = worker.answer("@armed", Duration::from_secs(30)).await;
         armed.context("arming a worker")?;
     }
-    let (started, at) = (Instant::now(), source.timeline.begin_round());
+    let (started, at) = (Instant::now(), source.timeline.release());
     for worker in workers.iter_mut() {
         worker.tell("go").await.context("releasing a worker")?;
     }
@@ -196,7 +196,6 @@ async fn play(
             ..report.tally
         });
     }
-    source.timeline.end_round();
     tally.wall_us = micros(started.elapsed());
     Ok(tally)
 }

@@ -6,7 +6,7 @@ use corral_testkit::Tally;
 use serde::Serialize;
 
 use super::outage::Round;
-use super::plot::{Bucket, Picture};
+use super::plot::{self, Bucket};
 use super::HerdArgs;
 
 /// Per-call latency percentiles, in milliseconds.
@@ -48,8 +48,6 @@ pub(crate) struct SideReport {
     pub(crate) redis_commands: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
     pub(crate) hot_p50_ms: Option<f64>,
-    /// Distinct keys the callers asked for (Zipf runs leave some out).
-    pub(crate) distinct_keys: Option<u64>,
     /// Each round's figures (the outage).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) rounds: Vec<Round>,
@@ -83,13 +81,12 @@ impl SideReport {
     }
 
     /// The rows of the table: label and figure (`None`: not measured).
-    fn cells(&self) -> [(&'static str, Option<String>); 14] {
+    fn cells(&self) -> [(&'static str, Option<String>); 13] {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
         let (fills, most) = (group(self.fills), group(self.most_at_once));
         [
             ("calls answered", Some(answered)),
-            ("distinct keys asked", self.distinct_keys.map(group)),
             ("source calls (fill attempts)", Some(fills)),
             ("SQLite queries run", self.sqlite_queries.map(group)),
             ("timeouts (no pooled connection)", self.timeouts.map(group)),
@@ -200,16 +197,15 @@ impl Comparison {
         out
     }
 
-    /// The sides over time, and the limits at the source.
-    pub(crate) fn picture(&self) -> Picture<'_> {
+    /// Draws the sides over time to `path` (SVG).
+    pub(crate) fn plot(&self, path: &std::path::Path) -> anyhow::Result<()> {
         let title = self.title.lines().next().unwrap_or_default();
-        let sides = [&self.corral, &self.naive].map(|side| (side.side, &side.timeline[..]));
-        let limits = &self.limits;
-        Picture {
-            title,
-            sides,
-            limits,
-        }
+        plot::svg(title, self.sides(), &self.limits, path)
+    }
+
+    /// Each side's name and timeline, corral's first.
+    pub(crate) fn sides(&self) -> [(&str, &[Bucket]); 2] {
+        [&self.corral, &self.naive].map(|side| (side.side, &side.timeline[..]))
     }
 }
 

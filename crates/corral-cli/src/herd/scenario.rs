@@ -191,10 +191,8 @@ pub(crate) fn arm<C: Contender>(
 /// Releases `callers` as a round of `timeline`; fails if a caller task
 /// panicked.
 pub(crate) async fn release(callers: Callers, timeline: &Timeline) -> anyhow::Result<Tally> {
-    timeline.begin_round();
-    let tally = callers.release().await.context("a caller task panicked");
-    timeline.end_round();
-    tally
+    timeline.release();
+    callers.release().await.context("a caller task panicked")
 }
 
 /// One round in this process: callers `0..callers`, released together.
