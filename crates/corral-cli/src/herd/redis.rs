@@ -7,7 +7,7 @@
 //! asks for key `i % keys` and runs in worker `(i / keys) % N`, so every
 //! worker asks for every key. A worker says `@ready` once connected; on
 //! `arm <round>` it spawns its share of the round's callers (`@armed`); on
-//! `go` it releases them and prints `@report <json>` ([`ProcessRound`]).
+//! `go` it releases them and prints `@report <json>` (its tally and timeline).
 //! Their fills call one source server in this process, which counts them
 //! where they land: a call is a connection that sends the key and a
 //! newline, and gets the value and a newline after the fill time. An
@@ -30,17 +30,6 @@ use super::plot::{Bucket, Timeline};
 use super::report::{group, Comparison, SideReport};
 use super::scenario::{arm, fill_budget, release, round_keys, Contender, CorralSide, Load, Source};
 use super::HerdArgs;
-
-/// What befalls corral's side while its first measured round runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Upset {
-    /// Nothing.
-    None,
-    /// Worker 0 is killed (SIGKILL) once one of its fills reached the
-    /// source: a process holding leases and fleet permits mid-fill. Its
-    /// callers are not counted, in any round.
-    KillOne,
-}
 
 /// Runs the scenario through corral, then through the naive cache-aside, each
 /// side in its own worker processes; fails if Redis cannot be reached, or a
@@ -74,13 +63,8 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
             source,
         }
     };
-    let upset = if args.kill_one {
-        Upset::KillOne
-    } else {
-        Upset::None
-    };
-    let corral = play_side(config(true), &mut conn, &source, upset).await?;
-    let naive = play_side(config(false), &mut conn, &source, Upset::None).await?;
+    let corral = play_side(config(true), &mut conn, &source).await?;
+    let naive = play_side(config(false), &mut conn, &source).await?;
     let (fill_ms, budget, fleet) = (args.fill_ms, args.budget.unwrap_or(0), args.fleet);
     let (corral_budget, limits) = match (budget, fleet) {
         (0, _) => ("none".to_owned(), Vec::new()),
@@ -112,12 +96,14 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
 }
 
 /// One side's run: starts its workers, plays an uncounted warm-up round and
-/// the measured ones, and reads the commands they cost.
+/// the measured ones, and reads the commands they cost. With `--kill-one`,
+/// corral's worker 0 is killed (SIGKILL) in the first measured round once
+/// one of its fills reached the source: a process holding leases and fleet
+/// permits mid-fill. Its callers are not counted, in any round.
 async fn play_side(
     mut config: WorkerConfig,
     redis: &mut MultiplexedConnection,
     source: &Source,
-    upset: Upset,
 ) -> anyhow::Result<SideReport> {
     let exe = std::env::current_exe().context("finding the corral binary")?;
     let mut workers = Vec::new();
@@ -133,46 +119,43 @@ async fn play_side(
     }
     let args = &config.args;
     let within = args.fill() * 2 + Duration::from_secs(120);
-    play(&mut workers, "warm-up", within, source, Upset::None).await?;
-    source.take();
+    let kill = args.kill_one && config.corral;
+    play(&mut workers, "warm-up", within, source, false).await?;
+    source.calls.swap(0, Relaxed);
     source.timeline.take();
     let before = commands(redis).await?;
     let mut tally = Tally::default();
     for round in 0..args.rounds {
-        let upset = if round == 0 { upset } else { Upset::None };
         let label = format!("r{round}");
-        tally.absorb(play(&mut workers, &label, within, source, upset).await?);
+        tally.absorb(play(&mut workers, &label, within, source, kill && round == 0).await?);
     }
     let mut calls = args.callers;
-    if upset == Upset::KillOne {
+    if kill {
         let first = (0..args.callers).filter(|c| (c / args.keys).is_multiple_of(args.processes));
         calls -= first.count() as u64;
     }
     // Counted by the source itself, a killed worker's calls included.
     let side = if config.corral { "corral" } else { "naive" };
-    let mut report = SideReport::new(side, calls * args.rounds, source.take(), tally);
+    let fills = source.calls.swap(0, Relaxed);
+    let mut report = SideReport::new(side, calls * args.rounds, fills, tally);
     report.redis_commands = Some(commands(redis).await? - before);
     Ok(report.over(source.timeline.take()))
 }
 
-/// Arms every worker on the round `label`, releases them together, lets
-/// `upset` happen, and puts their reports together: the round's tally (its
-/// wall from the release to the last report, as this process saw it), and
-/// their callers in the source's timeline.
+/// Arms every worker on the round `label`, releases them together, kills
+/// worker 0 once it is filling if `kill`, and puts their reports together:
+/// the round's tally (its wall from the release to the last report, as this
+/// process saw it), and their callers in the source's timeline.
 async fn play(
     workers: &mut Vec<Worker>,
     label: &str,
     within: Duration,
     source: &Source,
-    upset: Upset,
+    kill: bool,
 ) -> anyhow::Result<Tally> {
     for worker in workers.iter_mut() {
-        worker
-            .tell(&format!("arm {label}"))
-            .await
-            .context("arming a worker")?;
-    }
-    for worker in workers.iter_mut() {
+        let order = if kill { "arm-announcing" } else { "arm" };
+        worker.tell(&format!("{order} {label}")).await?;
         let armed = worker.answer("@armed", Duration::from_secs(30)).await;
         armed.context("arming a worker")?;
     }
@@ -180,7 +163,7 @@ async fn play(
     for worker in workers.iter_mut() {
         worker.tell("go").await.context("releasing a worker")?;
     }
-    if upset == Upset::KillOne && !workers.is_empty() {
+    if kill && !workers.is_empty() {
         let filling = workers[0].answer("@filling", within).await;
         filling.context("waiting for worker 0 to fill")?;
         workers.remove(0).kill().await;
@@ -189,11 +172,11 @@ async fn play(
     for worker in workers.iter_mut() {
         let line = worker.answer("@report", within).await;
         let line = line.context("a worker's round")?;
-        let report: ProcessRound = serde_json::from_str(&line).context("a worker's report")?;
-        source.timeline.add(at, &report.timeline);
+        let (round, timeline): (Tally, Vec<Bucket>) = serde_json::from_str(&line)?;
+        source.timeline.add(at, &timeline);
         tally.absorb(Tally {
             wall_us: 0,
-            ..report.tally
+            ..round
         });
     }
     tally.wall_us = micros(started.elapsed());
@@ -207,19 +190,11 @@ async fn commands(redis: &mut MultiplexedConnection) -> anyhow::Result<u64> {
         .query_async(redis)
         .await;
     let info: String = info.context("INFO commandstats")?;
-    let stats = corral_testkit::parse_command_stats(&info);
+    let stats = corral_testkit::parse_command_stats(&info).into_iter();
     Ok(stats
-        .iter()
-        .filter(|(name, _)| *name != "info")
+        .filter(|(name, _)| name != "info")
         .map(|(_, calls)| calls)
         .sum())
-}
-
-impl Source {
-    /// Calls received since the last time taken.
-    fn take(&self) -> u64 {
-        self.calls.swap(0, Relaxed)
-    }
 }
 
 /// Serves the source's calls until the runtime shuts down (the run's end).
@@ -255,16 +230,9 @@ struct WorkerConfig {
     source: String,
 }
 
-/// What one worker measured in one round: its callers, and over time.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct ProcessRound {
-    tally: Tally,
-    timeline: Vec<Bucket>,
-}
-
 /// A fill's call of the source server, at this address; says `@filling`
-/// once a call reached it while `announce` (set in the round in which
-/// `--kill-one` kills this worker).
+/// once a call reached it while `announce` (set in a round in which it is
+/// to be killed).
 struct RemoteSource {
     addr: String,
     announce: AtomicBool,
@@ -339,25 +307,24 @@ async fn serve<C: Contender>(
     source: &RemoteSource,
 ) -> anyhow::Result<()> {
     let (args, index) = (&config.args, config.index);
-    let killed = args.kill_one && config.corral && index == 0;
     println!("@ready");
     let mut orders = BufReader::new(tokio::io::stdin()).lines();
     let (mut armed, timeline) = (None, Arc::new(Timeline::default()));
     while let Some(order) = orders.next_line().await? {
         match order.split_once(' ') {
-            Some(("arm", round)) => {
+            Some((arming @ ("arm" | "arm-announcing"), round)) => {
                 let keys = round_keys(&format!("{}:{round}", config.run), args.keys);
                 let callers = 0..args.callers;
                 let mine = callers.filter(|c| (c / args.keys) % args.processes == index);
                 armed = Some(arm(&side, &keys, mine, &timeline));
-                source.announce.store(killed && round == "r0", Relaxed);
+                let announce = arming == "arm-announcing" && index == 0;
+                source.announce.store(announce, Relaxed);
                 println!("@armed");
             }
             None if order == "go" => {
                 let round = armed.take().context("go before arm")?;
                 let tally = release(round, &timeline).await?;
-                let timeline = timeline.take();
-                let report = serde_json::to_string(&ProcessRound { tally, timeline })?;
+                let report = serde_json::to_string(&(tally, timeline.take()))?;
                 println!("@report {report}");
             }
             _ => anyhow::bail!("unknown order {order:?}"),
