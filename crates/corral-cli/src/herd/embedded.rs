@@ -340,37 +340,3 @@ impl Load for SqliteSource {
         Ok(format!("{key} → {totals}"))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::super::plot::Bucket;
-    use super::*;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_fill_is_its_user_s_totals_and_every_call_is_counted() {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let path = dir.path().join("t.sqlite3");
-        let db = path.to_str().expect("a UTF-8 path");
-        let flags = "--rows 2000 --users 50 --pool-size 1 --pool-wait-ms 20";
-        let args = HerdArgs::from_flags(&format!("--db {db} {flags}"));
-        Seeded::create(&args).expect("seeded");
-        let source = SqliteSource::open(&path, &args).expect("pool");
-        let conn = Connection::open(&path).expect("open");
-        for key in ["a", "herd:local:r0:k3"] {
-            let totals = user_totals(&conn, source.user_of(key)).expect("totals");
-            let value = source.load(key).await.expect("query");
-            assert_eq!(value, format!("{key} → {totals}"));
-        }
-        let held = source.pool.get().await.expect("the one connection");
-        let error = source.load("k").await.expect_err("no connection is free");
-        assert!(error.to_string().contains("within 20 ms"), "{error}");
-        drop(held);
-        assert_eq!(source.take_counts(), [2, 1, 0]);
-        assert_eq!(source.take_counts(), [0, 0, 0]);
-        let buckets = source.timeline.take();
-        let sum = |count: fn(&Bucket) -> u64| buckets.iter().map(count).sum();
-        let most = |count: fn(&Bucket) -> u64| buckets.iter().map(count).max();
-        assert_eq!((sum(|b| b.started), most(|b| b.running)), (2, Some(1)));
-        assert_eq!(most(|b| b.waiting), Some(1), "{buckets:?}");
-    }
-}

@@ -114,18 +114,6 @@ impl HerdArgs {
     fn fill(&self) -> Duration {
         Duration::from_millis(self.fill_ms)
     }
-
-    /// `corral herd` given `flags`, separated by spaces.
-    #[cfg(test)]
-    fn from_flags(flags: &str) -> Self {
-        #[derive(clap::Parser)]
-        struct Herd {
-            #[command(flatten)]
-            args: HerdArgs,
-        }
-        let flags = std::iter::once("herd").chain(flags.split(' '));
-        <Herd as clap::Parser>::parse_from(flags).args
-    }
 }
 
 /// Runs `corral herd`: prints the table and sparklines, or the JSON with

@@ -282,7 +282,13 @@ mod tests {
 
     #[test]
     fn the_verdict_stays_true_whichever_side_wins() {
-        let args = HerdArgs::from_flags("--callers 100 --keys 2");
+        #[derive(clap::Parser)]
+        struct Herd {
+            #[command(flatten)]
+            args: HerdArgs,
+        }
+        let flags = ["herd", "--callers", "100", "--keys", "2"];
+        let args = <Herd as clap::Parser>::parse_from(flags).args;
         let side = |side, fills, successes| {
             let failures = 300 - successes;
             let tally = Tally {
