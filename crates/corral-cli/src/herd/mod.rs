@@ -1,22 +1,22 @@
 //! `corral herd`: a stampede on cold keys, through corral and through a
 //! naive cache-aside, side by side.
 //!
-//! - [`scenario`]: the caches under test, the sleeping source, the callers
-//!   of a round, released together;
-//! - [`embedded`]: both sides in this process over a seeded SQLite file
-//!   behind a bounded pool (the default);
+//! - [`scenario`]: the caches under test and the callers of a round,
+//!   released together; [`source`]: the source of truth they fill from
+//!   (SQLite behind a bounded pool, or sleeping), counted;
+//! - [`local`]: both sides in this process: the default run, and
+//!   `--outage`, the source failing for a while (fail-safe);
 //! - [`redis`]: `--redis URL --processes N`, both sides in worker
 //!   processes sharing Redis, their fills calling one source server;
-//! - [`outage`]: `--outage`, the source failing for a while (fail-safe);
 //! - [`report`]: the figures as a table or JSON; [`plot`]: each side over
 //!   time, as a picture and as sparklines.
 
-mod embedded;
-mod outage;
+mod local;
 mod plot;
 mod redis;
 mod report;
 mod scenario;
+mod source;
 
 pub(crate) use redis::run_worker;
 
@@ -121,7 +121,7 @@ impl HerdArgs {
 /// runtime that cannot start, Redis or a worker process that fails, a
 /// caller task that panicked, or corral's calls that failed (reported after
 /// the figures).
-pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
+pub(crate) fn run(mut args: HerdArgs) -> anyhow::Result<()> {
     let (keys, callers, zipf) = (args.keys, args.callers, args.zipf);
     anyhow::ensure!(
         keys <= callers,
@@ -131,12 +131,14 @@ pub(crate) fn run(args: HerdArgs) -> anyhow::Result<()> {
         zipf.is_finite() && (0.0..=10.0).contains(&zipf),
         "--zipf {zipf} is not an exponent from 0 to 10",
     );
+    // The outage's callers ask for their keys in turn.
+    args.zipf = if args.outage { 0.0 } else { zipf };
     let runtime = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     let report = runtime.block_on(async {
         match &args.redis {
-            _ if args.outage => outage::run(&args).await,
+            _ if args.outage => local::outage(&args).await,
             Some(url) => redis::run(url, &args).await,
-            None => embedded::run(&args).await,
+            None => local::run(&args).await,
         }
     })?;
     if args.json {

@@ -28,7 +28,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::plot::{Bucket, Timeline};
 use super::report::{group, Comparison, SideReport};
-use super::scenario::{arm, fill_budget, release, round_keys, Contender, CorralSide, Load, Source};
+use super::scenario::{arm, fill_budget, release, round_keys, Contender, CorralSide, Load};
+use super::source::Source;
 use super::HerdArgs;
 
 /// Runs the scenario through corral, then through the naive cache-aside, each
@@ -44,10 +45,7 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
     let listener = TcpListener::bind("127.0.0.1:0").await;
     let listener = listener.context("binding the source server")?;
     let addr = listener.local_addr()?.to_string();
-    let source = Arc::new(Source {
-        fill: args.fill(),
-        ..Source::default()
-    });
+    let source = Arc::new(Source::sleeping(args));
     tokio::spawn(serve_source(listener, Arc::clone(&source)));
     let client = redis::Client::open(redis).context("parsing the Redis URL")?;
     let conn = client.get_multiplexed_async_connection().await;
@@ -121,7 +119,7 @@ async fn play_side(
     let within = args.fill() * 2 + Duration::from_secs(120);
     let kill = args.kill_one && config.corral;
     play(&mut workers, "warm-up", within, source, false).await?;
-    source.calls.swap(0, Relaxed);
+    source.take_counts();
     source.timeline.take();
     let before = commands(redis).await?;
     let mut tally = Tally::default();
@@ -136,7 +134,7 @@ async fn play_side(
     }
     // Counted by the source itself, a killed worker's calls included.
     let side = if config.corral { "corral" } else { "naive" };
-    let fills = source.calls.swap(0, Relaxed);
+    let [fills, _, _] = source.take_counts();
     let mut report = SideReport::new(side, calls * args.rounds, fills, tally);
     report.redis_commands = Some(commands(redis).await? - before);
     Ok(report.over(source.timeline.take()))

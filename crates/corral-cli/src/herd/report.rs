@@ -5,7 +5,7 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::outage::Round;
+use super::local::Round;
 use super::plot::{self, Bucket};
 use super::HerdArgs;
 

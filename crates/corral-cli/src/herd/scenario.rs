@@ -1,18 +1,17 @@
-//! The stampede itself: what a source of truth is ([`Load`]), the
-//! sleeping [`Source`], the two caches under test (corral and a naive
-//! cache-aside), and the callers of one round, released together
-//! (`corral-testkit`'s [`Callers`]).
+//! The stampede itself: what a source of truth is ([`Load`]), the two
+//! caches under test (corral and a naive cache-aside), and the callers of
+//! one round, released together (`corral-testkit`'s [`Callers`]).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral_testkit::{Callers, Tally};
 
-use super::plot::{Gauge, Timeline};
+use super::plot::Timeline;
 use super::HerdArgs;
 use corral::FillBudget;
 
@@ -40,26 +39,6 @@ pub(crate) fn fill_budget(args: &HerdArgs, limit: u64) -> anyhow::Result<Option<
 /// A source of truth: what a fill calls. Its values start with their key.
 pub(crate) trait Load: Send + Sync + 'static {
     fn load(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
-}
-
-/// The sleeping source of the Redis and outage runs: each call is counted,
-/// takes `fill` and fails while the source is `down`.
-#[derive(Debug, Default)]
-pub(crate) struct Source {
-    pub(crate) calls: AtomicU64,
-    pub(crate) fill: Duration,
-    pub(crate) down: AtomicBool,
-    pub(crate) timeline: Arc<Timeline>,
-}
-
-impl Load for Source {
-    async fn load(&self, key: &str) -> anyhow::Result<String> {
-        self.calls.fetch_add(1, Relaxed);
-        let _running = self.timeline.enter(Gauge::Running);
-        tokio::time::sleep(self.fill).await;
-        anyhow::ensure!(!self.down.load(Relaxed), "the source is down");
-        Ok(format!("{key} → its value"))
-    }
 }
 
 /// Whether `value` answers `key`: a caller handed another key's value is

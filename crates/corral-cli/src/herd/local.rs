@@ -1,0 +1,271 @@
+//! The runs in this process: corral's read-through against a naive
+//! cache-aside over a map, each over a source of its own.
+//!
+//! - The default run: both read the same seeded SQLite file, each through
+//!   its own bounded pool; corral's fills share a fill budget (by default
+//!   of the pool's size); callers ask for keys in turn or Zipf-distributed.
+//! - `--outage`: the sleeping source fails for a while. Entries expire
+//!   between rounds; corral (with fail-safe) keeps answering with the last
+//!   good value while the naive cache-aside passes the failures on. Rounds:
+//!   one with the source up (cold fill), `--rounds` with it down, one with
+//!   it back up, further apart than the TTL, so every round finds its keys
+//!   expired and asks the source again.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use corral_testkit::Tally;
+use serde::Serialize;
+
+use super::report::{group, Comparison, SideReport};
+use super::scenario::{fill_budget, round_keys, run_round, Contender, CorralSide, NaiveSide};
+use super::source::{Seeded, Source};
+use super::HerdArgs;
+
+/// How long a value is fresh in the outage.
+const TTL: Duration = Duration::from_millis(100);
+/// The outage's pause between rounds: past the TTL, so each round is a
+/// refill.
+const BETWEEN_ROUNDS: Duration = Duration::from_millis(150);
+/// How long a fail-safe value is re-served after a failed fill: shorter
+/// than the pause, so every outage round tries the source once per key.
+const THROTTLE: Duration = Duration::from_millis(50);
+
+/// One outage round's figures on one side.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Round {
+    pub(crate) source_up: bool,
+    /// Calls answered with the key's value.
+    pub(crate) answered: u64,
+    pub(crate) errors: u64,
+    /// Calls of the source in this round.
+    pub(crate) source_calls: u64,
+    /// Answers served by fail-safe (corral only).
+    pub(crate) fail_safe: u64,
+}
+
+/// Seeds the database, then runs the scenario through corral, then through the
+/// naive cache-aside; fails if the database cannot be created, the cache cannot
+/// be built or a caller task panicked.
+pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
+    let seeding = args.clone();
+    let db = tokio::task::spawn_blocking(move || Seeded::create(&seeding)).await??;
+    let budget = args.budget.unwrap_or(args.pool_size);
+    let fills = fill_budget(args, budget)?;
+    let mut builder = corral::Cache::<String>::builder("herd")
+        .ttl(Duration::from_secs(600))
+        .capacity(corral::Capacity::Entries(
+            (args.keys * args.rounds).max(1024),
+        ))
+        .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
+    if let Some(fills) = fills.clone() {
+        builder = builder.fill_budget(fills);
+    }
+    let cache = builder.build().context("building the corral cache")?;
+    let source = Arc::new(Source::sqlite(&db.path, args)?);
+    let corral = Arc::new(CorralSide::new(cache, &source));
+    // An adaptive budget's limit, sampled every 20 ms while fills queue.
+    let (adaptive, mut limits) = (fills.filter(|_| args.adaptive_max.is_some()), Vec::new());
+    let sample = async {
+        while let Some(fills) = &adaptive {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let stats = fills.stats();
+            if stats.queued > 0 {
+                limits.push(stats.limit as u64);
+            }
+        }
+        std::future::pending().await
+    };
+    let corral = tokio::select! {
+        report = measure("corral", &corral, &source, args) => report?,
+        () = sample => unreachable!("sampling never ends"),
+    };
+    limits.sort_unstable();
+    let quantile = |q: f64| limits[((limits.len() - 1) as f64 * q).round() as usize];
+    let adaptive = args.adaptive_max.filter(|_| !limits.is_empty());
+    let adaptive = adaptive.map(|max| (max, [0.1, 0.5, 0.9].map(quantile)));
+    let source = Arc::new(Source::sqlite(&db.path, args)?);
+    let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
+    let naive = measure("naive", &naive, &source, args).await?;
+    let setting = setting(args, &db, budget, adaptive);
+    Ok(Comparison::new(args, setting, corral, naive))
+}
+
+/// Runs the outage through corral, then through the naive side; fails if
+/// the cache cannot be built or a caller task panicked.
+pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
+    let cache = corral::Cache::<String>::builder("herd-outage")
+        .ttl(TTL)
+        .fail_safe(Duration::from_secs(3600))
+        .fail_safe_throttle(THROTTLE)
+        .fill_timeout(args.fill() + Duration::from_secs(30))
+        .capacity(corral::Capacity::Entries(args.keys.max(1024)))
+        .build()
+        .context("building the corral cache")?;
+    let source = Arc::new(Source::sleeping(args));
+    let corral = Arc::new(CorralSide::new(cache, &source));
+    let corral = measure("corral", &corral, &source, args).await?;
+    let source = Arc::new(Source::sleeping(args));
+    let naive = Arc::new(NaiveSide::new(TTL, &source));
+    let naive = measure("naive", &naive, &source, args).await?;
+    let (callers, keys, rounds) = (group(args.callers), group(args.keys), args.rounds);
+    let title = format!(
+        "corral herd --outage: {callers} callers on {keys} keys per round; TTL {} ms, rounds {} ms \
+         apart\nsource: each call {} ms, up in round 1, down in rounds 2 to {}, up in round {}",
+        TTL.as_millis(),
+        BETWEEN_ROUNDS.as_millis(),
+        args.fill_ms,
+        rounds + 1,
+        rounds + 2,
+    );
+    let setting = (serde_json::json!({ "mode": "outage" }), title, Vec::new());
+    Ok(Comparison::new(args, setting, corral, naive))
+}
+
+/// Every round through one side, after an uncounted warm-up: one call
+/// fills a key of its own, then callers hit it, so the first round pays
+/// nothing for starting threads, opening a connection and growing
+/// allocations. The outage's rounds are up, down ×`--rounds`, up, each
+/// counted apart.
+async fn measure<C: Contender>(
+    side: &'static str,
+    contender: &Arc<C>,
+    source: &Source,
+    args: &HerdArgs,
+) -> anyhow::Result<SideReport> {
+    let (warm, timeline) = (round_keys("local-warm-up", 1), &source.timeline);
+    run_round(contender, 1, &warm, timeline).await?;
+    run_round(contender, args.callers.min(1000), &warm, timeline).await?;
+    let (_, _, before) = (source.take_counts(), timeline.take(), contender.stats());
+    let rounds = args.rounds + if args.outage { 2 } else { 0 };
+    let (mut tally, mut hot, mut figures) = (Tally::default(), Tally::default(), Vec::new());
+    let fail_safe = || contender.fail_safe().unwrap_or(0);
+    for round in 0..rounds {
+        let source_up = !args.outage || round == 0 || round == rounds - 1;
+        source.down.store(!source_up, Relaxed);
+        if args.outage && round > 0 {
+            tokio::time::sleep(BETWEEN_ROUNDS).await;
+        }
+        let (keys, asked) = asked(args, round);
+        let (ran, served) = (source.ran(), fail_safe());
+        let played = run_round(contender, args.callers, &asked, timeline).await?;
+        if args.outage {
+            figures.push(Round {
+                source_up,
+                answered: played.successes,
+                errors: played.failures,
+                source_calls: source.ran() - ran,
+                fail_safe: fail_safe() - served,
+            });
+        }
+        // The latencies of the callers of the round's 10 hottest keys.
+        let hottest = &keys[..keys.len().min(10)];
+        let asked = asked.iter().zip(&played.latencies_us);
+        let hot_us = asked.filter(|(key, _)| hottest.contains(key));
+        hot.latencies_us.extend(hot_us.map(|(_, us)| us));
+        tally.absorb(played);
+    }
+    let [ran, timeouts, errors] = source.take_counts();
+    let fills = ran + timeouts + errors;
+    let mut report = SideReport::new(side, args.callers * rounds, fills, tally);
+    if source.is_sqlite() {
+        (report.sqlite_queries, report.timeouts, report.errors) =
+            (Some(ran), Some(timeouts), Some(errors));
+    }
+    let coalesced = contender.stats().zip(before);
+    report.coalesced = coalesced.map(|(now, then)| now.coalesced - then.coalesced);
+    report.fail_safe = contender.fail_safe().filter(|_| args.outage);
+    report.hot_p50_ms = (args.zipf != 0.0).then(|| hot.latency_ms(0.5));
+    report.rounds = figures;
+    Ok(report.over(timeline.take()))
+}
+
+/// A round's keys (fresh ones, but the outage's), and the key each of its
+/// callers asks for: caller `i` key `i % keys`, or with `--zipf s` a key
+/// drawn with weight 1/k^s for the k-th (a fixed seed per round, so both
+/// sides get the same draws).
+fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
+    let prefix = if args.outage {
+        "outage".to_owned()
+    } else {
+        format!("local:r{round}")
+    };
+    let keys = round_keys(&prefix, args.keys);
+    let cumulative: Vec<f64> = (1..=keys.len())
+        .scan(0.0, |total, k| {
+            *total += 1.0 / (k as f64).powf(args.zipf);
+            Some(*total)
+        })
+        .collect();
+    let total = cumulative.last().copied().unwrap_or(0.0);
+    let mut rng = fastrand::Rng::with_seed(0x5eed_0000 + round);
+    let mut pick = |caller: usize| match args.zipf {
+        0.0 => caller % keys.len(),
+        _ => cumulative.partition_point(|&c| c < rng.f64() * total),
+    };
+    let callers = usize::try_from(args.callers).unwrap_or(usize::MAX);
+    let asked = (0..callers).map(|caller| keys[pick(caller).min(keys.len() - 1)].clone());
+    (keys.clone(), asked.collect())
+}
+
+/// The run's JSON setting, title and limits at the source: the pool,
+/// and corral's `budget` (`adaptive`: its most, and the limit's p10,
+/// p50 and p90 while fills queued).
+fn setting(
+    args: &HerdArgs,
+    db: &Seeded,
+    budget: u64,
+    adaptive: Option<(u64, [u64; 3])>,
+) -> (serde_json::Value, String, Vec<(String, u64)>) {
+    let (pool, wait) = (args.pool_size, group(args.pool_wait_ms));
+    let mut limits = vec![(format!("pool of {pool} connections"), pool)];
+    let corral_budget = match (budget, adaptive) {
+        (0, _) => "none".to_owned(),
+        (n, None) => {
+            limits.push((format!("corral's budget of {n}"), n));
+            format!("{n} fills at once")
+        }
+        (n, Some((max, [p10, p50, p90]))) => {
+            limits.push((format!("corral's budget, at most {max}"), max));
+            format!(
+                "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
+            )
+        }
+    };
+    let distinct: usize = (0..args.rounds)
+        .map(|round| asked(args, round).1.iter().collect::<HashSet<_>>().len())
+        .sum();
+    let distinct = group(distinct as u64);
+    let keys = match args.zipf {
+        0.0 => "uniform".to_owned(),
+        s => format!(
+            "Zipf s = {s}, {distinct} of {} asked",
+            args.keys * args.rounds
+        ),
+    };
+    let title = format!(
+        "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\
+         source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} \
+         ms; pool of {pool} connections per side, wait ≤ {wait} ms; corral's fill budget: \
+         {corral_budget}",
+        group(args.callers),
+        group(args.keys),
+        group(args.rounds),
+        group(args.rows),
+        group(args.users),
+        db.seed_ms,
+        db.query_ms,
+    );
+    let database = serde_json::json!({
+        "path": db.path, "rows": args.rows, "users": args.users, "pool_size": pool,
+        "pool_wait_ms": args.pool_wait_ms, "seed_ms": db.seed_ms, "query_ms": db.query_ms,
+    });
+    let setting = serde_json::json!({
+        "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
+        "adaptive": adaptive,
+    });
+    (setting, title, limits)
+}
