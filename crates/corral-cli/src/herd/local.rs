@@ -37,14 +37,14 @@ const THROTTLE: Duration = Duration::from_millis(50);
 /// One outage round's figures on one side.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct Round {
-    pub(crate) source_up: bool,
+    source_up: bool,
     /// Calls answered with the key's value.
-    pub(crate) answered: u64,
-    pub(crate) errors: u64,
+    answered: u64,
+    errors: u64,
     /// Calls of the source in this round.
-    pub(crate) source_calls: u64,
+    source_calls: u64,
     /// Answers served by fail-safe (corral only).
-    pub(crate) fail_safe: u64,
+    fail_safe: u64,
 }
 
 /// Seeds the database, then runs the scenario through corral, then through the
@@ -55,18 +55,15 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let db = tokio::task::spawn_blocking(move || Seeded::create(&seeding)).await??;
     let budget = args.budget.unwrap_or(args.pool_size);
     let fills = fill_budget(args, budget)?;
-    let mut builder = corral::Cache::<String>::builder("herd")
+    let mut cache = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
         .capacity(corral::Capacity::Entries(
             (args.keys * args.rounds).max(1024),
         ))
         .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
     if let Some(fills) = fills.clone() {
-        builder = builder.fill_budget(fills);
+        cache = cache.fill_budget(fills);
     }
-    let cache = builder.build().context("building the corral cache")?;
-    let source = Arc::new(Source::sqlite(&db.path, args)?);
-    let corral = Arc::new(CorralSide::new(cache, &source));
     // An adaptive budget's limit, sampled every 20 ms while fills queue.
     let (adaptive, mut limits) = (fills.filter(|_| args.adaptive_max.is_some()), Vec::new());
     let sample = async {
@@ -79,17 +76,15 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
         }
         std::future::pending().await
     };
-    let corral = tokio::select! {
-        report = measure("corral", &corral, &source, args) => report?,
+    let source = || Source::sqlite(&db.path, args);
+    let (corral, naive) = tokio::select! {
+        sides = sides(cache, Duration::from_secs(600), source, args) => sides?,
         () = sample => unreachable!("sampling never ends"),
     };
     limits.sort_unstable();
     let quantile = |q: f64| limits[((limits.len() - 1) as f64 * q).round() as usize];
     let adaptive = args.adaptive_max.filter(|_| !limits.is_empty());
     let adaptive = adaptive.map(|max| (max, [0.1, 0.5, 0.9].map(quantile)));
-    let source = Arc::new(Source::sqlite(&db.path, args)?);
-    let naive = Arc::new(NaiveSide::new(Duration::from_secs(600), &source));
-    let naive = measure("naive", &naive, &source, args).await?;
     let setting = setting(args, &db, budget, adaptive);
     Ok(Comparison::new(args, setting, corral, naive))
 }
@@ -102,15 +97,9 @@ pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
         .fail_safe(Duration::from_secs(3600))
         .fail_safe_throttle(THROTTLE)
         .fill_timeout(args.fill() + Duration::from_secs(30))
-        .capacity(corral::Capacity::Entries(args.keys.max(1024)))
-        .build()
-        .context("building the corral cache")?;
-    let source = Arc::new(Source::sleeping(args));
-    let corral = Arc::new(CorralSide::new(cache, &source));
-    let corral = measure("corral", &corral, &source, args).await?;
-    let source = Arc::new(Source::sleeping(args));
-    let naive = Arc::new(NaiveSide::new(TTL, &source));
-    let naive = measure("naive", &naive, &source, args).await?;
+        .capacity(corral::Capacity::Entries(args.keys.max(1024)));
+    let source = || Ok(Source::sleeping(args));
+    let (corral, naive) = sides(cache, TTL, source, args).await?;
     let (callers, keys, rounds) = (group(args.callers), group(args.keys), args.rounds);
     let title = format!(
         "corral herd --outage: {callers} callers on {keys} keys per round; TTL {} ms, rounds {} ms \
@@ -123,6 +112,22 @@ pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
     );
     let setting = (serde_json::json!({ "mode": "outage" }), title, Vec::new());
     Ok(Comparison::new(args, setting, corral, naive))
+}
+
+/// Every round through corral's side (`cache`), then through the naive
+/// side (entries fresh for `ttl`), each over a `source` of its own.
+async fn sides(
+    cache: corral::CacheBuilder<String>,
+    ttl: Duration,
+    source: impl Fn() -> anyhow::Result<Source>,
+    args: &HerdArgs,
+) -> anyhow::Result<(SideReport, SideReport)> {
+    let cache = cache.build().context("building the corral cache")?;
+    let on = Arc::new(source()?);
+    let corral = measure("corral", &Arc::new(CorralSide::new(cache, &on)), &on, args).await?;
+    let on = Arc::new(source()?);
+    let naive = measure("naive", &Arc::new(NaiveSide::new(ttl, &on)), &on, args).await?;
+    Ok((corral, naive))
 }
 
 /// Every round through one side, after an uncounted warm-up: one call
@@ -139,10 +144,10 @@ async fn measure<C: Contender>(
     let (warm, timeline) = (round_keys("local-warm-up", 1), &source.timeline);
     run_round(contender, 1, &warm, timeline).await?;
     run_round(contender, args.callers.min(1000), &warm, timeline).await?;
-    let (_, _, before) = (source.take_counts(), timeline.take(), contender.stats());
+    let (_, _, before) = (source.take_counts(), timeline.take(), contender.counted());
     let rounds = args.rounds + if args.outage { 2 } else { 0 };
     let (mut tally, mut hot, mut figures) = (Tally::default(), Tally::default(), Vec::new());
-    let fail_safe = || contender.fail_safe().unwrap_or(0);
+    let fail_safe = || contender.counted().map_or(0, |[_, fail_safe]| fail_safe);
     for round in 0..rounds {
         let source_up = !args.outage || round == 0 || round == rounds - 1;
         source.down.store(!source_up, Relaxed);
@@ -169,31 +174,28 @@ async fn measure<C: Contender>(
         tally.absorb(played);
     }
     let [ran, timeouts, errors] = source.take_counts();
-    let fills = ran + timeouts + errors;
-    let mut report = SideReport::new(side, args.callers * rounds, fills, tally);
+    let mut report = SideReport::new(side, args.callers * rounds, ran + timeouts + errors, tally);
     if source.is_sqlite() {
         (report.sqlite_queries, report.timeouts, report.errors) =
             (Some(ran), Some(timeouts), Some(errors));
     }
-    let coalesced = contender.stats().zip(before);
-    report.coalesced = coalesced.map(|(now, then)| now.coalesced - then.coalesced);
-    report.fail_safe = contender.fail_safe().filter(|_| args.outage);
+    if let (Some([coalesced, fail_safe]), Some([then, _])) = (contender.counted(), before) {
+        report.coalesced = Some(coalesced - then);
+        report.fail_safe = Some(fail_safe).filter(|_| args.outage);
+    }
     report.hot_p50_ms = (args.zipf != 0.0).then(|| hot.latency_ms(0.5));
     report.rounds = figures;
     Ok(report.over(timeline.take()))
 }
 
-/// A round's keys (fresh ones, but the outage's), and the key each of its
+/// A round's keys (fresh ones, but the outage's: the same every round),
+/// and the key each of its
 /// callers asks for: caller `i` key `i % keys`, or with `--zipf s` a key
 /// drawn with weight 1/k^s for the k-th (a fixed seed per round, so both
 /// sides get the same draws).
 fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
-    let prefix = if args.outage {
-        "outage".to_owned()
-    } else {
-        format!("local:r{round}")
-    };
-    let keys = round_keys(&prefix, args.keys);
+    let fresh = if args.outage { 0 } else { round };
+    let keys = round_keys(&format!("local:r{fresh}"), args.keys);
     let cumulative: Vec<f64> = (1..=keys.len())
         .scan(0.0, |total, k| {
             *total += 1.0 / (k as f64).powf(args.zipf);

@@ -1,7 +1,7 @@
 //! Each side of a run over time: recorded in buckets of [`BUCKET_MS`] from
-//! its first release as events happen ([`Timeline`]), drawn with `--plot
-//! FILE` as an SVG picture (plotters) on one time axis and one scale per
-//! panel, and summed up in the terminal by a sparkline per side.
+//! its first release ([`Timeline`]), drawn by `--plot FILE` (plotters) and
+//! summed up in the terminal by a sparkline per side, both sides on one
+//! time axis and one scale.
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -13,22 +13,18 @@ use serde::{Deserialize, Serialize};
 
 use super::report::group;
 
-/// How long a bucket is, in milliseconds.
 pub(crate) const BUCKET_MS: u64 = 10;
 
-/// A side's run in one bucket: counts (they sum to the run's totals) and
-/// the most at once of the gauges.
+/// A side's run in one bucket: calls started at the source, callers
+/// answered and failed (they sum to the run's totals), and the most calls
+/// running at the source and waiting at its door (for a pooled connection)
+/// at once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Bucket {
-    /// Calls that started running at the source (queries run, fills).
     pub(crate) started: u64,
-    /// The most calls running at the source at once.
     pub(crate) running: u64,
-    /// The most calls waiting at its door (for a pooled connection).
     pub(crate) waiting: u64,
-    /// Callers answered with their key's value.
     pub(crate) answered: u64,
-    /// Callers that failed.
     pub(crate) failed: u64,
 }
 
@@ -47,15 +43,15 @@ impl Bucket {
     }
 }
 
-/// A source's gauges: calls running at it, or waiting to.
+/// A call at the source: running, or waiting at its door.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Gauge {
     Running,
     Waiting,
 }
 
-/// Records a side's buckets as events happen, from its first release since
-/// it was last taken; shared by its source and its callers.
+/// A side's buckets as events happen, from its first release since it was
+/// last taken; shared by its source and its callers.
 #[derive(Debug, Default)]
 pub(crate) struct Timeline(Mutex<State>);
 
@@ -65,7 +61,7 @@ struct State {
     /// The first release (tokio's clock, which tests pause); events before
     /// it fall in bucket 0.
     epoch: Option<tokio::time::Instant>,
-    /// Calls running and waiting now.
+    /// Calls running and waiting now, by [`Gauge`].
     levels: [u64; 2],
     /// Every bucket up to this one holds the levels of its time.
     filled: usize,
@@ -99,8 +95,7 @@ impl Timeline {
         state.now()
     }
 
-    /// A call starts running (counted as started) or waiting, until the
-    /// guard drops.
+    /// A call runs (counted as started) or waits until the guard drops.
     pub(crate) fn enter(&self, gauge: Gauge) -> Held<'_> {
         let mut state = self.state();
         let at = state.now();
@@ -112,7 +107,6 @@ impl Timeline {
         Held(self, gauge)
     }
 
-    /// A caller got its answer (`ok`) or failed.
     pub(crate) fn answer(&self, ok: bool) {
         let mut state = self.state();
         let at = state.now();
@@ -121,7 +115,7 @@ impl Timeline {
         bucket.failed += u64::from(!ok);
     }
 
-    /// Adds another timeline's buckets (a worker process's round) from `at`.
+    /// Adds a worker process's round from bucket `at`.
     pub(crate) fn add(&self, at: usize, buckets: &[Bucket]) {
         let mut state = self.state();
         let len = state.buckets.len().max(at + buckets.len());
@@ -139,7 +133,6 @@ impl Timeline {
     }
 }
 
-/// A call counted at the source until dropped.
 pub(crate) struct Held<'a>(&'a Timeline, Gauge);
 
 impl Drop for Held<'_> {
@@ -150,7 +143,6 @@ impl Drop for Held<'_> {
     }
 }
 
-/// corral's colour, then the naive side's.
 const COLORS: [RGBColor; 2] = [RGBColor(0x1f, 0x6f, 0xb4), RGBColor(0xd6, 0x3a, 0x28)];
 const FONT: (&str, u32) = ("sans-serif", 15);
 
@@ -180,9 +172,9 @@ pub(crate) fn svg(
     let mesh = mesh.y_desc("calls (log scale)");
     mesh.y_label_formatter(&|y| group(*y as u64)).draw()?;
     for (color, (_, side)) in COLORS.iter().zip(sides) {
-        let waiting = steps(side.iter().map(|b| b.waiting), 0.7, end);
+        let waiting = points(side.iter().map(|b| b.waiting), 0.7, end);
         chart.draw_series(AreaSeries::new(waiting, 0.7, color.mix(0.25)))?;
-        let running = steps(side.iter().map(|b| b.running), 0.7, end);
+        let running = points(side.iter().map(|b| b.running), 0.7, end);
         chart.draw_series(LineSeries::new(running, color.stroke_width(2)))?;
     }
     // One line for each level, named by every limit at it.
@@ -217,10 +209,10 @@ pub(crate) fn svg(
     mesh.y_label_formatter(&|y| group(*y as u64)).draw()?;
     for (&color, (name, side)) in COLORS.iter().zip(sides) {
         let (answered, failed) = (so_far(side, |b| b.answered), so_far(side, |b| b.failed));
-        let dashed = steps(failed.iter().copied(), 0.0, end);
+        let dashed = points(failed.iter().copied(), 0.0, end);
         chart.draw_series(DashedLineSeries::new(dashed, 6, 4, color.stroke_width(2)))?;
         let line = LineSeries::new(
-            steps(answered.iter().copied(), 0.0, end),
+            points(answered.iter().copied(), 0.0, end),
             color.stroke_width(2),
         );
         let [ok, failed] = [answered, failed].map(|sums| group(sums.last().copied().unwrap_or(0)));
@@ -237,7 +229,6 @@ pub(crate) fn svg(
     Ok(())
 }
 
-/// A chart in `area` under `caption`, its labels' room set.
 fn builder<'a, 'b>(
     area: &'a DrawingArea<SVGBackend<'b>, Shift>,
     caption: &str,
@@ -248,23 +239,16 @@ fn builder<'a, 'b>(
     chart
 }
 
-/// The start of bucket `at`, in seconds.
 fn seconds(at: usize) -> f64 {
     (at as u64 * BUCKET_MS) as f64 / 1000.0
 }
 
-/// Points of a step line through `values` (one per bucket, the last one
-/// held until `end`), from `floor`, with a point only where it changes.
-fn steps(values: impl Iterator<Item = u64>, floor: f64, end: f64) -> Vec<(f64, f64)> {
-    let (mut points, mut last) = (vec![(0.0, floor)], floor);
-    for (at, value) in values.enumerate() {
-        let value = (value as f64).max(floor);
-        if value != last {
-            points.extend([(seconds(at), last), (seconds(at), value)]);
-            last = value;
-        }
-    }
-    points.push((end, last));
+/// A point for each bucket's value (at least `floor`), the last held until
+/// `end`.
+fn points(values: impl Iterator<Item = u64>, floor: f64, end: f64) -> Vec<(f64, f64)> {
+    let values = values.map(|value| (value as f64).max(floor));
+    let mut points: Vec<(f64, f64)> = values.enumerate().map(|(at, y)| (seconds(at), y)).collect();
+    points.push((end, points.last().map_or(floor, |&(_, y)| y)));
     points
 }
 
@@ -353,14 +337,7 @@ mod tests {
             sparklines([("corral", &corral), ("naive", &naive)]),
             expected
         );
-        let steps = steps([0, 3, 3, 0].into_iter(), 0.5, 0.05);
-        let points = [
-            (0.0, 0.5),
-            (0.01, 0.5),
-            (0.01, 3.0),
-            (0.03, 3.0),
-            (0.03, 0.5),
-        ];
-        assert_eq!(steps, [&points[..], &[(0.05, 0.5)]].concat());
+        let points = points([0, 3, 2].into_iter(), 0.5, 0.05);
+        assert_eq!(points, [(0.0, 0.5), (0.01, 3.0), (0.02, 2.0), (0.05, 2.0)]);
     }
 }

@@ -10,16 +10,16 @@ use super::plot::{self, Bucket};
 use super::HerdArgs;
 
 /// Per-call latency percentiles, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub(crate) struct Latency {
-    pub(crate) p50: f64,
-    pub(crate) p99: f64,
-    pub(crate) max: f64,
+#[derive(Debug, Default, Serialize)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+    max: f64,
 }
 
 /// One side (one cache under test) of a run; a figure that is `None` was
 /// not measured.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub(crate) struct SideReport {
     /// `corral` or `naive`.
     pub(crate) side: &'static str,
@@ -30,7 +30,7 @@ pub(crate) struct SideReport {
     pub(crate) first_failure: Option<String>,
     /// Calls of the source of truth (fill attempts), over every process.
     pub(crate) fills: u64,
-    pub(crate) latency_ms: Latency,
+    latency_ms: Latency,
     /// Sum over rounds of the release to the last call's end.
     pub(crate) wall_ms: f64,
     /// The SQLite source's queries run, calls that found no pooled
@@ -168,27 +168,19 @@ impl Comparison {
     /// The title, the table and the verdict.
     pub(crate) fn table(&self) -> String {
         let (c, n) = (&self.corral, &self.naive);
+        let mut table = Table::new();
+        table.load_style(presets::ASCII_MARKDOWN);
+        table.set_header(["", "corral", "naive cache-aside"]);
         // A row measured on the naive side is measured on corral's.
-        let rows = c.cells().into_iter().zip(n.cells());
-        let rows = rows.filter_map(|((label, c), (_, n))| {
-            Some(vec![label.into(), c?, n.unwrap_or_else(|| "-".into())])
-        });
-        let table = render("|corral|naive cache-aside", rows);
-        let mut out = format!("{}\n\n{table}", self.title);
-        if !c.rounds.is_empty() {
-            let header = "|corral ok|fail-safe|errors|source calls|naive ok|errors|source calls";
-            let rows = c.rounds.iter().zip(&n.rounds).enumerate();
-            let rows = rows.map(|(i, (c, n))| {
-                let state = if c.source_up { "up" } else { "DOWN" };
-                let corral = [c.answered, c.fail_safe, c.errors, c.source_calls];
-                let naive = [n.answered, n.errors, n.source_calls];
-                let label = format!("round {} (source {state})", i + 1);
-                let figures = corral.into_iter().chain(naive).map(group);
-                std::iter::once(label).chain(figures).collect()
-            });
-            out.push_str(&format!("\n{}", render(header, rows)));
+        for ((label, c), (_, n)) in c.cells().into_iter().zip(n.cells()) {
+            if let Some(c) = c {
+                table.add_row([label.into(), c, n.unwrap_or_else(|| "-".into())]);
+            }
         }
-        out.push_str(&format!("\n{}\n", self.verdict));
+        for column in table.column_iter_mut().skip(1) {
+            column.set_cell_alignment(CellAlignment::Right);
+        }
+        let mut out = format!("{}\n\n{table}\n\n{}\n", self.title, self.verdict);
         for side in [c, n].into_iter().filter(|side| side.failures > 0) {
             let first = side.first_failure.as_deref().unwrap_or("?");
             let (name, failed) = (side.side, group(side.failures));
@@ -232,19 +224,6 @@ fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
         ),
     };
     format!("{}; {} — {times}", says(corral), says(naive))
-}
-
-/// A table under `header` (cells separated by `|`): labels left-aligned,
-/// figures right-aligned.
-fn render(header: &str, rows: impl IntoIterator<Item = Vec<String>>) -> String {
-    let mut table = Table::new();
-    let header: Vec<&str> = header.split('|').collect();
-    table.load_style(presets::ASCII_MARKDOWN);
-    table.set_header(header).add_rows(rows);
-    for column in table.column_iter_mut().skip(1) {
-        column.set_cell_alignment(CellAlignment::Right);
-    }
-    format!("{table}\n")
 }
 
 /// `12345678` as `12,345,678`.

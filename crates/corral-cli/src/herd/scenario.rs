@@ -52,13 +52,9 @@ fn is_value_of(key: &str, value: &str) -> bool {
 pub(crate) trait Contender: Send + Sync + 'static {
     fn get(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
 
-    /// What the cache counted of itself, if it counts.
-    fn stats(&self) -> Option<corral::Stats> {
-        None
-    }
-
-    /// Callers answered by fail-safe so far, if it counts them.
-    fn fail_safe(&self) -> Option<u64> {
+    /// What corral counted of its callers so far: those that joined a
+    /// fill in flight, and those answered with a fail-safe value.
+    fn counted(&self) -> Option<[u64; 2]> {
         None
     }
 }
@@ -93,12 +89,8 @@ impl<S: Load> Contender for CorralSide<S> {
         fetched.value.context("no value")
     }
 
-    fn stats(&self) -> Option<corral::Stats> {
-        Some(self.cache.stats())
-    }
-
-    fn fail_safe(&self) -> Option<u64> {
-        Some(self.fail_safe.load(Relaxed))
+    fn counted(&self) -> Option<[u64; 2]> {
+        Some([self.cache.stats().coalesced, self.fail_safe.load(Relaxed)])
     }
 }
 
