@@ -21,7 +21,7 @@ use corral_testkit::Tally;
 use serde::Serialize;
 
 use super::report::{group, Comparison, SideReport};
-use super::scenario::{fill_budget, round_keys, run_round, Contender, CorralSide, NaiveSide};
+use super::scenario::{fill_budget, round_keys, run_round, Side};
 use super::source::{Seeded, Source};
 use super::HerdArgs;
 
@@ -124,9 +124,9 @@ async fn sides(
 ) -> anyhow::Result<(SideReport, SideReport)> {
     let cache = cache.build().context("building the corral cache")?;
     let on = Arc::new(source()?);
-    let corral = measure("corral", &Arc::new(CorralSide::new(cache, &on)), &on, args).await?;
+    let corral = measure("corral", &Arc::new(Side::corral(cache, &on)), &on, args).await?;
     let on = Arc::new(source()?);
-    let naive = measure("naive", &Arc::new(NaiveSide::new(ttl, &on)), &on, args).await?;
+    let naive = measure("naive", &Arc::new(Side::naive(ttl, &on)), &on, args).await?;
     Ok((corral, naive))
 }
 
@@ -135,19 +135,19 @@ async fn sides(
 /// nothing for starting threads, opening a connection and growing
 /// allocations. The outage's rounds are up, down ×`--rounds`, up, each
 /// counted apart.
-async fn measure<C: Contender>(
-    side: &'static str,
-    contender: &Arc<C>,
+async fn measure(
+    name: &'static str,
+    side: &Arc<Side<Source>>,
     source: &Source,
     args: &HerdArgs,
 ) -> anyhow::Result<SideReport> {
     let (warm, timeline) = (round_keys("local-warm-up", 1), &source.timeline);
-    run_round(contender, 1, &warm, timeline).await?;
-    run_round(contender, args.callers.min(1000), &warm, timeline).await?;
-    let (_, _, before) = (source.take_counts(), timeline.take(), contender.counted());
+    run_round(side, 1, &warm, timeline).await?;
+    run_round(side, args.callers.min(1000), &warm, timeline).await?;
+    let (_, _, before) = (source.take_counts(), timeline.take(), side.counted());
     let rounds = args.rounds + if args.outage { 2 } else { 0 };
     let (mut tally, mut hot, mut figures) = (Tally::default(), Tally::default(), Vec::new());
-    let fail_safe = || contender.counted().map_or(0, |[_, fail_safe]| fail_safe);
+    let fail_safe = || side.counted().map_or(0, |[_, fail_safe]| fail_safe);
     for round in 0..rounds {
         let source_up = !args.outage || round == 0 || round == rounds - 1;
         source.down.store(!source_up, Relaxed);
@@ -156,7 +156,7 @@ async fn measure<C: Contender>(
         }
         let (keys, asked) = asked(args, round);
         let (ran, served) = (source.ran(), fail_safe());
-        let played = run_round(contender, args.callers, &asked, timeline).await?;
+        let played = run_round(side, args.callers, &asked, timeline).await?;
         if args.outage {
             figures.push(Round {
                 source_up,
@@ -174,12 +174,12 @@ async fn measure<C: Contender>(
         tally.absorb(played);
     }
     let [ran, timeouts, errors] = source.take_counts();
-    let mut report = SideReport::new(side, args.callers * rounds, ran + timeouts + errors, tally);
+    let mut report = SideReport::new(name, args.callers * rounds, ran + timeouts + errors, tally);
     if source.is_sqlite() {
         (report.sqlite_queries, report.timeouts, report.errors) =
             (Some(ran), Some(timeouts), Some(errors));
     }
-    if let (Some([coalesced, fail_safe]), Some([then, _])) = (contender.counted(), before) {
+    if let (Some([coalesced, fail_safe]), Some([then, _])) = (side.counted(), before) {
         report.coalesced = Some(coalesced - then);
         report.fail_safe = Some(fail_safe).filter(|_| args.outage);
     }

@@ -21,14 +21,13 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use corral_testkit::{micros, Tally, Worker};
 use redis::aio::MultiplexedConnection;
-use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::plot::{Bucket, Timeline};
 use super::report::{group, Comparison, SideReport};
-use super::scenario::{arm, fill_budget, release, round_keys, Contender, CorralSide, Load};
+use super::scenario::{arm, fill_budget, release, round_keys, Load, Side};
 use super::source::Source;
 use super::HerdArgs;
 
@@ -252,22 +251,6 @@ impl Load for RemoteSource {
     }
 }
 
-/// The usual cache-aside on Redis: `GET`; on a miss call the source and
-/// `SETEX`. Nothing stops concurrent misses from all filling.
-struct NaiveSide(MultiplexedConnection, Arc<RemoteSource>);
-
-impl Contender for NaiveSide {
-    async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let mut conn = self.0.clone();
-        if let Some(value) = conn.get::<_, Option<String>>(key).await? {
-            return Ok(value);
-        }
-        let value = self.1.load(key).await?;
-        let () = conn.set_ex(key, &value, 600).await?;
-        Ok(value)
-    }
-}
-
 /// Runs the worker described by `config` (JSON) until its stdin closes; fails
 /// on a bad config, Redis out of reach, an order not understood, or a caller
 /// task that panicked.
@@ -281,7 +264,7 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
         if !config.corral {
             let client = redis::Client::open(url).context("the Redis URL")?;
             let conn = client.get_multiplexed_async_connection().await?;
-            let naive = NaiveSide(conn, Arc::clone(&source));
+            let naive = Side::Redis(conn, Arc::clone(&source));
             return serve(&config, Arc::new(naive), &source).await;
         }
         let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await?;
@@ -294,14 +277,14 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
             builder = builder.fill_budget(budget);
         }
         let cache = builder.build()?;
-        serve(&config, Arc::new(CorralSide::new(cache, &source)), &source).await
+        serve(&config, Arc::new(Side::corral(cache, &source)), &source).await
     })
 }
 
 /// Takes orders on stdin until it closes.
-async fn serve<C: Contender>(
+async fn serve(
     config: &WorkerConfig,
-    side: Arc<C>,
+    side: Arc<Side<RemoteSource>>,
     source: &RemoteSource,
 ) -> anyhow::Result<()> {
     let (args, index) = (&config.args, config.index);

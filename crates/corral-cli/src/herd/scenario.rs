@@ -1,6 +1,6 @@
-//! The stampede itself: what a source of truth is ([`Load`]), the two
-//! caches under test (corral and a naive cache-aside), and the callers of
-//! one round, released together (`corral-testkit`'s [`Callers`]).
+//! The stampede itself: what a source of truth is ([`Load`]), the caches
+//! under test (corral and a naive cache-aside: [`Side`]), and the callers
+//! of one round, released together (`corral-testkit`'s [`Callers`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,6 +14,8 @@ use corral_testkit::{Callers, Tally};
 use super::plot::Timeline;
 use super::HerdArgs;
 use corral::FillBudget;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands as _;
 
 /// The `keys` keys of one round; `prefix` keeps runs, sides and rounds apart.
 pub(crate) fn round_keys(prefix: &str, keys: u64) -> Vec<String> {
@@ -48,107 +50,94 @@ fn is_value_of(key: &str, value: &str) -> bool {
     rest.is_some_and(|rest| rest.starts_with(" → "))
 }
 
-/// A cache under test: reads `key`, filling it from its source on a miss.
-pub(crate) trait Contender: Send + Sync + 'static {
-    fn get(&self, key: &str) -> impl Future<Output = anyhow::Result<String>> + Send;
+/// A cache under test, over its source.
+pub(crate) enum Side<S> {
+    /// corral's read-through; counts the callers it answered with a
+    /// fail-safe value.
+    Corral(corral::Cache<String>, Arc<S>, AtomicU64),
+    /// The usual cache-aside over a map: read it; on a miss (or an entry
+    /// older than the TTL) call the source and write the map. Nothing stops
+    /// concurrent misses of one key from all calling it.
+    Naive(RwLock<HashMap<String, (String, Instant)>>, Duration, Arc<S>),
+    /// The same on Redis: `GET`; on a miss call the source and `SETEX`.
+    Redis(MultiplexedConnection, Arc<S>),
+}
 
-    /// What corral counted of its callers so far: those that joined a
-    /// fill in flight, and those answered with a fail-safe value.
-    fn counted(&self) -> Option<[u64; 2]> {
-        None
+impl<S: Load> Side<S> {
+    pub(crate) fn corral(cache: corral::Cache<String>, source: &Arc<S>) -> Self {
+        Self::Corral(cache, Arc::clone(source), AtomicU64::new(0))
     }
-}
 
-/// corral's read-through over a source; counts the callers it answered
-/// with a fail-safe value.
-pub(crate) struct CorralSide<S> {
-    cache: corral::Cache<String>,
-    source: Arc<S>,
-    fail_safe: AtomicU64,
-}
-
-impl<S> CorralSide<S> {
-    pub(crate) fn new(cache: corral::Cache<String>, source: &Arc<S>) -> Self {
-        let (source, fail_safe) = (Arc::clone(source), AtomicU64::new(0));
-        Self {
-            cache,
-            source,
-            fail_safe,
-        }
+    pub(crate) fn naive(ttl: Duration, source: &Arc<S>) -> Self {
+        Self::Naive(RwLock::default(), ttl, Arc::clone(source))
     }
-}
 
-impl<S: Load> Contender for CorralSide<S> {
+    /// Reads `key`, filling it from the source on a miss.
     async fn get(&self, key: &str) -> anyhow::Result<String> {
-        let (source, owned) = (Arc::clone(&self.source), key.to_owned());
-        let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
-        let fetched = self.cache.get_or_fill_answer(key, fill).await;
-        let fetched = fetched.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))?;
-        let fail_safe = fetched.freshness == corral::Freshness::FailSafe;
-        self.fail_safe.fetch_add(u64::from(fail_safe), Relaxed);
-        fetched.value.context("no value")
-    }
-
-    fn counted(&self) -> Option<[u64; 2]> {
-        Some([self.cache.stats().coalesced, self.fail_safe.load(Relaxed)])
-    }
-}
-
-/// The usual cache-aside over a map: read it; on a miss (or an entry older
-/// than `ttl`) call the source and write the map. Nothing stops concurrent
-/// misses of one key from all calling it.
-pub(crate) struct NaiveSide<S> {
-    entries: RwLock<HashMap<String, (String, Instant)>>,
-    ttl: Duration,
-    source: Arc<S>,
-}
-
-impl<S> NaiveSide<S> {
-    pub(crate) fn new(ttl: Duration, source: &Arc<S>) -> Self {
-        let (entries, source) = (RwLock::default(), Arc::clone(source));
-        Self {
-            entries,
-            ttl,
-            source,
+        match self {
+            Self::Corral(cache, source, fail_safe) => {
+                let (source, owned) = (Arc::clone(source), key.to_owned());
+                let fill = || async move { source.load(&owned).await.map(corral::Answer::value) };
+                let fetched = cache.get_or_fill_answer(key, fill).await;
+                let fetched =
+                    fetched.map_err(|e| anyhow::anyhow!("corral get_or_fill({key}): {e}"))?;
+                let served = fetched.freshness == corral::Freshness::FailSafe;
+                fail_safe.fetch_add(u64::from(served), Relaxed);
+                fetched.value.context("no value")
+            }
+            Self::Naive(entries, ttl, source) => {
+                let fresh = entries
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(key)
+                    .cloned();
+                if let Some((value, _)) = fresh.filter(|(_, until)| *until > Instant::now()) {
+                    return Ok(value);
+                }
+                let value = source.load(key).await;
+                let value = value.with_context(|| format!("naive get({key})"))?;
+                let mut map = entries.write().unwrap_or_else(PoisonError::into_inner);
+                map.insert(key.to_owned(), (value.clone(), Instant::now() + *ttl));
+                Ok(value)
+            }
+            Self::Redis(conn, source) => {
+                let mut conn = conn.clone();
+                if let Some(value) = conn.get::<_, Option<String>>(key).await? {
+                    return Ok(value);
+                }
+                let value = source.load(key).await?;
+                let () = conn.set_ex(key, &value, 600).await?;
+                Ok(value)
+            }
         }
     }
 
-    /// The value of `key` in the map, unless it expired.
-    fn fresh(&self, key: &str) -> Option<String> {
-        let entries = self.entries.read().unwrap_or_else(PoisonError::into_inner);
-        let (value, until) = entries.get(key)?;
-        (*until > Instant::now()).then(|| value.clone())
-    }
-}
-
-impl<S: Load> Contender for NaiveSide<S> {
-    async fn get(&self, key: &str) -> anyhow::Result<String> {
-        if let Some(value) = self.fresh(key) {
-            return Ok(value);
+    /// What corral counted of its callers so far: those that joined a fill
+    /// in flight, and those answered with a fail-safe value.
+    pub(crate) fn counted(&self) -> Option<[u64; 2]> {
+        match self {
+            Self::Corral(cache, _, fail_safe) => {
+                Some([cache.stats().coalesced, fail_safe.load(Relaxed)])
+            }
+            _ => None,
         }
-        let value = self.source.load(key).await;
-        let value = value.with_context(|| format!("naive get({key})"))?;
-        let until = Instant::now() + self.ttl;
-        let mut entries = self.entries.write().unwrap_or_else(PoisonError::into_inner);
-        entries.insert(key.to_owned(), (value.clone(), until));
-        Ok(value)
     }
 }
 
 /// Spawns a caller for each `i` in `callers`, asking `contender` for
 /// `keys[i % keys.len()]` once released; a caller succeeds if it gets its
 /// key's value, and says so to `timeline`.
-pub(crate) fn arm<C: Contender>(
-    contender: &Arc<C>,
+pub(crate) fn arm<S: Load>(
+    side: &Arc<Side<S>>,
     keys: &[String],
     callers: impl Iterator<Item = u64>,
     timeline: &Arc<Timeline>,
 ) -> Callers {
     Callers::arm(callers.map(|caller| {
         let key = keys[usize::try_from(caller).unwrap_or(0) % keys.len().max(1)].clone();
-        let (contender, timeline) = (Arc::clone(contender), Arc::clone(timeline));
+        let (side, timeline) = (Arc::clone(side), Arc::clone(timeline));
         move || async move {
-            let outcome = match contender.get(&key).await {
+            let outcome = match side.get(&key).await {
                 Ok(value) if is_value_of(&key, &value) => Ok(()),
                 Ok(value) => Err(format!("caller {caller}: wrong value {value:?} for {key}")),
                 Err(error) => Err(format!("caller {caller}: {error:#}")),
@@ -167,8 +156,8 @@ pub(crate) async fn release(callers: Callers, timeline: &Timeline) -> anyhow::Re
 }
 
 /// One round in this process: callers `0..callers`, released together.
-pub(crate) async fn run_round<C: Contender>(
-    on: &Arc<C>,
+pub(crate) async fn run_round<S: Load>(
+    on: &Arc<Side<S>>,
     callers: u64,
     keys: &[String],
     timeline: &Arc<Timeline>,
@@ -180,10 +169,11 @@ pub(crate) async fn run_round<C: Contender>(
 mod tests {
     use super::*;
 
+    /// A source that fails for k2 and answers k1 with k0's value.
     struct Echo;
 
-    impl Contender for Echo {
-        async fn get(&self, key: &str) -> anyhow::Result<String> {
+    impl Load for Echo {
+        async fn load(&self, key: &str) -> anyhow::Result<String> {
             anyhow::ensure!(!key.ends_with("k2"), "no {key}");
             Ok(format!("{} → v", key.replace("k1", "k0")))
         }
@@ -192,7 +182,8 @@ mod tests {
     #[tokio::test]
     async fn a_caller_fails_on_an_error_or_another_key_s_value() {
         let (keys, timeline) = (round_keys("t", 3), Arc::default());
-        let tally = run_round(&Arc::new(Echo), 7, &keys, &timeline).await;
+        let side = Side::naive(Duration::from_secs(60), &Arc::new(Echo));
+        let tally = run_round(&Arc::new(side), 7, &keys, &timeline).await;
         let tally = tally.expect("round");
         // Callers 0, 3, 6 ask for k0 (right), 1 and 4 for k1 (handed
         // k0's value), 2 and 5 for k2 (an error).
