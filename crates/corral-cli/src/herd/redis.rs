@@ -50,18 +50,17 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
     let conn = client.get_multiplexed_async_connection().await;
     let mut conn = conn.context("connecting to Redis")?;
     let run = format!("{:x}-{:x}", std::process::id(), fastrand::u64(..));
-    let config = |corral| {
-        let (args, run, source) = (args.clone(), format!("{run}:{corral}"), addr.clone());
-        WorkerConfig {
-            args,
-            corral,
-            run,
-            index: 0,
-            source,
-        }
+    let (args, source_at) = (args.clone(), addr);
+    let mut config = WorkerConfig {
+        args,
+        corral: true,
+        index: 0,
+        source: source_at,
     };
-    let corral = play_side(config(true), &mut conn, &source).await?;
-    let naive = play_side(config(false), &mut conn, &source).await?;
+    let corral = play_side(&mut config, &run, &mut conn, &source).await?;
+    config.corral = false;
+    let naive = play_side(&mut config, &run, &mut conn, &source).await?;
+    let args = &config.args;
     let (fill_ms, budget, fleet) = (args.fill_ms, args.budget.unwrap_or(0), args.fleet);
     let (corral_budget, limits) = match (budget, fleet) {
         (0, _) => ("none".to_owned(), Vec::new()),
@@ -84,12 +83,8 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
         "mode": "redis", "processes": processes, "fill_ms": fill_ms, "budget": budget,
         "fleet": fleet,
     });
-    Ok(Comparison::new(
-        args,
-        (setting, title, limits),
-        corral,
-        naive,
-    ))
+    let setting = (setting, title, limits);
+    Ok(Comparison::new(args, setting, corral, naive))
 }
 
 /// One side's run: starts its workers, plays an uncounted warm-up round and
@@ -98,7 +93,8 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
 /// one of its fills reached the source: a process holding leases and fleet
 /// permits mid-fill. Its callers are not counted, in any round.
 async fn play_side(
-    mut config: WorkerConfig,
+    config: &mut WorkerConfig,
+    run: &str,
     redis: &mut MultiplexedConnection,
     source: &Source,
 ) -> anyhow::Result<SideReport> {
@@ -109,21 +105,30 @@ async fn play_side(
         let mut command = tokio::process::Command::new(&exe);
         command
             .arg("herd-worker")
-            .arg(serde_json::to_string(&config)?);
+            .arg(serde_json::to_string(config)?);
         let worker = Worker::spawn(command).await;
         let context = || format!("starting worker {index} (its error is above)");
         workers.push(worker.with_context(context)?);
     }
-    let args = &config.args;
+    let (args, side) = (&config.args, if config.corral { "corral" } else { "naive" });
+    // Its keys: `herd:{run}:{side}:{round}:k{key}`.
+    let keys = format!("{run}:{side}");
     let within = args.fill() * 2 + Duration::from_secs(120);
     let kill = args.kill_one && config.corral;
-    play(&mut workers, "warm-up", within, source, false).await?;
+    play(
+        &mut workers,
+        &format!("{keys}:warm-up"),
+        within,
+        source,
+        false,
+    )
+    .await?;
     source.take_counts();
     source.timeline.take();
     let before = commands(redis).await?;
     let mut tally = Tally::default();
     for round in 0..args.rounds {
-        let label = format!("r{round}");
+        let label = format!("{keys}:r{round}");
         tally.absorb(play(&mut workers, &label, within, source, kill && round == 0).await?);
     }
     let mut calls = args.callers;
@@ -132,7 +137,6 @@ async fn play_side(
         calls -= first.count() as u64;
     }
     // Counted by the source itself, a killed worker's calls included.
-    let side = if config.corral { "corral" } else { "naive" };
     let [fills, _, _] = source.take_counts();
     let mut report = SideReport::new(side, calls * args.rounds, fills, tally);
     report.redis_commands = Some(commands(redis).await? - before);
@@ -169,12 +173,10 @@ async fn play(
     for worker in workers.iter_mut() {
         let line = worker.answer("@report", within).await;
         let line = line.context("a worker's round")?;
-        let (round, timeline): (Tally, Vec<Bucket>) = serde_json::from_str(&line)?;
+        let (mut round, timeline): (Tally, Vec<Bucket>) = serde_json::from_str(&line)?;
         source.timeline.add(at, &timeline);
-        tally.absorb(Tally {
-            wall_us: 0,
-            ..round
-        });
+        round.wall_us = 0;
+        tally.absorb(round);
     }
     tally.wall_us = micros(started.elapsed());
     Ok(tally)
@@ -182,15 +184,12 @@ async fn play(
 
 /// The commands the Redis server ran so far, but the `INFO` that asks.
 async fn commands(redis: &mut MultiplexedConnection) -> anyhow::Result<u64> {
-    let info = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(redis)
-        .await;
-    let info: String = info.context("INFO commandstats")?;
+    let mut info = redis::cmd("INFO");
+    let info: String = info.arg("commandstats").query_async(redis).await?;
     let stats = corral_testkit::parse_command_stats(&info).into_iter();
     Ok(stats
         .filter(|(name, _)| name != "info")
-        .map(|(_, calls)| calls)
+        .map(|(_, n)| n)
         .sum())
 }
 
@@ -218,8 +217,6 @@ struct WorkerConfig {
     /// corral's `get_or_fill` on a `RedisStore` with an L1, or else a naive
     /// cache-aside on Redis.
     corral: bool,
-    /// Names this run's keys.
-    run: String,
     /// This worker's index, from 0: it runs caller `i` when
     /// `(i / keys) % processes == index`.
     index: u64,
@@ -270,9 +267,9 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
         let store = corral::RedisStore::connect(url, corral::RedisConfig::default()).await?;
         let mut builder = corral::Cache::<String>::builder("herd")
             .store(store)
-            .l1(true);
-        builder = builder.ttl(Duration::from_secs(60));
-        builder = builder.fill_timeout(args.fill() + Duration::from_secs(30));
+            .l1(true)
+            .ttl(Duration::from_secs(60))
+            .fill_timeout(args.fill() + Duration::from_secs(30));
         if let Some(budget) = fill_budget(args, args.budget.unwrap_or(0))? {
             builder = builder.fill_budget(budget);
         }
@@ -294,7 +291,7 @@ async fn serve(
     while let Some(order) = orders.next_line().await? {
         match order.split_once(' ') {
             Some((arming @ ("arm" | "arm-announcing"), round)) => {
-                let keys = round_keys(&format!("{}:{round}", config.run), args.keys);
+                let keys = round_keys(round, args.keys);
                 let callers = 0..args.callers;
                 let mine = callers.filter(|c| (c / args.keys) % args.processes == index);
                 armed = Some(arm(&side, &keys, mine, &timeline));
