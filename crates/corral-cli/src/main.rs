@@ -9,19 +9,10 @@
 
 mod herd;
 
-use clap::{Parser, Subcommand};
-
-/// The `corral` command line.
-#[derive(Debug, Parser)]
+/// The `corral` command line: its subcommands.
+#[derive(Debug, clap::Parser)]
 #[command(name = "corral", version, about = "The corral cache's stampede demo")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
-enum Command {
+enum Cli {
     /// Runs a stampede of concurrent callers on cold keys through corral and
     /// through a naive cache-aside, and compares fills and latencies.
     Herd(herd::HerdArgs),
@@ -35,8 +26,8 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Herd(args) => herd::run(args),
-        Command::HerdWorker { config } => herd::run_worker(&config),
+    match <Cli as clap::Parser>::parse() {
+        Cli::Herd(args) => herd::run(args),
+        Cli::HerdWorker { config } => herd::run_worker(&config),
     }
 }

@@ -250,20 +250,18 @@ fn setting(
     };
     let title = format!(
         "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\
-         source: SQLite, {} orders of {} users (seeded in {:.0} ms); one fill query {:.1} \
-         ms; pool of {pool} connections per side, wait ≤ {wait} ms; corral's fill budget: \
-         {corral_budget}",
+         source: SQLite, {} orders of {} users; one fill query {:.1} ms; pool of {pool} \
+         connections per side, wait ≤ {wait} ms; corral's fill budget: {corral_budget}",
         group(args.callers),
         group(args.keys),
         group(args.rounds),
         group(args.rows),
         group(args.users),
-        db.seed_ms,
         db.query_ms,
     );
     let database = serde_json::json!({
         "path": db.path, "rows": args.rows, "users": args.users, "pool_size": pool,
-        "pool_wait_ms": args.pool_wait_ms, "seed_ms": db.seed_ms, "query_ms": db.query_ms,
+        "pool_wait_ms": args.pool_wait_ms, "query_ms": db.query_ms,
     });
     let setting = serde_json::json!({
         "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
