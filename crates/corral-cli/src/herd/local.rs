@@ -11,14 +11,12 @@
 //!   it back up, further apart than the TTL, so every round finds its keys
 //!   expired and asks the source again.
 
-use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use corral_testkit::Tally;
-use serde::Serialize;
 
 use super::report::{group, Comparison, SideReport};
 use super::scenario::{fill_budget, round_keys, run_round, Side};
@@ -33,19 +31,6 @@ const BETWEEN_ROUNDS: Duration = Duration::from_millis(150);
 /// How long a fail-safe value is re-served after a failed fill: shorter
 /// than the pause, so every outage round tries the source once per key.
 const THROTTLE: Duration = Duration::from_millis(50);
-
-/// One outage round's figures on one side.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub(crate) struct Round {
-    source_up: bool,
-    /// Calls answered with the key's value.
-    answered: u64,
-    errors: u64,
-    /// Calls of the source in this round.
-    source_calls: u64,
-    /// Answers served by fail-safe (corral only).
-    fail_safe: u64,
-}
 
 /// Seeds the database, then runs the scenario through corral, then through the
 /// naive cache-aside; fails if the database cannot be created, the cache cannot
@@ -158,13 +143,11 @@ async fn measure(
         let (ran, served) = (source.ran(), fail_safe());
         let played = run_round(side, args.callers, &asked, timeline).await?;
         if args.outage {
-            figures.push(Round {
-                source_up,
-                answered: played.successes,
-                errors: played.failures,
-                source_calls: source.ran() - ran,
-                fail_safe: fail_safe() - served,
-            });
+            let (source_calls, fail_safe) = (source.ran() - ran, fail_safe() - served);
+            figures.push(serde_json::json!({
+                "source_up": source_up, "answered": played.successes, "errors": played.failures,
+                "source_calls": source_calls, "fail_safe": fail_safe,
+            }));
         }
         // The latencies of the callers of the round's 10 hottest keys.
         let hottest = &keys[..keys.len().min(10)];
@@ -237,16 +220,9 @@ fn setting(
             )
         }
     };
-    let distinct: usize = (0..args.rounds)
-        .map(|round| asked(args, round).1.iter().collect::<HashSet<_>>().len())
-        .sum();
-    let distinct = group(distinct as u64);
     let keys = match args.zipf {
         0.0 => "uniform".to_owned(),
-        s => format!(
-            "Zipf s = {s}, {distinct} of {} asked",
-            args.keys * args.rounds
-        ),
+        s => format!("Zipf s = {s}"),
     };
     let title = format!(
         "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\

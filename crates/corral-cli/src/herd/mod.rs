@@ -148,11 +148,10 @@ pub(crate) fn run(mut args: HerdArgs) -> anyhow::Result<()> {
         print!("{}\n{}", report.table(), plot::sparklines(report.sides()));
     }
     if let Some(path) = &args.plot {
-        report
-            .plot(path)
-            .with_context(|| format!("drawing {}", path.display()))?;
+        let drawn = report.plot(path);
+        drawn.with_context(|| format!("drawing {}", path.display()))?;
     }
-    let failures = report.failures();
+    let failures = report.corral.failures;
     anyhow::ensure!(
         failures == 0,
         "{failures} of corral's calls failed (see the report)"

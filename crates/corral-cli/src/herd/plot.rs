@@ -17,37 +17,23 @@ pub(crate) const BUCKET_MS: u64 = 10;
 
 /// A side's run in one bucket: calls started at the source, callers
 /// answered and failed (they sum to the run's totals), and the most calls
-/// running at the source and waiting at its door (for a pooled connection)
-/// at once.
+/// running at the source at once.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Bucket {
     pub(crate) started: u64,
     pub(crate) running: u64,
-    pub(crate) waiting: u64,
     pub(crate) answered: u64,
     pub(crate) failed: u64,
 }
 
 impl Bucket {
-    /// Adds `other`'s counts and takes the larger of each gauge.
+    /// Adds `other`'s counts and takes the larger gauge.
     fn add(&mut self, other: &Bucket) {
         self.started += other.started;
-        self.hold([other.running, other.waiting]);
+        self.running = self.running.max(other.running);
         self.answered += other.answered;
         self.failed += other.failed;
     }
-
-    fn hold(&mut self, [running, waiting]: [u64; 2]) {
-        self.running = self.running.max(running);
-        self.waiting = self.waiting.max(waiting);
-    }
-}
-
-/// A call at the source: running, or waiting at its door.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Gauge {
-    Running,
-    Waiting,
 }
 
 /// A side's buckets as events happen, from its first release since it was
@@ -61,21 +47,21 @@ struct State {
     /// The first release (tokio's clock, which tests pause); events before
     /// it fall in bucket 0.
     epoch: Option<tokio::time::Instant>,
-    /// Calls running and waiting now, by [`Gauge`].
-    levels: [u64; 2],
-    /// Every bucket up to this one holds the levels of its time.
+    /// Calls running now.
+    running: u64,
+    /// Every bucket up to this one holds the level of its time.
     filled: usize,
 }
 
 impl State {
-    /// The bucket of now, once every bucket up to it holds the levels.
+    /// The bucket of now, once every bucket up to it holds the level.
     fn now(&mut self) -> usize {
         let since = self.epoch.map_or(0, |epoch| epoch.elapsed().as_millis());
         let at = usize::try_from(since / u128::from(BUCKET_MS)).unwrap_or(usize::MAX);
         let len = self.buckets.len().max(at + 1);
         self.buckets.resize(len, Bucket::default());
         for bucket in &mut self.buckets[self.filled..=at] {
-            bucket.hold(self.levels);
+            bucket.running = bucket.running.max(self.running);
         }
         self.filled = at;
         at
@@ -95,16 +81,16 @@ impl Timeline {
         state.now()
     }
 
-    /// A call runs (counted as started) or waits until the guard drops.
-    pub(crate) fn enter(&self, gauge: Gauge) -> Held<'_> {
+    /// A call starts running at the source, until the guard drops.
+    pub(crate) fn run(&self) -> Running<'_> {
         let mut state = self.state();
         let at = state.now();
-        state.levels[gauge as usize] += 1;
-        let levels = state.levels;
+        state.running += 1;
+        let running = state.running;
         let bucket = &mut state.buckets[at];
-        bucket.started += u64::from(matches!(gauge, Gauge::Running));
-        bucket.hold(levels);
-        Held(self, gauge)
+        bucket.started += 1;
+        bucket.running = bucket.running.max(running);
+        Running(self)
     }
 
     pub(crate) fn answer(&self, ok: bool) {
@@ -133,13 +119,13 @@ impl Timeline {
     }
 }
 
-pub(crate) struct Held<'a>(&'a Timeline, Gauge);
+pub(crate) struct Running<'a>(&'a Timeline);
 
-impl Drop for Held<'_> {
+impl Drop for Running<'_> {
     fn drop(&mut self) {
         let mut state = self.0.state();
         state.now();
-        state.levels[self.1 as usize] -= 1;
+        state.running -= 1;
     }
 }
 
@@ -147,8 +133,8 @@ const COLORS: [RGBColor; 2] = [RGBColor(0x1f, 0x6f, 0xb4), RGBColor(0xd6, 0x3a, 
 const FONT: (&str, u32) = ("sans-serif", 15);
 
 /// Writes the `sides` of the run `title` (corral's first) to `path` as SVG:
-/// above, the calls at the source (running and waiting, most per bucket, on
-/// a log scale) and the `limits` that bound them (a pool's size, a budget);
+/// above, the calls running at the source (most per bucket, on a log
+/// scale) and the `limits` that bound them (a pool's size, a budget);
 /// below, the callers answered and failed so far.
 pub(crate) fn svg(
     title: &str,
@@ -162,18 +148,17 @@ pub(crate) fn svg(
     let (top, bottom) = root.split_vertically(390);
     let buckets = sides.iter().map(|(_, side)| side.len()).max();
     let end = seconds(buckets.unwrap_or(0).max(1));
-    let levels = sides.iter().flat_map(|(_, side)| side.iter());
-    let levels = levels.flat_map(|b| [b.running, b.waiting]);
+    let levels = sides
+        .iter()
+        .flat_map(|(_, side)| side.iter().map(|b| b.running));
     let peak = levels.chain(limits.iter().map(|(_, level)| *level)).max();
     let y = (0.7..peak.unwrap_or(0).max(1) as f64 * 3.0).log_scale();
-    let caption = "calls at the source, most per 10 ms: running (line), waiting (shaded)";
+    let caption = "calls at the source: the most running at once per 10 ms";
     let mut chart = builder(&top, caption).build_cartesian_2d(0.0..end, y)?;
     let mut mesh = chart.configure_mesh();
     let mesh = mesh.y_desc("calls (log scale)");
     mesh.y_label_formatter(&|y| group(*y as u64)).draw()?;
     for (color, (_, side)) in COLORS.iter().zip(sides) {
-        let waiting = points(side.iter().map(|b| b.waiting), 0.7, end);
-        chart.draw_series(AreaSeries::new(waiting, 0.7, color.mix(0.25)))?;
         let running = points(side.iter().map(|b| b.running), 0.7, end);
         chart.draw_series(LineSeries::new(running, color.stroke_width(2)))?;
     }
@@ -286,23 +271,18 @@ mod tests {
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn levels_fill_the_buckets_they_span_from_the_first_release() {
+    async fn a_level_fills_the_buckets_it_spans_from_the_first_release() {
         let timeline = Timeline::default();
         let ms = |n| tokio::time::advance(std::time::Duration::from_millis(n));
-        let running = timeline.enter(Gauge::Running);
+        let first = timeline.run();
         ms(50).await;
-        assert_eq!(
-            timeline.release(),
-            0,
-            "the clock starts at the first release"
-        );
-        let waiting = timeline.enter(Gauge::Waiting);
+        let at = timeline.release();
+        assert_eq!(at, 0, "the clock starts at the first release");
         timeline.answer(false);
         ms(35).await;
-        drop(waiting);
-        let again = timeline.enter(Gauge::Running);
+        let second = timeline.run();
         timeline.answer(true);
-        drop((running, again));
+        drop((first, second));
         ms(11).await;
         assert_eq!(timeline.release(), 4);
         timeline.answer(true);
@@ -310,7 +290,6 @@ mod tests {
         let column = |f: fn(&Bucket) -> u64| buckets.iter().map(f).collect::<Vec<_>>();
         assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0]);
         assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0]);
-        assert_eq!(column(|b| b.waiting), [1, 1, 1, 1, 0]);
         assert_eq!(column(|b| b.answered), [0, 0, 0, 1, 1]);
         assert_eq!(column(|b| b.failed), [1, 0, 0, 0, 0]);
         timeline.add(1, &buckets);

@@ -5,7 +5,6 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::local::Round;
 use super::plot::{self, Bucket};
 use super::HerdArgs;
 
@@ -48,9 +47,10 @@ pub(crate) struct SideReport {
     pub(crate) redis_commands: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
     pub(crate) hot_p50_ms: Option<f64>,
-    /// Each round's figures (the outage).
+    /// Each round's figures (the outage): whether the source was up, calls
+    /// answered and failed, calls of the source and answers by fail-safe.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) rounds: Vec<Round>,
+    pub(crate) rounds: Vec<serde_json::Value>,
     /// The side over time, in buckets of 10 ms.
     pub(crate) timeline: Vec<Bucket>,
 }
@@ -124,7 +124,7 @@ pub(crate) struct Comparison {
     /// The mode (`embedded`, `redis`, `outage`) and its setting.
     #[serde(flatten)]
     setting: serde_json::Value,
-    corral: SideReport,
+    pub(crate) corral: SideReport,
     naive: SideReport,
     /// One line that says what the figures mean.
     verdict: String,
@@ -158,11 +158,6 @@ impl Comparison {
             title,
             limits,
         }
-    }
-
-    /// corral's calls that failed: the naive side's are the comparison.
-    pub(crate) fn failures(&self) -> u64 {
-        self.corral.failures
     }
 
     /// The title, the table and the verdict.

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use deadpool_sqlite::rusqlite::{named_params, Connection};
-use deadpool_sqlite::{Manager, Object, Pool, PoolError, Runtime, TimeoutType, Timeouts};
+use deadpool_sqlite::{Manager, Object, Pool, PoolError, Runtime, TimeoutType};
 
-use super::plot::{Gauge, Timeline};
+use super::plot::Timeline;
 use super::scenario::Load;
 use super::HerdArgs;
 
@@ -139,22 +139,10 @@ impl Source {
         self.counts.each_ref().map(|count| count.swap(0, Relaxed))
     }
 
-    /// A pooled connection; only a call that finds none free waits at the
-    /// door, up to `--pool-wait-ms`.
+    /// A pooled connection, waited for up to `--pool-wait-ms`.
     async fn connection(&self, pool: &Pool) -> anyhow::Result<Object> {
-        let at_once = Timeouts {
-            wait: Some(Duration::ZERO),
-            ..pool.timeouts()
-        };
-        let conn = match pool.timeout_get(&at_once).await {
-            Err(PoolError::Timeout(TimeoutType::Wait)) => {
-                let _waiting = self.timeline.enter(Gauge::Waiting);
-                pool.get().await
-            }
-            conn => conn,
-        };
         let (wait, [_, timeouts, errors]) = (self.args.pool_wait_ms, &self.counts);
-        conn.map_err(|error| match error {
+        pool.get().await.map_err(|error| match error {
             PoolError::Timeout(TimeoutType::Wait) => {
                 timeouts.fetch_add(1, Relaxed);
                 anyhow::anyhow!("no SQLite connection came free within {wait} ms")
@@ -176,7 +164,7 @@ impl Load for Source {
             None => None,
         };
         self.counts[0].fetch_add(1, Relaxed);
-        let running = self.timeline.enter(Gauge::Running);
+        let running = self.timeline.run();
         let value = match conn {
             Some(conn) => {
                 let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
