@@ -17,9 +17,9 @@ use anyhow::Context as _;
 use deadpool_sqlite::rusqlite::{named_params, Connection};
 use deadpool_sqlite::{Manager, Object, Pool, PoolError, Runtime, TimeoutType};
 
-use super::plot::Timeline;
-use super::scenario::Load;
-use super::HerdArgs;
+use crate::plot::Timeline;
+use crate::scenario::Load;
+use crate::HerdArgs;
 
 const SCHEMA: &str = "DROP TABLE IF EXISTS orders;
     CREATE TABLE orders (id INTEGER PRIMARY KEY, user_id INTEGER NOT NULL,

@@ -5,8 +5,8 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
-use super::plot::{self, Bucket};
-use super::HerdArgs;
+use crate::plot::{self, Bucket};
+use crate::HerdArgs;
 
 /// Per-call latency percentiles, in milliseconds.
 #[derive(Debug, Default, Serialize)]

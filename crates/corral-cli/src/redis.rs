@@ -25,11 +25,11 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::plot::{Bucket, Timeline};
-use super::report::{group, Comparison, SideReport};
-use super::scenario::{arm, fill_budget, release, round_keys, Load, Side};
-use super::source::Source;
-use super::HerdArgs;
+use crate::plot::{Bucket, Timeline};
+use crate::report::{group, Comparison, SideReport};
+use crate::scenario::{arm, fill_budget, release, round_keys, Load, Side};
+use crate::source::Source;
+use crate::HerdArgs;
 
 /// Runs the scenario through corral, then through the naive cache-aside, each
 /// side in its own worker processes; fails if Redis cannot be reached, or a

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use corral_testkit::{Callers, Tally};
 
-use super::plot::Timeline;
-use super::HerdArgs;
+use crate::plot::Timeline;
+use crate::HerdArgs;
 use corral::FillBudget;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands as _;

@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::{Deserialize, Serialize};
 
-use super::report::group;
+use crate::report::group;
 
 pub(crate) const BUCKET_MS: u64 = 10;
 

@@ -18,10 +18,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use corral_testkit::Tally;
 
-use super::report::{group, Comparison, SideReport};
-use super::scenario::{fill_budget, round_keys, run_round, Side};
-use super::source::{Seeded, Source};
-use super::HerdArgs;
+use crate::report::{group, Comparison, SideReport};
+use crate::scenario::{fill_budget, round_keys, run_round, Side};
+use crate::source::{Seeded, Source};
+use crate::HerdArgs;
 
 /// How long a value is fresh in the outage.
 const TTL: Duration = Duration::from_millis(100);
