@@ -81,7 +81,7 @@ pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
         .ttl(TTL)
         .fail_safe(Duration::from_secs(3600))
         .fail_safe_throttle(THROTTLE)
-        .fill_timeout(args.fill() + Duration::from_secs(30))
+        .fill_timeout(Duration::from_millis(args.fill_ms) + Duration::from_secs(30))
         .capacity(corral::Capacity::Entries(args.keys.max(1024)));
     let source = || Ok(Source::sleeping(args));
     let (corral, naive) = sides(cache, TTL, source, args).await?;
@@ -157,7 +157,8 @@ async fn measure(
         tally.absorb(played);
     }
     let [ran, timeouts, errors] = source.take_counts();
-    let mut report = SideReport::new(name, args.callers * rounds, ran + timeouts + errors, tally);
+    let (calls, fills) = (args.callers * rounds, ran + timeouts + errors);
+    let mut report = SideReport::new(name, calls, fills, tally, timeline.take());
     if source.is_sqlite() {
         (report.sqlite_queries, report.timeouts, report.errors) =
             (Some(ran), Some(timeouts), Some(errors));
@@ -168,7 +169,7 @@ async fn measure(
     }
     report.hot_p50_ms = (args.zipf != 0.0).then(|| hot.latency_ms(0.5));
     report.rounds = figures;
-    Ok(report.over(timeline.take()))
+    Ok(report)
 }
 
 /// A round's keys (fresh ones, but the outage's: the same every round),

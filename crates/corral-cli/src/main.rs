@@ -24,7 +24,6 @@ mod scenario;
 mod source;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
@@ -133,13 +132,6 @@ struct HerdArgs {
     /// callers are still answered (its own callers are not counted).
     #[arg(long, requires = "redis")]
     kill_one: bool,
-}
-
-impl HerdArgs {
-    /// How long one call of the sleeping source takes.
-    fn fill(&self) -> Duration {
-        Duration::from_millis(self.fill_ms)
-    }
 }
 
 /// Runs `corral herd`: prints the table and sparklines, or the JSON with

@@ -113,7 +113,7 @@ async fn play_side(
     let (args, side) = (&config.args, if config.corral { "corral" } else { "naive" });
     // Its keys: `herd:{run}:{side}:{round}:k{key}`.
     let keys = format!("{run}:{side}");
-    let within = args.fill() * 2 + Duration::from_secs(120);
+    let within = Duration::from_millis(args.fill_ms) * 2 + Duration::from_secs(120);
     let kill = args.kill_one && config.corral;
     play(
         &mut workers,
@@ -138,9 +138,10 @@ async fn play_side(
     }
     // Counted by the source itself, a killed worker's calls included.
     let [fills, _, _] = source.take_counts();
-    let mut report = SideReport::new(side, calls * args.rounds, fills, tally);
+    let timeline = source.timeline.take();
+    let mut report = SideReport::new(side, calls * args.rounds, fills, tally, timeline);
     report.redis_commands = Some(commands(redis).await? - before);
-    Ok(report.over(source.timeline.take()))
+    Ok(report)
 }
 
 /// Arms every worker on the round `label`, releases them together, kills
@@ -269,7 +270,7 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
             .store(store)
             .l1(true)
             .ttl(Duration::from_secs(60))
-            .fill_timeout(args.fill() + Duration::from_secs(30));
+            .fill_timeout(Duration::from_millis(args.fill_ms) + Duration::from_secs(30));
         if let Some(budget) = fill_budget(args, args.budget.unwrap_or(0))? {
             builder = builder.fill_budget(budget);
         }

@@ -58,7 +58,13 @@ pub(crate) struct SideReport {
 impl SideReport {
     /// A side whose `calls` called its source `fills` times, measured
     /// `tally` and recorded `timeline`.
-    pub(crate) fn new(side: &'static str, calls: u64, fills: u64, tally: Tally) -> Self {
+    pub(crate) fn new(
+        side: &'static str,
+        calls: u64,
+        fills: u64,
+        tally: Tally,
+        timeline: Vec<Bucket>,
+    ) -> Self {
         let [p50, p99, max] = [0.5, 0.99, 1.0].map(|q| tally.latency_ms(q));
         Self {
             side,
@@ -69,15 +75,10 @@ impl SideReport {
             fills,
             latency_ms: Latency { p50, p99, max },
             wall_ms: tally.wall_us as f64 / 1000.0,
+            most_at_once: timeline.iter().map(|b| b.running).max().unwrap_or(0),
+            timeline,
             ..Self::default()
         }
-    }
-
-    /// Keeps `timeline`, and the most calls at once at the source in it.
-    pub(crate) fn over(mut self, timeline: Vec<Bucket>) -> Self {
-        self.most_at_once = timeline.iter().map(|b| b.running).max().unwrap_or(0);
-        self.timeline = timeline;
-        self
     }
 
     /// The rows of the table: label and figure (`None`: not measured).
@@ -103,15 +104,6 @@ impl SideReport {
             ("latency max (ms)", ms(self.latency_ms.max)),
             ("wall time (ms)", Some(format!("{:.0}", self.wall_ms))),
         ]
-    }
-
-    /// What this side is judged by: SQLite queries or fills, and their
-    /// name, singular and plural.
-    fn judged(&self) -> (u64, [&'static str; 2]) {
-        match self.sqlite_queries {
-            Some(queries) => (queries, ["SQLite query", "SQLite queries"]),
-            None => (self.fills, ["fill", "fills"]),
-        }
     }
 }
 
@@ -200,7 +192,10 @@ impl Comparison {
 /// per round (one, for corral).
 fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
     let says = |side: &SideReport| {
-        let (n, [one, many]) = side.judged();
+        let (n, [one, many]) = match side.sqlite_queries {
+            Some(queries) => (queries, ["SQLite query", "SQLite queries"]),
+            None => (side.fills, ["fill", "fills"]),
+        };
         match n as f64 / cold_keys as f64 {
             1.0 => format!("{}: 1 {one} per cold key per round", side.side),
             rate => format!(
@@ -255,7 +250,7 @@ mod tests {
         }
         let flags = ["herd", "--callers", "100", "--keys", "2"];
         let args = <Herd as clap::Parser>::parse_from(flags).args;
-        let side = |side, fills| SideReport::new(side, 300, fills, Tally::default());
+        let side = |side, fills| SideReport::new(side, 300, fills, Tally::default(), Vec::new());
         let setting = (serde_json::Value::Null, "title".to_owned(), Vec::new());
         let report = Comparison::new(&args, setting, side("corral", 6), side("naive", 61));
         let words =

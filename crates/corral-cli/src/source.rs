@@ -175,7 +175,7 @@ impl Load for Source {
                 totals.map_err(|e| anyhow::anyhow!("SQLite query task: {e}"))??
             }
             None => {
-                tokio::time::sleep(self.args.fill()).await;
+                tokio::time::sleep(Duration::from_millis(self.args.fill_ms)).await;
                 "its value".to_owned()
             }
         };
