@@ -20,7 +20,7 @@ use corral_testkit::Tally;
 
 use crate::report::{group, Comparison, SideReport};
 use crate::scenario::{fill_budget, round_keys, run_round, Side};
-use crate::source::{Seeded, Source};
+use crate::source::{seed, Source};
 use crate::HerdArgs;
 
 /// How long a value is fresh in the outage.
@@ -37,7 +37,7 @@ const THROTTLE: Duration = Duration::from_millis(50);
 /// be built or a caller task panicked.
 pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let seeding = args.clone();
-    let db = tokio::task::spawn_blocking(move || Seeded::create(&seeding)).await??;
+    let (_dir, db) = tokio::task::spawn_blocking(move || seed(&seeding)).await??;
     let budget = args.budget.unwrap_or(args.pool_size);
     let fills = fill_budget(args, budget)?;
     let mut cache = corral::Cache::<String>::builder("herd")
@@ -61,7 +61,7 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
         }
         std::future::pending().await
     };
-    let source = || Source::sqlite(&db.path, args);
+    let source = || Source::sqlite(&db, args);
     let (corral, naive) = tokio::select! {
         sides = sides(cache, Duration::from_secs(600), source, args) => sides?,
         () = sample => unreachable!("sampling never ends"),
@@ -202,7 +202,7 @@ fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
 /// p50 and p90 while fills queued).
 fn setting(
     args: &HerdArgs,
-    db: &Seeded,
+    db: &std::path::Path,
     budget: u64,
     adaptive: Option<(u64, [u64; 3])>,
 ) -> (serde_json::Value, String, Vec<(String, u64)>) {
@@ -227,18 +227,17 @@ fn setting(
     };
     let title = format!(
         "corral herd: {} callers on {} cold keys, {} rounds (in process, keys {keys})\n\
-         source: SQLite, {} orders of {} users; one fill query {:.1} ms; pool of {pool} \
-         connections per side, wait ≤ {wait} ms; corral's fill budget: {corral_budget}",
+         source: SQLite, {} orders of {} users; pool of {pool} connections per side, wait ≤ \
+         {wait} ms; corral's fill budget: {corral_budget}",
         group(args.callers),
         group(args.keys),
         group(args.rounds),
         group(args.rows),
         group(args.users),
-        db.query_ms,
     );
     let database = serde_json::json!({
-        "path": db.path, "rows": args.rows, "users": args.users, "pool_size": pool,
-        "pool_wait_ms": args.pool_wait_ms, "query_ms": db.query_ms,
+        "path": db, "rows": args.rows, "users": args.users, "pool_size": pool,
+        "pool_wait_ms": args.pool_wait_ms,
     });
     let setting = serde_json::json!({
         "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,

@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use deadpool_sqlite::rusqlite::{named_params, Connection};
@@ -39,41 +39,23 @@ const USER_TOTALS: &str = "
            COALESCE(SUM(CASE WHEN status = 2 THEN amount_cents ELSE 0 END), 0)
     FROM orders WHERE user_id = ?1";
 
-/// The seeded SQLite file; its temporary directory, if any, goes away
-/// with it.
-pub(crate) struct Seeded {
-    _dir: Option<tempfile::TempDir>,
-    pub(crate) path: PathBuf,
-    /// How long one fill query takes alone.
-    pub(crate) query_ms: f64,
-}
-
-impl Seeded {
-    /// Creates the file (in a temporary directory unless `--db` names one),
-    /// seeds it and times one fill query; fails if it cannot. Blocking.
-    pub(crate) fn create(args: &HerdArgs) -> anyhow::Result<Self> {
-        let (_dir, path) = match &args.db {
-            Some(path) => (None, path.clone()),
-            None => {
-                let dir = tempfile::Builder::new().prefix("corral-herd-").tempdir()?;
-                let path = dir.path().join("herd.sqlite3");
-                (Some(dir), path)
-            }
-        };
-        let conn = Connection::open(&path)?;
-        let (rows, users) = (i64::try_from(args.rows)?, i64::try_from(args.users)?);
-        conn.execute_batch(SCHEMA)?;
-        let seeded = conn.execute(ORDERS, named_params! { ":rows": rows, ":users": users });
-        seeded.with_context(|| format!("seeding {path:?}"))?;
-        let started = Instant::now();
-        user_totals(&conn, 1)?;
-        let query_ms = started.elapsed().as_micros() as f64 / 1000.0;
-        Ok(Self {
-            _dir,
-            path,
-            query_ms,
-        })
-    }
+/// Creates and seeds the SQLite file, in a temporary directory (which
+/// goes away when dropped) unless `--db` names one; blocking.
+pub(crate) fn seed(args: &HerdArgs) -> anyhow::Result<(Option<tempfile::TempDir>, PathBuf)> {
+    let (dir, path) = match &args.db {
+        Some(path) => (None, path.clone()),
+        None => {
+            let dir = tempfile::Builder::new().prefix("corral-herd-").tempdir()?;
+            let path = dir.path().join("herd.sqlite3");
+            (Some(dir), path)
+        }
+    };
+    let conn = Connection::open(&path)?;
+    let (rows, users) = (i64::try_from(args.rows)?, i64::try_from(args.users)?);
+    conn.execute_batch(SCHEMA)?;
+    let seeded = conn.execute(ORDERS, named_params! { ":rows": rows, ":users": users });
+    seeded.with_context(|| format!("seeding {path:?}"))?;
+    Ok((dir, path))
 }
 
 fn user_totals(conn: &Connection, user: i64) -> deadpool_sqlite::rusqlite::Result<String> {
