@@ -39,38 +39,18 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let seeding = args.clone();
     let (_dir, db) = tokio::task::spawn_blocking(move || seed(&seeding)).await??;
     let budget = args.budget.unwrap_or(args.pool_size);
-    let fills = fill_budget(args, budget)?;
     let mut cache = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
         .capacity(corral::Capacity::Entries(
             (args.keys * args.rounds).max(1024),
         ))
         .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
-    if let Some(fills) = fills.clone() {
+    if let Some(fills) = fill_budget(args, budget)? {
         cache = cache.fill_budget(fills);
     }
-    // An adaptive budget's limit, sampled every 20 ms while fills queue.
-    let (adaptive, mut limits) = (fills.filter(|_| args.adaptive_max.is_some()), Vec::new());
-    let sample = async {
-        while let Some(fills) = &adaptive {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let stats = fills.stats();
-            if stats.queued > 0 {
-                limits.push(stats.limit as u64);
-            }
-        }
-        std::future::pending().await
-    };
-    let source = || Source::sqlite(&db, args);
-    let (corral, naive) = tokio::select! {
-        sides = sides(cache, Duration::from_secs(600), source, args) => sides?,
-        () = sample => unreachable!("sampling never ends"),
-    };
-    limits.sort_unstable();
-    let quantile = |q: f64| limits[((limits.len() - 1) as f64 * q).round() as usize];
-    let adaptive = args.adaptive_max.filter(|_| !limits.is_empty());
-    let adaptive = adaptive.map(|max| (max, [0.1, 0.5, 0.9].map(quantile)));
-    let setting = setting(args, &db, budget, adaptive);
+    let source = || Source::new(args, Some(&db));
+    let (corral, naive) = sides(cache, Duration::from_secs(600), source, args).await?;
+    let setting = setting(args, &db, budget);
     Ok(Comparison::new(args, setting, corral, naive))
 }
 
@@ -83,7 +63,7 @@ pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
         .fail_safe_throttle(THROTTLE)
         .fill_timeout(Duration::from_millis(args.fill_ms) + Duration::from_secs(30))
         .capacity(corral::Capacity::Entries(args.keys.max(1024)));
-    let source = || Ok(Source::sleeping(args));
+    let source = || Source::new(args, None);
     let (corral, naive) = sides(cache, TTL, source, args).await?;
     let (callers, keys, rounds) = (group(args.callers), group(args.keys), args.rounds);
     let title = format!(
@@ -198,27 +178,23 @@ fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
 }
 
 /// The run's JSON setting, title and limits at the source: the pool,
-/// and corral's `budget` (`adaptive`: its most, and the limit's p10,
-/// p50 and p90 while fills queued).
+/// and corral's `budget` (adaptive up to `--adaptive-max`).
 fn setting(
     args: &HerdArgs,
     db: &std::path::Path,
     budget: u64,
-    adaptive: Option<(u64, [u64; 3])>,
 ) -> (serde_json::Value, String, Vec<(String, u64)>) {
     let (pool, wait) = (args.pool_size, group(args.pool_wait_ms));
     let mut limits = vec![(format!("pool of {pool} connections"), pool)];
-    let corral_budget = match (budget, adaptive) {
+    let corral_budget = match (budget, args.adaptive_max) {
         (0, _) => "none".to_owned(),
         (n, None) => {
             limits.push((format!("corral's budget of {n}"), n));
             format!("{n} fills at once")
         }
-        (n, Some((max, [p10, p50, p90]))) => {
+        (n, Some(max)) => {
             limits.push((format!("corral's budget, at most {max}"), max));
-            format!(
-                "adaptive from {n} (1 to {max}), while fills queued {p50} (p10 {p10}, p90 {p90})"
-            )
+            format!("adaptive from {n} (1 to {max})")
         }
     };
     let keys = match args.zipf {
@@ -241,7 +217,7 @@ fn setting(
     });
     let setting = serde_json::json!({
         "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
-        "adaptive": adaptive,
+        "adaptive_max": args.adaptive_max,
     });
     (setting, title, limits)
 }

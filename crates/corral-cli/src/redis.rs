@@ -44,7 +44,7 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
     let listener = TcpListener::bind("127.0.0.1:0").await;
     let listener = listener.context("binding the source server")?;
     let addr = listener.local_addr()?.to_string();
-    let source = Arc::new(Source::sleeping(args));
+    let source = Arc::new(Source::new(args, None)?);
     tokio::spawn(serve_source(listener, Arc::clone(&source)));
     let client = redis::Client::open(redis).context("parsing the Redis URL")?;
     let conn = client.get_multiplexed_async_connection().await;
@@ -103,9 +103,7 @@ async fn play_side(
     for index in 0..config.args.processes {
         config.index = index;
         let mut command = tokio::process::Command::new(&exe);
-        command
-            .arg("herd-worker")
-            .arg(serde_json::to_string(config)?);
+        command.args(["herd-worker", &serde_json::to_string(config)?]);
         let worker = Worker::spawn(command).await;
         let context = || format!("starting worker {index} (its error is above)");
         workers.push(worker.with_context(context)?);
@@ -115,14 +113,8 @@ async fn play_side(
     let keys = format!("{run}:{side}");
     let within = Duration::from_millis(args.fill_ms) * 2 + Duration::from_secs(120);
     let kill = args.kill_one && config.corral;
-    play(
-        &mut workers,
-        &format!("{keys}:warm-up"),
-        within,
-        source,
-        false,
-    )
-    .await?;
+    let warm_up = format!("{keys}:warm-up");
+    play(&mut workers, &warm_up, within, source, false).await?;
     source.take_counts();
     source.timeline.take();
     let before = commands(redis).await?;

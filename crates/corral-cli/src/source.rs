@@ -82,29 +82,25 @@ pub(crate) struct Source {
 }
 
 impl Source {
-    pub(crate) fn sleeping(args: &HerdArgs) -> Self {
-        Self {
-            pool: None,
-            args: args.clone(),
-            down: AtomicBool::new(false),
-            counts: Default::default(),
-            timeline: Arc::default(),
-        }
-    }
-
-    /// The SQLite file at `path`, through a pool of `--pool-size`
-    /// connections.
-    pub(crate) fn sqlite(path: &Path, args: &HerdArgs) -> anyhow::Result<Self> {
-        let config = deadpool_sqlite::Config::new(path);
-        let pool = Pool::builder(Manager::from_config(&config, Runtime::Tokio1))
-            .max_size(usize::try_from(args.pool_size)?)
-            .wait_timeout(Some(Duration::from_millis(args.pool_wait_ms)))
-            .runtime(Runtime::Tokio1)
-            .build()?;
-        let pool = Some(pool);
+    /// The SQLite file at `sqlite` through a pool of `--pool-size`
+    /// connections, or else the sleeping source.
+    pub(crate) fn new(args: &HerdArgs, sqlite: Option<&Path>) -> anyhow::Result<Self> {
+        let config = sqlite.map(deadpool_sqlite::Config::new);
+        let pool = config.map(|config| {
+            Pool::builder(Manager::from_config(&config, Runtime::Tokio1))
+                .max_size(args.pool_size as usize)
+                .wait_timeout(Some(Duration::from_millis(args.pool_wait_ms)))
+                .runtime(Runtime::Tokio1)
+                .build()
+        });
+        let (pool, args, counts) = (pool.transpose()?, args.clone(), Default::default());
+        let (down, timeline) = (AtomicBool::new(false), Arc::default());
         Ok(Self {
             pool,
-            ..Self::sleeping(args)
+            args,
+            down,
+            counts,
+            timeline,
         })
     }
 
