@@ -86,6 +86,7 @@ impl SideReport {
         let ms = |ms: f64| Some(format!("{ms:.1}"));
         let answered = format!("{}/{}", group(self.successes), group(self.calls));
         let (fills, most) = (group(self.fills), group(self.most_at_once));
+        let hot = self.hot_p50_ms.and_then(ms);
         [
             ("calls answered", Some(answered)),
             ("source calls (fill attempts)", Some(fills)),
@@ -96,10 +97,7 @@ impl SideReport {
             ("callers answered by fail-safe", self.fail_safe.map(group)),
             ("Redis commands run", self.redis_commands.map(group)),
             ("latency p50 (ms)", ms(self.latency_ms.p50)),
-            (
-                "latency p50, 10 hottest keys (ms)",
-                self.hot_p50_ms.and_then(ms),
-            ),
+            ("latency p50, 10 hottest keys (ms)", hot),
             ("latency p99 (ms)", ms(self.latency_ms.p99)),
             ("latency max (ms)", ms(self.latency_ms.max)),
             ("wall time (ms)", Some(format!("{:.0}", self.wall_ms))),
