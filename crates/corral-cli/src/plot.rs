@@ -9,16 +9,17 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::report::group;
+use corral_testkit::Tally;
 
 pub(crate) const BUCKET_MS: u64 = 10;
 
 /// A side's run in one bucket: calls started at the source, callers
 /// answered and failed (they sum to the run's totals), and the most calls
 /// running at the source at once.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub(crate) struct Bucket {
     pub(crate) started: u64,
     pub(crate) running: u64,
@@ -26,18 +27,8 @@ pub(crate) struct Bucket {
     pub(crate) failed: u64,
 }
 
-impl Bucket {
-    /// Adds `other`'s counts and takes the larger gauge.
-    fn add(&mut self, other: &Bucket) {
-        self.started += other.started;
-        self.running = self.running.max(other.running);
-        self.answered += other.answered;
-        self.failed += other.failed;
-    }
-}
-
-/// A side's buckets as events happen, from its first release since it was
-/// last taken; shared by its source and its callers.
+/// A side's buckets, from its first release since it was last taken: its
+/// source's calls as they happen, its callers' answers from their tallies.
 #[derive(Debug, Default)]
 pub(crate) struct Timeline(Mutex<State>);
 
@@ -54,12 +45,23 @@ struct State {
 }
 
 impl State {
-    /// The bucket of now, once every bucket up to it holds the level.
-    fn now(&mut self) -> usize {
-        let since = self.epoch.map_or(0, |epoch| epoch.elapsed().as_millis());
-        let at = usize::try_from(since / u128::from(BUCKET_MS)).unwrap_or(usize::MAX);
+    /// Microseconds since the first release.
+    fn since(&self) -> u64 {
+        self.epoch
+            .map_or(0, |epoch| corral_testkit::micros(epoch.elapsed()))
+    }
+
+    /// The bucket `us` microseconds after the first release.
+    fn bucket(&mut self, us: u64) -> usize {
+        let at = usize::try_from(us / 1000 / BUCKET_MS).unwrap_or(usize::MAX);
         let len = self.buckets.len().max(at + 1);
         self.buckets.resize(len, Bucket::default());
+        at
+    }
+
+    /// The bucket of now, once every bucket up to it holds the level.
+    fn now(&mut self) -> usize {
+        let at = self.bucket(self.since());
         for bucket in &mut self.buckets[self.filled..=at] {
             bucket.running = bucket.running.max(self.running);
         }
@@ -74,11 +76,11 @@ impl Timeline {
     }
 
     /// Callers are released now (the first release starts the clock);
-    /// returns the bucket of now.
-    pub(crate) fn release(&self) -> usize {
+    /// returns the microseconds since the first release.
+    pub(crate) fn release(&self) -> u64 {
         let mut state = self.state();
         state.epoch.get_or_insert_with(tokio::time::Instant::now);
-        state.now()
+        state.since()
     }
 
     /// A call starts running at the source, until the guard drops.
@@ -93,21 +95,14 @@ impl Timeline {
         Running(self)
     }
 
-    pub(crate) fn answer(&self, ok: bool) {
+    /// Adds the callers of a round released `at` (as [`Timeline::release`]
+    /// said): when each answer came, and whether it was its key's value.
+    pub(crate) fn answers(&self, at: u64, tally: &Tally) {
         let mut state = self.state();
-        let at = state.now();
-        let bucket = &mut state.buckets[at];
-        bucket.answered += u64::from(ok);
-        bucket.failed += u64::from(!ok);
-    }
-
-    /// Adds a worker process's round from bucket `at`.
-    pub(crate) fn add(&self, at: usize, buckets: &[Bucket]) {
-        let mut state = self.state();
-        let len = state.buckets.len().max(at + buckets.len());
-        state.buckets.resize(len, Bucket::default());
-        for (mine, theirs) in state.buckets[at..].iter_mut().zip(buckets) {
-            mine.add(theirs);
+        for &(end_us, ok) in &tally.ends_us {
+            let bucket = state.bucket(at + end_us);
+            state.buckets[bucket].answered += u64::from(ok);
+            state.buckets[bucket].failed += u64::from(!ok);
         }
     }
 
@@ -278,26 +273,26 @@ mod tests {
         ms(50).await;
         let at = timeline.release();
         assert_eq!(at, 0, "the clock starts at the first release");
-        timeline.answer(false);
         ms(35).await;
         let second = timeline.run();
-        timeline.answer(true);
         drop((first, second));
         ms(11).await;
-        assert_eq!(timeline.release(), 4);
-        timeline.answer(true);
+        let at = timeline.release();
+        assert_eq!(at, 46_000);
+        let ends_us = vec![(3_000, true), (0, false), (13_999, true)];
+        timeline.answers(
+            at,
+            &Tally {
+                ends_us,
+                ..Tally::default()
+            },
+        );
         let buckets = timeline.take();
         let column = |f: fn(&Bucket) -> u64| buckets.iter().map(f).collect::<Vec<_>>();
-        assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0]);
-        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0]);
-        assert_eq!(column(|b| b.answered), [0, 0, 0, 1, 1]);
-        assert_eq!(column(|b| b.failed), [1, 0, 0, 0, 0]);
-        timeline.add(1, &buckets);
-        timeline.add(0, &buckets);
-        let sum = timeline.take();
-        let column = |f: fn(&Bucket) -> u64| sum.iter().map(f).collect::<Vec<_>>();
-        assert_eq!(column(|b| b.started), [1, 1, 0, 1, 1, 0]);
-        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 2, 0]);
+        assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0, 0]);
+        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0, 0]);
+        assert_eq!(column(|b| b.answered), [0, 0, 0, 0, 1, 1]);
+        assert_eq!(column(|b| b.failed), [0, 0, 0, 0, 1, 0]);
         assert_eq!(timeline.take(), []);
     }
 

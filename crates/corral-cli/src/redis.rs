@@ -7,7 +7,7 @@
 //! asks for key `i % keys` and runs in worker `(i / keys) % N`, so every
 //! worker asks for every key. A worker says `@ready` once connected; on
 //! `arm <round>` it spawns its share of the round's callers (`@armed`); on
-//! `go` it releases them and prints `@report <json>` (its tally and timeline).
+//! `go` it releases them and prints `@report <json>` (their tally).
 //! Their fills call one source server in this process, which counts them
 //! where they land: a call is a connection that sends the key and a
 //! newline, and gets the value and a newline after the fill time. An
@@ -25,7 +25,6 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::plot::{Bucket, Timeline};
 use crate::report::{group, Comparison, SideReport};
 use crate::scenario::{arm, fill_budget, release, round_keys, Load, Side};
 use crate::source::Source;
@@ -166,8 +165,8 @@ async fn play(
     for worker in workers.iter_mut() {
         let line = worker.answer("@report", within).await;
         let line = line.context("a worker's round")?;
-        let (mut round, timeline): (Tally, Vec<Bucket>) = serde_json::from_str(&line)?;
-        source.timeline.add(at, &timeline);
+        let mut round: Tally = serde_json::from_str(&line)?;
+        source.timeline.answers(at, &round);
         round.wall_us = 0;
         tally.absorb(round);
     }
@@ -280,22 +279,21 @@ async fn serve(
     let (args, index) = (&config.args, config.index);
     println!("@ready");
     let mut orders = BufReader::new(tokio::io::stdin()).lines();
-    let (mut armed, timeline) = (None, Arc::new(Timeline::default()));
+    let mut armed = None;
     while let Some(order) = orders.next_line().await? {
         match order.split_once(' ') {
             Some((arming @ ("arm" | "arm-announcing"), round)) => {
                 let keys = round_keys(round, args.keys);
                 let callers = 0..args.callers;
                 let mine = callers.filter(|c| (c / args.keys) % args.processes == index);
-                armed = Some(arm(&side, &keys, mine, &timeline));
+                armed = Some(arm(&side, &keys, mine));
                 let announce = arming == "arm-announcing" && index == 0;
                 source.announce.store(announce, Relaxed);
                 println!("@armed");
             }
             None if order == "go" => {
                 let round = armed.take().context("go before arm")?;
-                let tally = release(round, &timeline).await?;
-                let report = serde_json::to_string(&(tally, timeline.take()))?;
+                let report = serde_json::to_string(&release(round).await?)?;
                 println!("@report {report}");
             }
             _ => anyhow::bail!("unknown order {order:?}"),

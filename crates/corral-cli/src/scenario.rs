@@ -124,45 +124,45 @@ impl<S: Load> Side<S> {
     }
 }
 
-/// Spawns a caller for each `i` in `callers`, asking `contender` for
+/// Spawns a caller for each `i` in `callers`, asking `side` for
 /// `keys[i % keys.len()]` once released; a caller succeeds if it gets its
-/// key's value, and says so to `timeline`.
+/// key's value.
 pub(crate) fn arm<S: Load>(
     side: &Arc<Side<S>>,
     keys: &[String],
     callers: impl Iterator<Item = u64>,
-    timeline: &Arc<Timeline>,
 ) -> Callers {
     Callers::arm(callers.map(|caller| {
         let key = keys[usize::try_from(caller).unwrap_or(0) % keys.len().max(1)].clone();
-        let (side, timeline) = (Arc::clone(side), Arc::clone(timeline));
+        let side = Arc::clone(side);
         move || async move {
-            let outcome = match side.get(&key).await {
+            match side.get(&key).await {
                 Ok(value) if is_value_of(&key, &value) => Ok(()),
                 Ok(value) => Err(format!("caller {caller}: wrong value {value:?} for {key}")),
                 Err(error) => Err(format!("caller {caller}: {error:#}")),
-            };
-            timeline.answer(outcome.is_ok());
-            outcome
+            }
         }
     }))
 }
 
-/// Releases `callers` as a round of `timeline`; fails if a caller task
-/// panicked.
-pub(crate) async fn release(callers: Callers, timeline: &Timeline) -> anyhow::Result<Tally> {
-    timeline.release();
+/// Releases `callers`; fails if a caller task panicked.
+pub(crate) async fn release(callers: Callers) -> anyhow::Result<Tally> {
     callers.release().await.context("a caller task panicked")
 }
 
-/// One round in this process: callers `0..callers`, released together.
+/// One round in this process: callers `0..callers`, released together,
+/// their answers added to `timeline`.
 pub(crate) async fn run_round<S: Load>(
     on: &Arc<Side<S>>,
     callers: u64,
     keys: &[String],
-    timeline: &Arc<Timeline>,
+    timeline: &Timeline,
 ) -> anyhow::Result<Tally> {
-    release(arm(on, keys, 0..callers, timeline), timeline).await
+    let callers = arm(on, keys, 0..callers);
+    let at = timeline.release();
+    let tally = release(callers).await?;
+    timeline.answers(at, &tally);
+    Ok(tally)
 }
 
 #[cfg(test)]
@@ -181,7 +181,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_caller_fails_on_an_error_or_another_key_s_value() {
-        let (keys, timeline) = (round_keys("t", 3), Arc::default());
+        let (keys, timeline) = (round_keys("t", 3), Timeline::default());
         let side = Side::naive(Duration::from_secs(60), &Arc::new(Echo));
         let tally = run_round(&Arc::new(side), 7, &keys, &timeline).await;
         let tally = tally.expect("round");

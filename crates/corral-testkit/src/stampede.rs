@@ -105,7 +105,7 @@ impl StampedeReport {
 /// call.
 pub struct Callers {
     gate: Arc<Barrier>,
-    tasks: JoinSet<(usize, Duration, Result<(), String>)>,
+    tasks: JoinSet<(usize, Instant, Duration, Result<(), String>)>,
 }
 
 impl Callers {
@@ -127,14 +127,14 @@ impl Callers {
                 gate.wait().await;
                 let start = Instant::now();
                 let outcome = call().await;
-                (index, start.elapsed(), outcome)
+                (index, Instant::now(), start.elapsed(), outcome)
             });
         }
         Self { gate, tasks }
     }
 
-    /// Opens the gate and waits for every call; the tally's latencies are
-    /// in the order of the calls.
+    /// Opens the gate and waits for every call; the tally's latencies and
+    /// ends are in the order of the calls.
     ///
     /// # Errors
     ///
@@ -144,11 +144,13 @@ impl Callers {
         self.gate.wait().await;
         let mut tally = Tally {
             latencies_us: vec![0; self.tasks.len()],
+            ends_us: vec![(0, false); self.tasks.len()],
             ..Tally::default()
         };
         while let Some(joined) = self.tasks.join_next().await {
-            let (index, latency, outcome) = joined?;
+            let (index, end, latency, outcome) = joined?;
             tally.latencies_us[index] = micros(latency);
+            tally.ends_us[index] = (micros(end - started), outcome.is_ok());
             match outcome {
                 Ok(()) => tally.successes += 1,
                 Err(failure) => {
@@ -168,6 +170,9 @@ pub struct Tally {
     /// Each call's latency, in microseconds, in the order of the calls
     /// (absorbed rounds one after the other).
     pub latencies_us: Vec<u64>,
+    /// When each call ended, in microseconds from the release of its
+    /// round, and whether it got what it should; in the same order.
+    pub ends_us: Vec<(u64, bool)>,
     /// Calls that got what they should.
     pub successes: u64,
     /// Calls that did not.
@@ -183,6 +188,7 @@ impl Tally {
     /// Adds another tally's calls and wall.
     pub fn absorb(&mut self, other: Self) {
         self.latencies_us.extend(other.latencies_us);
+        self.ends_us.extend(other.ends_us);
         self.successes += other.successes;
         self.failures += other.failures;
         self.first_failure = self.first_failure.take().or(other.first_failure);
@@ -241,12 +247,17 @@ mod tests {
     }
 
     #[test]
-    fn latencies_are_in_the_order_of_the_calls() {
-        // The odd calls take at least 200 ms and end after the even ones.
+    fn latencies_and_ends_are_in_the_order_of_the_calls() {
+        // The odd calls take at least 200 ms, end after the even ones and
+        // fail.
         let calls = (0..6_u64).map(|i| {
             move || async move {
                 tokio::time::sleep(Duration::from_millis(200 * (i % 2))).await;
-                Ok(())
+                if i % 2 == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("caller {i}"))
+                }
             }
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -254,13 +265,13 @@ mod tests {
             .build()
             .expect("runtime");
         let tally = runtime.block_on(async { Callers::arm(calls).release().await });
-        let latencies = tally.expect("no panic").latencies_us;
-        let slow: Vec<bool> = latencies.iter().map(|&us| us >= 200_000).collect();
-        assert_eq!(
-            slow,
-            [false, true, false, true, false, true],
-            "{latencies:?}"
-        );
+        let tally = tally.expect("no panic");
+        let slow = |us: &u64| *us >= 200_000;
+        let latencies: Vec<bool> = tally.latencies_us.iter().map(slow).collect();
+        assert_eq!(latencies, [false, true].repeat(3), "{tally:?}");
+        let ends = tally.ends_us.iter().map(|(us, ok)| (slow(us), *ok));
+        let expected = [(false, true), (true, false)].repeat(3);
+        assert_eq!(ends.collect::<Vec<_>>(), expected, "{tally:?}");
     }
 
     #[test]
