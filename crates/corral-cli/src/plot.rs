@@ -12,7 +12,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 
 use crate::report::group;
-use corral_testkit::Tally;
+use corral_testkit::{micros, Tally};
 
 pub(crate) const BUCKET_MS: u64 = 10;
 
@@ -27,47 +27,21 @@ pub(crate) struct Bucket {
     pub(crate) failed: u64,
 }
 
-/// A side's buckets, from its first release since it was last taken: its
-/// source's calls as they happen, its callers' answers from their tallies.
+/// A side's calls at its source, as they start and end, and its callers'
+/// answers, from its first release since it was last taken.
 #[derive(Debug, Default)]
 pub(crate) struct Timeline(Mutex<State>);
 
 #[derive(Debug, Default)]
 struct State {
-    buckets: Vec<Bucket>,
-    /// The first release (tokio's clock, which tests pause); events before
-    /// it fall in bucket 0.
+    /// The first release (tokio's clock, which tests pause); what comes
+    /// before it counts as at 0.
     epoch: Option<tokio::time::Instant>,
-    /// Calls running now.
-    running: u64,
-    /// Every bucket up to this one holds the level of its time.
-    filled: usize,
-}
-
-impl State {
-    /// Microseconds since the first release.
-    fn since(&self) -> u64 {
-        self.epoch
-            .map_or(0, |epoch| corral_testkit::micros(epoch.elapsed()))
-    }
-
-    /// The bucket `us` microseconds after the first release.
-    fn bucket(&mut self, us: u64) -> usize {
-        let at = usize::try_from(us / 1000 / BUCKET_MS).unwrap_or(usize::MAX);
-        let len = self.buckets.len().max(at + 1);
-        self.buckets.resize(len, Bucket::default());
-        at
-    }
-
-    /// The bucket of now, once every bucket up to it holds the level.
-    fn now(&mut self) -> usize {
-        let at = self.bucket(self.since());
-        for bucket in &mut self.buckets[self.filled..=at] {
-            bucket.running = bucket.running.max(self.running);
-        }
-        self.filled = at;
-        at
-    }
+    /// Microseconds from the first release to each call's start (`true`)
+    /// and end at the source, in the order they came.
+    calls: Vec<(u64, bool)>,
+    /// Microseconds to each answer, and whether it was its key's value.
+    answers: Vec<(u64, bool)>,
 }
 
 impl Timeline {
@@ -79,48 +53,71 @@ impl Timeline {
     /// returns the microseconds since the first release.
     pub(crate) fn release(&self) -> u64 {
         let mut state = self.state();
-        state.epoch.get_or_insert_with(tokio::time::Instant::now);
-        state.since()
+        let epoch = state.epoch.get_or_insert_with(tokio::time::Instant::now);
+        micros(epoch.elapsed())
     }
 
     /// A call starts running at the source, until the guard drops.
     pub(crate) fn run(&self) -> Running<'_> {
-        let mut state = self.state();
-        let at = state.now();
-        state.running += 1;
-        let running = state.running;
-        let bucket = &mut state.buckets[at];
-        bucket.started += 1;
-        bucket.running = bucket.running.max(running);
+        self.call(true);
         Running(self)
+    }
+
+    fn call(&self, starts: bool) {
+        let mut state = self.state();
+        let at = state.epoch.map_or(0, |epoch| micros(epoch.elapsed()));
+        state.calls.push((at, starts));
     }
 
     /// Adds the callers of a round released `at` (as [`Timeline::release`]
     /// said): when each answer came, and whether it was its key's value.
     pub(crate) fn answers(&self, at: u64, tally: &Tally) {
-        let mut state = self.state();
-        for &(end_us, ok) in &tally.ends_us {
-            let bucket = state.bucket(at + end_us);
-            state.buckets[bucket].answered += u64::from(ok);
-            state.buckets[bucket].failed += u64::from(!ok);
-        }
+        let answers = tally.ends_us.iter().map(|&(end, ok)| (at + end, ok));
+        self.state().answers.extend(answers);
     }
 
     /// The buckets so far, starting over.
     pub(crate) fn take(&self) -> Vec<Bucket> {
-        let mut state = self.state();
-        (state.filled, state.epoch) = (0, None);
-        std::mem::take(&mut state.buckets)
+        let State { calls, answers, .. } = std::mem::take(&mut *self.state());
+        let (mut buckets, mut running, mut last) = (Vec::new(), 0, 0);
+        for (us, starts) in calls {
+            let at = bucket(&mut buckets, us);
+            // The level since the last call holds in every bucket up to now.
+            for bucket in &mut buckets[last..=at] {
+                bucket.running = bucket.running.max(running);
+            }
+            running = if starts {
+                running + 1
+            } else {
+                running.saturating_sub(1)
+            };
+            buckets[at].running = buckets[at].running.max(running);
+            buckets[at].started += u64::from(starts);
+            last = at;
+        }
+        for (us, ok) in answers {
+            let at = bucket(&mut buckets, us);
+            buckets[at].answered += u64::from(ok);
+            buckets[at].failed += u64::from(!ok);
+        }
+        buckets
     }
+}
+
+/// The bucket `us` microseconds from the first release, there.
+fn bucket(buckets: &mut Vec<Bucket>, us: u64) -> usize {
+    let at = usize::try_from(us / 1000 / BUCKET_MS).unwrap_or(usize::MAX);
+    if buckets.len() <= at {
+        buckets.resize(at + 1, Bucket::default());
+    }
+    at
 }
 
 pub(crate) struct Running<'a>(&'a Timeline);
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.now();
-        state.running -= 1;
+        self.0.call(false);
     }
 }
 
