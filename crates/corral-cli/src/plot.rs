@@ -233,7 +233,8 @@ fn points(values: impl Iterator<Item = u64>, floor: f64, end: f64) -> Vec<(f64, 
 /// time, on one time axis and one scale.
 pub(crate) fn sparklines(sides: [(&str, &[Bucket]); 2]) -> String {
     const WIDTH: usize = 60;
-    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    // Eighths of the peak, rounded up: a blank only for none.
+    const BARS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     let buckets = sides.iter().map(|(_, side)| side.len()).max().unwrap_or(0);
     let per = buckets.div_ceil(WIDTH).max(1);
     let peak = sides
@@ -245,12 +246,7 @@ pub(crate) fn sparklines(sides: [(&str, &[Bucket]); 2]) -> String {
     for (name, side) in sides {
         let line = side.chunks(per).map(|chunk| {
             let most = chunk.iter().map(|bucket| bucket.running).max().unwrap_or(0);
-            let bar = (most * 8).div_ceil(peak).clamp(1, 8) as usize - 1;
-            if most == 0 {
-                ' '
-            } else {
-                BARS[bar]
-            }
+            BARS[(most * 8).div_ceil(peak).min(8) as usize]
         });
         let line: String = line.collect();
         out.push_str(&format!("{name:<7}|{line:<WIDTH$}|\n"));

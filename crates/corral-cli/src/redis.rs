@@ -26,7 +26,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::report::{group, Comparison, SideReport};
-use crate::scenario::{arm, fill_budget, release, round_keys, Load, Side};
+use crate::scenario::{arm, fill_budget, round_keys, Load, Side};
 use crate::source::Source;
 use crate::HerdArgs;
 
@@ -293,7 +293,8 @@ async fn serve(
             }
             None if order == "go" => {
                 let round = armed.take().context("go before arm")?;
-                let report = serde_json::to_string(&release(round).await?)?;
+                let tally = round.release().await.context("a caller task panicked")?;
+                let report = serde_json::to_string(&tally)?;
                 println!("@report {report}");
             }
             _ => anyhow::bail!("unknown order {order:?}"),

@@ -194,13 +194,10 @@ fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
             Some(queries) => (queries, ["SQLite query", "SQLite queries"]),
             None => (side.fills, ["fill", "fills"]),
         };
-        match n as f64 / cold_keys as f64 {
-            1.0 => format!("{}: 1 {one} per cold key per round", side.side),
-            rate => format!(
-                "{}: {} {many} per cold key per round",
-                side.side,
-                decimal(rate)
-            ),
+        let (name, rate) = (side.side, n as f64 / cold_keys as f64);
+        match rate {
+            1.0 => format!("{name}: 1 {one} per cold key per round"),
+            _ => format!("{name}: {rate:.2} {many} per cold key per round"),
         }
     };
     format!("{}; {}", says(corral), says(naive))
@@ -219,15 +216,6 @@ pub(crate) fn group(n: u64) -> String {
     out
 }
 
-/// A ratio: grouped when whole or from 1,000 up, else with two decimals.
-fn decimal(x: f64) -> String {
-    if x.is_finite() && x >= 0.0 && (x.fract() == 0.0 || x >= 1000.0) {
-        group(x.round() as u64)
-    } else {
-        format!("{x:.2}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,7 +224,6 @@ mod tests {
     fn figures_are_grouped() {
         let groups = [0, 999, 1000, 1_234_567].map(group);
         assert_eq!(groups, ["0", "999", "1,000", "1,234,567"]);
-        assert_eq!([15.25, 2500.4].map(decimal), ["15.25", "2,500"]);
     }
 
     #[test]

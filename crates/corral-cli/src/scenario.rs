@@ -145,11 +145,6 @@ pub(crate) fn arm<S: Load>(
     }))
 }
 
-/// Releases `callers`; fails if a caller task panicked.
-pub(crate) async fn release(callers: Callers) -> anyhow::Result<Tally> {
-    callers.release().await.context("a caller task panicked")
-}
-
 /// One round in this process: callers `0..callers`, released together,
 /// their answers added to `timeline`.
 pub(crate) async fn run_round<S: Load>(
@@ -160,7 +155,7 @@ pub(crate) async fn run_round<S: Load>(
 ) -> anyhow::Result<Tally> {
     let callers = arm(on, keys, 0..callers);
     let at = timeline.release();
-    let tally = release(callers).await?;
+    let tally = callers.release().await.context("a caller task panicked")?;
     timeline.answers(at, &tally);
     Ok(tally)
 }
