@@ -3,6 +3,7 @@
 //! summed up in the terminal by a sparkline per side, both sides on one
 //! time axis and one scale.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -155,12 +156,11 @@ pub(crate) fn svg(
         chart.draw_series(LineSeries::new(running, color.stroke_width(2)))?;
     }
     // One line for each level, named by every limit at it.
-    let mut levels: Vec<u64> = limits.iter().map(|(_, level)| *level).collect();
-    levels.sort_unstable();
-    levels.dedup();
-    for level in levels {
-        let named = limits.iter().filter(|(_, at)| *at == level);
-        let names: Vec<&str> = named.map(|(name, _)| name.as_str()).collect();
+    let mut levels = BTreeMap::<u64, Vec<&str>>::new();
+    for (name, level) in limits {
+        levels.entry(*level).or_default().push(name);
+    }
+    for (level, names) in levels {
         let at = level as f64;
         chart.draw_series(LineSeries::new([(0.0, at), (end, at)], BLACK.mix(0.45)))?;
         let style = TextStyle::from(FONT).pos(Pos::new(HPos::Right, VPos::Bottom));

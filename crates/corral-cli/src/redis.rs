@@ -179,10 +179,8 @@ async fn commands(redis: &mut MultiplexedConnection) -> anyhow::Result<u64> {
     let mut info = redis::cmd("INFO");
     let info: String = info.arg("commandstats").query_async(redis).await?;
     let stats = corral_testkit::parse_command_stats(&info).into_iter();
-    Ok(stats
-        .filter(|(name, _)| name != "info")
-        .map(|(_, n)| n)
-        .sum())
+    let calls = stats.filter(|(name, _)| name != "info").map(|(_, n)| n);
+    Ok(calls.sum())
 }
 
 /// Serves the source's calls until the runtime shuts down (the run's end).

@@ -108,10 +108,8 @@ impl SideReport {
 /// corral against the naive cache-aside on one scenario.
 #[derive(Debug, Serialize)]
 pub(crate) struct Comparison {
-    callers: u64,
-    keys: u64,
-    rounds: u64,
-    /// The mode (`embedded`, `redis`, `outage`) and its setting.
+    /// The run's callers, keys and rounds, its mode (`embedded`, `redis`,
+    /// `outage`) and its setting.
     #[serde(flatten)]
     setting: serde_json::Value,
     pub(crate) corral: SideReport,
@@ -130,17 +128,15 @@ impl Comparison {
     /// Puts the sides of a run of `setting` together, with the verdict.
     pub(crate) fn new(
         args: &HerdArgs,
-        (setting, title, limits): (serde_json::Value, String, Vec<(String, u64)>),
+        (mut setting, title, limits): (serde_json::Value, String, Vec<(String, u64)>),
         corral: SideReport,
         naive: SideReport,
     ) -> Self {
         let rounds = args.rounds + if args.outage { 2 } else { 0 };
         let verdict = verdict(&corral, &naive, args.keys * rounds);
-        let (callers, keys) = (args.callers, args.keys);
+        setting["callers"] = args.callers.into();
+        (setting["keys"], setting["rounds"]) = (args.keys.into(), rounds.into());
         Self {
-            callers,
-            keys,
-            rounds,
             setting,
             corral,
             naive,
