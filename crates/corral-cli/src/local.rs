@@ -39,17 +39,15 @@ pub(crate) async fn run(args: &HerdArgs) -> anyhow::Result<Comparison> {
     let seeding = args.clone();
     let (_dir, db) = tokio::task::spawn_blocking(move || seed(&seeding)).await??;
     let budget = args.budget.unwrap_or(args.pool_size);
+    let entries = (args.keys * args.rounds).max(1024);
     let mut cache = corral::Cache::<String>::builder("herd")
         .ttl(Duration::from_secs(600))
-        .capacity(corral::Capacity::Entries(
-            (args.keys * args.rounds).max(1024),
-        ))
+        .capacity(corral::Capacity::Entries(entries))
         .fill_timeout(Duration::from_millis(args.pool_wait_ms) + Duration::from_secs(30));
     if let Some(fills) = fill_budget(args, budget)? {
         cache = cache.fill_budget(fills);
     }
-    let source = || Source::new(args, Some(&db));
-    let (corral, naive) = sides(cache, Duration::from_secs(600), source, args).await?;
+    let (corral, naive) = sides(cache, Duration::from_secs(600), Some(&db), args).await?;
     let setting = setting(args, &db, budget);
     Ok(Comparison::new(args, setting, corral, naive))
 }
@@ -63,8 +61,7 @@ pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
         .fail_safe_throttle(THROTTLE)
         .fill_timeout(Duration::from_millis(args.fill_ms) + Duration::from_secs(30))
         .capacity(corral::Capacity::Entries(args.keys.max(1024)));
-    let source = || Source::new(args, None);
-    let (corral, naive) = sides(cache, TTL, source, args).await?;
+    let (corral, naive) = sides(cache, TTL, None, args).await?;
     let (callers, keys, rounds) = (group(args.callers), group(args.keys), args.rounds);
     let title = format!(
         "corral herd --outage: {callers} callers on {keys} keys per round; TTL {} ms, rounds {} ms \
@@ -80,17 +77,18 @@ pub(crate) async fn outage(args: &HerdArgs) -> anyhow::Result<Comparison> {
 }
 
 /// Every round through corral's side (`cache`), then through the naive
-/// side (entries fresh for `ttl`), each over a `source` of its own.
+/// side (entries fresh for `ttl`), each over a source of its own: the
+/// SQLite file `db`, or else the sleeping source.
 async fn sides(
     cache: corral::CacheBuilder<String>,
     ttl: Duration,
-    source: impl Fn() -> anyhow::Result<Source>,
+    db: Option<&std::path::Path>,
     args: &HerdArgs,
 ) -> anyhow::Result<(SideReport, SideReport)> {
     let cache = cache.build().context("building the corral cache")?;
-    let on = Arc::new(source()?);
+    let on = Arc::new(Source::new(args, db)?);
     let corral = measure("corral", &Arc::new(Side::corral(cache, &on)), &on, args).await?;
-    let on = Arc::new(source()?);
+    let on = Arc::new(Source::new(args, db)?);
     let naive = measure("naive", &Arc::new(Side::naive(ttl, &on)), &on, args).await?;
     Ok((corral, naive))
 }
@@ -98,8 +96,8 @@ async fn sides(
 /// Every round through one side, after an uncounted warm-up: one call
 /// fills a key of its own, then callers hit it, so the first round pays
 /// nothing for starting threads, opening a connection and growing
-/// allocations. The outage's rounds are up, down ×`--rounds`, up, each
-/// counted apart.
+/// allocations. The outage's rounds are up, down ×`--rounds`, up; each
+/// round is counted apart too.
 async fn measure(
     name: &'static str,
     side: &Arc<Side<Source>>,
@@ -122,13 +120,11 @@ async fn measure(
         let (keys, asked) = asked(args, round);
         let (ran, served) = (source.ran(), fail_safe());
         let played = run_round(side, args.callers, &asked, timeline).await?;
-        if args.outage {
-            let (source_calls, fail_safe) = (source.ran() - ran, fail_safe() - served);
-            figures.push(serde_json::json!({
-                "source_up": source_up, "answered": played.successes, "errors": played.failures,
-                "source_calls": source_calls, "fail_safe": fail_safe,
-            }));
-        }
+        let (source_calls, fail_safe) = (source.ran() - ran, fail_safe() - served);
+        figures.push(serde_json::json!({
+            "source_up": source_up, "answered": played.successes, "errors": played.failures,
+            "source_calls": source_calls, "fail_safe": fail_safe,
+        }));
         // The latencies of the callers of the round's 10 hottest keys.
         let hottest = &keys[..keys.len().min(10)];
         let asked = asked.iter().zip(&played.latencies_us);

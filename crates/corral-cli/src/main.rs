@@ -169,10 +169,8 @@ fn herd(mut args: HerdArgs) -> anyhow::Result<()> {
         let drawn = report.plot(path);
         drawn.with_context(|| format!("drawing {}", path.display()))?;
     }
-    let failures = report.corral.failures;
-    anyhow::ensure!(
-        failures == 0,
-        "{failures} of corral's calls failed (see the report)"
-    );
-    Ok(())
+    match report.corral.failures {
+        0 => Ok(()),
+        failed => anyhow::bail!("{failed} of corral's calls failed (see the report)"),
+    }
 }

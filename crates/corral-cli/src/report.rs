@@ -47,7 +47,7 @@ pub(crate) struct SideReport {
     pub(crate) redis_commands: Option<u64>,
     /// The p50 latency of the callers of the 10 hottest keys (Zipf runs).
     pub(crate) hot_p50_ms: Option<f64>,
-    /// Each round's figures (the outage): whether the source was up, calls
+    /// Each round's figures (in process): whether the source was up, calls
     /// answered and failed, calls of the source and answers by fail-safe.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) rounds: Vec<serde_json::Value>,

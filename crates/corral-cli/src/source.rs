@@ -93,14 +93,12 @@ impl Source {
                 .runtime(Runtime::Tokio1)
                 .build()
         });
-        let (pool, args, counts) = (pool.transpose()?, args.clone(), Default::default());
-        let (down, timeline) = (AtomicBool::new(false), Arc::default());
         Ok(Self {
-            pool,
-            args,
-            down,
-            counts,
-            timeline,
+            pool: pool.transpose()?,
+            args: args.clone(),
+            down: AtomicBool::new(false),
+            counts: Default::default(),
+            timeline: Arc::default(),
         })
     }
 
