@@ -118,9 +118,10 @@ async fn measure(
             tokio::time::sleep(BETWEEN_ROUNDS).await;
         }
         let (keys, asked) = asked(args, round);
-        let (ran, served) = (source.ran(), fail_safe());
+        let ran = || source.counts[0].load(Relaxed);
+        let (calls, served) = (ran(), fail_safe());
         let played = run_round(side, args.callers, &asked, timeline).await?;
-        let (source_calls, fail_safe) = (source.ran() - ran, fail_safe() - served);
+        let (source_calls, fail_safe) = (ran() - calls, fail_safe() - served);
         figures.push(serde_json::json!({
             "source_up": source_up, "answered": played.successes, "errors": played.failures,
             "source_calls": source_calls, "fail_safe": fail_safe,
@@ -135,7 +136,7 @@ async fn measure(
     let [ran, timeouts, errors] = source.take_counts();
     let (calls, fills) = (args.callers * rounds, ran + timeouts + errors);
     let mut report = SideReport::new(name, calls, fills, tally, timeline.take());
-    if source.is_sqlite() {
+    if source.pool.is_some() {
         (report.sqlite_queries, report.timeouts, report.errors) =
             (Some(ran), Some(timeouts), Some(errors));
     }

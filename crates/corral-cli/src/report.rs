@@ -193,6 +193,7 @@ fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
         let (name, rate) = (side.side, n as f64 / cold_keys as f64);
         match rate {
             1.0 => format!("{name}: 1 {one} per cold key per round"),
+            _ if rate.fract() == 0.0 => format!("{name}: {rate} {many} per cold key per round"),
             _ => format!("{name}: {rate:.2} {many} per cold key per round"),
         }
     };
@@ -232,11 +233,19 @@ mod tests {
         let flags = ["herd", "--callers", "100", "--keys", "2"];
         let args = <Herd as clap::Parser>::parse_from(flags).args;
         let side = |side, fills| SideReport::new(side, 300, fills, Tally::default(), Vec::new());
+        let says = |corral, naive| verdict(&side("corral", corral), &side("naive", naive), 6);
+        let (one, many) = (
+            "1 fill per cold key per round",
+            "fills per cold key per round",
+        );
+        assert_eq!(says(6, 61), format!("corral: {one}; naive: 10.17 {many}"));
+        assert_eq!(
+            says(12, 6000),
+            format!("corral: 2 {many}; naive: 1000 {many}")
+        );
         let setting = (serde_json::Value::Null, "title".to_owned(), Vec::new());
         let report = Comparison::new(&args, setting, side("corral", 6), side("naive", 61));
-        let words =
-            "corral: 1 fill per cold key per round; naive: 10.17 fills per cold key per round";
-        assert_eq!(report.verdict, words);
+        assert_eq!(report.verdict, says(6, 61), "2 keys × 3 rounds");
         let table = report.table();
         let fills = "| source calls (fill attempts)       |      6 |                61 |";
         assert!(

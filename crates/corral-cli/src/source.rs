@@ -71,13 +71,13 @@ fn user_totals(conn: &Connection, user: i64) -> deadpool_sqlite::rusqlite::Resul
 /// Its values start with their key.
 pub(crate) struct Source {
     /// The SQLite file's pool; without one, a call sleeps `--fill-ms`.
-    pool: Option<Pool>,
+    pub(crate) pool: Option<Pool>,
     args: HerdArgs,
     /// While set, every call fails (after it ran).
     pub(crate) down: AtomicBool,
     /// Calls that ran at the source, that found no pooled connection in
     /// time, and that got none for another reason.
-    counts: [AtomicU64; 3],
+    pub(crate) counts: [AtomicU64; 3],
     pub(crate) timeline: Arc<Timeline>,
 }
 
@@ -100,14 +100,6 @@ impl Source {
             counts: Default::default(),
             timeline: Arc::default(),
         })
-    }
-
-    pub(crate) fn is_sqlite(&self) -> bool {
-        self.pool.is_some()
-    }
-
-    pub(crate) fn ran(&self) -> u64 {
-        self.counts[0].load(Relaxed)
     }
 
     /// Its counts since they were last taken.
