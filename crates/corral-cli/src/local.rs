@@ -150,10 +150,9 @@ async fn measure(
 }
 
 /// A round's keys (fresh ones, but the outage's: the same every round),
-/// and the key each of its
-/// callers asks for: caller `i` key `i % keys`, or with `--zipf s` a key
-/// drawn with weight 1/k^s for the k-th (a fixed seed per round, so both
-/// sides get the same draws).
+/// and the key each of its callers asks for: caller `i` key `i % keys`, or
+/// with `--zipf s` a key drawn with weight 1/k^s for the k-th (a fixed seed
+/// per round, so both sides get the same draws).
 fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
     let fresh = if args.outage { 0 } else { round };
     let keys = round_keys(&format!("local:r{fresh}"), args.keys);
@@ -169,8 +168,7 @@ fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
         0.0 => caller % keys.len(),
         _ => cumulative.partition_point(|&c| c < rng.f64() * total),
     };
-    let callers = usize::try_from(args.callers).unwrap_or(usize::MAX);
-    let asked = (0..callers).map(|caller| keys[pick(caller).min(keys.len() - 1)].clone());
+    let asked = (0..args.callers as usize).map(|i| keys[pick(i).min(keys.len() - 1)].clone());
     (keys.clone(), asked.collect())
 }
 
@@ -208,13 +206,10 @@ fn setting(
         group(args.rows),
         group(args.users),
     );
-    let database = serde_json::json!({
-        "path": db, "rows": args.rows, "users": args.users, "pool_size": pool,
-        "pool_wait_ms": args.pool_wait_ms,
-    });
     let setting = serde_json::json!({
-        "mode": "embedded", "database": database, "budget": budget, "zipf": args.zipf,
-        "adaptive_max": args.adaptive_max,
+        "mode": "embedded", "budget": budget, "zipf": args.zipf, "adaptive_max": args.adaptive_max,
+        "database": { "path": db, "rows": args.rows, "users": args.users, "pool_size": pool,
+            "pool_wait_ms": args.pool_wait_ms },
     });
     (setting, title, limits)
 }
