@@ -49,17 +49,15 @@ pub(crate) async fn run(redis: &str, args: &HerdArgs) -> anyhow::Result<Comparis
     let conn = client.get_multiplexed_async_connection().await;
     let mut conn = conn.context("connecting to Redis")?;
     let run = format!("{:x}-{:x}", std::process::id(), fastrand::u64(..));
-    let (args, source_at) = (args.clone(), addr);
     let mut config = WorkerConfig {
-        args,
+        args: args.clone(),
         corral: true,
         index: 0,
-        source: source_at,
+        server: addr,
     };
     let corral = play_side(&mut config, &run, &mut conn, &source).await?;
     config.corral = false;
     let naive = play_side(&mut config, &run, &mut conn, &source).await?;
-    let args = &config.args;
     let (fill_ms, budget, fleet) = (args.fill_ms, args.budget.unwrap_or(0), args.fleet);
     let (corral_budget, limits) = match (budget, fleet) {
         (0, _) => ("none".to_owned(), Vec::new()),
@@ -211,7 +209,7 @@ struct WorkerConfig {
     /// `(i / keys) % processes == index`.
     index: u64,
     /// The source server's address (`host:port`).
-    source: String,
+    server: String,
 }
 
 /// A fill's call of the source server, at this address; says `@filling`
@@ -245,7 +243,7 @@ pub(crate) fn run_worker(config: &str) -> anyhow::Result<()> {
     let config: WorkerConfig = serde_json::from_str(config).context("the worker's config")?;
     let args = &config.args;
     let url = args.redis.as_deref().context("no Redis URL")?;
-    let (addr, announce) = (config.source.clone(), AtomicBool::new(false));
+    let (addr, announce) = (config.server.clone(), AtomicBool::new(false));
     let source = Arc::new(RemoteSource { addr, announce });
     tokio::runtime::Runtime::new()?.block_on(async {
         if !config.corral {
