@@ -77,29 +77,30 @@ impl Timeline {
         self.state().answers.extend(answers);
     }
 
-    /// The buckets so far, starting over.
+    /// The buckets so far, starting over; one more at the end holds the
+    /// calls still running after the last event (none, once all ended).
     pub(crate) fn take(&self) -> Vec<Bucket> {
         let State { calls, answers, .. } = std::mem::take(&mut *self.state());
         let (mut buckets, mut running, mut last) = (Vec::new(), 0, 0);
+        for (us, ok) in answers {
+            let at = bucket(&mut buckets, us);
+            buckets[at].answered += u64::from(ok);
+            buckets[at].failed += u64::from(!ok);
+        }
         for (us, starts) in calls {
             let at = bucket(&mut buckets, us);
             // The level since the last call holds in every bucket up to now.
             for bucket in &mut buckets[last..=at] {
                 bucket.running = bucket.running.max(running);
             }
-            running = if starts {
-                running + 1
-            } else {
-                running.saturating_sub(1)
-            };
+            running = (running + u64::from(starts)).saturating_sub(u64::from(!starts));
             buckets[at].running = buckets[at].running.max(running);
             buckets[at].started += u64::from(starts);
             last = at;
         }
-        for (us, ok) in answers {
-            let at = bucket(&mut buckets, us);
-            buckets[at].answered += u64::from(ok);
-            buckets[at].failed += u64::from(!ok);
+        buckets.push(Bucket::default());
+        for bucket in &mut buckets[last..] {
+            bucket.running = bucket.running.max(running);
         }
         buckets
     }
@@ -273,20 +274,18 @@ mod tests {
         let at = timeline.release();
         assert_eq!(at, 46_000);
         let ends_us = vec![(3_000, true), (0, false), (13_999, true)];
-        timeline.answers(
-            at,
-            &Tally {
-                ends_us,
-                ..Tally::default()
-            },
-        );
+        let tally = Tally {
+            ends_us,
+            ..Tally::default()
+        };
+        timeline.answers(at, &tally);
         let buckets = timeline.take();
         let column = |f: fn(&Bucket) -> u64| buckets.iter().map(f).collect::<Vec<_>>();
-        assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0, 0]);
-        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0, 0]);
-        assert_eq!(column(|b| b.answered), [0, 0, 0, 0, 1, 1]);
-        assert_eq!(column(|b| b.failed), [0, 0, 0, 0, 1, 0]);
-        assert_eq!(timeline.take(), []);
+        assert_eq!(column(|b| b.started), [1, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(column(|b| b.running), [1, 1, 1, 2, 0, 0, 0]);
+        assert_eq!(column(|b| b.answered), [0, 0, 0, 0, 1, 1, 0]);
+        assert_eq!(column(|b| b.failed), [0, 0, 0, 0, 1, 0, 0]);
+        assert_eq!(timeline.take(), [Bucket::default()]);
     }
 
     #[test]
