@@ -164,9 +164,12 @@ fn asked(args: &HerdArgs, round: u64) -> (Vec<String>, Vec<String>) {
         .collect();
     let total = cumulative.last().copied().unwrap_or(0.0);
     let mut rng = fastrand::Rng::with_seed(0x5eed_0000 + round);
-    let mut pick = |caller: usize| match args.zipf {
-        0.0 => caller % keys.len(),
-        _ => cumulative.partition_point(|&c| c < rng.f64() * total),
+    let mut pick = |caller: usize| {
+        let at = rng.f64() * total;
+        match args.zipf {
+            0.0 => caller % keys.len(),
+            _ => cumulative.partition_point(|&c| c < at),
+        }
     };
     let asked = (0..args.callers as usize).map(|i| keys[pick(i).min(keys.len() - 1)].clone());
     (keys.clone(), asked.collect())
