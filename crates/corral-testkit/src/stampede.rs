@@ -217,41 +217,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn callers_run_at_once_after_the_release_and_are_counted() {
+    fn callers_run_at_once_after_the_release_and_are_counted_in_order() {
         // Each caller waits for all the others: the round finishes only if
-        // every call is in flight at the same time.
-        let all_in = Arc::new(Barrier::new(5));
-        let calls = (0..5_u32).map(|i| {
+        // every call is in flight at the same time. Then the odd ones take
+        // 200 ms more, end after the even ones, and fail.
+        let all_in = Arc::new(Barrier::new(6));
+        let calls = (0..6_u64).map(|i| {
             let all_in = Arc::clone(&all_in);
             move || async move {
                 all_in.wait().await;
-                if i % 2 == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("caller {i}"))
-                }
-            }
-        });
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("runtime");
-        let tally =
-            runtime.block_on(async { Callers::arm(calls).release().await.expect("no panic") });
-        assert_eq!((tally.successes, tally.failures), (3, 2));
-        let first = tally.first_failure.as_deref();
-        assert!(first.is_some_and(|f| f.starts_with("caller ")), "{first:?}");
-        assert_eq!(tally.latencies_us.len(), 5);
-        let mut total = tally.clone();
-        total.absorb(tally);
-        assert_eq!((total.successes, total.latencies_us.len()), (6, 10));
-    }
-
-    #[test]
-    fn latencies_and_ends_are_in_the_order_of_the_calls() {
-        // The odd calls take at least 200 ms, end after the even ones and
-        // fail.
-        let calls = (0..6_u64).map(|i| {
-            move || async move {
                 tokio::time::sleep(Duration::from_millis(200 * (i % 2))).await;
                 if i % 2 == 0 {
                     Ok(())
@@ -264,14 +238,20 @@ mod tests {
             .enable_time()
             .build()
             .expect("runtime");
-        let tally = runtime.block_on(async { Callers::arm(calls).release().await });
-        let tally = tally.expect("no panic");
+        let tally =
+            runtime.block_on(async { Callers::arm(calls).release().await.expect("no panic") });
+        assert_eq!((tally.successes, tally.failures), (3, 3));
+        let first = tally.first_failure.as_deref();
+        assert!(first.is_some_and(|f| f.starts_with("caller ")), "{first:?}");
         let slow = |us: &u64| *us >= 200_000;
         let latencies: Vec<bool> = tally.latencies_us.iter().map(slow).collect();
         assert_eq!(latencies, [false, true].repeat(3), "{tally:?}");
         let ends = tally.ends_us.iter().map(|(us, ok)| (slow(us), *ok));
         let expected = [(false, true), (true, false)].repeat(3);
         assert_eq!(ends.collect::<Vec<_>>(), expected, "{tally:?}");
+        let mut total = tally.clone();
+        total.absorb(tally);
+        assert_eq!((total.successes, total.ends_us.len()), (6, 12));
     }
 
     #[test]
