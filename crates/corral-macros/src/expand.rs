@@ -163,7 +163,7 @@ fn generate(
         Some(options) => (
             quote! {
                 if let ::core::option::Option::Some(#out_var) =
-                    ::corral::Cache::__quick_hit(#cache_var, &#key_var)
+                    ::corral::Cache::get_local(#cache_var, &#key_var)
                 {
                     return ::core::result::Result::Ok(#found(#out_var));
                 }

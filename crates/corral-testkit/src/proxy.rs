@@ -11,7 +11,10 @@
 //! [`FaultProxy::hold_new`] holds them too. [`FaultProxy::retarget`] sends
 //! the connections accepted from then on to another server, as a DNS name
 //! moved by a managed service's failover does, while the open ones stay
-//! with the old server.
+//! with the old server. [`FaultProxy::delay_replies`] holds every byte
+//! the server sends for a while before passing it on, as an overloaded
+//! server host or a congested link does: the server has done the work, the
+//! client hears of it late.
 //!
 //! The proxy's kernel acknowledges what the client sends, so TCP keepalive
 //! and `TCP_USER_TIMEOUT` on the client see a live peer: only the client's
@@ -20,9 +23,11 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 /// A relay from a loopback port to a target address whose connections can
 /// be blackholed; everything it opened is closed on drop.
@@ -52,6 +57,9 @@ struct Shared {
     hold_new: AtomicBool,
     /// Connections accepted so far.
     accepted: AtomicUsize,
+    /// How long bytes from the target are held before they are passed on,
+    /// in microseconds (0: at once).
+    reply_delay_us: AtomicU64,
     links: Mutex<Vec<Arc<Link>>>,
     relays: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -87,6 +95,7 @@ impl FaultProxy {
             stopping: AtomicBool::new(false),
             hold_new: AtomicBool::new(false),
             accepted: AtomicUsize::new(0),
+            reply_delay_us: AtomicU64::new(0),
             links: Mutex::new(Vec::new()),
             relays: Mutex::new(Vec::new()),
         });
@@ -148,6 +157,17 @@ impl FaultProxy {
         self.shared.target_port.store(target_port, Ordering::SeqCst);
     }
 
+    /// Holds what the server sends, on every connection, for `delay` from
+    /// when the proxy read it before passing it on (`Duration::ZERO`: pass
+    /// it on at once, the default). Order is kept: bytes read later are
+    /// never passed on before bytes read earlier. Requests are relayed at
+    /// once, so the server does the work when asked and the client hears
+    /// of it late.
+    pub fn delay_replies(&self, delay: Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.shared.reply_delay_us.store(micros, Ordering::SeqCst);
+    }
+
     /// How many connections the proxy has accepted so far.
     pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
@@ -199,23 +219,39 @@ fn accept(listener: &TcpListener, shared: &Arc<Shared>) {
         lock(&shared.links).push(Arc::clone(&link));
         shared.accepted.fetch_add(1, Ordering::SeqCst);
         let mut relays = lock(&shared.relays);
-        for upstream in [true, false] {
+        let (held, due) = mpsc::channel::<(Instant, Vec<u8>)>();
+        let upstream = {
             let link = Arc::clone(&link);
-            let spawned = thread::Builder::new()
+            thread::Builder::new()
                 .name("fault-proxy-relay".into())
-                .spawn(move || relay(&link, upstream));
-            if let Ok(handle) = spawned {
-                relays.push(handle);
-            }
-        }
+                .spawn(move || relay(&link, true, None))
+        };
+        let downstream = {
+            let (link, shared) = (Arc::clone(&link), Arc::clone(shared));
+            thread::Builder::new()
+                .name("fault-proxy-relay".into())
+                .spawn(move || relay(&link, false, Some((&shared, held))))
+        };
+        let replies = {
+            let link = Arc::clone(&link);
+            thread::Builder::new()
+                .name("fault-proxy-replies".into())
+                .spawn(move || pass_on_when_due(&link, &due))
+        };
+        relays.extend([upstream, downstream, replies].into_iter().flatten());
     }
 }
+
+/// Bytes read from the target, each chunk with when it is due.
+type Held = mpsc::Sender<(Instant, Vec<u8>)>;
 
 /// Copies one direction of `link` (client to target if `upstream`) until
 /// either side closes; while the link is blackholed, reads and drops. A
 /// close is passed on only while the link relays: a blackholed link stays
-/// open on both sides.
-fn relay(link: &Link, upstream: bool) {
+/// open on both sides. Downstream, what is read goes to `held` stamped
+/// with when it is due (the proxy's reply delay from now), for
+/// [`pass_on_when_due`] to write.
+fn relay(link: &Link, upstream: bool, held: Option<(&Shared, Held)>) {
     let (from, to) = if upstream {
         (&link.client, &link.target)
     } else {
@@ -233,11 +269,43 @@ fn relay(link: &Link, upstream: bool) {
         if link.holed.load(Ordering::SeqCst) {
             continue;
         }
+        if let Some((shared, held)) = &held {
+            let delay = Duration::from_micros(shared.reply_delay_us.load(Ordering::SeqCst));
+            if held
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
+                break;
+            }
+            continue;
+        }
         if (&*to).write_all(&buf[..n]).is_err() {
             break;
         }
     }
-    if !link.holed.load(Ordering::SeqCst) {
+    // Downstream, the close is passed on by `pass_on_when_due` once the
+    // held bytes are out (dropping `held` ends it).
+    if held.is_none() && !link.holed.load(Ordering::SeqCst) {
         let _ = to.shutdown(Shutdown::Write);
+    }
+}
+
+/// Writes the target's bytes to the client, each chunk once it is due, in
+/// the order read; passes the close on once the reader is done.
+fn pass_on_when_due(link: &Link, due: &mpsc::Receiver<(Instant, Vec<u8>)>) {
+    for (at, bytes) in due {
+        let wait = at.saturating_duration_since(Instant::now());
+        if !wait.is_zero() {
+            thread::sleep(wait);
+        }
+        if link.holed.load(Ordering::SeqCst) {
+            continue;
+        }
+        if (&link.client).write_all(&bytes).is_err() {
+            return;
+        }
+    }
+    if !link.holed.load(Ordering::SeqCst) {
+        let _ = link.client.shutdown(Shutdown::Write);
     }
 }

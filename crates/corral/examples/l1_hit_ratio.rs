@@ -6,7 +6,7 @@
 //! cargo run --release -p corral-cache --example l1_hit_ratio -- [CAPACITY] [REQUESTS]
 //! ```
 //!
-//! Each workload (`src/tier/workloads.rs`: Zipf at skews 0.8 and
+//! Each workload (`src/bounded_map/workloads.rs`: Zipf at skews 0.8 and
 //! 1.2, a loop that fits the capacity, a loop of twice the capacity, a
 //! Zipf core interrupted by scans; seeded) is replayed, request by request
 //! (a hit, or a miss followed by an insert), through:
@@ -34,7 +34,7 @@ use foldhash::fast::RandomState;
 use quick_cache::unsync;
 use quick_cache::UnitWeighter;
 
-#[path = "../src/tier/workloads.rs"]
+#[path = "../src/bounded_map/workloads.rs"]
 mod workloads;
 
 const SHARD_COUNTS: [usize; 4] = [1, 8, 32, 64];

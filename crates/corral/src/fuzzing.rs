@@ -101,3 +101,14 @@ pub fn keys(bytes: &[u8]) {
     #[cfg(not(feature = "redis"))]
     let _ = namespace;
 }
+
+/// The RESP2 reader of the batched reads' connections on arbitrary bytes:
+/// no panic; the scan and the read agree on where a reply ends; what is
+/// read whole is what redis-rs reads, from any offset, and every cut of
+/// it is incomplete, never wrong.
+pub fn resp(bytes: &[u8]) {
+    #[cfg(feature = "redis")]
+    crate::redis::read::fuzz::resp(bytes);
+    #[cfg(not(feature = "redis"))]
+    let _ = bytes;
+}

@@ -226,6 +226,7 @@
 //! | `state/` | `Inner`, one cache's state in one home (its fields private to it): the tiers, the settings, the flight table, the known tag versions, the counters; the backplane's changes |
 //! | `tier/`, `store/`, `redis/`, `memcached/` | the L1 and its clock; the shared store behind its circuit breaker and timeout (wrapped once, held by every caller of the store); the stores |
 //! | `stats/` | counters, the metrics export, health |
+//! | `bounded_map/`, `backoff`, `rng`, `sync` | below the tiers and the stores: the bounded map and its S3-FIFO order (the L1's entries, the Redis store's expiries), doubling waits, seeded generators, locks |
 //! | `data/`, `codec`, `clock` | what an entry is (the envelope), keys, freshness, settings, tag stamps, errors |
 //!
 //! An L1 hit reads in three files: [`Cache::get_or_fill`] (`cache/mod.rs`)
@@ -246,14 +247,17 @@
 //!    commits, fenced;
 //! 6. `read/mod.rs`: what the store answered is judged, and a fresh value
 //!    ends the flight;
-//! 7. `redis/mod.rs`: the store's calls (each through `tier/shared.rs`'s
-//!    breaker and timeout; the scripts in `redis/scripts.rs`).
+//! 7. `redis/store.rs`: the store's calls (each through `tier/shared.rs`'s
+//!    breaker and timeout; the scripts in `redis/scripts.rs`, the reads in
+//!    `redis/read/`).
 
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 #![forbid(unsafe_code)]
 // docs.rs (nightly) marks each feature-gated item with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod backoff;
+mod bounded_map;
 mod budget;
 mod cache;
 pub mod clock;
@@ -268,6 +272,7 @@ pub mod fuzzing;
 mod read;
 #[cfg(any(feature = "redis", feature = "config"))]
 mod redact;
+mod rng;
 mod state;
 mod stats;
 pub mod store;
@@ -281,7 +286,7 @@ mod redis;
 #[cfg(feature = "memcached")]
 mod memcached;
 
-pub use budget::{FillBudget, DEFAULT_MAX_WAIT};
+pub use budget::{FillBudget, DEFAULT_FAIL_OPEN_LIMIT, DEFAULT_MAX_WAIT};
 pub use cache::batch::{Batch, GetMany};
 pub use cache::builder::{CacheBuilder, Capacity};
 pub use cache::get_or_fill::{CallOptions, FillOutput, GetOrFill};
@@ -297,6 +302,7 @@ pub use data::encryption::Encryption;
 pub use data::error::{ConfigError, Error, StoreError, StoreErrorKind};
 pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
+pub use data::policy::FAIL_SAFE_SOFT_TIMEOUT;
 pub use data::policy::{FillOptions, WriteOptions};
 pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use stats::Stats;

@@ -12,7 +12,7 @@ use crossbeam_utils::sync::{ShardedLock, ShardedLockReadGuard, ShardedLockWriteG
 #[cfg(shuttle)]
 pub(crate) use shuttle::sync::{Mutex, MutexGuard};
 #[cfg(not(shuttle))]
-pub(crate) use std::sync::{Mutex, MutexGuard};
+pub(crate) use std::sync::Mutex;
 
 /// Read-locks `lock` (the calling thread's slice of it), ignoring
 /// poisoning: its users (the bounded map's shards, the tag table) leave
@@ -29,9 +29,22 @@ pub(crate) fn write<T>(lock: &ShardedLock<T>) -> ShardedLockWriteGuard<'_, T> {
 
 /// Locks `mutex`, ignoring poisoning: every critical section in corral leaves
 /// its data consistent before any call that could panic.
+#[cfg(shuttle)]
 #[inline]
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// [`lock`] of a `std` mutex in every build, for state the shuttle model
+/// does not explore (the stores', the throttles').
+#[inline]
+pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Locks `mutex`, ignoring poisoning: every critical section in corral leaves
+/// its data consistent before any call that could panic.
+#[cfg(not(shuttle))]
+pub(crate) use self::lock_std as lock;

@@ -3,7 +3,8 @@
 //! once per window with the number of repeats left out; [`warn_throttled!`]
 //! logs through one.
 
-use std::sync::{Mutex, PoisonError};
+use crate::sync::lock_std;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How often a repeated warning is logged at most, by default.
@@ -40,7 +41,7 @@ impl Throttle {
     /// is to be logged now; `None` if it is a repeat within the window.
     pub(crate) fn admit(&self) -> Option<u64> {
         let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = lock_std(&self.state);
         match state.logged {
             Some(logged) if now.duration_since(logged) < self.window => {
                 state.suppressed += 1;
@@ -61,7 +62,7 @@ impl Throttle {
     /// Starts afresh: the next warning is logged (after the condition it
     /// warns of ended, e.g. a connection came back).
     pub(crate) fn reset(&self) {
-        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = State::default();
+        *lock_std(&self.state) = State::default();
     }
 }
 

@@ -14,6 +14,7 @@
 //! for another process's fill. It gives the permit back on every exit
 //! (drop guards).
 
+pub(crate) mod acquire;
 pub(crate) mod adaptive;
 pub(crate) mod fleet;
 pub(crate) mod queue;
@@ -26,11 +27,22 @@ use crate::data::error::ConfigError;
 use crate::data::key::valid_name;
 use crate::stats::health::BudgetStats;
 
+pub(crate) use acquire::{FleetStore, Permit, Waited};
 pub(crate) use queue::{Demand, LocalPermit};
 
 /// The default longest wait for a permit: past it, a caller with no stale
 /// or fail-safe value at hand gets [`Error::Overloaded`](crate::Error::Overloaded).
-pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
+/// Short enough for a request handler to answer within its own deadline;
+/// set [`FillBudget::max_wait`] to the latency budget of the callers.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(1);
+
+/// The fill budget of a cache that has none, for its fills without a lease
+/// alone: while the shared store does not answer, at most this many such
+/// fills run at once in each cache (one per key), the rest wait in its
+/// queue (hottest key first) up to [`DEFAULT_MAX_WAIT`] while their flights
+/// keep asking the store. A cache given a [`FillBudget`] bounds them by it
+/// instead.
+pub const DEFAULT_FAIL_OPEN_LIMIT: usize = 16;
 
 /// A budget of fills running at once against one source of truth, shared
 /// by every cache that is given it (a clone is the same budget).
@@ -87,7 +99,9 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 /// lease TTL) and are renewed while their fill runs. A process first takes
 /// a permit of its own budget (its queue, in the order above), then one of
 /// the fleet's. If the store does not answer, the fill runs on its local
-/// permit alone (reads fail open; counted in `fleet_fail_open`).
+/// permit alone (reads fail open; counted in `fleet_fail_open`). N is
+/// what the source takes from the whole fleet: the sum of the pools it
+/// protects, not one pool's size.
 ///
 /// # Default
 ///
@@ -95,7 +109,11 @@ pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(10);
 /// its source can take (a pool's size, a rate limit), and a budget sized
 /// for the wrong source either throttles a healthy one or protects
 /// nothing. Give one budget to every cache that reads the same source, of
-/// about its concurrency (the pool's size).
+/// about its concurrency (the pool's size). With a healthy store a cache
+/// without a budget still fills each key once across the fleet; while the
+/// store does not answer, its fills without a lease are bounded by a
+/// default budget of [`DEFAULT_FAIL_OPEN_LIMIT`] (see
+/// [`CacheBuilder::fill_budget`](crate::CacheBuilder::fill_budget)).
 #[derive(Clone)]
 pub struct FillBudget {
     shared: Arc<Shared>,
@@ -142,6 +160,11 @@ impl FillBudget {
     /// other process's fleet budget of that name on the same store. Every
     /// process must give the same limit. Set it before sharing the budget.
     ///
+    /// The limit is what the source takes from **every process together**:
+    /// the sum of the pools it protects (3 replicas with a pool of 8
+    /// connections each: 24), not one pool's size. A fleet budget sized
+    /// like one pool caps the whole fleet at one replica's worth of fills.
+    ///
     /// # Errors
     /// A name of 1 to 64 characters from `A-Z a-z 0-9 _ - .` is required.
     pub fn fleet(self, name: &str) -> Result<Self, ConfigError> {
@@ -180,6 +203,12 @@ impl FillBudget {
         }
     }
 
+    /// The budget of a cache's fills without a lease when it has no fill
+    /// budget ([`DEFAULT_FAIL_OPEN_LIMIT`]).
+    pub(crate) fn fail_open_default() -> Self {
+        Self::new(DEFAULT_FAIL_OPEN_LIMIT)
+    }
+
     /// How many fills may run at once.
     pub fn limit(&self) -> usize {
         self.shared.permits.limit()
@@ -207,20 +236,20 @@ impl FillBudget {
         }
     }
 
-    pub(crate) fn permits(&self) -> &Arc<queue::Permits> {
+    fn permits(&self) -> &Arc<queue::Permits> {
         &self.shared.permits
     }
 
-    pub(crate) fn wait_bound(&self) -> Duration {
+    fn wait_bound(&self) -> Duration {
         self.shared.max_wait
     }
 
-    pub(crate) fn fleet_slots(&self) -> Option<&fleet::Slots> {
+    fn fleet_slots(&self) -> Option<&fleet::Slots> {
         self.shared.fleet.as_deref()
     }
 
     /// Learns from a finished fill, if the limit adapts.
-    pub(crate) fn finished(&self, took: Duration, ok: bool) {
+    fn finished(&self, took: Duration, ok: bool) {
         if let Some(adaptive) = &self.shared.adaptive {
             self.shared.permits.set_limit(adaptive.finished(took, ok));
         }

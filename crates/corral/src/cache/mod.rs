@@ -334,12 +334,15 @@ where
         }))
     }
 
-    /// The in-process value of `key` if it is quiet, counted as a hit: what
-    /// a `get_or_fill` answers on its first poll. For `#[corral::cached]`,
-    /// which looks before it builds per-call options; not a stable API.
-    #[doc(hidden)]
+    /// The in-process value of `key` if it is fresh and nothing is due for
+    /// it (no refresh), counted as a hit: what
+    /// [`get_or_fill`](Cache::get_or_fill) answers on its first poll, without
+    /// a future. Never awaits, never reads the shared store, never fills;
+    /// anything else is `None`, not counted (the read-through call that
+    /// follows counts it). `#[corral::cached]` looks here before it builds
+    /// per-call options.
     #[inline(always)]
-    pub fn __quick_hit(&self, key: &str) -> Option<V> {
+    pub fn get_local(&self, key: &str) -> Option<V> {
         self.local_hit(key)
     }
 
@@ -515,17 +518,14 @@ where
         self.inner.tiers().l1.as_ref().map_or(0, LocalTier::len)
     }
 
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
     /// Test support: whether in-process hits currently read the ticked
     /// clock reading of a hot cache instead of the clock.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn hits_read_ticked_clock(&self) -> bool {
         matches!(&self.inner.tiers().l1, Some(local) if local.ticking())
     }
 
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
     /// Measurement support: makes in-process hits read a ticked clock
     /// reading from now on, however few hits come (a cache normally ticks
     /// only while it takes ~500,000 hits a second), until the cache is
@@ -533,6 +533,7 @@ where
     /// [`hits_read_ticked_clock`](Self::hits_read_ticked_clock). False, and
     /// nothing changes, with an injected clock or without an in-process tier
     /// (a shared store without `l1(true)`).
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn keep_clock_ticking(&self) -> bool {
         matches!(&self.inner.tiers().l1, Some(local) if local.keep_clock_ticking())
@@ -555,9 +556,8 @@ where
         self.inner.flights().len()
     }
 
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
     /// A weak handle for tests that check a dropped cache really goes away.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn downgrade(&self) -> std::sync::Weak<impl std::any::Any + Send + Sync> {
         Arc::downgrade(&self.inner)

@@ -52,6 +52,15 @@ pub(crate) struct Ttls {
 }
 
 impl Ttls {
+    /// These TTLs, none longer than `cap`.
+    pub(crate) fn capped(self, cap: Duration) -> Self {
+        Self {
+            fresh: self.fresh.min(cap),
+            stale: self.stale.min(cap),
+            physical: self.physical.min(cap),
+        }
+    }
+
     /// TTLs for an entry that is fresh for `ttl` and then gone.
     #[cfg(test)]
     pub(crate) fn simple(ttl: Duration) -> Self {

@@ -28,6 +28,9 @@ pub(crate) struct Policy {
     /// With a fallback at hand, how long callers wait for a fill before
     /// getting the fallback while the fill goes on.
     pub(crate) soft_timeout: Option<Duration>,
+    /// Whether fail-safe without a soft timeout gets
+    /// [`FAIL_SAFE_SOFT_TIMEOUT`] (see [`Policy::paired`]).
+    pub(crate) pair_soft_timeout: bool,
     /// The TTL of a cached "not found".
     pub(crate) negative_ttl: Duration,
     /// How long a tag's (or clear's) version is kept in the store; no
@@ -52,6 +55,7 @@ impl Default for Policy {
             fail_safe_max: Duration::ZERO,
             fail_safe_throttle: Duration::from_secs(30),
             soft_timeout: None,
+            pair_soft_timeout: true,
             negative_ttl: Duration::from_secs(60),
             tag_retention: Duration::from_secs(7 * 24 * 3600),
             trace_raw_keys: false,
@@ -59,7 +63,24 @@ impl Default for Policy {
     }
 }
 
+/// With fail-safe on and no soft timeout set, how long callers with a
+/// value at hand wait for a fill before they get that value (the fill goes
+/// on in the background): a fill slower than this is a source in trouble,
+/// exactly when the value kept for fail-safe is worth serving.
+pub const FAIL_SAFE_SOFT_TIMEOUT: Duration = Duration::from_millis(100);
+
 impl Policy {
+    /// This policy with fail-safe paired with a soft timeout: with
+    /// `fail_safe_max` set and no `soft_timeout`, [`FAIL_SAFE_SOFT_TIMEOUT`]
+    /// (at most half the fill timeout).
+    pub(crate) fn paired(mut self) -> Self {
+        if self.pair_soft_timeout && !self.fail_safe_max.is_zero() && self.soft_timeout.is_none() {
+            let soft = FAIL_SAFE_SOFT_TIMEOUT.min(self.fill_timeout / 2);
+            self.soft_timeout = Some(soft).filter(|soft| !soft.is_zero());
+        }
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.ttl.is_zero() {
             return Err(ConfigError::new("ttl must be greater than zero"));

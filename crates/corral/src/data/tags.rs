@@ -339,6 +339,14 @@ impl TagTable {
         Some(state.l1.admit(key, stamps.user_tags()))
     }
 
+    /// Indexes `key` under `tags` for the L1 without checking versions (an
+    /// entry filled while the store did not answer, whose versions could
+    /// not be read): an invalidation of one of them still evicts it.
+    /// Returns the id to insert it with.
+    pub(crate) fn admit_unverified(&self, key: &str, tags: &[Arc<str>]) -> u64 {
+        write(&self.state).l1.admit(key, tags.iter())
+    }
+
     /// These L1 entries (key, insert id) left the L1: their keys leave the
     /// index, unless inserted again since.
     pub(crate) fn left_l1(&self, left: &[(Box<str>, u64)]) {

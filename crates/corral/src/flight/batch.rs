@@ -25,11 +25,12 @@ use tokio::time::Instant;
 
 use std::time::Duration;
 
+use crate::budget::Waited;
 use crate::data::freshness::{Answer, Standing};
 use crate::data::policy::FillOptions;
 use crate::data::tags::{Home, Stamps};
 use crate::flight::leader::{self, Flight, Job, Kept, LeaseGuard};
-use crate::flight::permit::{self, Waited};
+use crate::flight::permit;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Outcome};
 use crate::state::inner::Inner;
@@ -116,8 +117,9 @@ where
             };
             let waiting = permit::wait_for_permit(&self.inner, demand, pending(), || {});
             match leader::while_renewing(&self.inner, waiting, &leases).await {
-                Waited::Granted { permit, .. } => permit,
-                Waited::Overloaded(waited) | Waited::Deserted(waited) => {
+                None => None,
+                Some(Waited::Granted { permit, .. }) => Some(permit),
+                Some(Waited::Overloaded(waited) | Waited::Deserted(waited)) => {
                     drop(leases);
                     for (_, mut flight, lease) in to_fill {
                         drop(lease);
@@ -170,6 +172,7 @@ where
                             let kept = Kept {
                                 lease,
                                 stamps: stamps.get(home).cloned().flatten(),
+                                unverified: None,
                             };
                             async move {
                                 leader::succeed(inner, &mut flight, &key, ttl, answer, kept).await;
@@ -207,12 +210,13 @@ where
         let found = match store.call(store.get_many(&skeys)).await {
             Ok(found) => found,
             Err(error) => {
-                cache.note_store_failure(&error, "filling a batch without leases");
-                for _ in &led {
-                    Counters::bump(&cache.counters().fail_open_fills);
+                // Each key's own leader waits for the store, and fills
+                // without a lease only within the fail-open budget.
+                cache.counters().store_failed(&error);
+                for (key, flight) in led {
+                    self.delegate(cache, key, flight);
                 }
-                let to_fill = led.into_iter().map(|(k, f)| (k, f, None)).collect();
-                return (to_fill, false);
+                return (Vec::new(), true);
             }
         };
         let mut missing = Vec::new();
@@ -260,7 +264,7 @@ where
         });
         let grants = futures_util::future::join_all(grants).await;
         let mut to_fill = Vec::new();
-        let mut reachable = true;
+        let reachable = true;
         for ((key, flight), (skey, grant)) in missing.into_iter().zip(grants) {
             match grant {
                 Ok(Lookup::Granted(lease)) => {
@@ -273,9 +277,7 @@ where
                 }
                 Err(error) => {
                     cache.counters().store_failed(&error);
-                    Counters::bump(&cache.counters().fail_open_fills);
-                    reachable = false;
-                    to_fill.push((key, flight, None));
+                    self.delegate(cache, key, flight);
                 }
             }
         }
@@ -301,7 +303,6 @@ where
             fallback: None,
             permit: None,
             tags: Arc::clone(&self.tags),
-            store_failed: false,
             first: None,
             fill,
         };

@@ -35,8 +35,10 @@
 use std::any::TypeId;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
+use tokio::time::Instant;
 
 use crate::data::cause::FillError;
 use crate::data::error::{Error, StoreError};
@@ -47,7 +49,7 @@ use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, Look};
 use crate::state::flight::{Claim, Leadership};
 use crate::state::inner::{outcome_to_result, Inner};
 use crate::stats::Counters;
-use crate::store::{BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
+use crate::store::{patiently, BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
 /// The answer of `key` (already validated) for a call whose `fill`
@@ -64,7 +66,6 @@ where
     Fut: Future<Output = Result<Answer<V>, FillError<E>>> + Send + 'static,
     E: Send + Sync + 'static,
 {
-    let mut store_failed = false;
     // Without an L1, a caller reads the store before it claims a flight
     // (see the module docs), unless a flight of the key runs: then it joins.
     let l2_only = inner
@@ -76,13 +77,12 @@ where
         match read_ahead(inner, store, key).await {
             ReadAhead::Fresh(fetched) => return Ok(fetched),
             ReadAhead::Unsettled => {}
-            ReadAhead::Unreachable => store_failed = true,
         }
     }
     // Boxed apart: a hit of the read above allocates only this function's
     // small future, not the flight's large one (an allocation of a
     // kilobyte or more costs glibc a consolidation).
-    Box::pin(in_flight(inner, key, options, fill, store_failed)).await
+    Box::pin(in_flight(inner, key, options, fill)).await
 }
 
 /// The rest of [`fetch`]: the in-process tier, then the key's flight.
@@ -91,7 +91,6 @@ async fn in_flight<V, F, Fut, E>(
     key: &str,
     options: FillOptions,
     fill: F,
-    store_failed: bool,
 ) -> Result<Fetched<V>, Error<E>>
 where
     V: Clone + Send + Sync + 'static,
@@ -141,7 +140,7 @@ where
                     let request = leader::lease_request(inner, fill_timeout);
                     let job = move || Job::new(inner, key, options, fill, fallback, None);
                     let first = FirstStep::new(inner, runtime, leadership, job);
-                    if let Some(fetched) = first.run(store, request).await {
+                    if let Some(fetched) = first.run(store, request, fill_timeout).await {
                         return Ok(fetched);
                     }
                 }
@@ -149,10 +148,7 @@ where
                     if l2.is_none() {
                         Counters::bump(&inner.counters().misses);
                     }
-                    let job = Job {
-                        store_failed,
-                        ..Job::new(inner, key, options, fill, fallback, None)
-                    };
+                    let job = Job::new(inner, key, options, fill, fallback, None);
                     runtime.spawn(leader::run(Arc::downgrade(inner), leadership, job));
                 }
             }
@@ -262,6 +258,7 @@ where
         mut self,
         store: &SharedTier,
         request: LeaseRequest,
+        fill_timeout: Duration,
     ) -> Option<Fetched<V>> {
         let key = self.inner.store_key(self.lead.as_ref()?.0.key());
         if store.recalls(&key) {
@@ -269,7 +266,12 @@ where
         }
         let listener = store.listen(&key);
         let owned = store.clone();
-        let answer = Box::pin(async move { owned.call(owned.get_or_lease(&key, &request)).await });
+        let deadline = Instant::now() + fill_timeout;
+        let answer = Box::pin(async move {
+            // A late answer beats a fill without a lease.
+            let patience = owned.patience(request.lease_ttl, deadline);
+            patiently(patience, owned.call(owned.get_or_lease(&key, &request))).await
+        });
         let asking = self.asking.insert(Asking { listener, answer });
         let answer = (&mut asking.answer).await;
         let listener = self.asking.take()?.listener;
@@ -328,10 +330,9 @@ pub(crate) enum ReadAhead<V> {
     /// A fresh, current value (counted as an L2 hit): the answer.
     Fresh(Fetched<V>),
     /// Nothing servable without the leader: a miss, a stale value, bytes
-    /// that do not decode, or stale tag stamps.
+    /// that do not decode, stale tag stamps, or no answer from the store
+    /// (counted; the leader waits for the store as for its own request).
     Unsettled,
-    /// The store did not answer (counted): the leader fills without a lease.
-    Unreachable,
 }
 
 /// Reads `key` from `store` for a cache without an L1, outside any flight.
@@ -347,8 +348,8 @@ where
         }
         Ok(_) => ReadAhead::Unsettled,
         Err(error) => {
-            inner.note_store_failure(&error, "filling without a lease");
-            ReadAhead::Unreachable
+            inner.counters().store_failed(&error);
+            ReadAhead::Unsettled
         }
     }
 }

@@ -14,6 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::data::error::{StoreError, StoreErrorKind};
+use crate::sync::lock_std;
 
 /// The longest reply line read (status and flags; never data).
 const MAX_LINE: u64 = 4096;
@@ -120,7 +121,7 @@ impl Server {
             .acquire()
             .await
             .map_err(|_| unavailable(&self.addr, "pool closed"))?;
-        let pooled = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let pooled = lock_std(&self.idle).pop();
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
@@ -143,10 +144,7 @@ impl Server {
         for _ in requests {
             replies.push(self.read_reply(&mut conn).await?);
         }
-        self.idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(conn);
+        lock_std(&self.idle).push(conn);
         Ok(replies)
     }
 

@@ -9,16 +9,12 @@
 //! and versions; adding or removing one server of `n` moves only about
 //! `1/n` of the keys.
 
+use crate::data::key::fnv1a64;
+
 /// The servers' seeds, in the order they were given.
 #[derive(Debug, Clone)]
 pub(super) struct Ring {
     seeds: Vec<(u64, String)>,
-}
-
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 fn mix(mut z: u64) -> u64 {

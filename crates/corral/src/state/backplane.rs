@@ -43,6 +43,11 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
     }
 
     fn lost(&self) {
+        // The subscription is back: the store answers, whatever the
+        // breaker last saw, and flights waiting for it ask again.
+        if let Some(store) = &self.tiers().l2 {
+            store.heard();
+        }
         self.flights().detach_all(|| {
             self.tags().distrust();
             self.clear_l1();

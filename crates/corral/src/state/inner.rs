@@ -78,6 +78,9 @@ pub(crate) struct Inner<V> {
     refresh_limiter: Arc<Semaphore>,
     /// Bounds the fills of this cache (and of every cache sharing it).
     budget: Option<FillBudget>,
+    /// Bounds the fills without a lease while the store does not answer:
+    /// `budget` if the cache has one, else a default budget of its own.
+    fail_open: FillBudget,
     /// Whether values round-trip through the codec, checked on the first
     /// value encoded ([`round_trips`]): an `Err` refuses every write.
     round_trip: OnceLock<Result<(), Arc<str>>>,
@@ -130,6 +133,10 @@ impl<V: Clone> Inner<V> {
             rng: Mutex::new(parts.rng),
             weigh_by_bytes: parts.weigh_by_bytes,
             refresh_limiter: parts.refresh_limiter,
+            fail_open: parts
+                .budget
+                .clone()
+                .unwrap_or_else(FillBudget::fail_open_default),
             budget: parts.budget,
             round_trip: OnceLock::new(),
             store_warnings: Throttle::default(),
@@ -196,6 +203,12 @@ impl<V> Inner<V> {
     /// Its fill budget, if it has one.
     pub(crate) fn budget(&self) -> Option<&FillBudget> {
         self.budget.as_ref()
+    }
+
+    /// The budget of its fills without a lease while the store does not
+    /// answer: its fill budget, or a default one.
+    pub(crate) fn fail_open_budget(&self) -> &FillBudget {
+        &self.fail_open
     }
 
     /// The limiter of its background refreshes.
@@ -443,6 +456,27 @@ impl<V: 'static> Inner<V> {
         let Some(id) = self.tags.admit_to_l1(key, home, stamps) else {
             return false;
         };
+        self.put_in_l1(local, key, id, entry);
+        true
+    }
+
+    /// Inserts `entry` of `key` in the L1 unchecked, indexed under `tags`:
+    /// a fill made while the store did not answer (its versions unknown),
+    /// called under the flight table's lock like [`insert_in_l1`](Self::insert_in_l1).
+    pub(crate) fn insert_unverified_in_l1(&self, key: &str, tags: &[Arc<str>], entry: InL1<V>)
+    where
+        V: Clone,
+    {
+        if let Some(local) = &self.tiers.l1 {
+            let id = self.tags.admit_unverified(key, tags);
+            self.put_in_l1(local, key, id, entry);
+        }
+    }
+
+    fn put_in_l1(&self, local: &LocalTier<V>, key: &str, id: u64, entry: InL1<V>)
+    where
+        V: Clone,
+    {
         let left = local.insert(
             key,
             id,
@@ -453,7 +487,6 @@ impl<V: 'static> Inner<V> {
             entry.age,
         );
         self.tags.left_l1(&left);
-        true
     }
 
     /// The key's L1 entry judged at the L1's now (`None` without an L1, or

@@ -48,6 +48,7 @@ const COUNTER_HELP: &[(&str, &str)] = &[
     ("corral_commits_total", "Values written to the shared store by a fill."),
     ("corral_commits_refused_total", "Fill commits refused: the key was written, invalidated or leased anew, or a tag moved, meanwhile."),
     ("corral_store_errors_total", "Store calls that failed or timed out."),
+    ("corral_store_waits_total", "Flights that waited for a store that did not answer their lease request."),
     ("corral_decode_failures_total", "Stored bytes that could not be decoded (treated as a miss)."),
     ("corral_encode_failures_total", "Values not stored: not encodable, not round-tripping through the codec, or over the size limit."),
     ("corral_decrypt_failures_total", "Stored bytes that did not decrypt (treated as a miss, never served)."),
@@ -256,6 +257,7 @@ const COUNTERS: &[Reading] = &[
     ("corral_commits_total", None, |s| s.commits),
     ("corral_commits_refused_total", None, |s| s.commits_refused),
     ("corral_store_errors_total", None, |s| s.store_errors),
+    ("corral_store_waits_total", None, |s| s.store_waits),
     ("corral_decode_failures_total", None, |s| s.decode_failures),
     ("corral_encode_failures_total", None, |s| s.encode_failures),
     ("corral_decrypt_failures_total", None, |s| {

@@ -54,7 +54,9 @@ pub enum StoreHealth {
 }
 
 /// A snapshot of a [`FillBudget`](crate::FillBudget) ([`FillBudget::stats`](crate::FillBudget::stats)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// It serializes (serde) for a JSON endpoint (`wait_total` as seconds and
+/// nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct BudgetStats {
     /// Fills allowed at once (this process's side).

@@ -196,8 +196,9 @@ macro_rules! counters {
         /// A plain snapshot of one cache instance's counters.
         ///
         /// Counters only grow; subtract two snapshots to get the activity in
-        /// between.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+        /// between. It serializes (serde) as an object of its counters, for
+        /// a JSON health or stats endpoint.
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
         #[non_exhaustive]
         pub struct Stats {
             /// Reads answered from the cache.
@@ -270,8 +271,10 @@ counters! {
     commits_refused,
     /// Store calls that failed or timed out (calls the circuit breaker skipped are counted in `store_calls_skipped` instead).
     store_errors,
-    /// Fills run without a lease because the store was unreachable.
+    /// Fills run without a lease because the store did not answer (it stayed silent for as long as a lease lives) or refused: each held a permit of the fail-open budget.
     fail_open_fills,
+    /// Flights whose lease request the store did not answer, or refused: each waited for the store (one per flight, however many retries) before it got an answer, served a stale value, or filled without a lease.
+    store_waits,
     /// Fill leases granted by the shared store (a fill or refresh that will run under it).
     leases_acquired,
     /// Waits of a flight leader for another process's fill (the lease held
@@ -335,6 +338,19 @@ impl Counters {
 #[cfg(all(test, not(shuttle)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_serialize_as_an_object_of_their_counters() {
+        let stats = Stats {
+            fills: 3,
+            store_waits: 2,
+            ..Stats::default()
+        };
+        let json = serde_json::to_value(stats).expect("serializes");
+        assert_eq!(json["fills"], 3);
+        assert_eq!(json["store_waits"], 2);
+        assert_eq!(json["breaker_opened"], 0);
+    }
 
     #[test]
     fn counts_from_many_threads_add_up_exactly() {

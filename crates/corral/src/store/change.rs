@@ -8,9 +8,10 @@
 //! [`ChangeSink::lost`]: the caches then distrust everything the backplane
 //! kept current.
 
+use crate::sync::lock_std;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 /// The cache instance that made a change: a random 64-bit id drawn when the
 /// cache is built, so a cache recognises (and ignores) its own messages.
@@ -149,13 +150,13 @@ type WeakSink = Weak<dyn ChangeSink>;
 impl Sinks {
     /// Attaches `sink` under `name`.
     pub(crate) fn attach(&self, name: &str, sink: Weak<dyn ChangeSink>) {
-        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut by_name = lock_std(&self.by_name);
         by_name.entry(name.into()).or_default().push(sink);
     }
 
     /// The live sinks under `name`, forgetting dropped ones.
     pub(crate) fn live(&self, name: &str) -> Vec<Arc<dyn ChangeSink>> {
-        let mut by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut by_name = lock_std(&self.by_name);
         let Some(attached) = by_name.get_mut(name) else {
             return Vec::new();
         };
@@ -166,7 +167,7 @@ impl Sinks {
     /// Every live sink.
     #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn all_live(&self) -> Vec<Arc<dyn ChangeSink>> {
-        let by_name = self.by_name.lock().unwrap_or_else(PoisonError::into_inner);
+        let by_name = lock_std(&self.by_name);
         by_name
             .values()
             .flatten()

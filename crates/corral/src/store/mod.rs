@@ -55,7 +55,7 @@
 //!
 //! | store | lost | refills |
 //! |---|---|---|
-//! | [`MemoryStore`] | a version ([`MemoryStore::forget_tag_versions`]) | its tag's entries (all, for the clear version) |
+//! | [`MemoryStore`] | a version left unused for its retention | its tag's entries (all, for the clear version) |
 //! | Redis, one server | everything (flush, restart) | every entry |
 //! | Redis, one server | a version key (`DEL`, eviction) | its tag's entries (all, for the clear version); reads and writes touch the clear version, so LRU evicts it after the entries |
 //! | Redis Cluster | a shard's data | that shard's entries only |
@@ -73,6 +73,7 @@
 mod change;
 mod memory;
 mod notify;
+mod patience;
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -84,6 +85,8 @@ pub(crate) use change::Sinks;
 pub use change::{Change, ChangeSink, Event, Origin};
 pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
+pub(crate) use patience::{current as current_patience, patiently, Patience};
+pub use patience::{patience, stretched};
 
 use crate::data::error::StoreError;
 
@@ -345,6 +348,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Data of a foreign kind where the value belongs (another Redis type,
     /// say) is returned as bytes that do not decode, so the cache counts a
     /// miss and asks for the lease over it.
+    ///
+    /// Its asker may wait longer than the store's own timeout for the
+    /// answer (see [`patience`]).
     fn get_or_lease<'a>(
         &'a self,
         key: &'a StoreKey,
@@ -507,7 +513,8 @@ pub trait Store: Send + Sync + Debug + 'static {
     }
 
     /// The longest any call of this store takes before it fails with a
-    /// timeout of its own, if it bounds its calls. A cache whose store
+    /// timeout of its own, if it bounds its calls (calls made with a
+    /// longer [`patience`] aside). A cache whose store
     /// timeout is no shorter relies on it instead of arming a timer of its
     /// own per call. The default: `None` (the cache always arms its own).
     fn call_bound(&self) -> Option<Duration> {

@@ -1,19 +1,27 @@
 //! The circuit breaker in front of one cache's shared store.
 //!
 //! A sick store (frozen, unreachable) would make every call pay the store
-//! timeout. The breaker counts consecutive failed calls — timeouts and
-//! "unavailable"; an error the store *answered* with is not a failure of
-//! the connection and counts as an answer — and, at the threshold, opens:
+//! timeout. The breaker counts consecutive calls that failed in silence —
+//! timed out or found the store unreachable while no other call got an
+//! answer since they started (see [`Pulse`]) — and, at the threshold,
+//! opens. A call that timed out while answers kept coming (queued behind
+//! many others in this process, say) is not a sign of a sick store and is
+//! not counted; an error the store *answered* with is an answer.
 //!
 //! - **closed**: every call goes to the store; an answer resets the count;
 //! - **open** for the cool-down: every call is refused at once with a
-//!   [`StoreErrorKind::BreakerOpen`] error, no timeout paid (reads then fill
-//!   open, writes report the error);
+//!   [`StoreErrorKind::BreakerOpen`] error, no timeout paid (flights then
+//!   wait for the store, up to their patience, before they fill without a
+//!   lease; writes report the error);
 //! - **half-open** after the cool-down: the first call to come is the one
 //!   probe let through, the others are still refused until it ends; an
-//!   answer closes the breaker, a failure opens it for another cool-down.
-//!   A probe dropped before it ended (its caller cancelled) proved nothing:
-//!   the next call probes instead.
+//!   answer closes the breaker, a silent failure opens it for another
+//!   cool-down. A probe dropped before it ended (its caller cancelled)
+//!   proved nothing: the next call probes instead. A patient call (a
+//!   flight's, waiting for the store anyway) probes an open breaker at
+//!   once, without waiting for the cool-down.
+//! - The store's subscription coming back (its connection was lost and is
+//!   up again) closes the breaker at once: [`Breaker::store_heard`].
 //!
 //! State, deadline and counts are atomics of this one instance; a closed
 //! breaker costs a call one atomic load before and, on an answer, one
@@ -30,6 +38,7 @@ use tokio::time::Instant;
 
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::throttle::{warn_throttled, Throttle};
+use crate::tier::pulse::Pulse;
 
 /// The breaker's settings: open after `failures` consecutive failed store
 /// calls, for `cool_down`.
@@ -156,12 +165,15 @@ impl Breaker {
     }
 
     /// Lets a call through, or refuses it (counted) while the breaker is
-    /// open or its probe is in flight.
-    pub(crate) fn admit(&self) -> Result<Pass<'_>, StoreError> {
+    /// open or its probe is in flight. An `eager` call (a flight's, still
+    /// waiting for the store to answer) probes an open breaker at once,
+    /// cool-down or not: the flights waiting keep one call in flight at
+    /// most, and the first answer closes the breaker.
+    pub(crate) fn admit(&self, eager: bool) -> Result<Pass<'_>, StoreError> {
         let word = self.word.load(Acquire);
         match word & STATE {
             CLOSED => Ok(Pass::Closed(self)),
-            OPEN if self.now() >= word >> 2 => {
+            OPEN if eager || self.now() >= word >> 2 => {
                 match self.word.compare_exchange(word, PROBING, AcqRel, Acquire) {
                     Ok(_) => {
                         tracing::debug!(cache = %self.cache, "circuit breaker half-open: one probe call goes to the store");
@@ -234,6 +246,19 @@ impl Breaker {
     }
 }
 
+impl Breaker {
+    /// The store answered outside any call (its subscription came back
+    /// after its connection was lost): an open or half-open breaker closes
+    /// at once, so the calls waiting for the store go ahead.
+    pub(crate) fn store_heard(&self) {
+        if self.word.swap(CLOSED, AcqRel) & STATE != CLOSED {
+            self.failures.store(0, Relaxed);
+            self.probe_warnings.reset();
+            tracing::info!(cache = %self.cache, "circuit breaker closed: the store's subscription is back");
+        }
+    }
+}
+
 /// Whether a call's outcome says the store is sick: it did not answer in
 /// time or could not be reached. An error it answered with is an answer.
 fn failed<T>(result: &Result<T, StoreError>) -> bool {
@@ -244,13 +269,14 @@ fn failed<T>(result: &Result<T, StoreError>) -> bool {
 }
 
 impl Pass<'_> {
-    /// Records the outcome of the call this pass let through.
-    pub(crate) fn ended<T>(self, result: &Result<T, StoreError>) {
+    /// Records the outcome of the call this pass let through; `failed`:
+    /// it failed in silence (see [`Pulse::unanswered`]).
+    pub(crate) fn ended(self, failed: bool) {
         match self {
-            Pass::Closed(breaker) => breaker.closed_call_ended(failed(result)),
+            Pass::Closed(breaker) => breaker.closed_call_ended(failed),
             Pass::Probe(mut probe) => {
                 probe.finished = true;
-                probe.breaker.probe_ended(failed(result));
+                probe.breaker.probe_ended(failed);
             }
         }
     }
@@ -268,20 +294,30 @@ impl Drop for Probe<'_> {
 }
 
 /// Runs one store call through `breaker` (if any) under `timeout` (if
-/// any): refused at once while the breaker is open, its outcome recorded
-/// otherwise.
+/// any): refused at once while the breaker is open (unless it may probe
+/// it `eager`ly: see [`Breaker::admit`]), its outcome recorded otherwise,
+/// in the breaker and in the store's `pulse`.
 pub(crate) async fn guarded<T>(
     breaker: Option<&Breaker>,
+    pulse: &Pulse,
     timeout: Option<Duration>,
+    eager: bool,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
-    let pass = breaker.map(Breaker::admit).transpose()?;
+    let pass = breaker.map(|breaker| breaker.admit(eager)).transpose()?;
+    let started = pulse.started();
     let result = match timeout {
         Some(timeout) => bounded(timeout, call).await,
         None => call.await,
     };
+    let silent = if failed(&result) {
+        pulse.unanswered(started)
+    } else {
+        pulse.answered();
+        false
+    };
     if let Some(pass) = pass {
-        pass.ended(&result);
+        pass.ended(silent);
     }
     result
 }
@@ -329,8 +365,8 @@ mod tests {
     }
 
     fn call(breaker: &Breaker, result: Result<(), StoreError>) -> Result<(), StoreError> {
-        let pass = breaker.admit()?;
-        pass.ended(&result);
+        let pass = breaker.admit(false)?;
+        pass.ended(failed(&result));
         result
     }
 
@@ -375,15 +411,18 @@ mod tests {
         tokio::time::advance(COOL_DOWN - Duration::from_millis(1)).await;
         assert!(refused(&call(&breaker, answered())), "still cooling down");
         tokio::time::advance(Duration::from_millis(1)).await;
-        let probe = breaker.admit().expect("the probe");
+        let probe = breaker.admit(false).expect("the probe");
         assert!(matches!(probe, Pass::Probe(_)));
         for _ in 0..10 {
-            assert!(refused(&breaker.admit().map(|_| ())), "one probe at a time");
+            assert!(
+                refused(&breaker.admit(false).map(|_| ())),
+                "one probe at a time"
+            );
         }
         assert_eq!(breaker.skipped(), 11);
-        probe.ended(&answered());
+        probe.ended(false);
         assert!(breaker.is_closed());
-        assert!(matches!(breaker.admit(), Ok(Pass::Closed(_))));
+        assert!(matches!(breaker.admit(false), Ok(Pass::Closed(_))));
         // Closed afresh: the count starts again from zero.
         call(&breaker, timeout()).ok();
         assert!(breaker.is_closed());
@@ -409,49 +448,133 @@ mod tests {
         let breaker = breaker(1);
         open(&breaker, 1);
         tokio::time::advance(COOL_DOWN).await;
-        drop(breaker.admit().expect("the probe"));
-        let next = breaker.admit().expect("the next call probes");
+        drop(breaker.admit(false).expect("the probe"));
+        let next = breaker.admit(false).expect("the next call probes");
         assert!(matches!(next, Pass::Probe(_)));
-        next.ended(&answered());
+        next.ended(false);
         assert!(breaker.is_closed());
     }
 
     #[tokio::test(start_paused = true)]
     async fn late_outcomes_of_calls_let_through_before_it_opened_change_nothing() {
         let breaker = breaker(2);
-        let late_failure = breaker.admit().expect("closed");
-        let late_answer = breaker.admit().expect("closed");
+        let late_failure = breaker.admit(false).expect("closed");
+        let late_answer = breaker.admit(false).expect("closed");
         open(&breaker, 2);
-        late_failure.ended(&timeout());
-        late_answer.ended(&answered());
+        late_failure.ended(true);
+        late_answer.ended(false);
         assert!(!breaker.is_closed());
         assert_eq!(breaker.opened(), 1);
         tokio::time::advance(COOL_DOWN).await;
-        assert!(matches!(breaker.admit(), Ok(Pass::Probe(_))));
+        assert!(matches!(breaker.admit(false), Ok(Pass::Probe(_))));
     }
 
     #[tokio::test(start_paused = true)]
     async fn guarded_calls_skip_the_call_and_its_timeout_while_open() {
         let breaker = breaker(1);
+        let pulse = Pulse::new();
         let hang = || std::future::pending::<Result<(), StoreError>>();
         let started = Instant::now();
-        let first = guarded(Some(&breaker), Some(Duration::from_secs(1)), hang()).await;
+        let first = guarded(
+            Some(&breaker),
+            &pulse,
+            Some(Duration::from_secs(1)),
+            false,
+            hang(),
+        )
+        .await;
         assert!(first.expect_err("timed out").is_timeout());
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         let started = Instant::now();
-        let second = guarded(Some(&breaker), Some(Duration::from_secs(1)), hang()).await;
+        let second = guarded(
+            Some(&breaker),
+            &pulse,
+            Some(Duration::from_secs(1)),
+            false,
+            hang(),
+        )
+        .await;
         assert!(second.expect_err("refused").is_breaker_open());
         assert_eq!(started.elapsed(), Duration::ZERO, "no timeout paid");
         // A probe cancelled mid-call leaves the probe to the next call.
         tokio::time::advance(COOL_DOWN).await;
         let cancelled = tokio::time::timeout(
             Duration::from_millis(10),
-            guarded(Some(&breaker), Some(Duration::from_secs(1)), hang()),
+            guarded(
+                Some(&breaker),
+                &pulse,
+                Some(Duration::from_secs(1)),
+                false,
+                hang(),
+            ),
         )
         .await;
         assert!(cancelled.is_err());
-        let answered = guarded(Some(&breaker), None, async { Ok(()) }).await;
+        let answered = guarded(Some(&breaker), &pulse, None, false, async { Ok(()) }).await;
         assert!(answered.is_ok());
         assert!(breaker.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn calls_that_time_out_while_others_are_answered_do_not_open_it() {
+        // A long queue: each call waits behind the ones before it and the
+        // last ones time out, while the store answers the others.
+        let breaker = breaker(2);
+        let pulse = Pulse::new();
+        let timeout = Some(Duration::from_millis(100));
+        let queued = (0u64..20).map(|place| {
+            let (breaker, pulse) = (&breaker, &pulse);
+            async move {
+                let call = async move {
+                    tokio::time::sleep(Duration::from_millis(10 * place + 5)).await;
+                    Ok::<(), StoreError>(())
+                };
+                guarded(Some(breaker), pulse, timeout, false, call).await
+            }
+        });
+        let results = futures_util::future::join_all(queued).await;
+        assert_eq!(
+            results.iter().filter(|r| r.is_err()).count(),
+            10,
+            "the tail timed out"
+        );
+        assert!(breaker.is_closed());
+        assert_eq!(breaker.opened(), 0);
+        // A store that answers nothing opens it.
+        let hang = || std::future::pending::<Result<(), StoreError>>();
+        for _ in 0..2 {
+            let _ = guarded(Some(&breaker), &pulse, timeout, false, hang()).await;
+        }
+        assert!(!breaker.is_closed());
+        assert_eq!(breaker.opened(), 1);
+        assert_eq!(pulse.silence(), Duration::from_millis(200));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_eager_call_probes_an_open_breaker_before_its_cool_down() {
+        let breaker = breaker(1);
+        open(&breaker, 1);
+        assert!(refused(&breaker.admit(false).map(|_| ())), "cooling down");
+        let probe = breaker.admit(true).expect("an eager call probes");
+        assert!(matches!(probe, Pass::Probe(_)));
+        assert!(
+            refused(&breaker.admit(true).map(|_| ())),
+            "one probe at a time"
+        );
+        probe.ended(true);
+        assert_eq!(breaker.opened(), 2, "its failure opened it again");
+        let probe = breaker.admit(true).expect("the next eager call probes");
+        probe.ended(false);
+        assert!(breaker.is_closed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_store_heard_again_closes_it_at_once() {
+        let breaker = breaker(1);
+        open(&breaker, 1);
+        breaker.store_heard();
+        assert!(breaker.is_closed());
+        assert!(matches!(breaker.admit(false), Ok(Pass::Closed(_))));
+        assert_eq!(breaker.opened(), 1);
     }
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use quick_cache::Weighter;
 
+use crate::bounded_map::BoundedMap;
 use crate::clock::{millis, Clock};
 use crate::data::entry::Ttls;
 use crate::data::freshness::{quiet_for, Judged, Standing};
-use crate::tier::bounded_map::BoundedMap;
 use crate::tier::ticker::TickedClock;
 
 /// An in-process entry: the value (`None`: a cached "not found") and the

@@ -2,12 +2,8 @@
 //! clock) and the guarded shared store (the store behind its circuit
 //! breaker and timeout, wrapped once and held by every caller of the store).
 
-pub(crate) mod bounded_map;
 pub(crate) mod breaker;
-pub(crate) mod eviction;
 pub(crate) mod local;
+pub(crate) mod pulse;
 pub(crate) mod shared;
 pub(crate) mod ticker;
-#[cfg(all(test, not(shuttle)))]
-#[allow(dead_code)]
-pub(crate) mod workloads;

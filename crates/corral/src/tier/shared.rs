@@ -9,8 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::data::error::StoreError;
-use crate::store::Store;
+use tokio::time::Instant;
+
+use crate::data::error::StoreErrorKind;
+use crate::store::{current_patience, Patience, Store};
 use crate::tier::breaker::{self, Breaker};
+use crate::tier::pulse::Pulse;
 
 /// A cache's shared store behind its guard. Clones share the store and the
 /// breaker.
@@ -18,9 +22,13 @@ use crate::tier::breaker::{self, Breaker};
 pub(crate) struct SharedTier {
     store: Arc<dyn Store>,
     breaker: Option<Arc<Breaker>>,
+    /// Whether the store answers, as this cache's calls see it.
+    pulse: Arc<Pulse>,
     /// The cache's store timeout, or `None` when the store bounds every
     /// call at least as tightly itself (no timer of the cache's needed).
     timeout: Option<Duration>,
+    /// The cache's store timeout.
+    store_timeout: Duration,
 }
 
 impl SharedTier {
@@ -37,24 +45,98 @@ impl SharedTier {
         Self {
             store,
             breaker,
+            pulse: Arc::new(Pulse::new()),
             timeout: (!bounded_by_store).then_some(store_timeout),
+            store_timeout,
         }
     }
 
     /// Runs one call of the store (made with this tier's methods, e.g.
     /// `tier.call(tier.get(&key))`): refused at once while the breaker is
     /// open, failed as a timeout past the store timeout.
+    ///
+    /// Within [`patiently`](crate::store::patiently) (a flight's calls), the call waits while the
+    /// store keeps answering other calls, and fails once it has been
+    /// silent for the patience's `silence` (or at its `limit`).
     #[inline]
     pub(crate) async fn call<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        breaker::guarded(self.breaker.as_deref(), self.timeout, call).await
+        let breaker = self.breaker.as_deref();
+        match current_patience() {
+            None => breaker::guarded(breaker, &self.pulse, self.timeout, false, call).await,
+            Some(patience) => {
+                let call = while_answering(&self.pulse, patience, call);
+                breaker::guarded(breaker, &self.pulse, None, patience.probe, call).await
+            }
+        }
+    }
+
+    /// The patience of a flight's store calls: a late answer beats a fill
+    /// without a lease, or a fill whose answer cannot be kept, so they wait
+    /// while the store answers, until it has been silent for as long as a
+    /// lease lives (`lease_ttl`; less the silence so far, but at least the
+    /// store timeout), and at most until the flight's `deadline`. Until the
+    /// store has been silent that long, they probe an open breaker at once.
+    pub(crate) fn patience(&self, lease_ttl: Duration, deadline: Instant) -> Patience {
+        let left = lease_ttl.saturating_sub(self.pulse.silence());
+        Patience {
+            silence: left.max(self.store_timeout),
+            limit: deadline.saturating_duration_since(Instant::now()),
+            probe: !left.is_zero(),
+        }
+    }
+
+    /// Whether the store answers, as this cache's calls see it.
+    pub(crate) fn pulse(&self) -> &Pulse {
+        &self.pulse
+    }
+
+    /// The store was heard from outside any call (its subscription came
+    /// back): the silence ends and an open breaker closes.
+    pub(crate) fn heard(&self) {
+        self.pulse.heard();
+        if let Some(breaker) = &self.breaker {
+            breaker.store_heard();
+        }
     }
 
     /// The circuit breaker, if the cache has one.
     pub(crate) fn breaker(&self) -> Option<&Breaker> {
         self.breaker.as_deref()
+    }
+}
+
+/// Runs a patient call: it fails once the store has answered nothing, to
+/// any call, for `patience.silence` since it started (a call queued behind
+/// others that are being answered keeps waiting), or at `patience.limit`.
+async fn while_answering<T>(
+    pulse: &Pulse,
+    patience: Patience,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::pin!(call);
+    let started = Instant::now();
+    let limit = started + patience.limit;
+    let mut until = (started + patience.silence).min(limit);
+    loop {
+        if let Ok(answer) = tokio::time::timeout_at(until, &mut call).await {
+            return answer;
+        }
+        let heard = pulse.last_answer().filter(|at| *at > started);
+        match heard.map(|at| (at + patience.silence).min(limit)) {
+            Some(later) if later > Instant::now() => until = later,
+            _ => {
+                return Err(StoreError::new(
+                    StoreErrorKind::Timeout,
+                    format!(
+                        "no answer, to this call or any other, within {:?}",
+                        patience.silence
+                    ),
+                ))
+            }
+        }
     }
 }
 

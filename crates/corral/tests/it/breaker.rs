@@ -1,7 +1,9 @@
 //! The circuit breaker in front of a Redis-backed cache, against a real
 //! `redis-server` frozen with SIGSTOP: it opens after consecutive store
-//! timeouts, then calls stop paying the timeout; after the cool-down one
-//! probe goes through; it closes once Redis answers again.
+//! calls that got no answer, then calls stop paying the timeout; after the
+//! cool-down one probe goes through; it closes once Redis answers again.
+//! Reads wait for a silent store for a lease's life before they fill
+//! without a lease.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,6 +15,8 @@ use tokio::time::Instant;
 const OP_TIMEOUT: Duration = Duration::from_millis(300);
 const FAILURES: u32 = 3;
 const COOL_DOWN: Duration = Duration::from_millis(600);
+/// The lease TTL: how long a flight waits for a silent store.
+const LEASE: Duration = Duration::from_millis(800);
 /// Far below the store timeout: what a call costs while the breaker is
 /// open (a generous margin over the ~0.1 ms measured).
 const SKIPPED: Duration = Duration::from_millis(50);
@@ -31,6 +35,7 @@ fn cache(store: &RedisStore, l1: bool) -> Cache<String> {
         .store(store.clone())
         .l1(l1)
         .store_timeout(OP_TIMEOUT)
+        .lease_ttl(LEASE)
         .circuit_breaker(FAILURES, COOL_DOWN)
         .build()
         .expect("config")
@@ -65,23 +70,27 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
 
     server.reset_stats();
     server.freeze();
-    // Closed: each read pays the store timeout, then fills without a lease.
-    let mut before = Vec::new();
-    for i in 0..FAILURES {
-        let (answer, took) = timed_read(&cache, &format!("before{i}"), "filled").await;
-        assert_eq!(answer, "filled");
-        assert!(
-            took >= OP_TIMEOUT,
-            "a call to the frozen store took {took:?}"
-        );
-        before.push(took);
-    }
+    // Closed: the first cold read waits for the silent store — its read
+    // times out, its lease request waits out the rest of a lease's life —
+    // then fills without a lease.
+    let (answer, first) = timed_read(&cache, "before0", "filled").await;
+    assert_eq!(answer, "filled");
+    assert!(first >= LEASE, "the first read waited {first:?}");
+    // The store has been silent for a lease's life: the next read pays its
+    // own read's timeout (the third silent failure opens the breaker), and
+    // fills at once.
+    let (answer, second) = timed_read(&cache, "before1", "filled").await;
+    assert_eq!(answer, "filled");
+    assert!(second >= OP_TIMEOUT, "{second:?}");
+    assert!(second < LEASE, "{second:?}");
+    let before = vec![first, second];
     let opened_by = Instant::now();
     let stats = cache.stats();
     assert_eq!(stats.breaker_opened, 1, "{stats:?}");
     assert_eq!(stats.store_errors, u64::from(FAILURES));
 
-    // Open: calls are skipped at once; reads still answer by filling.
+    // Open: calls are skipped at once (a read's and its lease request's);
+    // reads still answer by filling.
     let mut open = Vec::new();
     for i in 0..20 {
         let (answer, took) = timed_read(&cache, &format!("open{i}"), "filled open").await;
@@ -120,18 +129,20 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
         "5 refused operations took {writes_took:?}"
     );
     let stats = cache.stats();
-    // 20 reads, one batch read, 5 operations (none of them retried).
-    assert_eq!(stats.store_calls_skipped, 26, "{stats:?}");
+    // 20 reads and their lease requests, the second read's lease request,
+    // the batch read and its keys' lease requests, 5 operations.
+    assert_eq!(stats.store_calls_skipped, 2 * 20 + 1 + 3 + 5, "{stats:?}");
     assert_eq!(
         stats.store_errors,
         u64::from(FAILURES),
         "skips are no errors"
     );
-    assert_eq!(stats.fail_open_fills, u64::from(FAILURES) + 20 + 2);
+    assert_eq!(stats.fail_open_fills, 2 + 20 + 2);
     assert_eq!(stats.breaker_opened, 1);
 
     // Half-open, Redis still frozen: of 50 concurrent reads exactly one is
     // the probe (and pays the timeout); its failure opens the breaker again.
+    // None waits for the store: it has been silent for longer than a lease.
     tokio::time::sleep_until(opened_by + COOL_DOWN).await;
     let skipped = cache.stats().store_calls_skipped;
     let calls: Vec<_> = (0..50)
@@ -150,20 +161,20 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
     let paid = half_open.iter().filter(|took| **took >= OP_TIMEOUT).count();
     assert_eq!(paid, 1, "one probe paid the timeout: {half_open:?}");
     let stats = cache.stats();
-    assert_eq!(stats.store_calls_skipped - skipped, 49, "{stats:?}");
+    // The 49 other reads and all 50 lease requests.
+    assert_eq!(stats.store_calls_skipped - skipped, 49 + 50, "{stats:?}");
     assert_eq!(stats.breaker_opened, 2, "the failed probe opened it again");
 
     server.thaw();
-    // Redis got 3 reads that timed out and 1 probe while frozen (each read
-    // is one pipelined PTTL + GET), and nothing from the skipped calls.
+    // Redis got 2 reads that timed out, 1 lease request and 1 probe while
+    // frozen (each read is one pipelined PTTL + GET), and nothing from the
+    // skipped calls.
     let commands = server.command_stats();
-    assert_eq!(commands.get("pttl"), Some(&4), "{commands:?}");
+    assert_eq!(commands.get("pttl"), Some(&3), "{commands:?}");
+    assert_eq!(commands.get("evalsha"), Some(&1), "{commands:?}");
 
-    // Still open until the cool-down ends, thawed or not.
-    let refused = cache.set("warm", "x".into()).await.expect_err("open");
-    assert!(refused.is_breaker_open(), "{refused}");
-
-    // After the cool-down the probe finds Redis answering: closed.
+    // After the cool-down the probe finds Redis answering (unless the
+    // store's subscription came back first, which closes it): closed.
     tokio::time::sleep_until(reopened_by + COOL_DOWN).await;
     let (probe, probe_took) = timed_read(&cache, "warm", "not filled").await;
     assert_eq!(probe, "up", "read from Redis");

@@ -311,10 +311,12 @@ async fn past_ttl_and_grace_the_key_is_a_cold_miss() {
 async fn fail_safe_serves_the_old_value_throttles_and_never_outlives_its_max() {
     for tier in TIERS {
         let caches = Caches::new(tier);
+        // Without a soft timeout: callers wait for the failure itself.
         let cache = caches.build(|b| {
             b.fail_safe(Duration::from_secs(60))
                 .fail_safe_throttle(Duration::from_secs(5))
                 .fill_timeout(Duration::from_secs(1))
+                .no_soft_timeout()
         });
         cache.get_or_fill("k", value("kept")).await.expect("fill");
         advance(Duration::from_secs(11)).await;
@@ -406,6 +408,40 @@ async fn the_soft_timeout_serves_stale_and_the_fill_lands_later() {
             Some("new"),
             "{tier:?}"
         );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn fail_safe_comes_with_a_soft_timeout_unless_one_is_set() {
+    // A source that fails after a second, as a database timing out does.
+    let slow_failure = || -> BoxFill {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Err(SourceDown)
+        })
+    };
+    for tier in TIERS {
+        let caches = Caches::new(tier);
+        let paired = caches.build(|b| b.fail_safe(Duration::from_secs(60)));
+        let waiting = caches.build(|b| {
+            b.fail_safe(Duration::from_secs(60))
+                .soft_timeout(Duration::from_millis(1_500))
+        });
+        for (cache, waited) in [
+            (&paired, corral::FAIL_SAFE_SOFT_TIMEOUT),
+            (&waiting, Duration::from_secs(1)),
+        ] {
+            cache.invalidate("k").await.expect("invalidate");
+            cache.get_or_fill("k", value("old")).await.expect("fill");
+            advance(Duration::from_secs(11)).await;
+            let started = Instant::now();
+            let fetched = fetch(cache, slow_failure).await.expect("the old value");
+            assert_eq!(started.elapsed(), waited, "{tier:?}");
+            assert_eq!(fetched.value.as_deref(), Some("old"), "{tier:?}");
+            // The failing fill ends a second after it started.
+            tokio::time::sleep_until(started + Duration::from_secs(1)).await;
+            until_yielding(|| cache.flights_in_progress() == 0).await;
+        }
     }
 }
 

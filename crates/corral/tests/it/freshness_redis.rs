@@ -151,9 +151,10 @@ impl Config {
             .refresh_limit(self.refresh_limit)
             .negative_ttl(self.negative_ttl)
             .clock(clock);
-        if let Some(soft) = self.soft_timeout {
-            builder = builder.soft_timeout(soft);
-        }
+        builder = match self.soft_timeout {
+            Some(soft) => builder.soft_timeout(soft),
+            None => builder.no_soft_timeout(),
+        };
         if let Some(fraction) = self.eager {
             builder = builder.eager_refresh(fraction);
         }

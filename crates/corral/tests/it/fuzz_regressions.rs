@@ -21,22 +21,27 @@ fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     inputs
 }
 
-#[test]
-fn envelope_inputs_decode_or_fail_cleanly() {
-    let inputs = inputs("envelope");
-    assert!(!inputs.is_empty(), "no seeds in fuzz/regressions/envelope");
+/// Every input kept for fuzz target `target`, through its entry point.
+fn replay(target: &str, entry: fn(&[u8])) {
+    let inputs = inputs(target);
+    assert!(!inputs.is_empty(), "no seeds in fuzz/regressions/{target}");
     for (path, bytes) in inputs {
         eprintln!("{}", path.display());
-        corral::fuzzing::envelope(&bytes);
+        entry(&bytes);
     }
 }
 
 #[test]
+fn envelope_inputs_decode_or_fail_cleanly() {
+    replay("envelope", corral::fuzzing::envelope);
+}
+
+#[test]
 fn key_inputs_encode_cleanly() {
-    let inputs = inputs("keys");
-    assert!(!inputs.is_empty(), "no seeds in fuzz/regressions/keys");
-    for (path, bytes) in inputs {
-        eprintln!("{}", path.display());
-        corral::fuzzing::keys(&bytes);
-    }
+    replay("keys", corral::fuzzing::keys);
+}
+
+#[test]
+fn resp_inputs_read_or_fail_cleanly() {
+    replay("resp", corral::fuzzing::resp);
 }

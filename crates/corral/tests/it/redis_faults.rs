@@ -329,14 +329,16 @@ async fn redis_frozen_for_five_seconds_bounds_every_call() {
     const FILL: Duration = Duration::from_millis(50);
     let server = RedisServer::start();
     let store = store(&server).await;
-    let cache = cache(&store, Duration::from_secs(3));
+    const LEASE: Duration = Duration::from_secs(1);
+    let cache = cache(&store, LEASE);
     cache
         .get_or_fill("warm-up", ok("v"))
         .await
         .expect("warm-up");
-    // The bound: one store call (lease attempt) times out, then the fill
-    // runs without a lease; nothing else waits on the frozen server.
-    let bound = OP_TIMEOUT + FILL + Duration::from_millis(500);
+    // The bound: the flights wait for the silent store for a lease's life
+    // (their reads and lease requests get no answer), then fill without a
+    // lease; nothing else waits on the frozen server.
+    let bound = LEASE + FILL + Duration::from_millis(500);
     server.freeze();
     let frozen_at = Instant::now();
     let calls: Vec<_> = (0..200)

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore, StoreErrorKind};
@@ -116,6 +116,7 @@ fn sentinel_worker() {
             tier: cache(&store, "tier", true),
             released: Semaphore::new(0),
             fills: AtomicU64::new(0),
+            answers: Mutex::new(None),
         });
         println!("@ready");
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
@@ -133,6 +134,10 @@ struct WorkerState {
     /// Fills wait for a permit; `release` adds plenty.
     released: Semaphore,
     fills: AtomicU64,
+    /// The stampede's callers, tallied once every one is answered: told
+    /// on `answers` (not when ready, so the line never races another
+    /// command's answer).
+    answers: Mutex<Option<tokio::task::JoinHandle<Answers>>>,
 }
 
 impl WorkerState {
@@ -161,15 +166,24 @@ impl WorkerState {
                         })
                     })
                     .collect();
-                let mut answers = Answers::default();
-                for caller in callers {
-                    let (answer, took) = caller.await.expect("caller task");
-                    match answer {
-                        Ok(value) => *answers.values.entry(value).or_default() += 1,
-                        Err(e) => answers.errors.push(e.to_string()),
+                let tally = async move {
+                    let mut answers = Answers::default();
+                    for caller in callers {
+                        let (answer, took) = caller.await.expect("caller task");
+                        match answer {
+                            Ok(value) => *answers.values.entry(value).or_default() += 1,
+                            Err(e) => answers.errors.push(e.to_string()),
+                        }
+                        answers.slowest_ms = answers.slowest_ms.max(took.as_millis());
                     }
-                    answers.slowest_ms = answers.slowest_ms.max(took.as_millis());
-                }
+                    answers
+                };
+                *self.answers.lock().expect("answers") = Some(tokio::spawn(tally));
+            }
+            // answers: the stampede's tally, once every caller is answered.
+            Some("answers") => {
+                let tally = self.answers.lock().expect("answers").take();
+                let answers = tally.expect("a stampede").await.expect("tally");
                 println!(
                     "@answers {}",
                     serde_json::to_string(&answers).expect("json")
@@ -497,8 +511,11 @@ async fn master_killed_mid_fill_with_two_processes() {
     let mut values: BTreeMap<String, usize> = BTreeMap::new();
     let mut slowest = 0;
     for worker in &mut workers {
-        let answers: Answers =
-            serde_json::from_str(&worker.expect("@answers").await).expect("answers json");
+        let answers: Answers = serde_json::from_str(&{
+            worker.send("answers").await;
+            worker.expect("@answers").await
+        })
+        .expect("answers json");
         assert!(
             answers.errors.is_empty(),
             "callers got errors: {:?}",

@@ -44,7 +44,7 @@ async fn a_quarter_million_tagged_keys_through_a_small_l1_keep_the_index_and_mem
 
 /// The same with 1M keys and an 8 MiB bound (about 2 minutes in a debug
 /// build): `cargo test -p corral-cache --all-features --test it
-/// tag_index::a_million -- --ignored`.
+/// a_tag_index::a_million -- --ignored`.
 #[tokio::test]
 #[ignore = "a measurement of about 2 minutes; the quarter-million run above is its CI form"]
 async fn a_million_tagged_keys_through_a_small_l1_keep_the_index_and_memory_bounded() {

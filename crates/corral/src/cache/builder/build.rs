@@ -76,7 +76,7 @@ where
                 also_invalidate: also_invalidate.into(),
                 name,
                 schema: self.version,
-                policy: self.policy,
+                policy: self.policy.paired(),
                 codec: self.codec,
                 cipher,
                 tiers: Tiers { l1, l2: store },

@@ -333,6 +333,13 @@ where
     /// [`Freshness::FailSafe`](crate::Freshness::FailSafe)) instead of the
     /// error, and it is re-cached for the throttle window — fenced like any
     /// write, never past its original end. Default: zero (off).
+    ///
+    /// Fail-safe comes with a soft timeout: unless
+    /// [`soft_timeout`](Self::soft_timeout) is set, callers with such a
+    /// value at hand wait at most [`FAIL_SAFE_SOFT_TIMEOUT`](crate::FAIL_SAFE_SOFT_TIMEOUT)
+    /// (100 ms) for a fill, then get the value while the fill goes on. A
+    /// source that fails slowly (a database timing out after a second, say)
+    /// then costs its callers 100 ms, not the whole failure.
     pub fn fail_safe(mut self, max: Duration) -> Self {
         self.policy.fail_safe_max = max;
         self
@@ -349,9 +356,20 @@ where
     /// callers wait at most this long for the fill and then get that value
     /// (as stale) while the fill goes on in the background, up to the hard
     /// `fill_timeout`, and updates the cache. Must be less than
-    /// `fill_timeout`. Default: off.
+    /// `fill_timeout`. Default: off, but
+    /// [`FAIL_SAFE_SOFT_TIMEOUT`](crate::FAIL_SAFE_SOFT_TIMEOUT) with
+    /// [`fail_safe`](Self::fail_safe) on.
     pub fn soft_timeout(mut self, timeout: Duration) -> Self {
         self.policy.soft_timeout = Some(timeout);
+        self
+    }
+
+    /// No soft timeout, even with [`fail_safe`](Self::fail_safe) on:
+    /// callers with a value at hand wait for the fill (up to
+    /// `fill_timeout`) and get the fail-safe value only once it failed.
+    pub fn no_soft_timeout(mut self) -> Self {
+        self.policy.soft_timeout = None;
+        self.policy.pair_soft_timeout = false;
         self
     }
 
@@ -384,6 +402,17 @@ where
     /// budget queue, hottest key first; see [`FillBudget`] for the order,
     /// the bounded waits and [`Error::Overloaded`](crate::Error::Overloaded).
     /// Default: none (every key's one fill runs at once).
+    ///
+    /// # When the store is in trouble
+    ///
+    /// A flight whose store does not answer waits for it — while the store
+    /// answers other calls, and until it has been silent for a
+    /// [`lease_ttl`](Self::lease_ttl) — before it fills without a lease.
+    /// Those fills are bounded in each cache: one per key, and at most the
+    /// budget's limit at once — this budget, or without one a default
+    /// budget of [`DEFAULT_FAIL_OPEN_LIMIT`](crate::DEFAULT_FAIL_OPEN_LIMIT)
+    /// for them alone. A store that stalls never turns into one fill per
+    /// key per process all at once.
     pub fn fill_budget(mut self, budget: FillBudget) -> Self {
         self.budget = Some(budget);
         self
@@ -466,7 +495,9 @@ where
     /// own tests and `examples/l1_hit_ratio.rs` show the layout of a
     /// many-CPU machine on a small one. What the tier keeps does not depend
     /// on it (one eviction order over all shards); only how many threads
-    /// insert at once without waiting on one another does.
+    /// insert at once without waiting on one another does. Test support
+    /// (feature `test-hooks`), not a stable API.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn l1_shards(mut self, shards: usize) -> Self {
         self.l1_shards = Some(shards);

@@ -4,16 +4,16 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ::redis::aio::PubSubSink;
+use ::redis::aio::{PubSubSink, PubSubStream};
 use ::redis::{Msg, Value};
 use futures_util::StreamExt as _;
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
-use super::super::backoff::Backoff;
 use super::super::keys;
-use super::super::sentinel::Source;
 use super::shared::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
+use crate::backoff::Backoff;
+use crate::redis::conn::sentinel::Source;
 
 /// Why a session with one connection ended.
 enum Ended {
@@ -89,44 +89,10 @@ impl Task {
     /// connection fails, the command connection moves off a demoted
     /// server, or the store is dropped.
     async fn session(&mut self) -> Ended {
-        // Seen before connecting: a move while this connects may have left
-        // it on the old server, and makes it connect again.
-        self.moves.borrow_and_update();
-        let connect = self.source.pubsub(self.settings.connect_timeout);
-        let pubsub = tokio::select! {
-            connected = connect => match connected {
-                Ok(pubsub) => Some(pubsub),
-                Err(_) => {
-                    self.shared.set_failing(true);
-                    None
-                }
-            },
-            () = drain_until_closed(&mut self.requests) => return Ended::StoreDropped,
+        let (mut sink, mut stream, mut current) = match self.open().await {
+            Ok(opened) => opened,
+            Err(ended) => return ended,
         };
-        let Some(pubsub) = pubsub else {
-            return Ended::Lost { established: false };
-        };
-        self.shared.set_failing(false);
-        let (mut sink, mut stream) = pubsub.split();
-
-        let wanted: Vec<Arc<str>> = {
-            let denied = self.shared.denied();
-            let channels = self.shared.channels();
-            channels.difference(&denied).cloned().collect()
-        };
-        let subscribed = if wanted.is_empty() {
-            Vec::new()
-        } else {
-            match self.subscribe(&mut sink, &wanted).await {
-                Some(subscribed) => subscribed,
-                None => return Ended::Lost { established: false },
-            }
-        };
-        // Each channel is subscribed once per connection: a request queued
-        // before the connection was made is already in `wanted`.
-        let mut current: BTreeSet<Arc<str>> = subscribed.iter().cloned().collect();
-        self.shared.subscribed(&subscribed);
-
         let mut ping = tokio::time::interval(self.settings.health_interval);
         ping.set_missed_tick_behavior(MissedTickBehavior::Delay);
         ping.tick().await;
@@ -168,6 +134,50 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// Connects and subscribes every channel asked for so far (not
+    /// denied), waking every listener: the connection's two halves and the
+    /// channels it holds.
+    async fn open(&mut self) -> Result<(PubSubSink, PubSubStream, BTreeSet<Arc<str>>), Ended> {
+        // Seen before connecting: a move while this connects may have left
+        // it on the old server, and makes it connect again.
+        self.moves.borrow_and_update();
+        let connect = self.source.pubsub(self.settings.connect_timeout);
+        let pubsub = tokio::select! {
+            connected = connect => match connected {
+                Ok(pubsub) => Some(pubsub),
+                Err(_) => {
+                    self.shared.set_failing(true);
+                    None
+                }
+            },
+            () = drain_until_closed(&mut self.requests) => return Err(Ended::StoreDropped),
+        };
+        let Some(pubsub) = pubsub else {
+            return Err(Ended::Lost { established: false });
+        };
+        self.shared.set_failing(false);
+        let (mut sink, stream) = pubsub.split();
+
+        let wanted: Vec<Arc<str>> = {
+            let denied = self.shared.denied();
+            let channels = self.shared.channels();
+            channels.difference(&denied).cloned().collect()
+        };
+        let subscribed = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            match self.subscribe(&mut sink, &wanted).await {
+                Some(subscribed) => subscribed,
+                None => return Err(Ended::Lost { established: false }),
+            }
+        };
+        // Each channel is subscribed once per connection: a request queued
+        // before the connection was made is already in `wanted`.
+        let current: BTreeSet<Arc<str>> = subscribed.iter().cloned().collect();
+        self.shared.subscribed(&subscribed);
+        Ok((sink, stream, current))
     }
 
     /// Subscribes `channels` and returns those Redis confirmed in time, or

@@ -34,10 +34,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt as _};
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use super::super::backoff::Backoff;
 use super::super::errors::refusal;
 use super::super::keys;
 use super::shared::{drain_until_closed, Settings, Shared, MIN_BACKOFF};
+use crate::backoff::Backoff;
 use crate::data::error::StoreError;
 
 /// Builds a cluster client (RESP3) that sends its pushes to the given

@@ -4,15 +4,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
 
 use super::super::keys;
-use super::super::sentinel::Source;
 use super::ShardedClient;
+use crate::redis::conn::sentinel::Source;
 use crate::store::{Change, Notifier, Sinks};
+use crate::sync::lock_std;
 
 /// The first reconnect delay; it doubles up to the configured maximum.
 pub(super) const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -90,16 +91,16 @@ impl Shared {
 
     /// Every channel asked for so far.
     pub(super) fn channels(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.channels)
     }
 
     /// The channels the ACL refused.
     pub(super) fn denied(&self) -> MutexGuard<'_, BTreeSet<Arc<str>>> {
-        self.denied.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.denied)
     }
 
     pub(super) fn book(&self) -> MutexGuard<'_, Book> {
-        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.book)
     }
 
     /// A subscription of `channels` was confirmed: notices published

@@ -20,6 +20,7 @@ use super::{
     Listener, Lookup, Notifier, Origin, Sinks, Store, StoreKey, Stored,
 };
 use crate::data::error::StoreError;
+use crate::sync::lock_std;
 
 #[derive(Debug)]
 struct State {
@@ -87,13 +88,11 @@ impl MemoryStore {
     /// A store bounded to `max_keys` keys (at least 1; see
     /// [the bound](Self#the-bound)).
     pub fn with_max_keys(max_keys: usize) -> Self {
-        let seed =
-            std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0u8);
         Self {
             state: Arc::new(Mutex::new(State {
                 slots: Table::new(max_keys),
                 tags: Tags::default(),
-                rng: fastrand::Rng::with_seed(seed),
+                rng: crate::rng::seeded(),
             })),
             notifier: Notifier::new(),
             sinks: Arc::new(Sinks::default()),
@@ -151,7 +150,7 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock_std(&self.state)
     }
 
     /// Tells every live sink of `namespace` about `event`, made by `origin`.

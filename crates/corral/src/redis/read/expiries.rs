@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use quick_cache::UnitWeighter;
 
+use crate::bounded_map::BoundedMap;
 use crate::store::Stored;
-use crate::tier::bounded_map::BoundedMap;
 
 type Map = BoundedMap<u64, Expiry, UnitWeighter>;
 
@@ -31,24 +31,24 @@ const TOKEN_LEN: usize = 32;
 /// one on as the value's generation, so the reads of one write share one
 /// token and allocate none (each writes its reference count).
 #[derive(Clone)]
-pub(super) struct Expiry {
+pub(in crate::redis) struct Expiry {
     token: Arc<str>,
     deadline: Instant,
 }
 
 impl Expiry {
     /// Whether the value's time to live is not over yet.
-    pub(super) fn is_live(&self) -> bool {
+    pub(in crate::redis) fn is_live(&self) -> bool {
         self.deadline > Instant::now()
     }
 
     /// The generation's token.
-    pub(super) fn token(&self) -> &str {
+    pub(in crate::redis) fn token(&self) -> &str {
         &self.token
     }
 
     /// What is left of the value's life, and its generation.
-    pub(super) fn remaining(self) -> (Duration, Arc<str>) {
+    pub(in crate::redis) fn remaining(self) -> (Duration, Arc<str>) {
         (
             self.deadline.saturating_duration_since(Instant::now()),
             self.token,
@@ -65,7 +65,7 @@ fn is_drawn(generation: &str) -> bool {
 }
 
 /// The remembered expiries of one store, bounded by entries.
-pub(super) struct Expiries {
+pub(in crate::redis) struct Expiries {
     /// Keyed by the FNV-1a hash of the value key's name; a colliding key
     /// holds another generation and is read with its `PTTL`.
     map: Option<Map>,
@@ -74,20 +74,20 @@ pub(super) struct Expiries {
 impl Expiries {
     /// Remembers up to `entries` keys (0: nothing, every read brings its
     /// `PTTL`).
-    pub(super) fn new(entries: usize) -> Self {
+    pub(in crate::redis) fn new(entries: usize) -> Self {
         Self {
             map: (entries > 0).then(|| Map::new(entries, entries as u64, UnitWeighter)),
         }
     }
 
     /// The expiry remembered for `id`: a read of it may be a plain `GET`.
-    pub(super) fn get(&self, id: u64) -> Option<Expiry> {
+    pub(in crate::redis) fn get(&self, id: u64) -> Option<Expiry> {
         self.map.as_ref()?.get(&id)
     }
 
     /// Remembers that `generation` of `id` had `remaining` to live when
     /// `asked` (when its `PTTL` was sent: the deadline errs early).
-    pub(super) fn learn(
+    pub(in crate::redis) fn learn(
         &self,
         id: u64,
         generation: &Arc<str>,
@@ -111,14 +111,14 @@ impl Expiries {
 
     /// Remembers the expiry of a value just read (`asked`: when the read
     /// was sent), if the read brought its generation and time to live.
-    pub(super) fn learn_read(&self, id: u64, stored: &Stored, asked: Instant) {
+    pub(in crate::redis) fn learn_read(&self, id: u64, stored: &Stored, asked: Instant) {
         if let (Some(generation), Some(remaining)) = (&stored.generation, stored.remaining) {
             self.learn(id, generation, remaining, asked);
         }
     }
 
     /// Forgets `id` (its value is gone).
-    pub(super) fn forget(&self, id: u64) {
+    pub(in crate::redis) fn forget(&self, id: u64) {
         if let Some(map) = &self.map {
             map.remove(&id);
         }

@@ -1,4 +1,4 @@
-//! The eviction order of a [`BoundedMap`](super::bounded_map::BoundedMap):
+//! The eviction order of a [`BoundedMap`](super::BoundedMap):
 //! one S3-FIFO over the entries of all its shards, so that what the map
 //! keeps does not depend on how many shards it has.
 //!

@@ -2,22 +2,27 @@
 //! the operation timeout, and the mapping of redis-rs errors to
 //! [`StoreError`].
 
+pub(in crate::redis) mod client;
+pub(in crate::redis) mod cluster;
+pub(in crate::redis) mod sentinel;
+pub(in crate::redis) mod standalone;
+
 use std::fmt;
 use std::time::Duration;
 
 use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 
-use super::cluster::Cluster;
-use super::errors::{bounded, store_error, unexpected};
-use super::keys::{ClearCopy, KeyNames, ValueName};
-use super::scripts::{self, Lua};
-use super::standalone::Standalone;
+use self::cluster::Cluster;
+use self::standalone::Standalone;
 use crate::data::error::StoreError;
+use crate::redis::errors::{bounded, store_error, unexpected};
+use crate::redis::keys::{ClearCopy, KeyNames, ValueName};
+use crate::redis::scripts::{self, Lua};
 
 /// A multiplexed command connection that reconnects by itself. Clones share
 /// the connection.
 #[derive(Clone)]
-pub(super) enum Connection {
+pub(in crate::redis) enum Connection {
     /// One server, reconnecting by itself.
     Standalone(Standalone),
     /// A cluster: one multiplexed connection per node, routed by slot,
@@ -58,7 +63,7 @@ impl Connection {
     ///
     /// Returns the raw `PTTL` and `GET` replies. With `touch`, the pipeline
     /// also touches the entry's clear version ([`touch`](Self::touch)).
-    pub(super) async fn read(
+    pub(in crate::redis) async fn read(
         &self,
         value_key: ValueName<'_>,
         touch: Option<ClearCopy<'_>>,
@@ -81,7 +86,7 @@ impl Connection {
 
     /// A plain `GET` of a value key, bounded by `timeout`; with `touch`,
     /// pipelined with the [`touch`](Self::touch) of its clear version.
-    pub(super) async fn get(
+    pub(in crate::redis) async fn get(
         &self,
         value_key: ValueName<'_>,
         touch: Option<ClearCopy<'_>>,
@@ -115,13 +120,17 @@ impl Connection {
     /// dropped too), so under an `allkeys-*` eviction policy the version is
     /// never colder than the entries read with it. On a cluster the copy
     /// is in the entries' slot: the pipeline stays on one node.
-    pub(super) fn touch(&self, pipe: &mut ::redis::Pipeline, copy: impl ::redis::ToSingleRedisArg) {
+    pub(in crate::redis) fn touch(
+        &self,
+        pipe: &mut ::redis::Pipeline,
+        copy: impl ::redis::ToSingleRedisArg,
+    ) {
         pipe.cmd("TOUCH").arg(copy).ignore();
     }
 
     /// The standalone connection's epoch (see [`Standalone::epoch`]);
     /// `None` on a cluster or while reconnecting.
-    pub(super) fn epoch(&self) -> Option<u64> {
+    pub(in crate::redis) fn epoch(&self) -> Option<u64> {
         match self {
             Self::Standalone(conn) => conn.epoch(),
             Self::Cluster(_) => None,
@@ -129,14 +138,18 @@ impl Connection {
     }
 
     /// Whether this is a cluster connection (version copies per bucket).
-    pub(super) fn is_cluster(&self) -> bool {
+    pub(in crate::redis) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
     }
 
     /// `items` in the groups one pipeline may carry: on a cluster, one per
     /// hash slot (`slot` of each item), in slot order; on one server, all
     /// of them.
-    pub(super) fn by_slot<T>(&self, items: Vec<T>, slot: impl Fn(&T) -> u16) -> Vec<Vec<T>> {
+    pub(in crate::redis) fn by_slot<T>(
+        &self,
+        items: Vec<T>,
+        slot: impl Fn(&T) -> u16,
+    ) -> Vec<Vec<T>> {
         match self {
             Self::Standalone(_) => vec![items],
             Self::Cluster(_) => {
@@ -150,7 +163,7 @@ impl Connection {
     }
 
     /// Sends `pipe` and reads its replies, bounded by `timeout`.
-    pub(super) async fn pipelined(
+    pub(in crate::redis) async fn pipelined(
         &self,
         pipe: &::redis::Pipeline,
         timeout: Duration,
@@ -166,7 +179,7 @@ impl Connection {
 
     /// Loads every script (`SCRIPT LOAD`; on a cluster, on every master), so
     /// steady state sends only `EVALSHA`.
-    pub(super) async fn load_scripts(&self, timeout: Duration) -> Result<(), StoreError> {
+    pub(in crate::redis) async fn load_scripts(&self, timeout: Duration) -> Result<(), StoreError> {
         bounded(timeout, "SCRIPT LOAD", async {
             for lua in scripts::all() {
                 let mut load = ::redis::cmd("SCRIPT");
@@ -182,7 +195,7 @@ impl Connection {
     /// when the server lost its script cache (a restart, `SCRIPT FLUSH`, a
     /// failover) — `EVAL` with the source, which also caches it again. The
     /// whole exchange is bounded by `timeout`.
-    pub(super) async fn invoke(
+    pub(in crate::redis) async fn invoke(
         &self,
         lua: &Lua,
         names: &KeyNames,
@@ -198,13 +211,15 @@ impl Connection {
     }
 
     /// [`invoke`](Self::invoke) on any keys (all in one hash slot).
-    pub(super) async fn invoke_on(
+    pub(in crate::redis) async fn invoke_on(
         &self,
         lua: &Lua,
         keys: &[&str],
         args: &[&[u8]],
         timeout: Duration,
     ) -> Result<Value, StoreError> {
+        // A flight's calls may wait longer than the store's timeout.
+        let timeout = crate::store::stretched(timeout);
         bounded(timeout, "script", async {
             let evalsha = eval_cmd("EVALSHA", lua.hash().as_bytes(), keys, args);
             match self.query(&evalsha).await {
@@ -219,7 +234,7 @@ impl Connection {
     }
 
     /// `PING`, bounded by `timeout` (on a cluster, to any one node).
-    pub(super) async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
+    pub(in crate::redis) async fn ping(&self, timeout: Duration) -> Result<(), StoreError> {
         bounded(timeout, "PING", self.query(&::redis::cmd("PING")))
             .await
             .map(drop)
@@ -254,7 +269,7 @@ fn wrong_type(e: &RedisError) -> bool {
 /// One reply of a pipeline sent with `ignore_errors`: a `WRONGTYPE` error
 /// is [`foreign`] data; any other error is classified as the whole
 /// pipeline's would be.
-pub(super) fn answered(reply: Value) -> Result<Value, StoreError> {
+pub(in crate::redis) fn answered(reply: Value) -> Result<Value, StoreError> {
     match reply {
         Value::ServerError(error) => {
             let error = RedisError::from(error);

@@ -53,19 +53,21 @@
 //!   while every place is taken (a read in flight ends by its own timeout
 //!   when polled), the next read takes the places back.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::redis::{Cmd, RedisError, Value};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-use super::conn::{answered, Connection};
-use super::errors::{refusal, unexpected};
-use super::keys::{ClearCopy, ValueName};
 use super::lanes::Lanes;
 use super::touches::Touches;
+use crate::redis::conn::{answered, Connection};
+use crate::redis::errors::{refusal, unexpected};
+use crate::redis::keys::{ClearCopy, ValueName};
+use crate::sync::lock_std;
 
 mod watch;
 
@@ -85,7 +87,7 @@ const ABSENT: i64 = -2;
 /// A store's batched reads over its command connection. Clones share the
 /// queue.
 #[derive(Clone)]
-pub(super) struct Reads {
+pub(in crate::redis) struct Reads {
     shared: Arc<Shared>,
 }
 
@@ -144,6 +146,71 @@ enum Answer {
     Late,
 }
 
+/// What a read of a value key asks: its value alone ([`Get`]) or its
+/// `PTTL` with it ([`WithPttl`]). [`Reads::fetch`] is written once for
+/// both and compiled for each, so neither pays for the other.
+trait Ask {
+    /// What the read returns.
+    type Out;
+    /// Whether a batch reads the key's `PTTL` too.
+    const PTTL: bool;
+    /// The read sent alone, bounded by `timeout`.
+    fn alone<'a>(
+        connection: &'a Connection,
+        name: ValueName<'a>,
+        touch: Option<ClearCopy<'a>>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Self::Out, StoreError>> + 'a;
+    /// The read out of a batch's answer.
+    fn batched(pttl: Value, value: Value) -> Self::Out;
+}
+
+/// A plain `GET` ([`Connection::get`]).
+struct Get;
+
+impl Ask for Get {
+    type Out = Value;
+    const PTTL: bool = false;
+
+    #[inline]
+    fn alone<'a>(
+        connection: &'a Connection,
+        name: ValueName<'a>,
+        touch: Option<ClearCopy<'a>>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Value, StoreError>> + 'a {
+        connection.get(name, touch, timeout)
+    }
+
+    #[inline]
+    fn batched(_pttl: Value, value: Value) -> Value {
+        value
+    }
+}
+
+/// `PTTL` + `GET` ([`Connection::read`]).
+struct WithPttl;
+
+impl Ask for WithPttl {
+    type Out = (Value, Value);
+    const PTTL: bool = true;
+
+    #[inline]
+    fn alone<'a>(
+        connection: &'a Connection,
+        name: ValueName<'a>,
+        touch: Option<ClearCopy<'a>>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(Value, Value), StoreError>> + 'a {
+        connection.read(name, touch, timeout)
+    }
+
+    #[inline]
+    fn batched(pttl: Value, value: Value) -> (Value, Value) {
+        (pttl, value)
+    }
+}
+
 /// How a read goes out.
 enum Entry {
     /// Alone, at once; the guard hands the queue on when it ends (`None`:
@@ -157,7 +224,7 @@ impl Reads {
     /// Batched reads over `connection` (the batches over `lanes`, if
     /// any), each batch bounded by `timeout`; drivers run on the runtime of
     /// the read that starts them, or on `runtime`.
-    pub(super) fn new(
+    pub(in crate::redis) fn new(
         connection: Connection,
         lanes: Option<Lanes>,
         timeout: Duration,
@@ -183,57 +250,51 @@ impl Reads {
     }
 
     /// A plain `GET` of a value key (one whose expiry the store
-    /// remembers), bounded by `timeout`. The command's own future is boxed
-    /// where it is sent, so a queued read's future (and the store's, which
-    /// holds it) stays small: a size the allocator serves from its thread
-    /// cache.
-    pub(super) async fn get(
-        &self,
-        name: ValueName<'_>,
+    /// remembers), bounded by `timeout`.
+    pub(in crate::redis) fn get<'a>(
+        &'a self,
+        name: ValueName<'a>,
         timeout: Duration,
-    ) -> Result<Value, StoreError> {
-        match self.enter(name, false) {
-            Entry::Alone(_flight) => {
-                let touch = self.touch(&name);
-                Box::pin(self.shared.connection.get(name, touch, timeout)).await
-            }
-            Entry::Queued(reply, asked) => match waited(reply).await? {
-                Answer::Read(_, value) => Ok(value),
-                Answer::Alone => {
-                    let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.get(name, None, left)).await
-                }
-                Answer::Late => {
-                    let touch = self.touch(&name);
-                    let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.get(name, touch, left)).await
-                }
-            },
-        }
+    ) -> impl Future<Output = Result<Value, StoreError>> + 'a {
+        self.fetch::<Get>(name, timeout)
     }
 
     /// A value key's `PTTL` and value (see [`Connection::read`]), bounded
     /// by `timeout`.
-    pub(super) async fn read(
+    pub(in crate::redis) fn read<'a>(
+        &'a self,
+        name: ValueName<'a>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(Value, Value), StoreError>> + 'a {
+        self.fetch::<WithPttl>(name, timeout)
+    }
+
+    /// One read of a value key: sent alone, or queued for the next batch
+    /// (and then sent alone after all if the batch says so). The command's
+    /// own future is boxed where it is sent, so a queued read's future
+    /// (and the store's, which holds it) stays small: a size the allocator
+    /// serves from its thread cache.
+    async fn fetch<A: Ask>(
         &self,
         name: ValueName<'_>,
         timeout: Duration,
-    ) -> Result<(Value, Value), StoreError> {
-        match self.enter(name, true) {
+    ) -> Result<A::Out, StoreError> {
+        let connection = &self.shared.connection;
+        match self.enter(name, A::PTTL) {
             Entry::Alone(_flight) => {
                 let touch = self.touch(&name);
-                Box::pin(self.shared.connection.read(name, touch, timeout)).await
+                Box::pin(A::alone(connection, name, touch, timeout)).await
             }
             Entry::Queued(reply, asked) => match waited(reply).await? {
-                Answer::Read(pttl, value) => Ok((pttl, value)),
+                Answer::Read(pttl, value) => Ok(A::batched(pttl, value)),
                 Answer::Alone => {
                     let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.read(name, None, left)).await
+                    Box::pin(A::alone(connection, name, None, left)).await
                 }
                 Answer::Late => {
                     let touch = self.touch(&name);
                     let left = left_of(timeout, asked);
-                    Box::pin(self.shared.connection.read(name, touch, left)).await
+                    Box::pin(A::alone(connection, name, touch, left)).await
                 }
             },
         }
@@ -252,7 +313,7 @@ impl Reads {
     /// slot), in one pipeline with the touches due of their clear
     /// versions, sent at once (not queued) on a lane where the store has
     /// them: what a batch read of several keys asks.
-    pub(super) async fn read_many(
+    pub(in crate::redis) async fn read_many(
         &self,
         names: &[ValueName<'_>],
         timeout: Duration,
@@ -349,7 +410,7 @@ impl Shared {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.state)
     }
 
     /// Ends a round trip: frees its place if nothing queued, else takes

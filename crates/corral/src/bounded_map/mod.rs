@@ -16,6 +16,15 @@
 //! caches: each of those evicts on its own within a fixed share of the
 //! capacity, and a shard that draws more of the working set than its share
 //! churns, so the hit ratio fell as CPUs (and so shards) grew.
+//!
+//! It sits below the tiers and the stores: the L1 (`tier/local.rs`) keeps
+//! its entries in one, and the Redis store its expiries
+//! (`redis/read/expiries.rs`).
+
+mod eviction;
+#[cfg(all(test, not(shuttle)))]
+#[allow(dead_code)]
+mod workloads;
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -26,8 +35,8 @@ use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use quick_cache::{Equivalent, Weighter};
 
+use self::eviction::{Order, Residents, MAX_REFERENCES};
 use crate::sync::{lock, read, write, Mutex};
-use crate::tier::eviction::{Order, Residents, MAX_REFERENCES};
 
 /// An entry in its shard.
 struct Slot<K, V> {
@@ -309,8 +318,8 @@ fn shard_count(weight_capacity: u64) -> usize {
 
 #[cfg(all(test, not(shuttle)))]
 mod tests {
+    use super::workloads;
     use super::*;
-    use crate::tier::workloads;
     use quick_cache::UnitWeighter;
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use crate::clock::{Clock, CoarseClock};
 
 /// The longest a copy goes untouched while entries under it are read.
-pub(super) const INTERVAL_MS: u64 = 250;
+pub(in crate::redis) const INTERVAL_MS: u64 = 250;
 
 /// Slots of the table of last touches: copies whose ids share a slot
 /// share its turn (each is then touched at least every other turn).
@@ -25,13 +25,13 @@ const SLOTS: usize = 4096;
 /// When each copy (by the slot of its id) was last touched, by this
 /// store's coarse clock. Reads only load a slot; a due touch claims it
 /// with one compare-and-swap, so one read per interval touches.
-pub(super) struct Touches {
+pub(in crate::redis) struct Touches {
     clock: CoarseClock,
     last: Box<[AtomicU64]>,
 }
 
 impl Touches {
-    pub(super) fn new() -> Self {
+    pub(in crate::redis) fn new() -> Self {
         Self {
             clock: CoarseClock::new(),
             last: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
@@ -39,10 +39,10 @@ impl Touches {
     }
 
     /// Whether a read under the copy whose id (see
-    /// [`ClearCopy::due`](super::keys::ClearCopy::due)) is `id` should
+    /// [`ClearCopy::due`](crate::redis::keys::ClearCopy::due)) is `id` should
     /// touch it now; claims the turn if so.
     #[inline]
-    pub(super) fn due(&self, id: u64) -> bool {
+    pub(in crate::redis) fn due(&self, id: u64) -> bool {
         // Offset by the interval: 0 stands for "never touched".
         let now = self.clock.now_millis() + INTERVAL_MS;
         let slot = &self.last[(id % SLOTS as u64) as usize];

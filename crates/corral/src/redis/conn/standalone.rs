@@ -55,33 +55,33 @@ use tokio::runtime::Handle;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::backoff::Backoff;
 use super::sentinel::{is_master, Source};
+use crate::backoff::{doubled, Backoff};
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
 
 /// How to connect and reconnect.
 #[derive(Debug, Clone)]
-pub(super) struct Reconnect {
+pub(in crate::redis) struct Reconnect {
     /// Bound on one connection attempt.
-    pub(super) connect_timeout: Duration,
+    pub(in crate::redis) connect_timeout: Duration,
     /// Attempts made by [`Standalone::connect`] before it gives up.
-    pub(super) initial_attempts: usize,
+    pub(in crate::redis) initial_attempts: u32,
     /// The first backoff between attempts; it doubles up to `max_delay`.
-    pub(super) min_delay: Duration,
+    pub(in crate::redis) min_delay: Duration,
     /// The longest backoff between attempts.
-    pub(super) max_delay: Duration,
+    pub(in crate::redis) max_delay: Duration,
     /// How often the heartbeat pings the connection.
-    pub(super) health_interval: Duration,
+    pub(in crate::redis) health_interval: Duration,
     /// How long the heartbeat's `PING` may wait for its answer.
-    pub(super) health_timeout: Duration,
+    pub(in crate::redis) health_timeout: Duration,
     /// The store's name in logs: its server's URL without password.
-    pub(super) store: Arc<str>,
+    pub(in crate::redis) store: Arc<str>,
 }
 
 /// A connection to one server that reconnects by itself. Clones share it.
 #[derive(Clone)]
-pub(super) struct Standalone {
+pub(in crate::redis) struct Standalone {
     shared: Arc<Shared>,
 }
 
@@ -121,7 +121,7 @@ impl Standalone {
     /// reached (any other error — refused authentication, say — is
     /// returned at once). Reconnections run on the runtime of the call that
     /// found the connection broken, or on `runtime`.
-    pub(super) async fn connect(
+    pub(in crate::redis) async fn connect(
         source: Source,
         reconnect: Reconnect,
         runtime: Handle,
@@ -132,14 +132,13 @@ impl Standalone {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
-        let mut delay = reconnect.min_delay;
         let mut attempt = 1;
         let conn = loop {
             match source.connect(&config, reconnect.connect_timeout).await {
                 Ok(conn) => break conn,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(reconnect.max_delay);
+                    let pause = doubled(reconnect.min_delay, attempt - 1, reconnect.max_delay);
+                    tokio::time::sleep(pause).await;
                     attempt += 1;
                 }
                 Err(e) => return Err(e),
@@ -170,7 +169,7 @@ impl Standalone {
     /// keeps trying, with backoff, until the server answers) already
     /// started on `runtime`. Meanwhile calls wait for its first attempt,
     /// then fail at once with the last attempt's error.
-    pub(super) fn lazy(source: Source, reconnect: Reconnect, runtime: Handle) -> Self {
+    pub(in crate::redis) fn lazy(source: Source, reconnect: Reconnect, runtime: Handle) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
@@ -192,7 +191,7 @@ impl Standalone {
 
     /// Sends one command and reads its reply; a server error reply is an
     /// `Err`.
-    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(in crate::redis) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let (mut conn, epoch) = self.current().await?;
         // Boxed (`ConnectionLike`): inline, redis-rs's future would make
         // every future around it several times larger, and each of their
@@ -206,7 +205,7 @@ impl Standalone {
     }
 
     /// Sends a pipeline and reads its replies (as one array).
-    pub(super) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
+    pub(in crate::redis) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
         let (mut conn, epoch) = self.current().await?;
         let reply = pipe.query_async::<Value>(&mut conn).await;
         self.check(&reply, epoch);
@@ -238,7 +237,7 @@ impl Standalone {
 
     /// The current connection's epoch (it counts the connections made);
     /// `None` while a reconnection runs.
-    pub(super) fn epoch(&self) -> Option<u64> {
+    pub(in crate::redis) fn epoch(&self) -> Option<u64> {
         match &*read(&self.shared.state) {
             State::Up { epoch, .. } => Some(*epoch),
             State::Reconnecting { .. } => None,
@@ -247,7 +246,7 @@ impl Standalone {
 
     /// The server's address and credentials, when it is a fixed one (not
     /// a Sentinel group's master).
-    pub(super) fn fixed_info(&self) -> Option<&::redis::ConnectionInfo> {
+    pub(in crate::redis) fn fixed_info(&self) -> Option<&::redis::ConnectionInfo> {
         match &self.shared.source {
             Source::Fixed(client) => Some(client.get_connection_info()),
             Source::Sentinel(_) => None,
@@ -257,7 +256,7 @@ impl Standalone {
     /// Ticks each time a connection made because the server was found
     /// demoted to a replica is up: whatever else was connected to the old
     /// server should connect anew.
-    pub(super) fn moves(&self) -> watch::Receiver<u64> {
+    pub(in crate::redis) fn moves(&self) -> watch::Receiver<u64> {
         self.shared.moves.subscribe()
     }
 

@@ -33,7 +33,7 @@
 //!   lanes: their batches go through the command connection as before.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ::redis::{ConnectionAddr, ConnectionInfo, Pipeline, Value};
@@ -41,17 +41,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 
-use super::client::KeepaliveTimes;
-use super::conn::Connection;
-use super::errors::timed_out;
 use super::resp;
 use crate::data::error::StoreError;
+use crate::redis::conn::client::KeepaliveTimes;
+use crate::redis::conn::Connection;
+use crate::redis::errors::timed_out;
+use crate::sync::lock_std;
 
 /// The lanes of a store on `connection` with `config` (see [`Lanes::new`]),
 /// opened on `runtime` when no read's runtime is at hand.
-pub(super) fn for_connection(
+pub(in crate::redis) fn for_connection(
     connection: &Connection,
-    config: &super::RedisConfig,
+    config: &crate::redis::RedisConfig,
     runtime: &Handle,
 ) -> Option<Lanes> {
     match connection {
@@ -83,7 +84,7 @@ const LANE_NAME: &str = "corral:reads";
 const MAX_OPEN: usize = 2;
 
 /// The batched reads' lanes of one store.
-pub(super) struct Lanes {
+pub(in crate::redis) struct Lanes {
     shared: Arc<Shared>,
 }
 
@@ -98,17 +99,17 @@ struct Shared {
 }
 
 /// How lanes are opened and kept.
-pub(super) struct Settings {
+pub(in crate::redis) struct Settings {
     /// Bound on opening one.
-    pub(super) connect_timeout: Duration,
-    /// [`RedisConfig::tcp_keepalive`](super::RedisConfig::tcp_keepalive).
-    pub(super) keepalive: Option<Duration>,
+    pub(in crate::redis) connect_timeout: Duration,
+    /// [`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive).
+    pub(in crate::redis) keepalive: Option<Duration>,
     /// How long no lane is tried after one could not be opened.
-    pub(super) rest: Duration,
+    pub(in crate::redis) rest: Duration,
     /// The longest a lane is kept idle: one unused for longer is closed
     /// instead of used (the command connection's health is checked that
     /// often; a lane that died silently while idle is not trusted).
-    pub(super) idle: Duration,
+    pub(in crate::redis) idle: Duration,
 }
 
 /// Where and as whom a lane connects.
@@ -156,7 +157,11 @@ struct Fallback;
 impl Lanes {
     /// Lanes for a standalone store whose server is at `info` (none for a
     /// TLS or Unix-socket address).
-    pub(super) fn new(info: &ConnectionInfo, settings: Settings, runtime: Handle) -> Option<Self> {
+    pub(in crate::redis) fn new(
+        info: &ConnectionInfo,
+        settings: Settings,
+        runtime: Handle,
+    ) -> Option<Self> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
         };
@@ -187,7 +192,7 @@ impl Lanes {
     /// [`Connection::pipelined`], which gets the batch instead when no lane
     /// is idle (one is then opened in the background, for the batches
     /// after it) or the lane breaks.
-    pub(super) async fn pipelined(
+    pub(in crate::redis) async fn pipelined(
         &self,
         connection: &Connection,
         pipe: &Pipeline,
@@ -216,7 +221,7 @@ impl Lanes {
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_std(&self.state)
     }
 
     /// An idle lane of `epoch` (closing those of older epochs and those
@@ -400,7 +405,7 @@ impl From<resp::Malformed> for LaneError {
     }
 }
 
-/// The keepalive of [`RedisConfig::tcp_keepalive`](super::RedisConfig::tcp_keepalive)
+/// The keepalive of [`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive)
 /// on `stream`, as on the store's other connections.
 fn keep_alive(stream: &TcpStream, idle: Duration) -> std::io::Result<()> {
     let times = KeepaliveTimes::new(idle);

@@ -9,9 +9,9 @@ use ::redis::io::tcp::socket2::TcpKeepalive;
 use ::redis::io::tcp::TcpSettings;
 use ::redis::{Client, IntoConnectionInfo as _};
 
-use super::errors::store_error;
-use super::RedisConfig;
 use crate::data::error::{StoreError, StoreErrorKind};
+use crate::redis::errors::store_error;
+use crate::redis::RedisConfig;
 
 /// PEM bytes, shared by the clones of a config.
 #[cfg(feature = "tls")]
@@ -21,11 +21,11 @@ type Pem = std::sync::Arc<[u8]>;
 /// set and their sizes, never their bytes.
 #[cfg(feature = "tls")]
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(super) struct TlsMaterial {
+pub(in crate::redis) struct TlsMaterial {
     /// CA certificates (PEM) to trust instead of the webpki roots.
-    pub(super) root_ca: Option<Pem>,
+    pub(in crate::redis) root_ca: Option<Pem>,
     /// Client certificate chain and private key (PEM), for mutual TLS.
-    pub(super) client: Option<(Pem, Pem)>,
+    pub(in crate::redis) client: Option<(Pem, Pem)>,
 }
 
 #[cfg(feature = "tls")]
@@ -85,7 +85,7 @@ impl TlsMaterial {
 
 /// A client for one server (or one cluster seed) at `url`, with the TLS
 /// material of `config` when it has some.
-pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreError> {
+pub(in crate::redis) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreError> {
     check_scheme(url)?;
     let info = url
         .into_connection_info()
@@ -118,14 +118,14 @@ pub(super) fn client(url: &str, config: &RedisConfig) -> Result<Client, StoreErr
 /// `TCP_USER_TIMEOUT` of twice the idle time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(super) struct KeepaliveTimes {
-    pub(super) idle: Duration,
-    pub(super) interval: Duration,
-    pub(super) user_timeout: Duration,
+pub(in crate::redis) struct KeepaliveTimes {
+    pub(in crate::redis) idle: Duration,
+    pub(in crate::redis) interval: Duration,
+    pub(in crate::redis) user_timeout: Duration,
 }
 
 impl KeepaliveTimes {
-    pub(super) fn new(idle: Duration) -> Self {
+    pub(in crate::redis) fn new(idle: Duration) -> Self {
         let idle = idle.as_secs().max(1);
         Self {
             idle: Duration::from_secs(idle),
@@ -155,7 +155,7 @@ fn tcp_settings(settings: TcpSettings, config: &RedisConfig) -> TcpSettings {
 
 /// A cluster client builder seeded with `urls` and the TLS material of
 /// `config`. User name and password come from the first URL.
-pub(super) fn cluster_builder(
+pub(in crate::redis) fn cluster_builder(
     urls: &[String],
     config: &RedisConfig,
 ) -> Result<ClusterClientBuilder, StoreError> {
@@ -193,7 +193,7 @@ fn check_scheme(url: &str) -> Result<(), StoreError> {
 }
 
 /// `error` with the password of `url` (if any, and if it appears) masked.
-pub(super) fn scrubbed(url: &str, error: StoreError) -> StoreError {
+pub(in crate::redis) fn scrubbed(url: &str, error: StoreError) -> StoreError {
     match password(url) {
         Some(password) if error.to_string().contains(password) => {
             let message = error.message().replace(password, "***");
@@ -204,7 +204,7 @@ pub(super) fn scrubbed(url: &str, error: StoreError) -> StoreError {
 }
 
 /// The password part of `scheme://user:password@host...`, if non-empty.
-pub(super) fn password(url: &str) -> Option<&str> {
+pub(in crate::redis) fn password(url: &str) -> Option<&str> {
     let scheme = url.find("://")?;
     let at = url.rfind('@')?;
     let userinfo = url.get(scheme + 3..at)?;

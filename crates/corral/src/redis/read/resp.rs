@@ -21,20 +21,20 @@ const MAX_BULK: usize = 512 << 20;
 
 /// Bytes that are not a RESP2 reply, with what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Malformed(pub(super) &'static str);
+pub(in crate::redis) struct Malformed(pub(in crate::redis) &'static str);
 
 /// The end (exclusive) of the whole reply starting at `at` in `buf`;
 /// `Ok(None)` if `buf` holds only part of it. Copies nothing: what to ask
 /// before [`read`]ing a reply found cut short once, so that a long reply
 /// arriving in many pieces is not copied again for each.
-pub(super) fn complete(buf: &[u8], at: usize) -> Result<Option<usize>, Malformed> {
+pub(in crate::redis) fn complete(buf: &[u8], at: usize) -> Result<Option<usize>, Malformed> {
     scan(buf, at, 0)
 }
 
 /// The reply starting at `at` in `buf` and the position after it;
 /// `Ok(None)` if `buf` holds only part of it (what was copied of it is
 /// dropped).
-pub(super) fn read(buf: &[u8], at: usize) -> Result<Option<(Value, usize)>, Malformed> {
+pub(in crate::redis) fn read(buf: &[u8], at: usize) -> Result<Option<(Value, usize)>, Malformed> {
     value(buf, at, 0)
 }
 

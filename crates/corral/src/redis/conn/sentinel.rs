@@ -18,17 +18,17 @@ use ::redis::aio::{MultiplexedConnection, PubSub};
 use ::redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
 
 use super::client;
-use super::RedisConfig;
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
+use crate::redis::RedisConfig;
 
 /// How the masters found through Sentinel are reached: user, password and
 /// database (TLS follows the sentinels' URLs). `Debug` hides the password.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub(super) struct MasterAuth {
-    pub(super) username: Option<String>,
-    pub(super) password: Option<String>,
-    pub(super) db: i64,
+pub(in crate::redis) struct MasterAuth {
+    pub(in crate::redis) username: Option<String>,
+    pub(in crate::redis) password: Option<String>,
+    pub(in crate::redis) db: i64,
 }
 
 impl fmt::Debug for MasterAuth {
@@ -43,7 +43,7 @@ impl fmt::Debug for MasterAuth {
 
 /// Where a connection goes.
 #[derive(Clone)]
-pub(super) enum Source {
+pub(in crate::redis) enum Source {
     /// One server, always the same (boxed: a `Client` is large).
     Fixed(Box<Client>),
     /// The current master of a Sentinel group.
@@ -64,14 +64,14 @@ impl Source {
     /// once: the server it reached was demoted, and the source names (and
     /// checks) the master. A fixed address is connected to anew more
     /// sparingly (see the standalone connection's docs).
-    pub(super) fn follows_failover(&self) -> bool {
+    pub(in crate::redis) fn follows_failover(&self) -> bool {
         matches!(self, Self::Sentinel(_))
     }
 
     /// A command connection to the source's server (for Sentinel: the
     /// current master, checked by `ROLE`). Each step is bounded by
     /// `timeout`.
-    pub(super) async fn connect(
+    pub(in crate::redis) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
         timeout: Duration,
@@ -106,7 +106,7 @@ impl Source {
 
     /// A pub/sub connection to the source's server, bounded by `timeout`
     /// per step.
-    pub(super) async fn pubsub(&self, timeout: Duration) -> RedisResult<PubSub> {
+    pub(in crate::redis) async fn pubsub(&self, timeout: Duration) -> RedisResult<PubSub> {
         let client = match self {
             Self::Fixed(client) => Client::clone(client),
             Self::Sentinel(sentinels) => sentinels.master(timeout).await?.0,
@@ -116,7 +116,7 @@ impl Source {
 }
 
 /// A Sentinel group: the sentinels to ask and how to reach its masters.
-pub(super) struct Sentinels {
+pub(in crate::redis) struct Sentinels {
     master_name: String,
     /// A client per sentinel, with its URL as shown in errors.
     sentinels: Vec<(Client, String)>,
@@ -127,7 +127,7 @@ pub(super) struct Sentinels {
 
 impl Sentinels {
     /// The group `master_name` watched by the sentinels at `urls`.
-    pub(super) fn new(
+    pub(in crate::redis) fn new(
         master_name: &str,
         urls: &[String],
         config: &RedisConfig,
@@ -160,13 +160,13 @@ impl Sentinels {
     }
 
     /// How the group is shown: `sentinel[<name>@<url>,...]`.
-    pub(super) fn target(&self) -> String {
+    pub(in crate::redis) fn target(&self) -> String {
         let urls: Vec<&str> = self.sentinels.iter().map(|(_, url)| url.as_str()).collect();
         format!("sentinel[{}@{}]", self.master_name, urls.join(","))
     }
 
     /// `error` without the masters' password.
-    pub(super) fn scrub(&self, error: StoreError) -> StoreError {
+    pub(in crate::redis) fn scrub(&self, error: StoreError) -> StoreError {
         match &self.config.master.password {
             Some(password) if !password.is_empty() && error.message().contains(password) => {
                 StoreError::new(error.kind(), error.message().replace(password, "***"))
@@ -259,7 +259,7 @@ impl Sentinels {
 }
 
 /// Whether a `ROLE` reply's first element says `master`.
-pub(super) fn is_master(role: Option<&Value>) -> bool {
+pub(in crate::redis) fn is_master(role: Option<&Value>) -> bool {
     matches!(role, Some(Value::BulkString(role)) if role.as_slice() == b"master")
         || matches!(role, Some(Value::SimpleString(role)) if role == "master")
 }

@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 
 use crate::throttle::{warn_throttled, Throttle};
 
-use super::backoff::Backoff;
+use crate::backoff::Backoff;
 
 use crate::sync::{read, write};
 
@@ -41,7 +41,7 @@ const REBUILD_AFTER: u32 = 3;
 /// A cluster connection that is rebuilt when it stops answering. Clones
 /// share it.
 #[derive(Clone)]
-pub(super) struct Cluster {
+pub(in crate::redis) struct Cluster {
     shared: Arc<Shared>,
 }
 
@@ -68,7 +68,7 @@ struct Shared {
 impl Cluster {
     /// Wraps `connection`, made by `client`; rebuilds run on `runtime`
     /// (outside one) and each is bounded by `connect_timeout`.
-    pub(super) fn new(
+    pub(in crate::redis) fn new(
         client: ClusterClient,
         connection: ClusterConnection,
         connect_timeout: Duration,
@@ -95,7 +95,7 @@ impl Cluster {
     /// with the task that connects — and keeps trying, the backoff doubling
     /// from `min_delay` to `max_delay`, until the cluster answers — started
     /// on `runtime`.
-    pub(super) fn lazy(
+    pub(in crate::redis) fn lazy(
         client: ClusterClient,
         connect_timeout: Duration,
         runtime: Handle,
@@ -120,7 +120,7 @@ impl Cluster {
     }
 
     /// Sends one command, routed by its key, and reads its reply.
-    pub(super) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
+    pub(in crate::redis) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
         let mut connection = self.current().await?;
         let mut call = Call::new(self);
         let reply = cmd.query_async(&mut connection).await;
@@ -129,7 +129,7 @@ impl Cluster {
     }
 
     /// Sends a pipeline (its keys in one slot) and reads its replies.
-    pub(super) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
+    pub(in crate::redis) async fn query_pipeline(&self, pipe: &Pipeline) -> RedisResult<Value> {
         let mut connection = self.current().await?;
         let mut call = Call::new(self);
         let reply = pipe.query_async::<Value>(&mut connection).await;
@@ -144,7 +144,7 @@ impl Cluster {
     /// not name is sent again alone, routed by its slot. Each of these is a
     /// call of its own, counted toward a rebuild as [`query`](Self::query)'s
     /// are.
-    pub(super) async fn move_copies(&self, moves: MoveCopies<'_>) -> RedisResult<()> {
+    pub(in crate::redis) async fn move_copies(&self, moves: MoveCopies<'_>) -> RedisResult<()> {
         let set = |copy: &str| {
             let mut cmd = ::redis::cmd("SET");
             cmd.arg(copy)
@@ -164,7 +164,7 @@ impl Cluster {
         let mut by_master: Vec<Vec<&str>> = vec![Vec::new(); masters.len()];
         let mut alone: Vec<&str> = Vec::new();
         for copy in moves.copies {
-            let slot = super::keys::slot(copy);
+            let slot = crate::redis::keys::slot(copy);
             match masters
                 .iter()
                 .position(|(ranges, _, _)| ranges.iter().any(|&(a, b)| (a..=b).contains(&slot)))
@@ -284,10 +284,10 @@ impl Cluster {
 
 /// The copies of one version to move ([`Cluster::move_copies`]): their
 /// keys, the new version and how long to keep it (ms).
-pub(super) struct MoveCopies<'a> {
-    pub(super) copies: &'a [String],
-    pub(super) version: &'a str,
-    pub(super) retention_ms: &'a str,
+pub(in crate::redis) struct MoveCopies<'a> {
+    pub(in crate::redis) copies: &'a [String],
+    pub(in crate::redis) version: &'a str,
+    pub(in crate::redis) retention_ms: &'a str,
 }
 
 /// A master in a `CLUSTER SLOTS` reply: the slot ranges it serves, its

@@ -1,0 +1,190 @@
+//! The fill itself: run in time (the fallback served at the soft timeout),
+//! its lease renewed while it runs, its error and panic typed.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::time::Instant;
+
+use super::{Leader, LeaseGuard};
+use crate::data::freshness::{Answer, Freshness};
+use crate::state::flight::Failure;
+use crate::state::inner::Inner;
+use crate::stats::Counters;
+
+impl<V> Leader<V>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    /// Runs the fill (renewing its lease) until the hard deadline, serving
+    /// the fallback to the callers at the soft timeout. The fill is dropped
+    /// when this returns: at the hard timeout it is stopped, and nothing it
+    /// would have produced is stored.
+    pub(super) async fn fill_in_time<F, Fut, E>(
+        &mut self,
+        fill: F,
+        lease: Option<&LeaseGuard>,
+    ) -> Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Answer<V>, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        let fill_started = Instant::now();
+        let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        // The fill renews through its own handle: serving the fallback at
+        // the soft timeout borrows the leader meanwhile.
+        let inner = Weak::clone(&self.inner);
+        let filling = fill_renewing(&inner, fill, &leases);
+        tokio::pin!(filling);
+        let deadline = self.clock.deadline;
+        let soft = self
+            .clock
+            .soft_deadline()
+            .filter(|_| self.fallback.is_some() && !self.flight.has_published());
+        let result = match soft {
+            Some(soft) => {
+                tokio::select! {
+                    result = tokio::time::timeout_at(deadline, &mut filling) => result,
+                    () = tokio::time::sleep_until(soft) => {
+                        self.serve_fallback(Freshness::Stale);
+                        if let Some(cache) = self.inner.upgrade() {
+                            Counters::bump(&cache.counters().soft_timeouts);
+                        }
+                        tokio::time::timeout_at(deadline, &mut filling).await
+                    }
+                }
+            }
+            None => tokio::time::timeout_at(deadline, &mut filling).await,
+        };
+        let took = fill_started.elapsed();
+        #[cfg(feature = "metrics")]
+        if let Some(cache) = self.inner.upgrade() {
+            crate::stats::export::fill_took(cache.name(), took);
+        }
+        match &result {
+            Ok(Ok(_)) => tracing::debug!(took_ms = took.as_millis(), "fill returned a value"),
+            Ok(Err(_)) => {}
+            Err(_) => tracing::warn!(
+                timeout_ms = self.clock.fill_timeout.as_millis(),
+                "fill passed the hard timeout: stopped, nothing stored"
+            ),
+        }
+        result
+    }
+}
+
+/// Runs the fill while renewing its leases (one for a single key, one per
+/// key for a batch) every third of their TTL. A lost or failed renewal
+/// does not stop the fill: the fenced commit still protects newer data.
+pub(crate) async fn fill_renewing<V, T, F, Fut, E>(
+    inner: &Weak<Inner<V>>,
+    fill: F,
+    leases: &[&LeaseGuard],
+) -> Result<T, Failure>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    E: Send + Sync + 'static,
+{
+    while_renewing(inner, call_fill(inner, fill), leases).await
+}
+
+/// Runs `work` while renewing `leases` every third of their TTL.
+pub(crate) async fn while_renewing<V, T>(
+    inner: &Weak<Inner<V>>,
+    work: impl Future<Output = T>,
+    leases: &[&LeaseGuard],
+) -> T {
+    if leases.is_empty() {
+        return work.await;
+    }
+    tokio::pin!(work);
+    tokio::select! {
+        biased;
+        done = &mut work => done,
+        () = keep_renewed(inner, leases) => work.await,
+    }
+}
+
+/// Renews `leases` (all asked with one request's TTLs) every third of
+/// their TTL, concurrently; returns once none is owned any more. A lease
+/// whose renewal failed (the store did not answer) is tried again next
+/// time.
+async fn keep_renewed<V>(inner: &Weak<Inner<V>>, leases: &[&LeaseGuard]) {
+    let Some(first) = leases.first() else {
+        return;
+    };
+    let period = (first.lease_ttl() / 3).max(Duration::from_millis(10));
+    let mut owned = leases.to_vec();
+    while !owned.is_empty() {
+        tokio::time::sleep(period).await;
+        let renewals = owned.iter().map(|lease| lease.renew());
+        let renewed = futures_util::future::join_all(renewals).await;
+        let Some(cache) = inner.upgrade() else {
+            return;
+        };
+        let mut still = Vec::with_capacity(owned.len());
+        for (lease, renewed) in owned.into_iter().zip(renewed) {
+            match renewed {
+                Ok(true) => {
+                    Counters::bump(&cache.counters().lease_renewals);
+                    still.push(lease);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    cache.counters().store_failed(&error);
+                    still.push(lease);
+                }
+            }
+        }
+        owned = still;
+    }
+}
+
+/// Runs the fill, turning its error and panic into a typed [`Failure`].
+pub(crate) async fn call_fill<V, T, F, Fut, E>(
+    inner: &Weak<Inner<V>>,
+    fill: F,
+) -> Result<T, Failure>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
+    E: Send + Sync + 'static,
+{
+    let result = AssertUnwindSafe(async move { fill().await })
+        .catch_unwind()
+        .await;
+    let failure = match result {
+        Ok(Ok(answer)) => return Ok(answer),
+        Ok(Err(error)) => {
+            match inner.upgrade() {
+                Some(cache) => {
+                    Counters::bump(&cache.counters().fill_errors);
+                    cache.fill_failed(std::any::type_name::<E>());
+                }
+                None => tracing::warn!(
+                    error_type = std::any::type_name::<E>(),
+                    "fill returned an error: nothing stored"
+                ),
+            }
+            Failure::Fill(Arc::new(error))
+        }
+        Err(panic) => {
+            if let Some(cache) = inner.upgrade() {
+                Counters::bump(&cache.counters().fill_panics);
+            }
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".to_owned());
+            tracing::error!(panic = %message, "fill panicked: nothing stored");
+            Failure::Panicked(message.into())
+        }
+    };
+    Err(failure)
+}

@@ -1,0 +1,266 @@
+//! The leader's first step: the key's value in the shared store, or its
+//! lease, or the wait for another process's fill — and, when the store does
+//! not answer, the wait for it before filling without a lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::trouble::Trouble;
+use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
+use crate::budget::Permit;
+use crate::data::freshness::{Freshness, Standing};
+use crate::read::{finish_hit, judge_current, Look};
+use crate::state::inner::Inner;
+use crate::stats::Counters;
+use crate::store::patiently;
+use crate::store::{Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey, Stored};
+use crate::tier::shared::SharedTier;
+
+/// How the lookup before the fill ended.
+pub(super) enum Found {
+    /// This leader holds the lease and must fill.
+    Lease(LeaseGuard),
+    /// Fill without a lease (with a store: store nothing), holding this
+    /// fail-open permit (`None`: the cache has no store, and its fills are
+    /// bounded by its fill budget alone).
+    NoLease(Option<Permit>),
+    /// Callers were served from the store and no refresh is to run here.
+    Done,
+    /// The hard deadline passed before a lease or a value was had.
+    TimedOut,
+    /// No fail-open permit within the budget's wait (after this long).
+    Overloaded(Duration),
+}
+
+impl<V> Leader<V>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    /// Looks the key up in the shared store, if the cache has one, until it
+    /// holds the lease, served the callers or must fill without a lease;
+    /// `first`: the first lease request, if the leading caller made it.
+    pub(super) async fn find_lease(&mut self, first: Option<FirstLookup>) -> Found {
+        let Some(cache) = self.inner.upgrade() else {
+            return Found::Done;
+        };
+        let Some(store) = cache.tiers().l2.clone() else {
+            return Found::NoLease(None);
+        };
+        let key = cache.store_key(&self.key);
+        let request = lease_request(&cache, self.clock.fill_timeout);
+        let poll_interval = cache.policy().poll_interval;
+        drop(cache);
+        let (deadline, soft_deadline) = (self.clock.deadline, self.clock.soft_deadline());
+        let finder = Finder {
+            leader: self,
+            store,
+            key: &key,
+            request,
+            soft_deadline,
+            poll_interval,
+            trouble: None,
+        };
+        tokio::time::timeout_at(deadline, finder.find(first))
+            .await
+            .unwrap_or(Found::TimedOut)
+    }
+}
+
+/// Looks the key up in the shared store until it can serve a value, holds
+/// the lease, or must fill without one.
+pub(super) struct Finder<'a, V: Clone> {
+    pub(super) leader: &'a mut Leader<V>,
+    pub(super) store: SharedTier,
+    key: &'a StoreKey,
+    pub(super) request: LeaseRequest,
+    pub(super) soft_deadline: Option<Instant>,
+    pub(super) poll_interval: Duration,
+    /// Since the store last failed to answer a lookup of this flight.
+    pub(super) trouble: Option<Trouble>,
+}
+
+impl<V> Finder<'_, V>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    /// Looks until it can serve a value, holds the lease, or must fill
+    /// without one; its first look is `first`'s answer, if given.
+    pub(super) async fn find(mut self, mut first: Option<FirstLookup>) -> Found {
+        let poll_interval = self.poll_interval;
+        // One wait for another process's fill is counted once, however
+        // many polls and wake-ups it takes.
+        let mut waiting = false;
+        // Consecutive answers "held": each wait re-checks later, up to 8×.
+        let mut held = 0u32;
+        loop {
+            // Listening before asking: a change right after the answer
+            // still wakes the wait below.
+            let (mut listener, lookup) = match first.take() {
+                Some(first) => first.answered().await,
+                None => {
+                    let listener = self.store.listen(self.key);
+                    let asking = self.store.get_or_lease(self.key, &self.request);
+                    let lease_ttl = self.request.lease_ttl;
+                    let patience = self.store.patience(lease_ttl, self.leader.clock.deadline);
+                    (listener, patiently(patience, self.store.call(asking)).await)
+                }
+            };
+            let Some(cache) = self.leader.inner.upgrade() else {
+                return Found::Done;
+            };
+            if lookup.is_ok() {
+                self.trouble = None;
+            }
+            match lookup {
+                Ok(Lookup::Hit(stored)) => {
+                    // Judging it may read versions: as patient as the lookup.
+                    let lease_ttl = self.request.lease_ttl;
+                    let patience = self.store.patience(lease_ttl, self.leader.clock.deadline);
+                    if let Some(found) = patiently(patience, self.hit(&cache, &stored)).await {
+                        return found;
+                    }
+                }
+                Ok(Lookup::Changed) => {
+                    if self.leader.flight.has_published() {
+                        // A refresh stands down: the value it read was
+                        // written anew or invalidated.
+                        Counters::bump(&cache.counters().refreshes_stood_down);
+                        return Found::Done;
+                    }
+                    // The fallback read earlier is no longer the key's
+                    // value: look again.
+                    self.leader.fallback = None;
+                    self.request.grant = Grant::IfNoValue;
+                }
+                Ok(Lookup::Granted(lease)) => return self.granted(&cache, lease),
+                Ok(Lookup::Held { remaining }) => {
+                    if self.leader.flight.has_published() {
+                        // A refresh stands down: another process is filling.
+                        Counters::bump(&cache.counters().refreshes_stood_down);
+                        tracing::debug!("refresh stood down: another process is filling");
+                        return Found::Done;
+                    }
+                    if !waiting {
+                        waiting = true;
+                        Counters::bump(&cache.counters().lease_waits);
+                    }
+                    tracing::debug!(
+                        remaining_ms = remaining.map(|r| r.as_millis()),
+                        "lease held by another process: waiting for its value"
+                    );
+                    drop(cache);
+                    let backoff =
+                        crate::backoff::doubled(poll_interval, held.min(3), Duration::MAX);
+                    held += 1;
+                    let wait = self.wait_for_holder(&mut listener, remaining, backoff);
+                    if let Some(found) = wait.await {
+                        return found;
+                    }
+                }
+                Err(error) => {
+                    if self.leader.flight.has_published() {
+                        // A refresh gives up: its callers were served.
+                        cache.counters().store_failed(&error);
+                        return Found::Done;
+                    }
+                    drop(cache);
+                    if let Some(found) = self.ride_out(&mut listener, &error).await {
+                        return found;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The lease was granted: this leader fills under it.
+    fn granted(&self, cache: &Inner<V>, lease: Lease) -> Found {
+        Counters::bump(&cache.counters().leases_acquired);
+        tracing::debug!("lease acquired");
+        if self.leader.flight.has_published() {
+            Counters::bump(&cache.counters().refreshes);
+        } else {
+            Counters::bump(&cache.counters().misses);
+        }
+        let request = self.request.clone();
+        Found::Lease(LeaseGuard::new(
+            self.store.clone(),
+            self.key.clone(),
+            lease,
+            request,
+        ))
+    }
+
+    /// A value found in the store: served if fresh (`Some(Done)`), kept as
+    /// the fallback if stale or fail-safe only, with a refresh permit taken
+    /// for a stale one; `None`: look again, for the lease over it.
+    async fn hit(&mut self, cache: &Inner<V>, stored: &Stored) -> Option<Found> {
+        // Whatever comes next replaces only this generation: a write or
+        // invalidation landing meanwhile wins.
+        self.request.grant = Grant::OverGeneration(stored.generation.clone());
+        // Undecodable, or left behind by a tag invalidation or clear: it is
+        // replaced like a miss.
+        let judged = judge_current(cache, self.key.key(), stored, Look::Counted).await?;
+        if judged.standing == Standing::Fresh {
+            finish_hit(cache, &mut self.leader.flight, judged);
+            return Some(Found::Done);
+        }
+        let stale = matches!(judged.standing, Standing::RefreshDue | Standing::Stale);
+        let freshness = judged.freshness;
+        let leader = &mut *self.leader;
+        leader.fallback = Some(Fallback::new(judged.value, judged.remaining));
+        if stale {
+            leader.serve_fallback(freshness);
+            // A refresh started from a stale L1 copy holds its permit
+            // already.
+            if leader.permit.is_none() {
+                match Arc::clone(cache.refresh_limiter()).try_acquire_owned() {
+                    Ok(granted) => leader.permit = Some(granted),
+                    Err(_) => {
+                        Counters::bump(&cache.counters().refreshes_skipped);
+                        return Some(Found::Done);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Waits while another process's lease lives: until its holder's
+    /// notice, the next poll or the lease's lapse (`None`: look again), or
+    /// the soft timeout, when a fallback is served (`Some(Done)`).
+    async fn wait_for_holder(
+        &mut self,
+        listener: &mut Listener,
+        remaining: Option<Duration>,
+        poll_interval: Duration,
+    ) -> Option<Found> {
+        let lapse = remaining
+            .unwrap_or(poll_interval)
+            .saturating_add(Duration::from_millis(1));
+        let wake = Instant::now() + poll_interval.min(lapse);
+        let soft = self
+            .soft_deadline
+            .filter(|_| self.leader.fallback.is_some());
+        tokio::select! {
+            () = listener.changed() => None,
+            () = tokio::time::sleep_until(wake) => None,
+            () = sleep_until_some(soft) => {
+                self.leader.serve_fallback(Freshness::Stale);
+                if let Some(cache) = self.leader.inner.upgrade() {
+                    Counters::bump(&cache.counters().soft_timeouts);
+                }
+                Some(Found::Done)
+            }
+        }
+    }
+}
+
+/// Sleeps until `deadline`, or forever without one.
+pub(super) async fn sleep_until_some(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

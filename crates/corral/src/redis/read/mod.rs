@@ -1,0 +1,167 @@
+//! The read path of [`RedisStore`]: one key (a plain `GET` of a write whose
+//! expiry is remembered, else `PTTL` + `GET`, batched with the reads in
+//! flight) or many (one pipeline per hash slot), after the namespace's
+//! first subscription.
+
+pub(in crate::redis) mod batch;
+pub(in crate::redis) mod expiries;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod fuzz;
+pub(in crate::redis) mod lanes;
+mod resp;
+mod touches;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::Value;
+
+use crate::data::error::StoreError;
+use crate::redis::errors::unexpected;
+#[cfg(doc)]
+use crate::redis::subscriber::Subscriber;
+use crate::redis::{frame, keys, RedisStore};
+use crate::store::{StoreKey, Stored};
+
+impl RedisStore {
+    /// Waits (briefly) for the first subscription of `namespace`'s channel
+    /// if caches keep values current through it; see [`Subscriber::ready`].
+    #[inline]
+    pub(in crate::redis) async fn ahead_of_backplane(&self, namespace: &str) -> Option<Arc<str>> {
+        let bound = self.inner.config.op_timeout / 2;
+        self.inner.subscriber.ready(namespace, bound).await
+    }
+
+    /// Records that a read went ahead of its namespace's first
+    /// subscription and succeeded.
+    pub(in crate::redis) fn went_ahead<T, E>(
+        &self,
+        ahead: Option<Arc<str>>,
+        result: &Result<T, E>,
+    ) {
+        if let (Some(channel), Ok(_)) = (ahead, result) {
+            self.inner.subscriber.went_ahead(&channel);
+        }
+    }
+
+    /// [`read_value`](Self::read_value), after the namespace's first
+    /// subscription.
+    pub(in crate::redis) async fn read(
+        &self,
+        key: &StoreKey,
+    ) -> Result<Option<Stored>, StoreError> {
+        let ahead = self.ahead_of_backplane(key.namespace()).await;
+        let read = self.read_value(key).await;
+        self.went_ahead(ahead, &read);
+        read
+    }
+
+    /// The value of `key`, if present: a plain `GET` of a write whose
+    /// expiry is remembered, else (or when the `GET` finds another write)
+    /// a pipelined `PTTL` + `GET`; batched with the reads in flight.
+    async fn read_value(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
+        let name = keys::ValueName::new(key);
+        let id = name.id();
+        let timeout = self.inner.config.op_timeout;
+        let expiries = &self.inner.expiries;
+        if let Some(known) = expiries.get(id) {
+            // A plain GET; its frame tells whether it is the write whose
+            // expiry is remembered.
+            match self.inner.reads.get(name, timeout).await? {
+                Value::Nil => {
+                    expiries.forget(id);
+                    return Ok(None);
+                }
+                Value::BulkString(bytes) => {
+                    if let Some(bytes) = frame::unframe_as(bytes, known.token()) {
+                        let (remaining, generation) = known.remaining();
+                        return Ok(Some(Stored {
+                            bytes,
+                            remaining: Some(remaining),
+                            generation: Some(generation),
+                        }));
+                    }
+                }
+                other => return Err(unexpected("get", &other)),
+            }
+        }
+        let asked = std::time::Instant::now();
+        let (pttl, value) = self.inner.reads.read(name, timeout).await?;
+        match value {
+            Value::BulkString(bytes) => {
+                let stored = stored(bytes, &pttl);
+                expiries.learn_read(id, &stored, asked);
+                Ok(Some(stored))
+            }
+            Value::Nil => Ok(None),
+            other => Err(unexpected("get", &other)),
+        }
+    }
+
+    /// The values of `keys`, if present: one pipeline of `PTTL` + `GET`
+    /// per hash slot.
+    pub(in crate::redis) async fn read_many(
+        &self,
+        keys: &[StoreKey],
+    ) -> Result<Vec<Option<Stored>>, StoreError> {
+        // Each key hashed once for its slot, its command and its touch.
+        let names: Vec<keys::ValueName<'_>> = keys.iter().map(keys::ValueName::new).collect();
+        // One pipeline per group (a cluster routes a pipeline to one
+        // node), all sent at once.
+        let groups = self
+            .inner
+            .connection
+            .by_slot((0..names.len()).collect(), |&i| names[i].slot());
+        let timeout = self.inner.config.op_timeout;
+        let reads = groups.iter().map(|group| {
+            let group_names: Vec<keys::ValueName<'_>> = group.iter().map(|&i| names[i]).collect();
+            async move { self.inner.reads.read_many(&group_names, timeout).await }
+        });
+        let replies = futures_util::future::join_all(reads).await;
+        let mut found: Vec<Option<Stored>> = vec![None; keys.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            for (&index, (pttl, value)) in group.iter().zip(reply?) {
+                found[index] = match value {
+                    Value::BulkString(bytes) => Some(stored(bytes, &pttl)),
+                    Value::Nil => None,
+                    other => return Err(unexpected("get", &other)),
+                };
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// A value read with its `PTTL`: envelope bytes, remaining time and the
+/// generation from its frame.
+pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
+    let (bytes, generation) = frame::unframe(bytes);
+    Stored {
+        bytes,
+        remaining: remaining(pttl),
+        generation,
+    }
+}
+
+/// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
+pub(in crate::redis) fn remaining(pttl: &Value) -> Option<Duration> {
+    match pttl {
+        Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remaining_reads_pttl() {
+        assert_eq!(
+            remaining(&Value::Int(1500)),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(remaining(&Value::Int(-1)), None);
+        assert_eq!(remaining(&Value::Int(-2)), None);
+    }
+}

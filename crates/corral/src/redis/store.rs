@@ -1,0 +1,493 @@
+//! `impl Store for RedisStore`: each operation one round trip (a script
+//! for writes and leases, see [`scripts`](super::scripts)), announced on
+//! the key's channel; and the names and tokens the operations use.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use ::redis::Value;
+
+use super::conn::cluster;
+use super::conn::Connection;
+use super::errors::{bounded, unexpected};
+use super::keys::{self, KeyNames};
+use super::read::{remaining, stored};
+use super::{frame, millis, scripts, RedisStore};
+use crate::data::error::StoreError;
+use crate::store::{
+    is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener,
+    Lookup, Origin, Store, StoreKey, Stored,
+};
+use crate::sync::lock_std;
+
+impl RedisStore {
+    /// The verb and channel announcing a change in `namespace`: on a
+    /// cluster, `SPUBLISH` on `sharded` (a channel in the changed keys'
+    /// slot, so the message stays in their shard); otherwise `PUBLISH` on
+    /// the namespace's channel.
+    fn announcement(
+        &self,
+        namespace: &str,
+        sharded: impl FnOnce() -> String,
+    ) -> (&'static [u8], String) {
+        match self.inner.connection {
+            Connection::Cluster(_) => (b"SPUBLISH", sharded()),
+            Connection::Standalone(_) => (b"PUBLISH", keys::channel(namespace)),
+        }
+    }
+
+    /// [`announcement`](Self::announcement) of a change of the key named
+    /// `names`: on its bucket's channel.
+    fn key_channel(&self, namespace: &str, names: &KeyNames) -> (&'static [u8], String) {
+        self.announcement(namespace, || keys::bucket_channel(namespace, names.bucket))
+    }
+
+    /// [`announcement`](Self::announcement) of a tag or clear change: on
+    /// the namespace's tag channel (in the slot of its tag keys).
+    fn tag_channel(&self, namespace: &str) -> (&'static [u8], String) {
+        self.announcement(namespace, || keys::tag_channel(namespace))
+    }
+
+    /// The key of the copy of `tag`'s version at `home` in `namespace`:
+    /// one per bucket on a cluster (in the slot of the entries it guards),
+    /// the one key of the tag on one server.
+    fn version_key(&self, namespace: &str, home: u32, tag: &str) -> String {
+        match self.inner.connection {
+            Connection::Cluster(_) => keys::copy_key(namespace, home, tag),
+            Connection::Standalone(_) => keys::tag_key(namespace, tag),
+        }
+    }
+
+    /// The clear version's copy guarding `key`'s entry.
+    fn clear_copy(&self, key: &StoreKey) -> String {
+        self.version_key(key.namespace(), self.version_home(key), "")
+    }
+
+    /// A fresh random lease token: 128 bits as 32 hex digits.
+    fn token(&self) -> String {
+        let mut rng = lock_std(&self.inner.rng);
+        format!("{:032x}", rng.u128(..))
+    }
+
+    async fn run(
+        &self,
+        lua: &scripts::Lua,
+        names: &KeyNames,
+        args: &[&[u8]],
+    ) -> Result<Value, StoreError> {
+        self.inner
+            .connection
+            .invoke(lua, names, args, self.inner.config.op_timeout)
+            .await
+    }
+}
+
+/// A version returned by [`scripts::TAG_VERSIONS`]; `None` if it is not one.
+fn tag_version(reply: &Value) -> Option<Arc<str>> {
+    match reply {
+        Value::BulkString(version) if is_version(version) => {
+            std::str::from_utf8(version).ok().map(Arc::from)
+        }
+        _ => None,
+    }
+}
+
+/// The tail of a backplane message about `key` from `origin`; the scripts
+/// put the kind letter in front.
+fn message(origin: Origin, key: &str) -> String {
+    format!("|{}|{key}", origin.to_hex())
+}
+
+fn int(what: &str, reply: &Value) -> Result<i64, StoreError> {
+    match reply {
+        Value::Int(n) => Ok(*n),
+        other => Err(unexpected(what, other)),
+    }
+}
+
+impl Store for RedisStore {
+    fn get_or_lease<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        request: &'a LeaseRequest,
+    ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
+        Box::pin(async move {
+            let (mode, expected): (&[u8], &[u8]) = match &request.grant {
+                Grant::IfNoValue => (b"0", b""),
+                Grant::OverAnyValue => (b"1", b""),
+                Grant::OverGeneration(generation) => {
+                    (b"2", generation.as_deref().map_or(&b""[..], str::as_bytes))
+                }
+            };
+            let ahead = self.ahead_of_backplane(key.namespace()).await;
+            let names = KeyNames::new(key);
+            let token = self.token();
+            let lease_ms = millis(request.lease_ttl);
+            let fence_ms = millis(request.fence_ttl);
+            let clear = self.clear_copy(key);
+            let asked = std::time::Instant::now();
+            let reply = self
+                .inner
+                .connection
+                .invoke_on(
+                    &scripts::GET_OR_LEASE,
+                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        token.as_bytes(),
+                        lease_ms.as_bytes(),
+                        fence_ms.as_bytes(),
+                        mode,
+                        expected,
+                    ],
+                    self.inner.config.op_timeout,
+                )
+                .await?;
+            match reply {
+                Value::Array(mut items) => match items.as_mut_slice() {
+                    [Value::Int(1), Value::BulkString(bytes), pttl] => {
+                        let found = stored(std::mem::take(bytes), pttl);
+                        // Remembered as a plain read's is: the next read of
+                        // this value may be a plain GET.
+                        let id = keys::ValueName::new(key).id();
+                        self.inner.expiries.learn_read(id, &found, asked);
+                        let hit = Ok(Lookup::Hit(found));
+                        self.went_ahead(ahead, &hit);
+                        hit
+                    }
+                    [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
+                    [Value::Int(3), pttl] => Ok(Lookup::Held {
+                        remaining: remaining(pttl),
+                    }),
+                    [Value::Int(4)] => Ok(Lookup::Changed),
+                    _ => Err(unexpected("get_or_lease", &Value::Array(items))),
+                },
+                other => Err(unexpected("get_or_lease", &other)),
+            }
+        })
+    }
+
+    /// A key whose value this store read and whose time to live, as
+    /// remembered from that read, is not over.
+    fn recalls(&self, key: &StoreKey) -> bool {
+        let id = keys::ValueName::new(key).id();
+        self.inner
+            .expiries
+            .get(id)
+            .is_some_and(|known| known.is_live())
+    }
+
+    fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
+        Box::pin(self.read(key))
+    }
+
+    fn get_many<'a>(
+        &'a self,
+        keys: &'a [StoreKey],
+    ) -> BoxFuture<'a, Result<Vec<Option<Stored>>, StoreError>> {
+        Box::pin(async move {
+            let ahead = match keys.first() {
+                Some(key) => self.ahead_of_backplane(key.namespace()).await,
+                None => None,
+            };
+            let found = self.read_many(keys).await;
+            self.went_ahead(ahead, &found);
+            found
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        request: &'a LeaseRequest,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let lease_ms = millis(request.lease_ttl);
+            let fence_ms = millis(request.fence_ttl);
+            let reply = self
+                .run(
+                    &scripts::RENEW,
+                    &names,
+                    &[
+                        lease.token().as_bytes(),
+                        lease_ms.as_bytes(),
+                        fence_ms.as_bytes(),
+                    ],
+                )
+                .await?;
+            Ok(int("renew", &reply)? == 1)
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+        bytes: &'a [u8],
+        ttl: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Commit, StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
+            let message = message(origin, key.key());
+            let ttl_ms = millis(ttl);
+            let framed = frame::frame(lease.token(), bytes);
+            let clear = self.clear_copy(key);
+            let reply = self
+                .inner
+                .connection
+                .invoke_on(
+                    &scripts::COMMIT,
+                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        lease.token().as_bytes(),
+                        &framed,
+                        ttl_ms.as_bytes(),
+                        verb,
+                        channel.as_bytes(),
+                        message.as_bytes(),
+                    ],
+                    self.inner.config.op_timeout,
+                )
+                .await?;
+            Ok(if int("commit", &reply)? == 1 {
+                Commit::Stored
+            } else {
+                Commit::Refused
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        lease: &'a Lease,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
+            let message = message(Origin::new(0), key.key());
+            let reply = self
+                .run(
+                    &scripts::RELEASE,
+                    &names,
+                    &[
+                        lease.token().as_bytes(),
+                        verb,
+                        channel.as_bytes(),
+                        message.as_bytes(),
+                    ],
+                )
+                .await?;
+            int("release", &reply).map(drop)
+        })
+    }
+
+    fn set<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        bytes: &'a [u8],
+        ttl: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            // The writer keeps the value in its L1: after the first
+            // subscription, like a read.
+            let ahead = self.ahead_of_backplane(key.namespace()).await;
+            let names = KeyNames::new(key);
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
+            let message = message(origin, key.key());
+            let ttl_ms = millis(ttl);
+            let generation = self.token();
+            let framed = frame::frame(&generation, bytes);
+            let clear = self.clear_copy(key);
+            let reply = self
+                .inner
+                .connection
+                .invoke_on(
+                    &scripts::SET,
+                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        &framed,
+                        ttl_ms.as_bytes(),
+                        generation.as_bytes(),
+                        verb,
+                        channel.as_bytes(),
+                        message.as_bytes(),
+                    ],
+                    self.inner.config.op_timeout,
+                )
+                .await?;
+            let written = int("set", &reply).map(drop);
+            self.went_ahead(ahead, &written);
+            written
+        })
+    }
+
+    fn invalidate<'a>(
+        &'a self,
+        key: &'a StoreKey,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let names = KeyNames::new(key);
+            let (verb, channel) = self.key_channel(key.namespace(), &names);
+            let message = message(origin, key.key());
+            let reply = self
+                .run(
+                    &scripts::INVALIDATE,
+                    &names,
+                    &[verb, channel.as_bytes(), message.as_bytes()],
+                )
+                .await?;
+            int("invalidate", &reply).map(drop)
+        })
+    }
+
+    /// On a cluster, `key`'s bucket: each bucket holds its own copy of the
+    /// versions, in its slot (a shard holds the copies that guard its own
+    /// entries). On one server, 0: one copy.
+    fn version_home(&self, key: &StoreKey) -> u32 {
+        match self.inner.connection {
+            Connection::Cluster(_) => keys::bucket_of(key),
+            Connection::Standalone(_) => 0,
+        }
+    }
+
+    fn tag_versions<'a>(
+        &'a self,
+        namespace: &'a str,
+        home: u32,
+        tags: &'a [Arc<str>],
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<Vec<Arc<str>>, StoreError>> {
+        Box::pin(async move {
+            if tags.is_empty() {
+                return Ok(Vec::new());
+            }
+            let ahead = self.ahead_of_backplane(namespace).await;
+            let names: Vec<String> = tags
+                .iter()
+                .map(|tag| self.version_key(namespace, home, tag))
+                .collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let fresh: Vec<Arc<str>> = {
+                let mut rng = lock_std(&self.inner.rng);
+                tags.iter().map(|_| new_version(&mut rng)).collect()
+            };
+            let retention_ms = millis(retention);
+            // A copy created anew is announced in its own slot.
+            let (verb, channel) = self.announcement(namespace, || {
+                keys::bucket_channel(namespace, keys::home_tag(home))
+            });
+            let origin = origin.to_hex();
+            let mut args: Vec<&[u8]> = vec![
+                retention_ms.as_bytes(),
+                verb,
+                channel.as_bytes(),
+                origin.as_bytes(),
+            ];
+            for (tag, version) in tags.iter().zip(&fresh) {
+                args.push(tag.as_bytes());
+                args.push(version.as_bytes());
+            }
+            let reply = self
+                .inner
+                .connection
+                .invoke_on(
+                    &scripts::TAG_VERSIONS,
+                    &names,
+                    &args,
+                    self.inner.config.op_timeout,
+                )
+                .await?;
+            let versions = match &reply {
+                Value::Array(items) if items.len() == tags.len() => {
+                    items.iter().map(tag_version).collect::<Option<Vec<_>>>()
+                }
+                _ => None,
+            };
+            let versions = versions.ok_or_else(|| unexpected("tag versions", &reply));
+            self.went_ahead(ahead, &versions);
+            versions
+        })
+    }
+
+    fn invalidate_tag<'a>(
+        &'a self,
+        namespace: &'a str,
+        tag: &'a str,
+        retention: Duration,
+        origin: Origin,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (verb, channel) = self.tag_channel(namespace);
+            let kind = if tag.is_empty() { 'x' } else { 't' };
+            let message = format!("{kind}|{}|{tag}", origin.to_hex());
+            let version = new_version(&mut lock_std(&self.inner.rng));
+            let retention_ms = millis(retention);
+            if let Connection::Cluster(cluster) = &self.inner.connection {
+                let timeout = self.inner.config.op_timeout;
+                let copies: Vec<String> = (0..keys::BUCKETS as u32)
+                    .map(|home| keys::copy_key(namespace, home, tag))
+                    .collect();
+                let moves = cluster::MoveCopies {
+                    copies: &copies,
+                    version: &version,
+                    retention_ms: &retention_ms,
+                };
+                bounded(timeout, "invalidate tag", cluster.move_copies(moves)).await?;
+                let mut announce = ::redis::cmd("SPUBLISH");
+                announce.arg(&channel).arg(&message);
+                bounded(timeout, "invalidate tag", cluster.query(&announce)).await?;
+                return Ok(());
+            }
+            let key = keys::tag_key(namespace, tag);
+            let reply = self
+                .inner
+                .connection
+                .invoke_on(
+                    &scripts::INVALIDATE_TAG,
+                    &[key.as_str()],
+                    &[
+                        version.as_bytes(),
+                        retention_ms.as_bytes(),
+                        verb,
+                        channel.as_bytes(),
+                        message.as_bytes(),
+                    ],
+                    self.inner.config.op_timeout,
+                )
+                .await?;
+            int("invalidate tag", &reply).map(drop)
+        })
+    }
+
+    fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
+        self.inner
+            .subscriber
+            .attach_sink(&keys::channel(namespace), sink);
+        true
+    }
+
+    fn call_bound(&self) -> Option<Duration> {
+        Some(self.inner.config.op_timeout)
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.inner.connection.ping(self.inner.config.op_timeout))
+    }
+
+    fn attach(&self, namespace: &str) {
+        self.inner.subscriber.subscribe(&keys::channel(namespace));
+    }
+
+    fn listen(&self, key: &StoreKey) -> Listener {
+        let channel = keys::channel(key.namespace());
+        let id = keys::listener_id(key.namespace(), key.key());
+        self.inner.subscriber.listen(&channel, id.into())
+    }
+}
