@@ -187,6 +187,30 @@ fn corral_queries_sqlite_once_per_cold_key_and_naive_stampedes() {
         .starts_with("corral: 1 SQLite query per cold key"));
 }
 
+/// A Zipf draw asks for each key by its weight: for the hot ones often,
+/// for most cold ones at least once.
+#[test]
+fn zipf_callers_ask_for_keys_by_their_weight() {
+    let output = Command::new(env!("CARGO_BIN_EXE_corral"))
+        .args(["herd", "--zipf", "1", "--keys", "300", "--callers", "3000"])
+        .args([
+            "--rounds", "1", "--rows", "2000", "--users", "200", "--json",
+        ])
+        .output()
+        .expect("run corral herd --zipf");
+    let report = json_of(&output, "");
+    // corral queries once per key asked: a Zipf(1) draw of 3,000 callers
+    // over 300 keys asks for about 281 of them (the seed is fixed).
+    let asked = figure(&report, "corral", "sqlite_queries");
+    assert!(
+        (260..=300).contains(&asked),
+        "{asked} keys asked\n{report:#}"
+    );
+    assert_eq!(figure(&report, "corral", "successes"), 3000);
+    let hot = report["corral"]["hot_p50_ms"].as_f64();
+    assert!(hot.is_some(), "the hottest keys' p50\n{report:#}");
+}
+
 #[test]
 fn rejects_more_keys_than_callers() {
     let output = Command::new(env!("CARGO_BIN_EXE_corral"))

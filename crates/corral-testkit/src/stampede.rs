@@ -105,7 +105,7 @@ impl StampedeReport {
 /// call.
 pub struct Callers {
     gate: Arc<Barrier>,
-    tasks: JoinSet<(Duration, Result<(), String>)>,
+    tasks: JoinSet<(usize, Instant, Duration, Result<(), String>)>,
 }
 
 impl Callers {
@@ -121,19 +121,20 @@ impl Callers {
         // Every caller and the releaser meet at the gate.
         let gate = Arc::new(Barrier::new(calls.len() + 1));
         let mut tasks = JoinSet::new();
-        for call in calls {
+        for (index, call) in calls.into_iter().enumerate() {
             let gate = Arc::clone(&gate);
             tasks.spawn(async move {
                 gate.wait().await;
                 let start = Instant::now();
                 let outcome = call().await;
-                (start.elapsed(), outcome)
+                (index, Instant::now(), start.elapsed(), outcome)
             });
         }
         Self { gate, tasks }
     }
 
-    /// Opens the gate and waits for every call.
+    /// Opens the gate and waits for every call; the tally's latencies and
+    /// ends are in the order of the calls.
     ///
     /// # Errors
     ///
@@ -141,10 +142,15 @@ impl Callers {
     pub async fn release(mut self) -> Result<Tally, JoinError> {
         let started = Instant::now();
         self.gate.wait().await;
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            latencies_us: vec![0; self.tasks.len()],
+            ends_us: vec![(0, false); self.tasks.len()],
+            ..Tally::default()
+        };
         while let Some(joined) = self.tasks.join_next().await {
-            let (latency, outcome) = joined?;
-            tally.latencies_us.push(micros(latency));
+            let (index, end, latency, outcome) = joined?;
+            tally.latencies_us[index] = micros(latency);
+            tally.ends_us[index] = (micros(end - started), outcome.is_ok());
             match outcome {
                 Ok(()) => tally.successes += 1,
                 Err(failure) => {
@@ -161,8 +167,12 @@ impl Callers {
 /// What released [`Callers`] measured (or several rounds of them, absorbed).
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tally {
-    /// Each call's latency, in microseconds.
+    /// Each call's latency, in microseconds, in the order of the calls
+    /// (absorbed rounds one after the other).
     pub latencies_us: Vec<u64>,
+    /// When each call ended, in microseconds from the release of its
+    /// round, and whether it got what it should; in the same order.
+    pub ends_us: Vec<(u64, bool)>,
     /// Calls that got what they should.
     pub successes: u64,
     /// Calls that did not.
@@ -178,6 +188,7 @@ impl Tally {
     /// Adds another tally's calls and wall.
     pub fn absorb(&mut self, other: Self) {
         self.latencies_us.extend(other.latencies_us);
+        self.ends_us.extend(other.ends_us);
         self.successes += other.successes;
         self.failures += other.failures;
         self.first_failure = self.first_failure.take().or(other.first_failure);
@@ -206,14 +217,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn callers_run_at_once_after_the_release_and_are_counted() {
+    fn callers_run_at_once_after_the_release_and_are_counted_in_order() {
         // Each caller waits for all the others: the round finishes only if
-        // every call is in flight at the same time.
-        let all_in = Arc::new(Barrier::new(5));
-        let calls = (0..5_u32).map(|i| {
+        // every call is in flight at the same time. Then the odd ones take
+        // 200 ms more, end after the even ones, and fail.
+        let all_in = Arc::new(Barrier::new(6));
+        let calls = (0..6_u64).map(|i| {
             let all_in = Arc::clone(&all_in);
             move || async move {
                 all_in.wait().await;
+                tokio::time::sleep(Duration::from_millis(200 * (i % 2))).await;
                 if i % 2 == 0 {
                     Ok(())
                 } else {
@@ -222,17 +235,23 @@ mod tests {
             }
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .expect("runtime");
         let tally =
             runtime.block_on(async { Callers::arm(calls).release().await.expect("no panic") });
-        assert_eq!((tally.successes, tally.failures), (3, 2));
+        assert_eq!((tally.successes, tally.failures), (3, 3));
         let first = tally.first_failure.as_deref();
         assert!(first.is_some_and(|f| f.starts_with("caller ")), "{first:?}");
-        assert_eq!(tally.latencies_us.len(), 5);
+        let slow = |us: &u64| *us >= 200_000;
+        let latencies: Vec<bool> = tally.latencies_us.iter().map(slow).collect();
+        assert_eq!(latencies, [false, true].repeat(3), "{tally:?}");
+        let ends = tally.ends_us.iter().map(|(us, ok)| (slow(us), *ok));
+        let expected = [(false, true), (true, false)].repeat(3);
+        assert_eq!(ends.collect::<Vec<_>>(), expected, "{tally:?}");
         let mut total = tally.clone();
         total.absorb(tally);
-        assert_eq!((total.successes, total.latencies_us.len()), (6, 10));
+        assert_eq!((total.successes, total.ends_us.len()), (6, 12));
     }
 
     #[test]
