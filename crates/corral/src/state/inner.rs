@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::budget::FillBudget;
+use crate::budget::{FillBudget, DEFAULT_FAIL_OPEN_LIMIT};
 use crate::codec::{round_trips, Codec};
 use crate::data::cause::FillError;
 use crate::data::compression::frames::Frames;
@@ -143,7 +143,7 @@ impl<V: Clone> Inner<V> {
             fail_open: parts
                 .budget
                 .clone()
-                .unwrap_or_else(FillBudget::fail_open_default),
+                .unwrap_or_else(|| FillBudget::new(DEFAULT_FAIL_OPEN_LIMIT)),
             budget: parts.budget,
             round_trip: OnceLock::new(),
             store_warnings: Throttle::default(),

@@ -2,11 +2,12 @@
 //! blocks through `lz4_flex`, zstd frames through `zstd`, each unpacked
 //! into a buffer of the length the frame's prefix states, checked first.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use zstd::bulk::{Compressor, Decompressor};
 
 use super::{split_frame, Algorithm, Compression, Frame, Packed, UnpackError, LZ4, ZSTD};
+use crate::sync::lock_std;
 
 /// One cache's compression: its setting, and the zstd contexts it keeps
 /// between values (a context costs more to make than a small value to
@@ -135,17 +136,13 @@ fn lz4(raw: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn pop<T>(pool: &Mutex<Vec<T>>) -> Option<T> {
-    lock(pool).pop()
+    lock_std(pool).pop()
 }
 
 /// Keeps `context` for the next value, unless `keep` are idle already.
 fn push<T>(pool: &Mutex<Vec<T>>, context: T, keep: usize) {
-    let mut idle = lock(pool);
+    let mut idle = lock_std(pool);
     if idle.len() < keep {
         idle.push(context);
     }

@@ -10,7 +10,7 @@ use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use super::{Leader, LeaseGuard};
-use crate::data::freshness::{Answer, Freshness};
+use crate::data::freshness::Answer;
 use crate::state::flight::Failure;
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -50,10 +50,7 @@ where
                 tokio::select! {
                     result = tokio::time::timeout_at(deadline, &mut filling) => result,
                     () = tokio::time::sleep_until(soft) => {
-                        self.serve_fallback(Freshness::Stale);
-                        if let Some(cache) = self.inner.upgrade() {
-                            Counters::bump(&cache.counters().soft_timeouts);
-                        }
+                        self.soft_timed_out();
                         tokio::time::timeout_at(deadline, &mut filling).await
                     }
                 }

@@ -11,7 +11,7 @@ use super::trouble::Trouble;
 use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
 use crate::budget::Permit;
 use crate::data::error::StoreError;
-use crate::data::freshness::{Freshness, Standing};
+use crate::data::freshness::Standing;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -260,10 +260,7 @@ where
             () = listener.changed() => None,
             () = tokio::time::sleep_until(wake) => None,
             () = sleep_until_some(soft) => {
-                self.leader.serve_fallback(Freshness::Stale);
-                if let Some(cache) = self.leader.inner.upgrade() {
-                    Counters::bump(&cache.counters().soft_timeouts);
-                }
+                self.leader.soft_timed_out();
                 Some(Found::Done)
             }
         }

@@ -148,12 +148,11 @@ pub(super) async fn keep_value<V>(
     let entry = keep_local
         .then(|| in_l1(cache, key, value, ttls, fail_safe))
         .flatten();
-    match entry {
-        Some(entry) => flight.retire(|| {
+    flight.retire(|| {
+        if let Some(entry) = entry {
             cache.insert_in_l1(key, home, &stamps, entry);
-        }),
-        None => flight.retire(|| ()),
-    };
+        }
+    });
 }
 
 /// Keeps an answer filled while the store did not answer in the L1 alone,
@@ -169,11 +168,18 @@ fn keep_unverified<V>(
 ) where
     V: Clone + Send + Sync + 'static,
 {
-    let ttls = ttls.capped(UNVERIFIED_LIFETIME);
-    match in_l1(cache, key, value, ttls, fail_safe) {
-        Some(entry) => flight.retire(|| cache.insert_unverified_in_l1(key, tags, entry)),
-        None => flight.retire(|| ()),
-    };
+    let entry = in_l1(
+        cache,
+        key,
+        value,
+        ttls.capped(UNVERIFIED_LIFETIME),
+        fail_safe,
+    );
+    flight.retire(|| {
+        if let Some(entry) = entry {
+            cache.insert_unverified_in_l1(key, tags, entry);
+        }
+    });
 }
 
 /// The L1 entry of an answer, if the cache has an L1 and the answer can be

@@ -392,6 +392,15 @@ where
         while_renewing(&inner, waiting, &leases).await
     }
 
+    /// The soft timeout passed with a fallback at hand: the callers get it
+    /// while the fill goes on.
+    fn soft_timed_out(&mut self) {
+        self.serve_fallback(Freshness::Stale);
+        if let Some(cache) = self.inner.upgrade() {
+            Counters::bump(&cache.counters().soft_timeouts);
+        }
+    }
+
     /// Publishes the fallback to the flight's callers, if there is one and
     /// they were not answered yet.
     fn serve_fallback(&mut self, freshness: Freshness) {

@@ -33,7 +33,6 @@ use super::find::{Finder, Found};
 use crate::budget::{FillBudget, Permit};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::data::freshness::Fetched;
-use crate::data::freshness::Freshness;
 use crate::flight::permit;
 use crate::state::flight::Flight;
 use crate::stats::Counters;
@@ -154,10 +153,7 @@ where
         tokio::select! {
             biased;
             () = super::find::sleep_until_some(soft) => {
-                self.leader.serve_fallback(Freshness::Stale);
-                if let Some(cache) = self.leader.inner.upgrade() {
-                    Counters::bump(&cache.counters().soft_timeouts);
-                }
+                self.leader.soft_timed_out();
                 Some(Found::Done)
             }
             granted = fail_open => Some(self.fail_open(granted)),
