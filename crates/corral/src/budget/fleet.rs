@@ -153,13 +153,8 @@ impl FleetPermit {
 impl Drop for FleetPermit {
     fn drop(&mut self) {
         self.renewing.abort();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (store, key, lease) = (self.store.clone(), self.key.clone(), self.lease.clone());
-        runtime.spawn(async move {
-            let _ = store.call(store.release(&key, &lease)).await;
-        });
+        self.store
+            .release_later(self.key.clone(), self.lease.clone());
     }
 }
 

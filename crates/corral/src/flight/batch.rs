@@ -36,7 +36,7 @@ use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::{Grant, LeaseRequest, Lookup};
+use crate::store::Lookup;
 use crate::tier::shared::SharedTier;
 
 /// The flights one batch leads, with their keys.
@@ -247,12 +247,7 @@ where
         store: &SharedTier,
         missing: Led<V>,
     ) -> Vec<ToFill<V>> {
-        let fill_timeout = self.fill_timeout;
-        let request = LeaseRequest {
-            lease_ttl: cache.policy().lease_ttl,
-            fence_ttl: cache.policy().fence_ttl(fill_timeout),
-            grant: Grant::IfNoValue,
-        };
+        let request = leader::lease_request(cache, self.fill_timeout);
         let grants = missing.iter().map(|(key, _)| {
             let (skey, request) = (cache.store_key(key), &request);
             async move {

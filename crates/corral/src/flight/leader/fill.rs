@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use super::find::sleep_until_some;
 use super::{Leader, LeaseGuard};
 use crate::data::freshness::Answer;
 use crate::state::flight::Failure;
@@ -45,17 +46,12 @@ where
             .clock
             .soft_deadline()
             .filter(|_| self.fallback.is_some() && !self.flight.has_published());
-        let result = match soft {
-            Some(soft) => {
-                tokio::select! {
-                    result = tokio::time::timeout_at(deadline, &mut filling) => result,
-                    () = tokio::time::sleep_until(soft) => {
-                        self.soft_timed_out();
-                        tokio::time::timeout_at(deadline, &mut filling).await
-                    }
-                }
+        let result = tokio::select! {
+            result = tokio::time::timeout_at(deadline, &mut filling) => result,
+            () = sleep_until_some(soft) => {
+                self.soft_timed_out();
+                tokio::time::timeout_at(deadline, &mut filling).await
             }
-            None => tokio::time::timeout_at(deadline, &mut filling).await,
         };
         let took = fill_started.elapsed();
         #[cfg(feature = "metrics")]

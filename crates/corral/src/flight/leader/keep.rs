@@ -75,10 +75,10 @@ pub(crate) struct Kept {
 pub(crate) const UNVERIFIED_LIFETIME: Duration = Duration::from_secs(1);
 
 impl Kept {
-    /// No lease, no stamps: nothing to store.
-    pub(crate) fn nothing() -> Self {
+    /// Only `lease` (if any), no stamps: nothing to store.
+    pub(crate) fn leased(lease: Option<LeaseGuard>) -> Self {
         Self {
-            lease: None,
+            lease,
             stamps: None,
             unverified: None,
         }
