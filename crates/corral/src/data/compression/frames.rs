@@ -38,7 +38,7 @@ impl Frames {
     /// Compresses `raw`, a value's encoding, if the setting says so and it
     /// pays: the frame must be at least an eighth shorter than `raw`.
     pub(crate) fn pack(&self, raw: &[u8]) -> Packed {
-        if !self.setting.is_on() || raw.len() < self.setting.threshold() {
+        if !self.setting.is_on() || raw.len() < self.setting.min_bytes {
             return Packed::Plain;
         }
         let Ok(raw_len) = u32::try_from(raw.len()) else {
@@ -48,7 +48,7 @@ impl Frames {
         let Some(limit) = (raw.len() - raw.len() / 8).checked_sub(super::PREFIX_LEN) else {
             return Packed::Skipped;
         };
-        let compressed = match self.setting.algorithm() {
+        let compressed = match self.setting.algorithm {
             Algorithm::None => return Packed::Plain,
             Algorithm::Lz4 => lz4(raw).map(|bytes| (LZ4, bytes)),
             Algorithm::Zstd(level) => self.zstd(raw, level, limit).map(|bytes| (ZSTD, bytes)),
