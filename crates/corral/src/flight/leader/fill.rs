@@ -9,8 +9,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use super::find::sleep_until_some;
 use super::{Leader, LeaseGuard};
+use crate::clock::sleep_until_some;
 use crate::data::freshness::Answer;
 use crate::state::flight::Failure;
 use crate::state::inner::Inner;

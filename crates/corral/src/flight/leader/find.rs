@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::trouble::Trouble;
 use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
 use crate::budget::Permit;
+use crate::clock::sleep_until_some;
 use crate::data::error::StoreError;
 use crate::data::freshness::Standing;
 use crate::read::{finish_hit, judge_current, Look};
@@ -264,13 +265,5 @@ where
                 Some(Found::Done)
             }
         }
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-pub(super) async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }

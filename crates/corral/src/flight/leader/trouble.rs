@@ -152,7 +152,7 @@ where
         let fail_open = turn_to_fail_open(&mut trouble.queued, gone_in, budget, flight);
         tokio::select! {
             biased;
-            () = super::find::sleep_until_some(soft) => {
+            () = crate::clock::sleep_until_some(soft) => {
                 self.leader.soft_timed_out();
                 Some(Found::Done)
             }
