@@ -286,18 +286,13 @@ where
             let answer = found.remove(&wanted).unwrap_or_else(Answer::not_found);
             Ok::<_, E>(answer)
         };
-        let policy = &cache.policy();
-        let job = Job {
-            key: key.into(),
-            ttl: self.ttl,
-            fill_timeout: self.fill_timeout,
-            soft_timeout: policy.soft_timeout,
-            fallback: None,
-            permit: None,
-            tags: Arc::clone(&self.tags),
-            first: None,
-            fill,
+        let options = FillOptions {
+            ttl: Some(self.ttl),
+            fill_timeout: Some(self.fill_timeout),
+            soft_timeout: None,
+            tags: Some(Arc::clone(&self.tags)),
         };
+        let job = Job::new(cache, &key, options, fill, None, None);
         self.runtime
             .spawn(leader::run(self.inner.clone(), flight, job));
     }

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use super::find::{Finder, Found};
 use crate::budget::{FillBudget, Permit};
-use crate::data::error::{StoreError, StoreErrorKind};
+use crate::data::error::StoreError;
 use crate::data::freshness::Fetched;
 use crate::flight::permit;
 use crate::state::flight::Flight;
@@ -91,15 +91,6 @@ where
     queued.insert(Box::pin(acquiring)).await
 }
 
-/// Whether the store may still answer: it did not refuse, it did not
-/// answer at all.
-fn unanswered(error: &StoreError) -> bool {
-    matches!(
-        error.kind(),
-        StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
-    )
-}
-
 impl<V> Finder<'_, V>
 where
     V: Clone + Send + Sync + 'static,
@@ -114,7 +105,9 @@ where
         let Some(cache) = self.leader.inner.upgrade() else {
             return Some(Found::Done);
         };
-        let waits = unanswered(error);
+        // The store did not answer at all (it may still): a timeout, the
+        // store unreachable, the breaker open.
+        let waits = error.is_retryable();
         let trouble = self.trouble.get_or_insert_with(Trouble::new);
         trouble.failures = trouble.failures.saturating_add(1);
         if trouble.failures == 1 {
