@@ -94,16 +94,11 @@ impl FillBudget {
                 None => return self.abandoned(started),
             }
         };
-        let fleet = match (self.shared.fleet.as_deref(), fleet) {
+        let (fleet_permit, fleet) = match (self.shared.fleet.as_deref(), fleet) {
             (Some(slots), Some(fleet)) => {
                 let on_full = || enter_queue(&mut on_queue);
-                let FleetStore {
-                    store,
-                    lease_ttl,
-                    poll_interval,
-                } = fleet;
                 let taking = slots
-                    .take(store, lease_ttl, poll_interval, deadline, on_full)
+                    .take(fleet, deadline, on_full)
                     .instrument(tracing::debug_span!(
                         "corral.budget.fleet",
                         limit = self.limit()
@@ -113,23 +108,18 @@ impl FillBudget {
                     () = &mut deserted => return self.abandoned(started),
                 };
                 match taken {
-                    Ok(permit) => Some(Ok(permit)),
+                    Ok(permit) => (Some(permit), Some(Ok(()))),
                     Err(None) => return self.overloaded(started),
-                    Err(Some(error)) => Some(Err(Box::new(error))),
+                    Err(Some(error)) => (None, Some(Err(Box::new(error)))),
                 }
             }
-            _ => None,
+            _ => (None, None),
         };
         let queued = on_queue.is_none().then(|| started.elapsed());
         if let Some(waited) = queued {
             self.shared.permits.totals.waited(waited);
             tracing::debug!(waited_ms = waited.as_millis(), "fill budget permit granted");
         }
-        let (fleet_permit, fleet) = match fleet {
-            Some(Ok(permit)) => (Some(permit), Some(Ok(()))),
-            Some(Err(error)) => (None, Some(Err(error))),
-            None => (None, None),
-        };
         Waited::Granted {
             permit: Permit {
                 budget: self.clone(),
