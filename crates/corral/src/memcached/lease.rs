@@ -110,9 +110,8 @@ impl MemcachedStore {
         ttl: u64,
         cas: Option<u64>,
     ) -> Result<bool, StoreError> {
-        let mode = cas.map_or_else(|| "ME".to_owned(), |cas| format!("C{cas}"));
-        self.write_item(server, item, &slot.encode(), &format!("T{ttl} {mode}"))
-            .await
+        let flags = format!("T{ttl} {}", cas_or_add(cas));
+        self.write_item(server, item, &slot.encode(), &flags).await
     }
 
     /// Writes `data` to `item` with `flags` (a cas, or an add); returns
@@ -312,6 +311,12 @@ enum Held {
     Gone,
     /// Broken, and now this caller's lease.
     TakenOver,
+}
+
+/// The mode flag of a write: compare-and-swap over `cas`, or add (only
+/// if absent) without one.
+pub(super) fn cas_or_add(cas: Option<u64>) -> String {
+    cas.map_or_else(|| "ME".to_owned(), |cas| format!("C{cas}"))
 }
 
 /// Whether `data` is a lease token as this store writes them: 1 to 64

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::conn::{answered, md, mg, mn, ms, protocol, Server, Status};
 use super::frame::Slot;
-use super::lease::{Found, MAX_RACES};
+use super::lease::{cas_or_add, Found, MAX_RACES};
 use super::{keys, secs, MemcachedStore};
 use crate::backoff::doubled;
 use crate::data::error::StoreError;
@@ -74,11 +74,7 @@ impl MemcachedStore {
                 (status, _, _) => return Err(answered(server.addr(), "mg", status)),
             };
             let version = self.new_version();
-            let mode = match replace {
-                Some(cas) => format!("C{cas}"),
-                None => "ME".to_owned(),
-            };
-            let flags = format!("{keep} {mode}");
+            let flags = format!("{keep} {}", cas_or_add(replace));
             if self
                 .write_item(server, &item, version.as_bytes(), &flags)
                 .await?
