@@ -107,14 +107,20 @@ pub(super) async fn keep_value<V>(
         unverified,
     } = kept;
     let Some(mut stamps) = stamps else {
-        match unverified {
+        // Filled while the store did not answer: kept in the L1 alone, for
+        // UNVERIFIED_LIFETIME at most, indexed under its tags.
+        let entry = match unverified {
             Some(tags) if lease.is_none() => {
-                keep_unverified(cache, flight, key, value, ttls, fail_safe, &tags);
+                let ttls = ttls.capped(UNVERIFIED_LIFETIME);
+                in_l1(cache, key, value, ttls, fail_safe).map(|entry| (entry, tags))
             }
-            _ => {
-                flight.retire(|| ());
+            _ => None,
+        };
+        flight.retire(|| {
+            if let Some((entry, tags)) = entry {
+                cache.insert_unverified_in_l1(key, &tags, entry);
             }
-        }
+        });
         return;
     };
     stamps.take_moved();
@@ -151,33 +157,6 @@ pub(super) async fn keep_value<V>(
     flight.retire(|| {
         if let Some(entry) = entry {
             cache.insert_in_l1(key, home, &stamps, entry);
-        }
-    });
-}
-
-/// Keeps an answer filled while the store did not answer in the L1 alone,
-/// for [`UNVERIFIED_LIFETIME`] at most, indexed under `tags`.
-fn keep_unverified<V>(
-    cache: &Inner<V>,
-    flight: &mut Flight<V>,
-    key: &str,
-    value: Option<V>,
-    ttls: Ttls,
-    fail_safe: bool,
-    tags: &[Arc<str>],
-) where
-    V: Clone + Send + Sync + 'static,
-{
-    let entry = in_l1(
-        cache,
-        key,
-        value,
-        ttls.capped(UNVERIFIED_LIFETIME),
-        fail_safe,
-    );
-    flight.retire(|| {
-        if let Some(entry) = entry {
-            cache.insert_unverified_in_l1(key, tags, entry);
         }
     });
 }
