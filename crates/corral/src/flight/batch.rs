@@ -118,7 +118,11 @@ where
         let leases: Vec<&LeaseGuard> = to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
         let filled = tokio::time::timeout_at(
             deadline,
-            leader::fill_renewing(&self.inner, move || fill_many(keys), &leases),
+            leader::while_renewing(
+                &self.inner,
+                leader::call_fill(&self.inner, move || fill_many(keys)),
+                &leases,
+            ),
         )
         .await;
         drop(leases);

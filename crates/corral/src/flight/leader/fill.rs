@@ -39,7 +39,7 @@ where
         // The fill renews through its own handle: serving the fallback at
         // the soft timeout borrows the leader meanwhile.
         let inner = Weak::clone(&self.inner);
-        let filling = fill_renewing(&inner, fill, &leases);
+        let filling = while_renewing(&inner, call_fill(&inner, fill), &leases);
         tokio::pin!(filling);
         let deadline = self.clock.deadline;
         let soft = self
@@ -70,23 +70,10 @@ where
     }
 }
 
-/// Runs the fill while renewing its leases (one for a single key, one per
-/// key for a batch) every third of their TTL. A lost or failed renewal
-/// does not stop the fill: the fenced commit still protects newer data.
-pub(crate) async fn fill_renewing<V, T, F, Fut, E>(
-    inner: &Weak<Inner<V>>,
-    fill: F,
-    leases: &[&LeaseGuard],
-) -> Result<T, Failure>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, E>> + Send + 'static,
-    E: Send + Sync + 'static,
-{
-    while_renewing(inner, call_fill(inner, fill), leases).await
-}
-
-/// Runs `work` while renewing `leases` every third of their TTL.
+/// Runs `work` (a fill, say) while renewing `leases` (one for a single
+/// key, one per key for a batch) every third of their TTL. A lost or
+/// failed renewal does not stop the work: the fenced commit still protects
+/// newer data.
 pub(crate) async fn while_renewing<V, T>(
     inner: &Weak<Inner<V>>,
     work: impl Future<Output = T>,

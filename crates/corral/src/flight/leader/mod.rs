@@ -28,7 +28,7 @@ mod keep;
 mod lease;
 mod trouble;
 
-pub(crate) use self::fill::{fill_renewing, while_renewing};
+pub(crate) use self::fill::{call_fill, while_renewing};
 use self::find::Found;
 use self::keep::keep_value;
 pub(crate) use self::keep::{succeed, Kept};
