@@ -37,8 +37,8 @@ use serde::Deserialize;
 
 use super::table::settings;
 use crate::cache::builder::{CacheBuilder, Capacity};
+use crate::data::compression::Compression;
 use crate::tier::breaker::BreakerSettings;
-use crate::Compression;
 
 settings! {
     /// A cache's settings — or a process's, with a section per cache
