@@ -12,7 +12,6 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 
-use crate::report::group;
 use corral_testkit::{micros, Tally};
 
 pub(crate) const BUCKET_MS: u64 = 10;
@@ -251,6 +250,19 @@ pub(crate) fn sparklines(sides: [(&str, &[Bucket]); 2]) -> String {
         });
         let line: String = line.collect();
         out.push_str(&format!("{name:<7}|{line:<WIDTH$}|\n"));
+    }
+    out
+}
+
+/// `12345678` as `12,345,678`.
+pub(crate) fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
     }
     out
 }

@@ -5,6 +5,7 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
+pub(crate) use crate::plot::group;
 use crate::plot::{self, Bucket};
 use crate::HerdArgs;
 
@@ -198,19 +199,6 @@ fn verdict(corral: &SideReport, naive: &SideReport, cold_keys: u64) -> String {
         }
     };
     format!("{}; {}", says(corral), says(naive))
-}
-
-/// `12345678` as `12,345,678`.
-pub(crate) fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 #[cfg(test)]

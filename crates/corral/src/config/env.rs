@@ -2,26 +2,12 @@
 //! the fields and their kinds, per-cache variables (`CORRAL_USERS_TTL`),
 //! durations written with a unit, and errors on one line.
 
-use std::fmt;
-use std::time::Duration;
-
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 use super::fields::FIELDS;
-use super::table::Field;
+use super::table::{parse_duration, Field, Kind};
 use super::CacheConfig;
 use crate::data::error::ConfigError;
-
-/// How a variable's value is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    Text,
-    List,
-    Bool,
-    Number,
-    Numbers,
-    Duration,
-}
 
 /// The key of cache `name`'s section: lowercase, `-` and `.` read as `_`
 /// (the form a variable's name can spell).
@@ -159,33 +145,6 @@ pub(super) fn from_toml(text: &str) -> Result<CacheConfig, ConfigError> {
     })
 }
 
-/// The form a duration is written in, for error messages.
-const DURATION_FORM: &str = r#"a duration with a unit (ms, s, m, h or d), like "60s""#;
-
-/// Deserializes a duration written as a number and a unit.
-pub(super) fn read_duration<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Duration, D::Error> {
-    deserializer.deserialize_any(DurationVisitor)
-}
-
-/// Reads a duration string; any other type is an error that shows the
-/// form expected (`ttl = 60` → "expected a duration with a unit ... like
-/// "60s"").
-struct DurationVisitor;
-
-impl serde::de::Visitor<'_> for DurationVisitor {
-    type Value = Duration;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(DURATION_FORM)
-    }
-
-    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
-        parse_duration(text).map_err(E::custom)
-    }
-}
-
 /// The key of the `key = value` line of TOML `text` that holds byte
 /// `offset`, if it is one.
 fn key_at(text: &str, offset: usize) -> Option<String> {
@@ -201,35 +160,10 @@ fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Parses `"250ms"`, `"1.5s"`, `"5m"`, `"2h"`, `"1d"`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| {
-            format!(r#"duration {text:?} has no unit (ms, s, m, h or d), like "60s""#)
-        })?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("duration {text:?}: {number:?} is not a number"))?;
-    let seconds = match unit.trim() {
-        "ms" => number / 1000.0,
-        "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        "d" => number * 86_400.0,
-        other => {
-            return Err(format!(
-                "duration {text:?}: unknown unit {other:?} (ms, s, m, h or d)"
-            ))
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

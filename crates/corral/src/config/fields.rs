@@ -37,8 +37,8 @@ use serde::Deserialize;
 
 use super::table::settings;
 use crate::cache::builder::{CacheBuilder, Capacity};
+use crate::data::compression::Compression;
 use crate::tier::breaker::BreakerSettings;
-use crate::Compression;
 
 settings! {
     /// A cache's settings — or a process's, with a section per cache
@@ -340,9 +340,9 @@ mod tests {
             }
         }
 
-        impl Example for crate::Compression {
+        impl Example for crate::data::compression::Compression {
             fn examples() -> Vec<Self> {
-                vec![crate::Compression::zstd(5).min_bytes(2048)]
+                vec![crate::data::compression::Compression::zstd(5).min_bytes(2048)]
             }
             fn toml(&self) -> String {
                 format!("\"{self}\"")

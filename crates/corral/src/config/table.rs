@@ -12,12 +12,77 @@
 //! `impl Into<String>` for a `String`, any iterator of them for a
 //! `Vec<String>`); its `Debug` entry; and, for the tests, its samples.
 
+use std::fmt;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use super::env::{read_duration, Kind};
 use crate::redact::redact_url;
+
+/// How a variable's value is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Text,
+    List,
+    Bool,
+    Number,
+    Numbers,
+    Duration,
+}
+
+/// The form a duration is written in, for error messages.
+const DURATION_FORM: &str = r#"a duration with a unit (ms, s, m, h or d), like "60s""#;
+
+/// Deserializes a duration written as a number and a unit.
+pub(super) fn read_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Duration, D::Error> {
+    deserializer.deserialize_any(DurationVisitor)
+}
+
+/// Reads a duration string; any other type is an error that shows the
+/// form expected (`ttl = 60` → "expected a duration with a unit ... like
+/// "60s"").
+struct DurationVisitor;
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(DURATION_FORM)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Duration, E> {
+        parse_duration(text).map_err(E::custom)
+    }
+}
+
+/// Parses `"250ms"`, `"1.5s"`, `"5m"`, `"2h"`, `"1d"`.
+pub(super) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| {
+            format!(r#"duration {text:?} has no unit (ms, s, m, h or d), like "60s""#)
+        })?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("duration {text:?}: {number:?} is not a number"))?;
+    let seconds = match unit.trim() {
+        "ms" => number / 1000.0,
+        "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        "d" => number * 86_400.0,
+        other => {
+            return Err(format!(
+                "duration {text:?}: unknown unit {other:?} (ms, s, m, h or d)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("duration {text:?}: {e}"))
+}
 
 /// A field of the table, as the readers of variables and sections see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +147,7 @@ plain_settings! {
     Vec<u32> => Numbers, debug;
     String => Text, debug;
     Vec<String> => List, debug;
-    crate::Compression => Text, display;
+    crate::data::compression::Compression => Text, display;
 }
 
 /// A duration is written as a number and a unit (`"250ms"`, `"5m"`).

@@ -90,8 +90,7 @@ pub(crate) const FLAG_STAMPED: u16 = 4;
 /// Flag: the value bytes are a compressed frame of the encoding.
 pub(crate) const FLAG_COMPRESSED: u16 = 8;
 const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED | FLAG_COMPRESSED;
-/// The most tags one entry may carry.
-pub(crate) const MAX_TAGS: usize = 64;
+pub(crate) use super::key::MAX_TAGS;
 
 /// Why an envelope was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]

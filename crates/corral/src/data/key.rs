@@ -38,7 +38,7 @@ impl fmt::Display for InvalidKey {
             Self::TooManyTags { count } => write!(
                 f,
                 "invalid tags: {count} distinct tags, the limit is {}",
-                crate::data::entry::MAX_TAGS - 1
+                MAX_TAGS - 1
             ),
         }
     }
@@ -48,6 +48,9 @@ impl std::error::Error for InvalidKey {}
 
 /// The longest key accepted, in bytes of UTF-8.
 pub const MAX_KEY_LEN: usize = 1024;
+
+/// The most tags one entry may carry (the clear version's among them).
+pub(crate) const MAX_TAGS: usize = 64;
 
 /// Checks a user key: 1 to [`MAX_KEY_LEN`] bytes of UTF-8 with no control
 /// characters (Unicode category Cc: `\0`–`\x1f`, `\x7f`–`\u{9f}`).

@@ -78,8 +78,9 @@ async fn value(store: &RedisStore, k: &StoreKey) -> Option<Vec<u8>> {
 
 /// A listener for `k` whose namespace channel is subscribed: a probe key of
 /// the namespace is invalidated until the probe's listener wakes (by the
-/// subscription's own wake-up or by the published notice), so any later
-/// wake-up of the returned listener comes from a notice about `k`.
+/// subscription's own wake-up or by the published notice) and then read,
+/// so any later wake-up of the returned listener comes from a notice about
+/// `k`.
 async fn subscribed_listener(store: &RedisStore, k: &StoreKey) -> Listener {
     let probe = key(k.namespace(), "probe\u{1f50e}");
     let mut probe_listener = store.listen(&probe);
@@ -98,6 +99,11 @@ async fn subscribed_listener(store: &RedisStore, k: &StoreKey) -> Listener {
         }
     })
     .await;
+    // On a cluster the probe's own channel may be confirmed before the
+    // namespace's other sharded channels; the last confirmation wakes every
+    // listener of the store. A read of the namespace waits (a bounded time)
+    // for that confirmation, so the returned listener is registered after it.
+    store.get(&probe).await.expect("read probe");
     store.listen(k)
 }
 

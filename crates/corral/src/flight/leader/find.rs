@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::trouble::Trouble;
+use super::trouble::{turn_to_fail_open, Trouble, MAX_RETRY};
 use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
 use crate::budget::Permit;
 use crate::clock::sleep_until_some;
@@ -263,6 +263,96 @@ where
             () = sleep_until_some(soft) => {
                 self.leader.soft_timed_out();
                 Some(Found::Done)
+            }
+        }
+    }
+}
+
+impl<V> Finder<'_, V>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    /// The lookup failed with `error`: waits for the store or for a
+    /// fail-open permit (see the module docs). `None`: look again.
+    pub(super) async fn ride_out(
+        &mut self,
+        listener: &mut Listener,
+        error: &StoreError,
+    ) -> Option<Found> {
+        let Some(cache) = self.leader.inner.upgrade() else {
+            return Some(Found::Done);
+        };
+        // The store did not answer at all (it may still): a timeout, the
+        // store unreachable, the breaker open.
+        let waits = error.is_retryable();
+        let trouble = self.trouble.get_or_insert_with(Trouble::new);
+        trouble.failures = trouble.failures.saturating_add(1);
+        if trouble.failures == 1 {
+            Counters::bump(&cache.counters().store_waits);
+            let instead = if waits {
+                "waiting for the store before filling without a lease"
+            } else {
+                "filling without a lease"
+            };
+            cache.note_store_failure(error, instead);
+        } else {
+            cache.counters().store_failed(error);
+        }
+        let pulse = self.store.pulse();
+        // Registered before the silence is read: a revival in between
+        // still wakes this wait.
+        let revived = pulse.revived();
+        let patience = self.request.lease_ttl;
+        let gone_in = if waits {
+            let silent = patience.saturating_sub(pulse.silence());
+            let own = patience
+                .saturating_mul(2)
+                .saturating_sub(trouble.since.elapsed());
+            silent.min(own)
+        } else {
+            Duration::ZERO
+        };
+        let retry = crate::backoff::doubled(self.poll_interval, trouble.failures, MAX_RETRY);
+        let budget = cache.fail_open_budget().clone();
+        drop(cache);
+        let flight = Arc::clone(self.leader.flight.flight());
+        let soft = self
+            .soft_deadline
+            .filter(|_| self.leader.fallback.is_some() && !self.leader.flight.has_published());
+        let fail_open = turn_to_fail_open(&mut trouble.queued, gone_in, budget, flight);
+        tokio::select! {
+            biased;
+            () = sleep_until_some(soft) => {
+                self.leader.soft_timed_out();
+                Some(Found::Done)
+            }
+            granted = fail_open => Some(self.fail_open(granted)),
+            () = listener.changed() => None,
+            () = revived => None,
+            () = tokio::time::sleep(retry) => None,
+        }
+    }
+
+    /// The fail-open budget's answer: a fill without a lease, or overload.
+    fn fail_open(&mut self, granted: Result<Permit, Duration>) -> Found {
+        self.trouble = None;
+        let Some(cache) = self.leader.inner.upgrade() else {
+            return Found::Done;
+        };
+        match granted {
+            Ok(permit) => {
+                tracing::debug!("store silent: filling without a lease");
+                Counters::bump(&cache.counters().fail_open_fills);
+                Counters::bump(&cache.counters().misses);
+                Found::NoLease(Some(permit))
+            }
+            Err(waited) => {
+                Counters::bump(&cache.counters().overloads);
+                tracing::warn!(
+                    waited_ms = waited.as_millis(),
+                    "store silent and the fail-open budget full: source not called"
+                );
+                Found::Overloaded(waited)
             }
         }
     }
