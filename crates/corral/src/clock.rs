@@ -83,8 +83,7 @@ impl Default for TokioClock {
 impl Clock for TokioClock {
     #[inline]
     fn now_millis(&self) -> u64 {
-        let elapsed = tokio::time::Instant::now().duration_since(self.origin);
-        u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        millis(tokio::time::Instant::now().duration_since(self.origin))
     }
 }
 
@@ -102,8 +101,7 @@ impl ManualClock {
 
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
-        let millis = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
-        self.now.fetch_add(millis, Ordering::SeqCst);
+        self.now.fetch_add(millis(by), Ordering::SeqCst);
     }
 }
 
@@ -123,6 +121,14 @@ impl Clock for Arc<ManualClock> {
 #[inline]
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Sleeps until `deadline` (tokio's clock), or forever without one.
+pub(crate) async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }
 
 #[cfg(test)]

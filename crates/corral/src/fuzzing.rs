@@ -53,12 +53,7 @@ pub fn compressed(bytes: &[u8]) {
     let value = bytes.to_vec();
     for setting in [Compression::lz4(), Compression::zstd(1)] {
         let writer = Frames::new(setting.min_bytes(0));
-        let format = Format {
-            codec: &Postcard,
-            schema: 7,
-            max_value_bytes: MAX,
-            frames: &writer,
-        };
+        let format = format(&Postcard, 7, &writer);
         let Ok((envelope, packing)) =
             entry::encode(&format, TTLS, 0, Some(&value), &Stamps::default())
         else {
@@ -86,12 +81,7 @@ pub fn compressed(bytes: &[u8]) {
 /// `bytes` as the value bytes of a valid header with `flags`.
 fn behind_header(bytes: &[u8], flags: u16) -> Option<Vec<u8>> {
     let frames = Frames::new(Compression::none());
-    let format = Format {
-        codec: &Postcard,
-        schema: 7,
-        max_value_bytes: MAX,
-        frames: &frames,
-    };
+    let format = format(&Postcard, 7, &frames);
     let (mut framed, _) =
         entry::encode::<Vec<u8>>(&format, TTLS, 0, Some(&Vec::new()), &Stamps::default()).ok()?;
     let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
@@ -102,17 +92,22 @@ fn behind_header(bytes: &[u8], flags: u16) -> Option<Vec<u8>> {
     Some(framed)
 }
 
+/// The envelope format of the fuzzed entries: up to [`MAX`] bytes.
+fn format<'a, V>(codec: &'a dyn Codec<V>, schema: u32, frames: &'a Frames) -> Format<'a, V> {
+    Format {
+        codec,
+        schema,
+        max_value_bytes: MAX,
+        frames,
+    }
+}
+
 fn check_envelope<V>(codec: &dyn Codec<V>, frames: &Frames, bytes: &[u8])
 where
     V: PartialEq + std::fmt::Debug + 'static,
 {
     for schema in [0, 7] {
-        let format = Format {
-            codec,
-            schema,
-            max_value_bytes: MAX,
-            frames,
-        };
+        let format = format(codec, schema, frames);
         let Ok(decoded) = entry::decode(&format, bytes) else {
             continue;
         };

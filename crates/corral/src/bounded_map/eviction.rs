@@ -157,30 +157,23 @@ impl Order {
     pub(crate) fn push(&mut self, hash: u64, weight: u64, hot: bool) -> Option<u32> {
         let ring = if hot { Ring::Hot } else { Ring::Cold };
         let id = match self.free.pop() {
-            Some(id) => {
-                self.nodes[id as usize] = Node {
-                    hash,
-                    weight,
-                    prev: id,
-                    next: id,
-                    ring,
-                };
-                id
-            }
-            None => {
-                let id = u32::try_from(self.nodes.len())
-                    .ok()
-                    .filter(|&id| id != NIL)?;
-                self.nodes.push(Node {
-                    hash,
-                    weight,
-                    prev: id,
-                    next: id,
-                    ring,
-                });
-                id
-            }
+            Some(id) => id,
+            None => u32::try_from(self.nodes.len())
+                .ok()
+                .filter(|&id| id != NIL)?,
         };
+        let node = Node {
+            hash,
+            weight,
+            prev: id,
+            next: id,
+            ring,
+        };
+        // A freed node's place, or a new one at the end.
+        match self.nodes.get_mut(id as usize) {
+            Some(place) => *place = node,
+            None => self.nodes.push(node),
+        }
         self.link(id);
         if hot {
             self.weight_hot += weight;

@@ -73,10 +73,10 @@ impl FillBudget {
         on_queue: impl FnOnce(),
     ) -> Waited {
         let started = Instant::now();
-        let deadline = started + self.wait_bound();
+        let deadline = started + self.shared.max_wait;
         let mut on_queue = Some(on_queue);
         tokio::pin!(deserted);
-        let acquire = self.permits().acquire(demand);
+        let acquire = self.shared.permits.acquire(demand);
         let local = if acquire.is_immediate() {
             acquire.await
         } else {
@@ -94,16 +94,11 @@ impl FillBudget {
                 None => return self.abandoned(started),
             }
         };
-        let fleet = match (self.fleet_slots(), fleet) {
+        let (fleet_permit, fleet) = match (self.shared.fleet.as_deref(), fleet) {
             (Some(slots), Some(fleet)) => {
                 let on_full = || enter_queue(&mut on_queue);
-                let FleetStore {
-                    store,
-                    lease_ttl,
-                    poll_interval,
-                } = fleet;
                 let taking = slots
-                    .take(store, lease_ttl, poll_interval, deadline, on_full)
+                    .take(fleet, deadline, on_full)
                     .instrument(tracing::debug_span!(
                         "corral.budget.fleet",
                         limit = self.limit()
@@ -113,23 +108,18 @@ impl FillBudget {
                     () = &mut deserted => return self.abandoned(started),
                 };
                 match taken {
-                    Ok(permit) => Some(Ok(permit)),
+                    Ok(permit) => (Some(permit), Some(Ok(()))),
                     Err(None) => return self.overloaded(started),
-                    Err(Some(error)) => Some(Err(Box::new(error))),
+                    Err(Some(error)) => (None, Some(Err(Box::new(error)))),
                 }
             }
-            _ => None,
+            _ => (None, None),
         };
         let queued = on_queue.is_none().then(|| started.elapsed());
         if let Some(waited) = queued {
-            self.permits().totals.waited(waited);
+            self.shared.permits.totals.waited(waited);
             tracing::debug!(waited_ms = waited.as_millis(), "fill budget permit granted");
         }
-        let (fleet_permit, fleet) = match fleet {
-            Some(Ok(permit)) => (Some(permit), Some(Ok(()))),
-            Some(Err(error)) => (None, Some(Err(error))),
-            None => (None, None),
-        };
         Waited::Granted {
             permit: Permit {
                 budget: self.clone(),
@@ -146,10 +136,10 @@ impl FillBudget {
     /// budget's wait. `Err`: how long it waited in vain.
     pub(crate) async fn acquire_local(&self, demand: Arc<dyn Demand>) -> Result<Permit, Duration> {
         let started = Instant::now();
-        let acquire = self.permits().acquire(demand);
+        let acquire = self.shared.permits.acquire(demand);
         let queued = !acquire.is_immediate();
-        let granted = tokio::time::timeout(self.wait_bound(), acquire).await;
-        let totals = &self.permits().totals;
+        let granted = tokio::time::timeout(self.shared.max_wait, acquire).await;
+        let totals = &self.shared.permits.totals;
         if queued {
             totals.waited(started.elapsed());
         }
@@ -167,13 +157,13 @@ impl FillBudget {
     }
 
     fn abandoned(&self, started: Instant) -> Waited {
-        Counters::bump(&self.permits().totals.abandoned);
+        Counters::bump(&self.shared.permits.totals.abandoned);
         tracing::debug!("every caller of a queued fill left: the fill leaves the queue");
         Waited::Deserted(started.elapsed())
     }
 
     fn overloaded(&self, started: Instant) -> Waited {
-        let totals = &self.permits().totals;
+        let totals = &self.shared.permits.totals;
         Counters::bump(&totals.overloaded);
         let waited = started.elapsed();
         totals.waited(waited);

@@ -23,6 +23,7 @@ use futures_util::FutureExt as _;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::FleetStore;
 use crate::data::error::StoreError;
 use crate::store::{Grant, Lease, LeaseRequest, Listener, Lookup, StoreKey};
 use crate::tier::shared::SharedTier;
@@ -48,8 +49,9 @@ impl Slots {
         }
     }
 
-    /// Takes a free slot of `store` as a lease living `lease_ttl` (renewed
-    /// while held), waiting for one until `deadline`; `on_full` runs once
+    /// Takes a free slot of `fleet`'s store as a lease living its
+    /// `lease_ttl` (renewed while held), polled every `poll_interval`,
+    /// waiting for one until `deadline`; `on_full` runs once
     /// if it has to wait (every slot held, or another fill of this process
     /// taking its turn). One fill of the process asks at a time.
     ///
@@ -59,12 +61,15 @@ impl Slots {
     /// before the deadline.
     pub(crate) async fn take(
         &self,
-        store: &SharedTier,
-        lease_ttl: Duration,
-        poll_interval: Duration,
+        fleet: FleetStore<'_>,
         deadline: Instant,
         on_full: impl FnOnce(),
     ) -> Result<FleetPermit, Option<StoreError>> {
+        let FleetStore {
+            store,
+            lease_ttl,
+            poll_interval,
+        } = fleet;
         let mut on_full = Some(on_full);
         let request = LeaseRequest {
             lease_ttl,
@@ -153,13 +158,8 @@ impl FleetPermit {
 impl Drop for FleetPermit {
     fn drop(&mut self) {
         self.renewing.abort();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (store, key, lease) = (self.store.clone(), self.key.clone(), self.lease.clone());
-        runtime.spawn(async move {
-            let _ = store.call(store.release(&key, &lease)).await;
-        });
+        self.store
+            .release_later(self.key.clone(), self.lease.clone());
     }
 }
 

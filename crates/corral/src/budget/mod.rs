@@ -203,12 +203,6 @@ impl FillBudget {
         }
     }
 
-    /// The budget of a cache's fills without a lease when it has no fill
-    /// budget ([`DEFAULT_FAIL_OPEN_LIMIT`]).
-    pub(crate) fn fail_open_default() -> Self {
-        Self::new(DEFAULT_FAIL_OPEN_LIMIT)
-    }
-
     /// How many fills may run at once.
     pub fn limit(&self) -> usize {
         self.shared.permits.limit()
@@ -234,18 +228,6 @@ impl FillBudget {
             wait_total: Duration::from_nanos(totals.wait_nanos.load(Relaxed)),
             peak_in_use: usize::try_from(totals.peak_in_use.load(Relaxed)).unwrap_or(usize::MAX),
         }
-    }
-
-    fn permits(&self) -> &Arc<queue::Permits> {
-        &self.shared.permits
-    }
-
-    fn wait_bound(&self) -> Duration {
-        self.shared.max_wait
-    }
-
-    fn fleet_slots(&self) -> Option<&fleet::Slots> {
-        self.shared.fleet.as_deref()
     }
 
     /// Learns from a finished fill, if the limit adapts.

@@ -17,11 +17,7 @@ where
     /// built to (counted in its stats as a write would be).
     #[doc(hidden)]
     pub fn encode_for_store(&self, key: &str, value: &V, ttl: Duration) -> Result<Vec<u8>, String> {
-        let ttls = Ttls {
-            fresh: ttl,
-            stale: ttl,
-            physical: ttl,
-        };
+        let ttls = Ttls::simple(ttl);
         self.inner
             .encode(key, Some(value), ttls, 0, &Stamps::default())
     }

@@ -393,7 +393,7 @@ where
     pub async fn peek_entry(&self, key: &str) -> Result<Cached<V>, Error> {
         validate_key(key)?;
         let inner = &self.inner;
-        let in_l1 = caller::local_judged(&self.inner, key).filter(Judged::is_servable);
+        let in_l1 = inner.judge_in_l1(key).filter(Judged::is_servable);
         let judged = match (in_l1, &inner.tiers().l2) {
             (Some(judged), _) => Some(judged),
             (None, None) => None,

@@ -142,16 +142,12 @@ impl CacheConfig {
         }
         let named =
             |urls: &[String]| -> Vec<String> { urls.iter().map(|u| redact_url(u)).collect() };
-        let store = if let Some((name, urls)) = sentinel {
-            RedisStore::connect_sentinel_lazy(name, &urls, redis).map_err(|e| {
-                ConfigError::from_store(
-                    format!(
-                        "redis_sentinel_master {name:?}, redis_sentinel_urls {:?}",
-                        named(&urls)
-                    ),
-                    e,
-                )
-            })?
+        let (what, store) = if let Some((name, urls)) = sentinel {
+            let what = format!(
+                "redis_sentinel_master {name:?}, redis_sentinel_urls {:?}",
+                named(&urls)
+            );
+            (what, RedisStore::connect_sentinel_lazy(name, &urls, redis))
         } else {
             match (self.redis_url_set(), self.redis_cluster_urls_set()) {
                 (Some(_), Some(_)) => {
@@ -159,17 +155,18 @@ impl CacheConfig {
                         "set redis_url or redis_cluster_urls, not both",
                     ))
                 }
-                (Some(url), None) => RedisStore::connect_lazy(url, redis).map_err(|e| {
-                    ConfigError::from_store(format!("redis_url {}", redact_url(url)), e)
-                })?,
-                (None, Some(urls)) => {
-                    RedisStore::connect_cluster_lazy(&urls, redis).map_err(|e| {
-                        ConfigError::from_store(format!("redis_cluster_urls {:?}", named(&urls)), e)
-                    })?
-                }
+                (Some(url), None) => (
+                    format!("redis_url {}", redact_url(url)),
+                    RedisStore::connect_lazy(url, redis),
+                ),
+                (None, Some(urls)) => (
+                    format!("redis_cluster_urls {:?}", named(&urls)),
+                    RedisStore::connect_cluster_lazy(&urls, redis),
+                ),
                 (None, None) => return Ok(None),
             }
         };
+        let store = store.map_err(|e| ConfigError::from_store(what, e))?;
         Ok(Some(Arc::new(store)))
     }
 

@@ -197,15 +197,12 @@ impl CacheConfig {
     /// named in both are overlaid the same way.
     #[must_use]
     pub fn overlay(self, over: Self) -> Self {
-        let (mut this, mut over) = (self.normalized(), over.normalized());
-        let mut cache = std::mem::take(&mut this.cache);
-        for (name, section) in std::mem::take(&mut over.cache) {
-            let merged = match cache.remove(&name) {
-                Some(under) => under.overlay(section),
-                None => section,
-            };
-            cache.insert(name, merged);
-        }
+        let (this, mut over) = (self.normalized(), over.normalized());
+        let sections = std::mem::take(&mut over.cache);
+        let mut this = sections
+            .into_iter()
+            .fold(this, |this, (name, section)| this.cache(&name, section));
+        let cache = std::mem::take(&mut this.cache);
         over.fields_over(this, cache)
     }
 

@@ -314,12 +314,12 @@ macro_rules! settings {
             /// Each field's sample values, set with its setter and written
             /// in TOML and in a variable.
             #[cfg(test)]
-            pub(super) fn samples() -> Vec<$crate::config::table::examples::Sample> {
-                use $crate::config::table::examples::Example;
+            pub(super) fn samples() -> Vec<$crate::config::fields::tests::examples::Sample> {
+                use $crate::config::fields::tests::examples::Example;
                 let mut samples = Vec::new();
                 $(
                     for value in <$head $(<$arg>)? as Example>::examples() {
-                        samples.push($crate::config::table::examples::Sample {
+                        samples.push($crate::config::fields::tests::examples::Sample {
                             field: stringify!($field),
                             toml: format!("{} = {}", stringify!($field), value.toml()),
                             var: value.var(),
@@ -351,138 +351,3 @@ macro_rules! settings {
 }
 
 pub(super) use settings;
-
-/// Sample values of each type, written in TOML and in a variable.
-#[cfg(test)]
-pub(super) mod examples {
-    use std::time::Duration;
-
-    /// One sample value of one field: the config its setter makes, and the
-    /// same value written in TOML (`ttl = "1500ms"`) and in a variable
-    /// (`1500ms`).
-    #[derive(Debug)]
-    pub(in crate::config) struct Sample {
-        pub(in crate::config) field: &'static str,
-        pub(in crate::config) toml: String,
-        pub(in crate::config) var: String,
-        pub(in crate::config) set: crate::config::CacheConfig,
-    }
-
-    /// Sample values of a field's type, written in TOML and in a variable;
-    /// at least one of them differs from every default of the builder.
-    impl Sample {
-        /// The variable `{prefix}{FIELD}` and its value.
-        pub(in crate::config) fn var(&self, prefix: &str) -> (String, &str) {
-            let name = format!("{prefix}{}", self.field.to_ascii_uppercase());
-            (name, &self.var)
-        }
-    }
-
-    pub(in crate::config) trait Example: Sized {
-        fn examples() -> Vec<Self>;
-        fn toml(&self) -> String;
-        fn var(&self) -> String;
-    }
-
-    /// Numbers: written the same way in TOML and in a variable.
-    macro_rules! numbers {
-        ($($ty:ty = $value:expr;)*) => {$(
-            impl Example for $ty {
-                fn examples() -> Vec<Self> {
-                    vec![$value]
-                }
-                fn toml(&self) -> String {
-                    self.to_string()
-                }
-                fn var(&self) -> String {
-                    self.to_string()
-                }
-            }
-        )*};
-    }
-
-    numbers! {
-        f64 = 0.25;
-        u32 = 7;
-        u64 = 7;
-        usize = 7;
-    }
-
-    impl Example for bool {
-        fn examples() -> Vec<Self> {
-            vec![true, false]
-        }
-        fn toml(&self) -> String {
-            self.to_string()
-        }
-        fn var(&self) -> String {
-            if *self { "on" } else { "off" }.to_owned()
-        }
-    }
-
-    impl Example for Duration {
-        fn examples() -> Vec<Self> {
-            vec![Duration::from_millis(1500)]
-        }
-        fn toml(&self) -> String {
-            format!("\"{}ms\"", self.as_millis())
-        }
-        fn var(&self) -> String {
-            format!("{}ms", self.as_millis())
-        }
-    }
-
-    impl Example for String {
-        fn examples() -> Vec<Self> {
-            vec!["redis://127.0.0.1:7/".to_owned()]
-        }
-        fn toml(&self) -> String {
-            format!("{self:?}")
-        }
-        fn var(&self) -> String {
-            self.clone()
-        }
-    }
-
-    impl Example for Vec<String> {
-        fn examples() -> Vec<Self> {
-            vec![vec![
-                "redis://127.0.0.1:7/".to_owned(),
-                "redis://127.0.0.1:8/".to_owned(),
-            ]]
-        }
-        fn toml(&self) -> String {
-            format!("{self:?}")
-        }
-        fn var(&self) -> String {
-            self.join(", ")
-        }
-    }
-
-    impl Example for Vec<u32> {
-        fn examples() -> Vec<Self> {
-            vec![vec![7, 8]]
-        }
-        fn toml(&self) -> String {
-            format!("{self:?}")
-        }
-        fn var(&self) -> String {
-            self.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    }
-
-    impl Example for crate::data::compression::Compression {
-        fn examples() -> Vec<Self> {
-            vec![crate::data::compression::Compression::zstd(5).min_bytes(2048)]
-        }
-        fn toml(&self) -> String {
-            format!("\"{self}\"")
-        }
-        fn var(&self) -> String {
-            self.to_string()
-        }
-    }
-}

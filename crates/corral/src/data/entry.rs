@@ -71,7 +71,7 @@ impl Ttls {
     }
 
     /// TTLs for an entry that is fresh for `ttl` and then gone.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn simple(ttl: Duration) -> Self {
         Self {
             fresh: ttl,

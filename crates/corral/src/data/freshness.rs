@@ -69,22 +69,12 @@ pub struct Answer<V> {
 impl<V> Answer<V> {
     /// The source has this value; cached for the call's TTL.
     pub fn value(value: V) -> Self {
-        Self {
-            value: Some(value),
-            ttl: None,
-            cache: true,
-            tags: None,
-        }
+        Self::from_option(Some(value))
     }
 
     /// The source has nothing for the key; cached for the negative TTL.
     pub fn not_found() -> Self {
-        Self {
-            value: None,
-            ttl: None,
-            cache: true,
-            tags: None,
-        }
+        Self::from_option(None)
     }
 
     /// `Some` is a value, `None` is "not found".

@@ -36,7 +36,7 @@ use crate::read::{finish_hit, judge_current, Look};
 use crate::state::flight::{Failure, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::{Grant, LeaseRequest, Lookup};
+use crate::store::Lookup;
 use crate::tier::shared::SharedTier;
 
 /// The flights one batch leads, with their keys.
@@ -118,7 +118,11 @@ where
         let leases: Vec<&LeaseGuard> = to_fill.iter().filter_map(|(_, _, l)| l.as_ref()).collect();
         let filled = tokio::time::timeout_at(
             deadline,
-            leader::fill_renewing(&self.inner, move || fill_many(keys), &leases),
+            leader::while_renewing(
+                &self.inner,
+                leader::call_fill(&self.inner, move || fill_many(keys)),
+                &leases,
+            ),
         )
         .await;
         drop(leases);
@@ -247,12 +251,7 @@ where
         store: &SharedTier,
         missing: Led<V>,
     ) -> Vec<ToFill<V>> {
-        let fill_timeout = self.fill_timeout;
-        let request = LeaseRequest {
-            lease_ttl: cache.policy().lease_ttl,
-            fence_ttl: cache.policy().fence_ttl(fill_timeout),
-            grant: Grant::IfNoValue,
-        };
+        let request = leader::lease_request(cache, self.fill_timeout);
         let grants = missing.iter().map(|(key, _)| {
             let (skey, request) = (cache.store_key(key), &request);
             async move {
@@ -291,18 +290,13 @@ where
             let answer = found.remove(&wanted).unwrap_or_else(Answer::not_found);
             Ok::<_, E>(answer)
         };
-        let policy = &cache.policy();
-        let job = Job {
-            key: key.into(),
-            ttl: self.ttl,
-            fill_timeout: self.fill_timeout,
-            soft_timeout: policy.soft_timeout,
-            fallback: None,
-            permit: None,
-            tags: Arc::clone(&self.tags),
-            first: None,
-            fill,
+        let options = FillOptions {
+            ttl: Some(self.ttl),
+            fill_timeout: Some(self.fill_timeout),
+            soft_timeout: None,
+            tags: Some(Arc::clone(&self.tags)),
         };
+        let job = Job::new(cache, &key, options, fill, None, None);
         self.runtime
             .spawn(leader::run(self.inner.clone(), flight, job));
     }

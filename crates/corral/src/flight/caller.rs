@@ -101,7 +101,7 @@ where
     let runtime = Handle::try_current().map_err(|_| Error::NoRuntime)?;
     // Without an L2 a miss is known here; with one, the leader tells.
     let local = inner.tiers().l2.is_none();
-    let fallback = match local_judged(inner, key) {
+    let fallback = match inner.judge_in_l1(key) {
         Some(judged) if judged.standing == Standing::FailSafeOnly => {
             Some(Fallback::new(judged.value, judged.remaining))
         }
@@ -116,7 +116,8 @@ where
         None => None,
     };
     let recheck = || {
-        local_judged(inner, key)
+        inner
+            .judge_in_l1(key)
             .filter(|judged| matches!(judged.standing, Standing::Fresh | Standing::RefreshDue))
             .map(Judged::into_fetched)
     };
@@ -156,11 +157,6 @@ where
         }
     };
     outcome_to_result(flight.wait().await)
-}
-
-/// The key's in-process entry, judged; `None` without an L1.
-pub(crate) fn local_judged<V: Clone + 'static>(inner: &Inner<V>, key: &str) -> Option<Judged<V>> {
-    inner.judge_in_l1(key)
 }
 
 /// Starts one background refresh of `key` unless one is running (then it

@@ -120,26 +120,22 @@ impl Server {
             .permits
             .acquire()
             .await
-            .map_err(|_| unavailable(&self.addr, "pool closed"))?;
+            .map_err(|_| self.unavailable("pool closed"))?;
         let pooled = lock_std(&self.idle).pop();
         let mut conn = match pooled {
             Some(conn) => conn,
             None => {
                 let stream = TcpStream::connect(&self.addr)
                     .await
-                    .map_err(|e| unavailable(&self.addr, &e.to_string()))?;
+                    .map_err(|e| self.io(e))?;
                 let _ = stream.set_nodelay(true);
                 BufStream::new(stream)
             }
         };
         for request in requests {
-            conn.write_all(request)
-                .await
-                .map_err(|e| unavailable(&self.addr, &e.to_string()))?;
+            conn.write_all(request).await.map_err(|e| self.io(e))?;
         }
-        conn.flush()
-            .await
-            .map_err(|e| unavailable(&self.addr, &e.to_string()))?;
+        conn.flush().await.map_err(|e| self.io(e))?;
         let mut replies = Vec::with_capacity(requests.len());
         for _ in requests {
             replies.push(self.read_reply(&mut conn).await?);
@@ -154,9 +150,9 @@ impl Server {
             .take(MAX_LINE)
             .read_until(b'\n', &mut line)
             .await
-            .map_err(|e| unavailable(&self.addr, &e.to_string()))?;
+            .map_err(|e| self.io(e))?;
         if line.is_empty() {
-            return Err(unavailable(&self.addr, "connection closed"));
+            return Err(self.unavailable("connection closed"));
         }
         if !line.ends_with(b"\r\n") {
             return Err(protocol(&self.addr, "reply line too long or cut"));
@@ -183,9 +179,7 @@ impl Server {
                 return Err(protocol(&self.addr, &format!("a {size}-byte value")));
             }
             let mut bytes = vec![0; size + 2];
-            conn.read_exact(&mut bytes)
-                .await
-                .map_err(|e| unavailable(&self.addr, &e.to_string()))?;
+            conn.read_exact(&mut bytes).await.map_err(|e| self.io(e))?;
             if !bytes.ends_with(b"\r\n") {
                 return Err(protocol(&self.addr, "value not followed by CRLF"));
             }
@@ -199,16 +193,24 @@ impl Server {
             data,
         })
     }
-}
 
-fn unavailable(addr: &str, why: &str) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Unavailable,
-        format!("memcached {addr}: {why}"),
-    )
+    /// The server could not be reached, or the connection broke.
+    fn unavailable(&self, why: &str) -> StoreError {
+        let message = format!("memcached {}: {why}", self.addr);
+        StoreError::new(StoreErrorKind::Unavailable, message)
+    }
+
+    fn io(&self, error: std::io::Error) -> StoreError {
+        self.unavailable(&error.to_string())
+    }
 }
 
 /// A protocol error: the server's answer was not what the call expects.
 pub(super) fn protocol(addr: &str, why: &str) -> StoreError {
     StoreError::new(StoreErrorKind::Protocol, format!("memcached {addr}: {why}"))
+}
+
+/// A reply of `status` to a `verb` request, where no such reply belongs.
+pub(super) fn answered(addr: &str, verb: &str, status: Status) -> StoreError {
+    protocol(addr, &format!("{verb} answered {status:?}"))
 }

@@ -2,12 +2,12 @@
 //! by compare-and-swap, the lease request (`add` of the lease item, then
 //! the fence in the slot) and the fenced commit.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::conn::{md, mg, ms, protocol, Server, Status};
+use super::conn::{answered, md, mg, ms, protocol, Server, Status};
 use super::frame::Slot;
-use super::keys::Items;
 use super::{secs, MemcachedStore};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::store::{Commit, Grant, Lease, LeaseRequest, Lookup, StoreKey, Stored};
@@ -96,7 +96,7 @@ impl MemcachedStore {
                 slot: Slot::decode(data),
             })),
             (Status::Miss, _, _) => Ok(None),
-            (status, _, _) => Err(protocol(server.addr(), &format!("mg answered {status:?}"))),
+            (status, _, _) => Err(answered(server.addr(), "mg", status)),
         }
     }
 
@@ -110,15 +110,41 @@ impl MemcachedStore {
         ttl: u64,
         cas: Option<u64>,
     ) -> Result<bool, StoreError> {
-        let flags = match cas {
-            Some(cas) => format!("T{ttl} C{cas}"),
-            None => format!("T{ttl} ME"),
-        };
-        let reply = self.one(server, ms(item, &slot.encode(), &flags)).await?;
-        match reply.status {
+        let flags = format!("T{ttl} {}", cas_or_add(cas));
+        self.write_item(server, item, &slot.encode(), &flags).await
+    }
+
+    /// Writes `data` to `item` with `flags` (a cas, or an add); returns
+    /// whether it was written.
+    pub(super) async fn write_item(
+        &self,
+        server: &Server,
+        item: &str,
+        data: &[u8],
+        flags: &str,
+    ) -> Result<bool, StoreError> {
+        match self.one(server, ms(item, data, flags)).await?.status {
             Status::Done => Ok(true),
             Status::NotStored | Status::Exists | Status::NotFound => Ok(false),
-            status => Err(protocol(server.addr(), &format!("ms answered {status:?}"))),
+            status => Err(answered(server.addr(), "ms", status)),
+        }
+    }
+
+    /// Sends `request(cas)` if the lease item still holds `token`, by the
+    /// item's cas; returns whether the server did it.
+    pub(super) async fn if_lease_owned(
+        &self,
+        server: &Server,
+        item: &str,
+        token: &str,
+        request: impl FnOnce(u64) -> Vec<u8>,
+    ) -> Result<bool, StoreError> {
+        let reply = self.one(server, mg(item, "v c")).await?;
+        match (reply.status, reply.cas()) {
+            (Status::Value, Some(cas)) if reply.data.as_deref() == Some(token.as_bytes()) => {
+                Ok(self.one(server, request(cas)).await?.status == Status::Done)
+            }
+            _ => Ok(false),
         }
     }
 
@@ -129,15 +155,8 @@ impl MemcachedStore {
         item: &str,
         token: &str,
     ) -> Result<bool, StoreError> {
-        let reply = self.one(server, mg(item, "v c")).await?;
-        let cas = reply.cas();
-        match (reply.status, reply.data, cas) {
-            (Status::Value, Some(data), Some(cas)) if data == token.as_bytes() => {
-                let reply = self.one(server, md(item, &format!("C{cas}"))).await?;
-                Ok(reply.status == Status::Done)
-            }
-            _ => Ok(false),
-        }
+        let delete = |cas| md(item, &format!("C{cas}"));
+        self.if_lease_owned(server, item, token, delete).await
     }
     /// The lease item found by an `add` that failed: a live lease (with
     /// its remaining time), gone meanwhile, or broken — no expiry, or
@@ -155,9 +174,7 @@ impl MemcachedStore {
         let (data, cas) = match (reply.status, reply.data, cas) {
             (Status::Value, Some(data), Some(cas)) => (data, cas),
             (Status::Miss, _, _) => return Ok(Held::Gone),
-            (status, _, _) => {
-                return Err(protocol(server.addr(), &format!("mg answered {status:?}")))
-            }
+            (status, _, _) => return Err(answered(server.addr(), "mg", status)),
         };
         let remaining = ttl
             .filter(|t| *t >= 0)
@@ -189,25 +206,26 @@ impl MemcachedStore {
         }
         Ok(())
     }
-    /// Writes `slot` for `ttl` if the slot's fence still holds `lease`'s
-    /// token, retrying lost compare-and-swap races.
-    pub(super) async fn write_fenced(
+    /// Writes the slot `item` as `slot` makes it of the one found (with its
+    /// TTL in seconds) while its fence still holds `lease`'s token,
+    /// retrying lost compare-and-swap races.
+    pub(super) async fn write_fenced<'s>(
         &self,
         server: &Server,
-        items: &Items,
+        item: &str,
         lease: &Lease,
-        slot: &Slot,
-        ttl: Duration,
+        slot: impl Fn(&Found) -> (Cow<'s, Slot>, u64),
     ) -> Result<Commit, StoreError> {
         for _ in 0..MAX_RACES {
-            let Some(found) = self.read_slot(server, &items.slot).await? else {
+            let Some(found) = self.read_slot(server, item).await? else {
                 break;
             };
             if found.slot.fence.as_deref() != Some(lease.token()) {
                 break;
             }
+            let (slot, ttl) = slot(&found);
             if self
-                .write_slot(server, &items.slot, slot, secs(ttl), Some(found.cas))
+                .write_slot(server, item, &slot, ttl, Some(found.cas))
                 .await?
             {
                 return Ok(Commit::Stored);
@@ -253,9 +271,7 @@ impl MemcachedStore {
                                 Held::TakenOver => {}
                             }
                         }
-                        status => {
-                            return Err(protocol(server.addr(), &format!("ms answered {status:?}")))
-                        }
+                        status => return Err(answered(server.addr(), "ms", status)),
                     }
                     granted = Some(Arc::clone(&token));
                     token
@@ -295,6 +311,12 @@ enum Held {
     Gone,
     /// Broken, and now this caller's lease.
     TakenOver,
+}
+
+/// The mode flag of a write: compare-and-swap over `cas`, or add (only
+/// if absent) without one.
+pub(super) fn cas_or_add(cas: Option<u64>) -> String {
+    cas.map_or_else(|| "ME".to_owned(), |cas| format!("C{cas}"))
 }
 
 /// Whether `data` is a lease token as this store writes them: 1 to 64

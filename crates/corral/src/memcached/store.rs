@@ -1,12 +1,13 @@
 //! `impl Store for MemcachedStore`, and the waiters' polling: each key's
 //! polls so far set the delay of its next re-check.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::conn::{md, mg, mn, ms, protocol, Server, Status};
+use super::conn::{answered, md, mg, mn, ms, protocol, Server, Status};
 use super::frame::Slot;
-use super::lease::{Found, MAX_RACES};
+use super::lease::{cas_or_add, Found, MAX_RACES};
 use super::{keys, secs, MemcachedStore};
 use crate::backoff::doubled;
 use crate::data::error::StoreError;
@@ -70,23 +71,15 @@ impl MemcachedStore {
                 }
                 (Status::Value, _, cas) => cas,
                 (Status::Miss, _, _) => None,
-                (status, _, _) => {
-                    return Err(protocol(server.addr(), &format!("mg answered {status:?}")))
-                }
+                (status, _, _) => return Err(answered(server.addr(), "mg", status)),
             };
             let version = self.new_version();
-            let mode = match replace {
-                Some(cas) => format!("C{cas}"),
-                None => "ME".to_owned(),
-            };
-            let flags = format!("{keep} {mode}");
-            let reply = self
-                .one(server, ms(&item, version.as_bytes(), &flags))
-                .await?;
-            match reply.status {
-                Status::Done => return Ok(version),
-                Status::NotStored | Status::Exists | Status::NotFound => {}
-                status => return Err(protocol(server.addr(), &format!("ms answered {status:?}"))),
+            let flags = format!("{keep} {}", cas_or_add(replace));
+            if self
+                .write_item(server, &item, version.as_bytes(), &flags)
+                .await?
+            {
+                return Ok(version);
             }
         }
         Err(protocol(
@@ -128,37 +121,22 @@ impl Store for MemcachedStore {
         Box::pin(async move {
             let items = self.items(key);
             let server = self.server(items.route);
-            let reply = self.one(server, mg(&items.lease, "v c")).await?;
-            let cas = reply.cas();
-            let owned = match (reply.status, reply.data, cas) {
-                (Status::Value, Some(data), Some(cas)) if data == lease.token().as_bytes() => {
-                    let flags = format!("T{} C{cas}", secs(request.lease_ttl));
-                    let reply = self
-                        .one(server, ms(&items.lease, lease.token().as_bytes(), &flags))
-                        .await?;
-                    reply.status == Status::Done
-                }
-                _ => false,
-            };
-            if !owned {
+            let token = lease.token().as_bytes();
+            let flags = |cas| format!("T{} C{cas}", secs(request.lease_ttl));
+            let extend = |cas| ms(&items.lease, token, &flags(cas));
+            if !self
+                .if_lease_owned(server, &items.lease, lease.token(), extend)
+                .await?
+            {
                 return Ok(false);
             }
             let fence_secs = secs(request.fence_ttl);
-            for _ in 0..MAX_RACES {
-                let Some(found) = self.read_slot(server, &items.slot).await? else {
-                    break;
-                };
-                if found.slot.fence.as_deref() != Some(lease.token()) {
-                    break;
-                }
+            let refenced = |found: &Found| {
                 let (slot, ttl) = found.refenced(found.slot.fence.clone(), fence_secs);
-                if self
-                    .write_slot(server, &items.slot, &slot, ttl, Some(found.cas))
-                    .await?
-                {
-                    break;
-                }
-            }
+                (Cow::Owned(slot), ttl)
+            };
+            self.write_fenced(server, &items.slot, lease, refenced)
+                .await?;
             Ok(true)
         })
     }
@@ -178,7 +156,10 @@ impl Store for MemcachedStore {
             // A commit that fails (too large, a server error) writes
             // nothing and keeps the lease: its cache releases it.
             self.check_size(&items.slot, &slot)?;
-            let commit = self.write_fenced(server, &items, lease, &slot, ttl).await?;
+            let written = |_: &Found| (Cow::Borrowed(&slot), secs(ttl));
+            let commit = self
+                .write_fenced(server, &items.slot, lease, written)
+                .await?;
             self.drop_lease(server, &items.lease, lease.token()).await?;
             self.inner.notifier.notify(&Self::id(key));
             Ok(commit)

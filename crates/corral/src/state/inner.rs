@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::budget::FillBudget;
+use crate::budget::{FillBudget, DEFAULT_FAIL_OPEN_LIMIT};
 use crate::codec::{round_trips, Codec};
 use crate::data::cause::FillError;
 use crate::data::compression::frames::Frames;
@@ -28,6 +28,7 @@ use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
 use crate::throttle::{warn_throttled, Throttle};
+pub(crate) use crate::tier::local::InL1;
 use crate::tier::local::LocalTier;
 use crate::tier::shared::SharedTier;
 
@@ -36,16 +37,6 @@ use crate::tier::shared::SharedTier;
 pub(crate) struct Tiers<V> {
     pub(crate) l1: Option<LocalTier<V>>,
     pub(crate) l2: Option<SharedTier>,
-}
-
-/// An entry for the L1 ([`Inner::insert_in_l1`]).
-pub(crate) struct InL1<V> {
-    pub(crate) value: Option<V>,
-    pub(crate) ttls: Ttls,
-    pub(crate) fail_safe: bool,
-    pub(crate) weight: u32,
-    /// Its age when written (by the clock of the store it was read from).
-    pub(crate) age: Duration,
 }
 
 /// The state of one cache instance. Its fields are this module's: the
@@ -143,7 +134,7 @@ impl<V: Clone> Inner<V> {
             fail_open: parts
                 .budget
                 .clone()
-                .unwrap_or_else(FillBudget::fail_open_default),
+                .unwrap_or_else(|| FillBudget::new(DEFAULT_FAIL_OPEN_LIMIT)),
             budget: parts.budget,
             round_trip: OnceLock::new(),
             store_warnings: Throttle::default(),
@@ -486,15 +477,7 @@ impl<V: 'static> Inner<V> {
     where
         V: Clone,
     {
-        let left = local.insert(
-            key,
-            id,
-            entry.value,
-            entry.ttls,
-            entry.fail_safe,
-            entry.weight,
-            entry.age,
-        );
+        let left = local.insert(key, id, entry);
         self.tags.left_l1(&left);
     }
 

@@ -85,7 +85,7 @@ pub(crate) use change::Sinks;
 pub use change::{Change, ChangeSink, Event, Origin};
 pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
-pub(crate) use patience::{current as current_patience, patiently, Patience};
+pub(crate) use patience::{current as current_patience, patiently, patiently_if, Patience};
 pub use patience::{patience, stretched};
 
 use crate::data::error::StoreError;

@@ -113,14 +113,10 @@ impl Listener {
         if let Some(OnWait(hook)) = self.on_wait.take() {
             hook();
         }
-        match self.deadline {
-            Some(deadline) => {
-                tokio::select! {
-                    () = self.notice() => {}
-                    () = tokio::time::sleep_until(deadline) => {}
-                }
-            }
-            None => self.notice().await,
+        let deadline = self.deadline;
+        tokio::select! {
+            () = self.notice() => {}
+            () = crate::clock::sleep_until_some(deadline) => {}
         }
     }
 

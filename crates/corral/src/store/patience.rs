@@ -56,6 +56,17 @@ pub(crate) async fn patiently<T>(patience: Patience, work: impl Future<Output = 
     PATIENCE.scope(patience, work).await
 }
 
+/// [`patiently`] if there is a `patience`; otherwise `work` as it is.
+pub(crate) async fn patiently_if<T>(
+    patience: Option<Patience>,
+    work: impl Future<Output = T>,
+) -> T {
+    match patience {
+        Some(patience) => patiently(patience, work).await,
+        None => work.await,
+    }
+}
+
 #[cfg(all(test, not(shuttle)))]
 mod tests {
     use super::*;

@@ -35,6 +35,16 @@ pub(crate) struct LocalEntry<V> {
     id: u64,
 }
 
+/// An entry to insert: the value and what the tier judges it by.
+pub(crate) struct InL1<V> {
+    pub(crate) value: Option<V>,
+    pub(crate) ttls: Ttls,
+    pub(crate) fail_safe: bool,
+    pub(crate) weight: u32,
+    /// Its age when written (by the clock of the store it was read from).
+    pub(crate) age: Duration,
+}
+
 /// An entry that left the tier (evicted, refused, expired or removed): its
 /// key and the id it was inserted with, for what indexes the tier's keys.
 pub(crate) type Left = (Box<str>, u64);
@@ -159,17 +169,14 @@ impl<V: Clone> LocalTier<V> {
     /// the original, and never outlives the tier's lifetime cap. Returns
     /// the entries that left to make room (or this one, if it could not be
     /// admitted).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn insert(
-        &self,
-        key: &str,
-        id: u64,
-        value: Option<V>,
-        ttls: Ttls,
-        fail_safe: bool,
-        weight: u32,
-        age: Duration,
-    ) -> Vec<Left> {
+    pub(crate) fn insert(&self, key: &str, id: u64, entry: InL1<V>) -> Vec<Left> {
+        let InL1 {
+            value,
+            ttls,
+            fail_safe,
+            weight,
+            age,
+        } = entry;
         let now = self.clock.now_millis();
         let written_at = now.saturating_sub(millis(age));
         let until = self
@@ -267,7 +274,14 @@ mod tests {
 
         let ttl = Duration::from_millis(30);
         let inserted = Instant::now();
-        tier.insert("k", 1, Some(7), Ttls::simple(ttl), false, 1, Duration::ZERO);
+        let entry = InL1 {
+            value: Some(7),
+            ttls: Ttls::simple(ttl),
+            fail_safe: false,
+            weight: 1,
+            age: Duration::ZERO,
+        };
+        tier.insert("k", 1, entry);
         let mut hits = 0_u64;
         while tier.get_quiet("k").is_some() {
             hits += 1;

@@ -74,25 +74,19 @@ impl Pulse {
             self.last_answer.fetch_max(now, Relaxed);
         }
         if self.silent_since.load(Acquire) != NOT_SILENT {
-            self.revive();
+            self.heard();
         }
     }
 
-    /// The store answered after a silence: the silence ends and waiters
-    /// wake.
+    /// The store answered after a silence, to a call or otherwise (its
+    /// subscription came back): the silence ends and waiters wake.
     #[cold]
-    fn revive(&self) {
+    pub(crate) fn heard(&self) {
         self.last_answer.fetch_max(self.now(), Relaxed);
         if self.silent_since.swap(NOT_SILENT, AcqRel) != NOT_SILENT {
             tracing::debug!("the store answers again");
             self.revived.notify_waiters();
         }
-    }
-
-    /// Something other than a call showed the store answering (its
-    /// subscription came back): as [`answered`](Self::answered).
-    pub(crate) fn heard(&self) {
-        self.revive();
     }
 
     /// A call that started at `started` failed without an answer. Returns

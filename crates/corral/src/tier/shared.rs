@@ -12,7 +12,7 @@ use crate::data::error::StoreError;
 use tokio::time::Instant;
 
 use crate::data::error::StoreErrorKind;
-use crate::store::{current_patience, Patience, Store};
+use crate::store::{current_patience, Lease, Patience, Store, StoreKey};
 use crate::tier::breaker::{self, Breaker};
 use crate::tier::pulse::Pulse;
 
@@ -100,6 +100,18 @@ impl SharedTier {
         if let Some(breaker) = &self.breaker {
             breaker.store_heard();
         }
+    }
+
+    /// Releases `lease` of `key` on a task of its own (a `Drop` cannot
+    /// wait), if a runtime is at hand.
+    pub(crate) fn release_later(&self, key: StoreKey, lease: Lease) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            let _ = store.call(store.release(&key, &lease)).await;
+        });
     }
 
     /// The circuit breaker, if the cache has one.

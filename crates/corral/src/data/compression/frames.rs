@@ -2,11 +2,12 @@
 //! blocks through `lz4_flex`, zstd frames through `zstd`, each unpacked
 //! into a buffer of the length the frame's prefix states, checked first.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 use zstd::bulk::{Compressor, Decompressor};
 
 use super::{split_frame, Algorithm, Compression, Frame, Packed, UnpackError, LZ4, ZSTD};
+use crate::sync::lock_std;
 
 /// One cache's compression: its setting, and the zstd contexts it keeps
 /// between values (a context costs more to make than a small value to
@@ -37,7 +38,7 @@ impl Frames {
     /// Compresses `raw`, a value's encoding, if the setting says so and it
     /// pays: the frame must be at least an eighth shorter than `raw`.
     pub(crate) fn pack(&self, raw: &[u8]) -> Packed {
-        if !self.setting.is_on() || raw.len() < self.setting.threshold() {
+        if !self.setting.is_on() || raw.len() < self.setting.min_bytes {
             return Packed::Plain;
         }
         let Ok(raw_len) = u32::try_from(raw.len()) else {
@@ -47,7 +48,7 @@ impl Frames {
         let Some(limit) = (raw.len() - raw.len() / 8).checked_sub(super::PREFIX_LEN) else {
             return Packed::Skipped;
         };
-        let compressed = match self.setting.algorithm() {
+        let compressed = match self.setting.algorithm {
             Algorithm::None => return Packed::Plain,
             Algorithm::Lz4 => lz4(raw).map(|bytes| (LZ4, bytes)),
             Algorithm::Zstd(level) => self.zstd(raw, level, limit).map(|bytes| (ZSTD, bytes)),
@@ -135,17 +136,13 @@ fn lz4(raw: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn pop<T>(pool: &Mutex<Vec<T>>) -> Option<T> {
-    lock(pool).pop()
+    lock_std(pool).pop()
 }
 
 /// Keeps `context` for the next value, unless `keep` are idle already.
 fn push<T>(pool: &Mutex<Vec<T>>, context: T, keep: usize) {
-    let mut idle = lock(pool);
+    let mut idle = lock_std(pool);
     if idle.len() < keep {
         idle.push(context);
     }

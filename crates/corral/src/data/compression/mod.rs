@@ -207,27 +207,26 @@ impl Compression {
     /// No compression: values are stored as the codec encodes them (the
     /// default). Compressed values written by other caches are still read.
     pub const fn none() -> Self {
-        Self {
-            algorithm: Algorithm::None,
-            min_bytes: DEFAULT_MIN_BYTES,
-        }
+        Self::of(Algorithm::None)
     }
 
     /// LZ4 (the block format, through `lz4_flex`): fast both ways, about
     /// half the ratio of zstd on JSON.
     pub const fn lz4() -> Self {
-        Self {
-            algorithm: Algorithm::Lz4,
-            min_bytes: DEFAULT_MIN_BYTES,
-        }
+        Self::of(Algorithm::Lz4)
     }
 
     /// zstd at `level`, 1 (fastest) to 22 (smallest); 3 is zstd's own
     /// default. Another level makes [`build`](crate::CacheBuilder::build)
     /// fail.
     pub const fn zstd(level: i32) -> Self {
+        Self::of(Algorithm::Zstd(level))
+    }
+
+    /// `algorithm` above the default size.
+    const fn of(algorithm: Algorithm) -> Self {
         Self {
-            algorithm: Algorithm::Zstd(level),
+            algorithm,
             min_bytes: DEFAULT_MIN_BYTES,
         }
     }
@@ -244,14 +243,6 @@ impl Compression {
     /// Whether this setting compresses anything.
     pub(crate) fn is_on(&self) -> bool {
         self.algorithm != Algorithm::None
-    }
-
-    pub(crate) fn algorithm(&self) -> Algorithm {
-        self.algorithm
-    }
-
-    pub(crate) fn threshold(&self) -> usize {
-        self.min_bytes
     }
 
     /// Checks the level, and that this build can compress.

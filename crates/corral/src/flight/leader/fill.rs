@@ -10,7 +10,8 @@ use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use super::{Leader, LeaseGuard};
-use crate::data::freshness::{Answer, Freshness};
+use crate::clock::sleep_until_some;
+use crate::data::freshness::Answer;
 use crate::state::flight::Failure;
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -38,27 +39,19 @@ where
         // The fill renews through its own handle: serving the fallback at
         // the soft timeout borrows the leader meanwhile.
         let inner = Weak::clone(&self.inner);
-        let filling = fill_renewing(&inner, fill, &leases);
+        let filling = while_renewing(&inner, call_fill(&inner, fill), &leases);
         tokio::pin!(filling);
         let deadline = self.clock.deadline;
         let soft = self
             .clock
             .soft_deadline()
             .filter(|_| self.fallback.is_some() && !self.flight.has_published());
-        let result = match soft {
-            Some(soft) => {
-                tokio::select! {
-                    result = tokio::time::timeout_at(deadline, &mut filling) => result,
-                    () = tokio::time::sleep_until(soft) => {
-                        self.serve_fallback(Freshness::Stale);
-                        if let Some(cache) = self.inner.upgrade() {
-                            Counters::bump(&cache.counters().soft_timeouts);
-                        }
-                        tokio::time::timeout_at(deadline, &mut filling).await
-                    }
-                }
+        let result = tokio::select! {
+            result = tokio::time::timeout_at(deadline, &mut filling) => result,
+            () = sleep_until_some(soft) => {
+                self.soft_timed_out();
+                tokio::time::timeout_at(deadline, &mut filling).await
             }
-            None => tokio::time::timeout_at(deadline, &mut filling).await,
         };
         let took = fill_started.elapsed();
         #[cfg(feature = "metrics")]
@@ -77,23 +70,10 @@ where
     }
 }
 
-/// Runs the fill while renewing its leases (one for a single key, one per
-/// key for a batch) every third of their TTL. A lost or failed renewal
-/// does not stop the fill: the fenced commit still protects newer data.
-pub(crate) async fn fill_renewing<V, T, F, Fut, E>(
-    inner: &Weak<Inner<V>>,
-    fill: F,
-    leases: &[&LeaseGuard],
-) -> Result<T, Failure>
-where
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<T, E>> + Send + 'static,
-    E: Send + Sync + 'static,
-{
-    while_renewing(inner, call_fill(inner, fill), leases).await
-}
-
-/// Runs `work` while renewing `leases` every third of their TTL.
+/// Runs `work` (a fill, say) while renewing `leases` (one for a single
+/// key, one per key for a batch) every third of their TTL. A lost or
+/// failed renewal does not stop the work: the fenced commit still protects
+/// newer data.
 pub(crate) async fn while_renewing<V, T>(
     inner: &Weak<Inner<V>>,
     work: impl Future<Output = T>,

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::trouble::{turn_to_fail_open, unanswered, Trouble, MAX_RETRY};
+use super::trouble::{turn_to_fail_open, Trouble, MAX_RETRY};
 use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
 use crate::budget::Permit;
+use crate::clock::sleep_until_some;
 use crate::data::error::StoreError;
-use crate::data::freshness::{Freshness, Standing};
+use crate::data::freshness::Standing;
 use crate::read::{finish_hit, judge_current, Look};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -260,21 +261,10 @@ where
             () = listener.changed() => None,
             () = tokio::time::sleep_until(wake) => None,
             () = sleep_until_some(soft) => {
-                self.leader.serve_fallback(Freshness::Stale);
-                if let Some(cache) = self.leader.inner.upgrade() {
-                    Counters::bump(&cache.counters().soft_timeouts);
-                }
+                self.leader.soft_timed_out();
                 Some(Found::Done)
             }
         }
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-pub(super) async fn sleep_until_some(deadline: Option<Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -292,7 +282,9 @@ where
         let Some(cache) = self.leader.inner.upgrade() else {
             return Some(Found::Done);
         };
-        let waits = unanswered(error);
+        // The store did not answer at all (it may still): a timeout, the
+        // store unreachable, the breaker open.
+        let waits = error.is_retryable();
         let trouble = self.trouble.get_or_insert_with(Trouble::new);
         trouble.failures = trouble.failures.saturating_add(1);
         if trouble.failures == 1 {
@@ -331,10 +323,7 @@ where
         tokio::select! {
             biased;
             () = sleep_until_some(soft) => {
-                self.leader.serve_fallback(Freshness::Stale);
-                if let Some(cache) = self.leader.inner.upgrade() {
-                    Counters::bump(&cache.counters().soft_timeouts);
-                }
+                self.leader.soft_timed_out();
                 Some(Found::Done)
             }
             granted = fail_open => Some(self.fail_open(granted)),

@@ -75,10 +75,10 @@ pub(crate) struct Kept {
 pub(crate) const UNVERIFIED_LIFETIME: Duration = Duration::from_secs(1);
 
 impl Kept {
-    /// No lease, no stamps: nothing to store.
-    pub(crate) fn nothing() -> Self {
+    /// Only `lease` (if any), no stamps: nothing to store.
+    pub(crate) fn leased(lease: Option<LeaseGuard>) -> Self {
         Self {
-            lease: None,
+            lease,
             stamps: None,
             unverified: None,
         }
@@ -107,14 +107,20 @@ pub(super) async fn keep_value<V>(
         unverified,
     } = kept;
     let Some(mut stamps) = stamps else {
-        match unverified {
+        // Filled while the store did not answer: kept in the L1 alone, for
+        // UNVERIFIED_LIFETIME at most, indexed under its tags.
+        let entry = match unverified {
             Some(tags) if lease.is_none() => {
-                keep_unverified(cache, flight, key, value, ttls, fail_safe, &tags);
+                let ttls = ttls.capped(UNVERIFIED_LIFETIME);
+                in_l1(cache, key, value, ttls, fail_safe).map(|entry| (entry, tags))
             }
-            _ => {
-                flight.retire(|| ());
+            _ => None,
+        };
+        flight.retire(|| {
+            if let Some((entry, tags)) = entry {
+                cache.insert_unverified_in_l1(key, &tags, entry);
             }
-        }
+        });
         return;
     };
     stamps.take_moved();
@@ -148,32 +154,11 @@ pub(super) async fn keep_value<V>(
     let entry = keep_local
         .then(|| in_l1(cache, key, value, ttls, fail_safe))
         .flatten();
-    match entry {
-        Some(entry) => flight.retire(|| {
+    flight.retire(|| {
+        if let Some(entry) = entry {
             cache.insert_in_l1(key, home, &stamps, entry);
-        }),
-        None => flight.retire(|| ()),
-    };
-}
-
-/// Keeps an answer filled while the store did not answer in the L1 alone,
-/// for [`UNVERIFIED_LIFETIME`] at most, indexed under `tags`.
-fn keep_unverified<V>(
-    cache: &Inner<V>,
-    flight: &mut Flight<V>,
-    key: &str,
-    value: Option<V>,
-    ttls: Ttls,
-    fail_safe: bool,
-    tags: &[Arc<str>],
-) where
-    V: Clone + Send + Sync + 'static,
-{
-    let ttls = ttls.capped(UNVERIFIED_LIFETIME);
-    match in_l1(cache, key, value, ttls, fail_safe) {
-        Some(entry) => flight.retire(|| cache.insert_unverified_in_l1(key, tags, entry)),
-        None => flight.retire(|| ()),
-    };
+        }
+    });
 }
 
 /// The L1 entry of an answer, if the cache has an L1 and the answer can be

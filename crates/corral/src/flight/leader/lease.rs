@@ -104,17 +104,9 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
+        if self.armed {
+            self.store
+                .release_later(self.key.clone(), self.lease.clone());
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let store = self.store.clone();
-        let key = self.key.clone();
-        let lease = self.lease.clone();
-        runtime.spawn(async move {
-            let _ = store.call(store.release(&key, &lease)).await;
-        });
     }
 }

@@ -20,7 +20,7 @@ use crate::flight::permit;
 use crate::state::flight::{Failure, Leadership, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::{patiently, BoxFuture, Grant, LeaseRequest, Listener, Lookup};
+use crate::store::{patiently_if, BoxFuture, Grant, LeaseRequest, Listener, Lookup};
 
 mod fill;
 mod find;
@@ -28,7 +28,7 @@ mod keep;
 mod lease;
 mod trouble;
 
-pub(crate) use self::fill::{fill_renewing, while_renewing};
+pub(crate) use self::fill::{call_fill, while_renewing};
 use self::find::Found;
 use self::keep::keep_value;
 pub(crate) use self::keep::{succeed, Kept};
@@ -172,26 +172,17 @@ where
         }
         None => tracing::Span::none(),
     };
-    let Job {
-        key,
-        ttl,
-        fill_timeout,
-        soft_timeout,
-        fallback,
-        permit,
-        tags,
-        first,
-        fill,
-    } = job;
     let leader = Leader {
         inner,
         flight,
-        key,
-        fallback,
-        permit,
-        clock: Deadlines::from(Instant::now(), fill_timeout, soft_timeout),
+        key: job.key,
+        fallback: job.fallback,
+        permit: job.permit,
+        clock: Deadlines::from(Instant::now(), job.fill_timeout, job.soft_timeout),
     };
-    leader.lead(ttl, tags, first, fill).instrument(span)
+    leader
+        .lead(job.ttl, job.tags, job.first, job.fill)
+        .instrument(span)
 }
 
 /// One flight's leader: it owns the flight, the value it may fall back on,
@@ -238,9 +229,9 @@ where
             }
             Found::TimedOut => {
                 let failure = Failure::TimedOut(self.clock.fill_timeout);
-                return self.fail(Kept::nothing(), failure).await;
+                return self.fail(Kept::leased(None), failure).await;
             }
-            Found::Overloaded(waited) => return self.overloaded(Kept::nothing(), waited).await,
+            Found::Overloaded(waited) => return self.overloaded(Kept::leased(None), waited).await,
         };
         let permit = match fail_open {
             Some(permit) => {
@@ -251,11 +242,7 @@ where
             None => match self.take_permit(lease.as_ref()).await {
                 Ok(permit) => permit,
                 Err(Some(waited)) => {
-                    let kept = Kept {
-                        lease,
-                        ..Kept::nothing()
-                    };
-                    return self.overloaded(kept, waited).await;
+                    return self.overloaded(Kept::leased(lease), waited).await;
                 }
                 Err(None) => return,
             },
@@ -275,15 +262,17 @@ where
     /// while it runs leaves the entry stamped with the old version, fenced.
     async fn stamped(&self, lease: Option<LeaseGuard>, tags: Arc<[Arc<str>]>) -> Kept {
         let Some(cache) = self.inner.upgrade() else {
-            return Kept {
-                lease,
-                ..Kept::nothing()
-            };
+            return Kept::leased(lease);
         };
         Counters::bump(&cache.counters().fills);
         let reachable = lease.is_some();
         let reading = cache.fill_stamps(cache.home(&self.key), &tags, reachable);
-        let stamps = under_lease(lease.as_ref(), self.clock.deadline, reading).await;
+        // Under the lease, a late answer beats a fill whose answer cannot
+        // be kept.
+        let patience = lease
+            .as_ref()
+            .map(|lease| lease.patience(self.clock.deadline));
+        let stamps = patiently_if(patience, reading).await;
         // Filled while the store does not answer: kept in the L1 for a
         // moment even though the versions guarding it are unknown.
         let unverified =
@@ -307,10 +296,7 @@ where
                 let patience = kept.lease.as_ref().map(|l| l.patience(self.clock.deadline));
                 let (inner, key) = (&self.inner, &*self.key);
                 let keeping = succeed(inner, &mut self.flight, key, ttl, answer, kept);
-                match patience {
-                    Some(patience) => patiently(patience, keeping).await,
-                    None => keeping.await,
-                }
+                patiently_if(patience, keeping).await;
             }
             Ok(Err(failure)) => self.fail(kept, failure).await,
             Err(_) => {
@@ -392,6 +378,15 @@ where
         while_renewing(&inner, waiting, &leases).await
     }
 
+    /// The soft timeout passed with a fallback at hand: the callers get it
+    /// while the fill goes on.
+    fn soft_timed_out(&mut self) {
+        self.serve_fallback(Freshness::Stale);
+        if let Some(cache) = self.inner.upgrade() {
+            Counters::bump(&cache.counters().soft_timeouts);
+        }
+    }
+
     /// Publishes the fallback to the flight's callers, if there is one and
     /// they were not answered yet.
     fn serve_fallback(&mut self, freshness: Freshness) {
@@ -438,20 +433,6 @@ where
                 self.flight.publish(Outcome::Failed(failure));
             }
         }
-    }
-}
-
-/// Runs `work` (store calls of a flight) with the patience of the flight's
-/// `lease`, if it holds one: a late answer beats a fill whose answer
-/// cannot be kept.
-async fn under_lease<T>(
-    lease: Option<&LeaseGuard>,
-    deadline: Instant,
-    work: impl Future<Output = T>,
-) -> T {
-    match lease {
-        Some(lease) => patiently(lease.patience(deadline), work).await,
-        None => work.await,
     }
 }
 

@@ -30,7 +30,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::budget::{FillBudget, Permit};
-use crate::data::error::{StoreError, StoreErrorKind};
 use crate::data::freshness::Fetched;
 use crate::flight::permit;
 use crate::state::flight::Flight;
@@ -86,13 +85,4 @@ where
     };
     let acquiring = async move { budget.acquire_local(Arc::new(demand)).await };
     queued.insert(Box::pin(acquiring)).await
-}
-
-/// Whether the store may still answer: it did not refuse, it did not
-/// answer at all.
-pub(super) fn unanswered(error: &StoreError) -> bool {
-    matches!(
-        error.kind(),
-        StoreErrorKind::Timeout | StoreErrorKind::Unavailable | StoreErrorKind::BreakerOpen
-    )
 }

@@ -215,16 +215,15 @@ impl Store for MemoryStore {
         request: &'a LeaseRequest,
     ) -> BoxFuture<'a, Result<Lookup, StoreError>> {
         let lookup = self.with_slot(key, |slot, rng, now| {
-            match (&request.grant, &slot.value) {
-                (Grant::IfNoValue, Some((bytes, expires))) => {
-                    return Lookup::Hit(Stored {
-                        bytes: bytes.clone(),
-                        remaining: Some(expires.saturating_duration_since(now)),
-                        generation: slot.generation(),
-                    });
+            match &request.grant {
+                Grant::IfNoValue => {
+                    if let Some(stored) = slot.stored(now) {
+                        return Lookup::Hit(stored);
+                    }
                 }
-                (Grant::OverGeneration(_), None) => return Lookup::Changed,
-                (Grant::OverGeneration(expected), Some(_)) if *expected != slot.generation() => {
+                Grant::OverGeneration(expected)
+                    if slot.value.is_none() || *expected != slot.generation() =>
+                {
                     return Lookup::Changed;
                 }
                 _ => {}
@@ -243,14 +242,7 @@ impl Store for MemoryStore {
     }
 
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {
-        let stored = self.with_slot(key, |slot, _, now| {
-            slot.value.as_ref().map(|(bytes, expires)| Stored {
-                bytes: bytes.clone(),
-                remaining: Some(expires.saturating_duration_since(now)),
-                generation: slot.generation(),
-            })
-        });
-        ready(Ok(stored))
+        ready(Ok(self.with_slot(key, |slot, _, now| slot.stored(now))))
     }
 
     fn renew<'a>(

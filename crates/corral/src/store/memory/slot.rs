@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::store::Stored;
+
 /// A key's value, lease and fence. A part whose expiry has passed is as
 /// good as absent: [`expire`](Slot::expire) drops it.
 #[derive(Debug, Default)]
@@ -55,6 +57,16 @@ impl Slot {
 
     pub(super) fn holds_fence(&self, token: &str) -> bool {
         self.fence.as_ref().is_some_and(|(t, _)| &**t == token)
+    }
+
+    /// The value, as a read at `now` returns it.
+    pub(super) fn stored(&self, now: Instant) -> Option<Stored> {
+        let (bytes, expires) = self.value.as_ref()?;
+        Some(Stored {
+            bytes: bytes.clone(),
+            remaining: Some(expires.saturating_duration_since(now)),
+            generation: self.generation(),
+        })
     }
 
     /// The key's generation: its fence token, if any.
