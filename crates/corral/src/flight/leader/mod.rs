@@ -268,11 +268,14 @@ where
         let reachable = lease.is_some();
         let reading = cache.fill_stamps(cache.home(&self.key), &tags, reachable);
         // Under the lease, a late answer beats a fill whose answer cannot
-        // be kept.
+        // be kept; and the lease is renewed while the store is slow to
+        // answer, so that it outlives a grant and a read that both came
+        // late (each a round trip) and the fill's answer can be committed.
         let patience = lease
             .as_ref()
             .map(|lease| lease.patience(self.clock.deadline));
-        let stamps = patiently_if(patience, reading).await;
+        let leases: Vec<&LeaseGuard> = lease.iter().collect();
+        let stamps = while_renewing(&self.inner, patiently_if(patience, reading), &leases).await;
         // Filled while the store does not answer: kept in the L1 for a
         // moment even though the versions guarding it are unknown.
         let unverified =
