@@ -152,6 +152,41 @@ async fn replies_held_past_the_store_timeout_still_make_one_fill_per_key() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_outlives_a_grant_and_a_read_that_both_come_late() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    // Replies 550 ms late, within the store's timeout: a leader hears of
+    // its grant, then of its fill's stamps, 1.1 s after asking, past the
+    // lease's 1 s. It renews the lease meanwhile, or another cache takes
+    // the key, fills it again and the first commit is refused.
+    let patient = Duration::from_secs(2);
+    let mut caches = Vec::new();
+    for _ in 0..CACHES {
+        let config = RedisConfig::default().op_timeout(patient);
+        let store = RedisStore::connect(&proxy.url(), config)
+            .await
+            .expect("connect");
+        let cache = Cache::<String>::builder("late")
+            .store(store)
+            .store_timeout(patient)
+            .lease_ttl(LEASE)
+            .build()
+            .expect("config");
+        caches.push((cache, Arc::<Source>::default()));
+    }
+    proxy.delay_replies(Duration::from_millis(550));
+    let trouble = async {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        proxy.delay_replies(Duration::ZERO);
+    };
+    burst(&caches, "late", trouble).await;
+    let stats: Vec<_> = caches.iter().map(|(c, _)| c.stats()).collect();
+    let refused: u64 = stats.iter().map(|s| s.commits_refused).sum();
+    assert_eq!(refused, 0, "no lease lapsed before its commit: {stats:#?}");
+    assert_eq!(total(&caches), KEYS as u64, "one fill per key: {stats:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_frozen_for_less_than_a_lease_is_waited_for() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port());
