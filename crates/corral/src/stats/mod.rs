@@ -312,7 +312,7 @@ counters! {
     /// Bytes of the values written compressed, after compression (their frames).
     compression_bytes_after,
     ; kept by the breaker:
-    /// Times the store's circuit breaker opened: after consecutive failed store calls, or when its half-open probe failed.
+    /// Times the store's circuit breaker opened after consecutive failed store calls (a failed probe keeps it open: an outage counts once).
     breaker_opened,
     /// Store calls not made because the circuit breaker was open (or its one half-open probe was in flight); not counted in `store_errors`.
     store_calls_skipped,
