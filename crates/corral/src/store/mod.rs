@@ -82,7 +82,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 pub(crate) use change::Sinks;
-pub use change::{Change, ChangeSink, Event, Origin};
+pub use change::{Change, ChangeSink, Event, FlushReason, Origin};
 pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
 pub(crate) use patience::{current as current_patience, patiently, Patience};

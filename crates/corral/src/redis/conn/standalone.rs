@@ -56,6 +56,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::sentinel::{is_master, Source};
+use crate::redis::tracking::Tracker;
 use crate::backoff::{doubled, Backoff};
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
@@ -100,6 +101,8 @@ struct Shared {
     role_refused: AtomicBool,
     /// Rations the heartbeat's warnings while the server stays silent.
     unanswered: Throttle,
+    /// Client tracking, turned on for each connection made.
+    tracker: Tracker,
 }
 
 enum State {
@@ -125,6 +128,7 @@ impl Standalone {
         source: Source,
         reconnect: Reconnect,
         runtime: Handle,
+        tracker: Tracker,
     ) -> RedisResult<Self> {
         // Every call is bounded by the store's own timeout around it; a
         // second timer per call inside redis-rs would cost each read another
@@ -133,9 +137,9 @@ impl Standalone {
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
         let mut attempt = 1;
-        let conn = loop {
-            match source.connect(&config, reconnect.connect_timeout).await {
-                Ok(conn) => break conn,
+        let made = loop {
+            match tracker.connect(&source, &config, reconnect.connect_timeout).await {
+                Ok(made) => break made,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
                     let pause = doubled(reconnect.min_delay, attempt - 1, reconnect.max_delay);
                     tokio::time::sleep(pause).await;
@@ -150,7 +154,7 @@ impl Standalone {
             reconnect,
             runtime: runtime.clone(),
             state: ShardedLock::new(State::Up {
-                conn,
+                conn: made.conn,
                 epoch: 0,
                 since: Instant::now(),
             }),
@@ -158,7 +162,9 @@ impl Standalone {
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
             unanswered: Throttle::default(),
+            tracker,
         });
+        shared.tracker.connected(made.was_on, true, made.server, false);
         tracing::info!(store = %shared.reconnect.store, "redis connected");
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Ok(Self { shared })
@@ -169,7 +175,12 @@ impl Standalone {
     /// keeps trying, with backoff, until the server answers) already
     /// started on `runtime`. Meanwhile calls wait for its first attempt,
     /// then fail at once with the last attempt's error.
-    pub(in crate::redis) fn lazy(source: Source, reconnect: Reconnect, runtime: Handle) -> Self {
+    pub(in crate::redis) fn lazy(
+        source: Source,
+        reconnect: Reconnect,
+        runtime: Handle,
+        tracker: Tracker,
+    ) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
@@ -183,6 +194,7 @@ impl Standalone {
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
             unanswered: Throttle::default(),
+            tracker,
         });
         runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, Reason::First));
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
@@ -365,8 +377,8 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
             return;
         };
         let attempt = shared
-            .source
-            .connect(&shared.config, shared.reconnect.connect_timeout)
+            .tracker
+            .connect(&shared.source, &shared.config, shared.reconnect.connect_timeout)
             .await;
         let restored = attempt.is_ok();
         if let Err(error) = &attempt {
@@ -379,17 +391,28 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
                 );
             }
         }
-        *write(&shared.state) = match attempt {
-            Ok(conn) => State::Up {
-                conn,
-                epoch: epoch + 1,
-                since: Instant::now(),
-            },
-            Err(error) => State::Reconnecting {
-                failed: Some(error),
-            },
+        let (state, made) = match attempt {
+            Ok(made) => {
+                let up = State::Up {
+                    conn: made.conn,
+                    epoch: epoch + 1,
+                    since: Instant::now(),
+                };
+                (up, Some((made.was_on, made.server)))
+            }
+            Err(error) => {
+                let failed = State::Reconnecting {
+                    failed: Some(error),
+                };
+                (failed, None)
+            }
         };
+        *write(&shared.state) = state;
         shared.settled.notify_waiters();
+        if let Some((was_on, server)) = made {
+            let (first, demoted) = (reason == Reason::First, reason == Reason::Demoted);
+            shared.tracker.connected(was_on, first, server, demoted);
+        }
         if restored {
             let store = &shared.reconnect.store;
             let first = reason == Reason::First;
@@ -527,18 +550,20 @@ fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
 /// connect timeout, the current one stays (calls go on through it).
 async fn replace(shared: &Shared, epoch: u64) {
     let timeout = shared.reconnect.connect_timeout;
-    let attempt =
-        tokio::time::timeout(timeout, shared.source.connect(&shared.config, timeout)).await;
+    let connect = shared.tracker.connect(&shared.source, &shared.config, timeout);
+    let attempt = tokio::time::timeout(timeout, connect).await;
     match attempt {
-        Ok(Ok(conn)) => {
+        Ok(Ok(made)) => {
             let mut state = write(&shared.state);
             if matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
                 *state = State::Up {
-                    conn,
+                    conn: made.conn,
                     epoch: epoch + 1,
                     since: Instant::now(),
                 };
+                drop(state);
                 tracing::info!(store = %shared.reconnect.store, "redis connection replaced");
+                shared.tracker.connected(made.was_on, false, made.server, false);
             }
         }
         // The heartbeat's warning said the connection is being replaced;
