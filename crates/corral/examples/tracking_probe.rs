@@ -14,10 +14,11 @@ const TASKS: usize = 50;
 
 async fn conn(url: &str, resp3: bool, tracking: bool) -> MultiplexedConnection {
     let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
-    let redis_settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(if resp3 { ProtocolVersion::RESP3 } else { ProtocolVersion::RESP2 });
+    let redis_settings = info.redis_settings().clone().set_protocol(if resp3 {
+        ProtocolVersion::RESP3
+    } else {
+        ProtocolVersion::RESP2
+    });
     let info = info.set_redis_settings(redis_settings);
     let client = Client::open(info).unwrap();
     let mut config = AsyncConnectionConfig::new();
@@ -53,7 +54,11 @@ async fn rate(conn: &MultiplexedConnection, ms: u64) -> f64 {
         tasks.push(tokio::spawn(async move {
             let key = format!("k{t}");
             while Instant::now() < until {
-                let _: Value = redis::cmd("GET").arg(&key).query_async(&mut conn).await.unwrap();
+                let _: Value = redis::cmd("GET")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -73,7 +78,12 @@ async fn throughput(server: &RedisServer, rounds: usize, ms: u64) {
     let url = server.url();
     let mut setter = conn(&url, false, false).await;
     for t in 0..TASKS {
-        let _: Value = redis::cmd("SET").arg(format!("k{t}")).arg("x".repeat(64)).query_async(&mut setter).await.unwrap();
+        let _: Value = redis::cmd("SET")
+            .arg(format!("k{t}"))
+            .arg("x".repeat(64))
+            .query_async(&mut setter)
+            .await
+            .unwrap();
     }
     let variants = [
         ("resp2", conn(&url, false, false).await),
@@ -100,13 +110,25 @@ async fn throughput(server: &RedisServer, rounds: usize, ms: u64) {
             median(ratios[i].clone())
         );
     }
-    println!("{}", server.cli(&["INFO", "commandstats"]).lines().filter(|l| l.contains("cmdstat_get:")).collect::<String>());
+    println!(
+        "{}",
+        server
+            .cli(&["INFO", "commandstats"])
+            .lines()
+            .filter(|l| l.contains("cmdstat_get:"))
+            .collect::<String>()
+    );
 }
 
 fn pct(mut v: Vec<Duration>) -> String {
     v.sort();
     let at = |p: f64| v[((v.len() as f64 - 1.0) * p) as usize];
-    format!("p50 {:?} p99 {:?} max {:?}", at(0.5), at(0.99), v[v.len() - 1])
+    format!(
+        "p50 {:?} p99 {:?} max {:?}",
+        at(0.5),
+        at(0.99),
+        v[v.len() - 1]
+    )
 }
 
 async fn latency(server: &RedisServer, n: usize) {
@@ -115,7 +137,10 @@ async fn latency(server: &RedisServer, n: usize) {
     // RESP3 push on the reading connection.
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();
-    let s = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+    let s = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
     let client = Client::open(info.set_redis_settings(s)).unwrap();
     let config = AsyncConnectionConfig::new().set_push_sender(move |push: PushInfo| {
         if push.kind == redis::PushKind::Invalidate {
@@ -123,14 +148,35 @@ async fn latency(server: &RedisServer, n: usize) {
         }
         Ok::<(), ()>(())
     });
-    let mut reader = client.get_multiplexed_async_connection_with_config(&config).await.unwrap();
-    let _: Value = redis::cmd("CLIENT").arg("TRACKING").arg("ON").query_async(&mut reader).await.unwrap();
+    let mut reader = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    let _: Value = redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .query_async(&mut reader)
+        .await
+        .unwrap();
     let mut push = Vec::new();
     for _ in 0..n {
-        let _: Value = redis::cmd("SET").arg("lk").arg("v").query_async(&mut writer).await.unwrap();
-        let _: Value = redis::cmd("GET").arg("lk").query_async(&mut reader).await.unwrap();
+        let _: Value = redis::cmd("SET")
+            .arg("lk")
+            .arg("v")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
+        let _: Value = redis::cmd("GET")
+            .arg("lk")
+            .query_async(&mut reader)
+            .await
+            .unwrap();
         let sent = Instant::now();
-        let _: Value = redis::cmd("DEL").arg("lk").query_async(&mut writer).await.unwrap();
+        let _: Value = redis::cmd("DEL")
+            .arg("lk")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
         let got = rx.recv().await.unwrap();
         push.push(got.saturating_duration_since(sent));
     }
@@ -141,9 +187,17 @@ async fn latency(server: &RedisServer, n: usize) {
     // The pub/sub connection's id: asked before it subscribes.
     let mut idconn = plain.get_multiplexed_async_connection().await.unwrap();
     drop(idconn.clone());
-    let clients: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut idconn).await.unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut idconn)
+        .await
+        .unwrap();
     pubsub.subscribe("__redis__:invalidate").await.unwrap();
-    let clients2: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut idconn).await.unwrap();
+    let clients2: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut idconn)
+        .await
+        .unwrap();
     let sub_id = clients2
         .lines()
         .filter(|l| !clients.contains(l.split(' ').next().unwrap()))
@@ -154,14 +208,34 @@ async fn latency(server: &RedisServer, n: usize) {
         .unwrap()
         .to_string();
     let mut reader2 = conn(&url, false, false).await;
-    let _: Value = redis::cmd("CLIENT").arg("TRACKING").arg("ON").arg("REDIRECT").arg(&sub_id).query_async(&mut reader2).await.unwrap();
+    let _: Value = redis::cmd("CLIENT")
+        .arg("TRACKING")
+        .arg("ON")
+        .arg("REDIRECT")
+        .arg(&sub_id)
+        .query_async(&mut reader2)
+        .await
+        .unwrap();
     let mut stream = pubsub.into_on_message();
     let mut redirect = Vec::new();
     for _ in 0..n {
-        let _: Value = redis::cmd("SET").arg("lk2").arg("v").query_async(&mut writer).await.unwrap();
-        let _: Value = redis::cmd("GET").arg("lk2").query_async(&mut reader2).await.unwrap();
+        let _: Value = redis::cmd("SET")
+            .arg("lk2")
+            .arg("v")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
+        let _: Value = redis::cmd("GET")
+            .arg("lk2")
+            .query_async(&mut reader2)
+            .await
+            .unwrap();
         let sent = Instant::now();
-        let _: Value = redis::cmd("DEL").arg("lk2").query_async(&mut writer).await.unwrap();
+        let _: Value = redis::cmd("DEL")
+            .arg("lk2")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
         let _msg = stream.next().await.unwrap();
         redirect.push(Instant::now().saturating_duration_since(sent));
     }

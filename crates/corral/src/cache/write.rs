@@ -177,7 +177,11 @@ where
         let mut others = Ok(());
         // A change of the key reported while the write is on its way to the
         // store is newer than it: the write keeps no copy then.
-        let mark = inner.tiers().l2.as_ref().map(|_| inner.flights().write_mark());
+        let mark = inner
+            .tiers()
+            .l2
+            .as_ref()
+            .map(|_| inner.flights().write_mark());
         if let Some(store) = &inner.tiers().l2 {
             let bytes = inner
                 .encode(key, Some(&value), ttls, 0, &stamps)

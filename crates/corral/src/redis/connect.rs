@@ -182,7 +182,12 @@ impl RedisStore {
         let connection = bounded(
             config.connect_timeout,
             "connect",
-            Standalone::connect(source.clone(), reconnect, runtime.clone(), parts.tracker.clone()),
+            Standalone::connect(
+                source.clone(),
+                reconnect,
+                runtime.clone(),
+                parts.tracker.clone(),
+            ),
         )
         .await
         .map_err(|e| client::scrubbed(url, e))?;

@@ -570,7 +570,13 @@ mod tests {
             assert_eq!(named(tag_key("ns:v1", raw).as_bytes()), Some(version));
             assert_eq!(named(copy_key("ns:v1", 7, raw).as_bytes()), Some(version));
         }
-        for foreign in ["", "user:1", "corral:", "corral:ns:v1", "corral:ns:v1:{x}:q:k"] {
+        for foreign in [
+            "",
+            "user:1",
+            "corral:",
+            "corral:ns:v1",
+            "corral:ns:v1:{x}:q:k",
+        ] {
             assert_eq!(named(foreign.as_bytes()), None, "{foreign}");
         }
         assert_eq!(named(b"corral:ns:v1:filled"), None);

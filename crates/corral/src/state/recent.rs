@@ -79,6 +79,9 @@ mod tests {
             recent.wrote("b", number);
         }
         assert!(!recent.since("a", 3, 3 + RING as u64));
-        assert!(recent.since("a", 2, 3 + RING as u64), "more writes than remembered");
+        assert!(
+            recent.since("a", 2, 3 + RING as u64),
+            "more writes than remembered"
+        );
     }
 }

@@ -56,8 +56,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::sentinel::{is_master, Source};
-use crate::redis::tracking::Tracker;
 use crate::backoff::{doubled, Backoff};
+use crate::redis::tracking::Tracker;
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
 
@@ -138,7 +138,10 @@ impl Standalone {
             .set_response_timeout(None);
         let mut attempt = 1;
         let made = loop {
-            match tracker.connect(&source, &config, reconnect.connect_timeout).await {
+            match tracker
+                .connect(&source, &config, reconnect.connect_timeout)
+                .await
+            {
                 Ok(made) => break made,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
                     let pause = doubled(reconnect.min_delay, attempt - 1, reconnect.max_delay);
@@ -164,7 +167,9 @@ impl Standalone {
             unanswered: Throttle::default(),
             tracker,
         });
-        shared.tracker.connected(made.was_on, true, made.server, false);
+        shared
+            .tracker
+            .connected(made.was_on, true, made.server, false);
         tracing::info!(store = %shared.reconnect.store, "redis connected");
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Ok(Self { shared })
@@ -378,7 +383,11 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
         };
         let attempt = shared
             .tracker
-            .connect(&shared.source, &shared.config, shared.reconnect.connect_timeout)
+            .connect(
+                &shared.source,
+                &shared.config,
+                shared.reconnect.connect_timeout,
+            )
             .await;
         let restored = attempt.is_ok();
         if let Err(error) = &attempt {
@@ -550,7 +559,9 @@ fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
 /// connect timeout, the current one stays (calls go on through it).
 async fn replace(shared: &Shared, epoch: u64) {
     let timeout = shared.reconnect.connect_timeout;
-    let connect = shared.tracker.connect(&shared.source, &shared.config, timeout);
+    let connect = shared
+        .tracker
+        .connect(&shared.source, &shared.config, timeout);
     let attempt = tokio::time::timeout(timeout, connect).await;
     match attempt {
         Ok(Ok(made)) => {
@@ -563,7 +574,9 @@ async fn replace(shared: &Shared, epoch: u64) {
                 };
                 drop(state);
                 tracing::info!(store = %shared.reconnect.store, "redis connection replaced");
-                shared.tracker.connected(made.was_on, false, made.server, false);
+                shared
+                    .tracker
+                    .connected(made.was_on, false, made.server, false);
             }
         }
         // The heartbeat's warning said the connection is being replaced;

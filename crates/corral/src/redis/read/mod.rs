@@ -119,7 +119,12 @@ impl RedisStore {
             .is_some_and(|key| self.inner.tracker.tracked_reads(key.namespace()));
         let reads = groups.iter().map(|group| {
             let group_names: Vec<keys::ValueName<'_>> = group.iter().map(|&i| names[i]).collect();
-            async move { self.inner.reads.read_many(&group_names, timeout, tracked).await }
+            async move {
+                self.inner
+                    .reads
+                    .read_many(&group_names, timeout, tracked)
+                    .await
+            }
         });
         let replies = futures_util::future::join_all(reads).await;
         let mut found: Vec<Option<Stored>> = vec![None; keys.len()];

@@ -47,17 +47,30 @@ impl Tracker {
     ) -> RedisResult<Made> {
         let shared = &self.shared;
         if shared.mode == Tracking::Off || shared.resp2.load(std::sync::atomic::Ordering::Acquire) {
-            let (conn, server) = source.connect(base, timeout, ProtocolVersion::RESP2).await?;
+            let (conn, server) = source
+                .connect(base, timeout, ProtocolVersion::RESP2)
+                .await?;
             let was_on = shared.on.swap(false, std::sync::atomic::Ordering::AcqRel);
-            return Ok(Made { conn, server, was_on });
+            return Ok(Made {
+                conn,
+                server,
+                was_on,
+            });
         }
         let resp3 = base.clone().set_push_sender(self.push_sender());
-        let (mut conn, server) = match source.connect(&resp3, timeout, ProtocolVersion::RESP3).await {
+        let (mut conn, server) = match source
+            .connect(&resp3, timeout, ProtocolVersion::RESP3)
+            .await
+        {
             Ok(made) => made,
             Err(error) if !refused_resp3(&error) => return Err(error),
             Err(error) => {
-                let made = source.connect(base, timeout, ProtocolVersion::RESP2).await?;
-                shared.resp2.store(true, std::sync::atomic::Ordering::Release);
+                let made = source
+                    .connect(base, timeout, ProtocolVersion::RESP2)
+                    .await?;
+                shared
+                    .resp2
+                    .store(true, std::sync::atomic::Ordering::Release);
                 self.off(format!("the server refused RESP3 (HELLO 3: {error})"));
                 let was_on = shared.on.swap(false, std::sync::atomic::Ordering::AcqRel);
                 return Ok(Made {
@@ -69,13 +82,21 @@ impl Tracker {
         };
         let on = self.enable(&mut conn, timeout).await?;
         let was_on = shared.on.swap(on, std::sync::atomic::Ordering::AcqRel);
-        Ok(Made { conn, server, was_on })
+        Ok(Made {
+            conn,
+            server,
+            was_on,
+        })
     }
 
     /// Sends `CLIENT TRACKING` on `conn`: whether the server took it. A
     /// refusal is said once; no answer within `timeout`, or a broken
     /// connection, is an error (the connection is not used).
-    async fn enable(&self, conn: &mut MultiplexedConnection, timeout: Duration) -> RedisResult<bool> {
+    async fn enable(
+        &self,
+        conn: &mut MultiplexedConnection,
+        timeout: Duration,
+    ) -> RedisResult<bool> {
         let command = self.command();
         let reply = tokio::time::timeout(timeout, command.query_async::<Value>(conn)).await;
         match reply {

@@ -162,7 +162,13 @@ impl Tracker {
     /// server became a replica. Unless it is the store's `first`, and if
     /// the old or the new one is tracked, what was read before is no longer
     /// tracked: every sink is flushed.
-    pub(in crate::redis) fn connected(&self, was_on: bool, first: bool, server: Option<String>, failover: bool) {
+    pub(in crate::redis) fn connected(
+        &self,
+        was_on: bool,
+        first: bool,
+        server: Option<String>,
+        failover: bool,
+    ) {
         let moved = {
             let mut known = lock_std(&self.shared.server);
             let moved = matches!((&*known, &server), (Some(old), Some(new)) if old != new);

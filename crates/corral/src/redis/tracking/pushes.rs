@@ -38,7 +38,9 @@ impl Tracker {
         if push.kind != PushKind::Invalidate {
             return;
         }
-        self.shared.pushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .pushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match push.data.first() {
             Some(Value::Array(names)) => {
                 for name in names {
@@ -56,7 +58,9 @@ impl Tracker {
     /// namespace.
     fn invalidate(&self, name: &[u8]) {
         let shared: &Shared = &self.shared;
-        shared.keys.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        shared
+            .keys
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (namespace, event) = match keys::named(name) {
             Some(Named::Value { namespace, key }) => {
                 let id = ValueName::new(&StoreKey::of(namespace, key)).id();

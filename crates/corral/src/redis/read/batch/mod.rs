@@ -416,9 +416,7 @@ impl Shared {
         tracked: bool,
     ) -> Result<Value, StoreError> {
         match &self.lanes {
-            Some(lanes) if !tracked => {
-                lanes.pipelined(&self.connection, pipe, kept, timeout).await
-            }
+            Some(lanes) if !tracked => lanes.pipelined(&self.connection, pipe, kept, timeout).await,
             _ => self.connection.pipelined(pipe, timeout).await,
         }
     }
@@ -552,7 +550,10 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
     touch_clear_copies(shared, &mut pipe, &names);
     pipe.ignore_errors();
     let tracked = group.iter().any(|read| read.tracked);
-    let answers = match shared.pipelined(&pipe, pttls + 1, shared.timeout, tracked).await {
+    let answers = match shared
+        .pipelined(&pipe, pttls + 1, shared.timeout, tracked)
+        .await
+    {
         Ok(reply) if mget_refused(&reply) => {
             if !shared.unbatched.swap(true, Relaxed) {
                 tracing::warn!(

@@ -1,0 +1,257 @@
+//! Redis client tracking: changes made outside corral — a plain client's
+//! `DEL`, `UNLINK`, `SET`, `EXPIRE`, `FLUSHDB`, `FLUSHALL`, an eviction
+//! under `maxmemory` — reach the L1 of every cache that holds the key, each
+//! cache on a store (a connection, as another process has) of its own.
+//! Without tracking, each L1 served its copy until the entry's TTL.
+//!
+//! Each test waits for a condition with a bounded deadline (a short poll
+//! of the L1), never for a fixed time.
+
+use std::time::Duration;
+
+use corral::store::StoreKey;
+use corral::{Cache, RedisConfig, RedisStore, Tracking};
+use corral_testkit::RedisServer;
+
+use crate::support::{l1_cache, until_heard};
+
+/// How long a change may take to reach every L1 before a test fails.
+const DEADLINE: Duration = Duration::from_secs(2);
+
+/// The caches' name.
+const NAME: &str = "tracked";
+
+async fn store(url: &str, config: RedisConfig) -> RedisStore {
+    RedisStore::connect(url, config).await.expect("connect")
+}
+
+/// `count` caches with an L1, each on a store of its own, their
+/// backplane subscriptions up (so no later confirmation of one drops an
+/// L1, which would hide whether tracking did).
+async fn fleet(url: &str, config: &RedisConfig, count: usize) -> Vec<Cache<String>> {
+    let mut caches = Vec::with_capacity(count);
+    for _ in 0..count {
+        caches.push(l1_cache(&store(url, config.clone()).await, NAME));
+    }
+    for (i, cache) in caches.iter().enumerate() {
+        until_heard(&caches[(i + 1) % count], cache).await;
+    }
+    caches
+}
+
+/// Asserts that no cache dropped its whole L1 because the backplane's or
+/// the server's reports may have been lost (which would evict every key,
+/// whatever tracking did).
+fn no_flushes(caches: &[Cache<String>]) {
+    for cache in caches {
+        let stats = cache.stats();
+        assert_eq!(stats.backplane_resets, 0, "{stats:?}");
+        assert_eq!(stats.l1_flushes_reconnect, 0, "{stats:?}");
+        assert_eq!(stats.l1_flushes_failover, 0, "{stats:?}");
+    }
+}
+
+/// The Redis key holding `key`'s value in `cache`'s namespace.
+fn value_key(cache: &Cache<String>, key: &str) -> String {
+    RedisStore::keys_of(&StoreKey::new(cache.namespace(), key)).value
+}
+
+/// The first cache writes each of `keys` (its value is the key's name
+/// with `=v`), every cache reads it: each L1 holds every key once this
+/// returns, and no message of those writes is still on its way.
+async fn hold(caches: &[Cache<String>], keys: &[&str]) {
+    let heard: Vec<u64> = caches
+        .iter()
+        .map(|c| c.stats().backplane_messages)
+        .collect();
+    for key in keys {
+        caches[0].set(key, format!("{key}=v")).await.expect("set");
+    }
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    for (cache, heard) in caches.iter().zip(heard).skip(1) {
+        // The writes' backplane messages, which evict the key, have landed.
+        while cache.stats().backplane_messages < heard + keys.len() as u64 {
+            assert!(tokio::time::Instant::now() < deadline, "messages lost");
+            tokio::task::yield_now().await;
+        }
+    }
+    for cache in caches {
+        for key in keys {
+            // A read whose reply an invalidation overtook keeps no copy:
+            // read again until one does.
+            while cache.get_local(key).is_none() {
+                let got = cache.peek(key).await.expect("read");
+                assert_eq!(got, Some(format!("{key}=v")));
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{key} not kept in the L1: {:?}",
+                    cache.stats()
+                );
+            }
+        }
+    }
+}
+
+/// Waits, within [`DEADLINE`], until no cache serves `key` from its L1.
+async fn until_dropped(caches: &[Cache<String>], key: &str, what: &str) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    loop {
+        let holding: Vec<usize> = (0..caches.len())
+            .filter(|&i| caches[i].get_local(key).is_some())
+            .collect();
+        if holding.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: caches {holding:?} still serve {key} from their L1 after {DEADLINE:?}"
+        );
+        tick.tick().await;
+    }
+}
+
+/// Every key-level change a plain client makes drops the key from every
+/// L1 that held it (the writer's own too), and a foreign value written
+/// over a corral key reads as a miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_key_changes_reach_every_l1() {
+    let server = RedisServer::start();
+    let caches = fleet(&server.url(), &RedisConfig::default(), 3).await;
+    let keys = ["del", "unlink", "set", "expire", "pexpire"];
+    hold(&caches, &keys).await;
+    let name = |key: &str| value_key(&caches[0], key);
+
+    assert_eq!(server.cli(&["DEL", &name("del")]), "1");
+    until_dropped(&caches, "del", "DEL").await;
+    assert_eq!(server.cli(&["UNLINK", &name("unlink")]), "1");
+    until_dropped(&caches, "unlink", "UNLINK").await;
+    assert_eq!(server.cli(&["SET", &name("set"), "foreign"]), "OK");
+    until_dropped(&caches, "set", "SET").await;
+    assert_eq!(server.cli(&["EXPIRE", &name("expire"), "0"]), "1");
+    until_dropped(&caches, "expire", "EXPIRE key 0").await;
+    assert_eq!(server.cli(&["PEXPIRE", &name("pexpire"), "1"]), "1");
+    until_dropped(&caches, "pexpire", "PEXPIRE key 1").await;
+
+    for cache in &caches {
+        for key in keys {
+            assert_eq!(cache.peek(key).await.expect("read"), None, "{key}");
+        }
+        let stats = cache.stats();
+        assert!(stats.tracking_invalidations >= 5, "{stats:?}");
+        assert_eq!(stats.l1_flushes_server_flush, 0, "{stats:?}");
+    }
+    no_flushes(&caches);
+}
+
+/// `FLUSHDB` and `FLUSHALL` drop every L1 (a null invalidation), counted
+/// as a flush by the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_flushes_drop_every_l1() {
+    let server = RedisServer::start();
+    let caches = fleet(&server.url(), &RedisConfig::default(), 3).await;
+    let keys = ["a", "b", "c"];
+    for (round, command) in ["FLUSHDB", "FLUSHALL"].into_iter().enumerate() {
+        hold(&caches, &keys).await;
+        assert_eq!(server.cli(&[command]), "OK");
+        for key in keys {
+            until_dropped(&caches, key, command).await;
+        }
+        for cache in &caches {
+            let flushes = cache.stats().l1_flushes_server_flush;
+            assert!(flushes > round as u64, "{command}: {:?}", cache.stats());
+        }
+    }
+    no_flushes(&caches);
+}
+
+/// A key Redis evicts under `maxmemory` is dropped from every L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicted_keys_leave_every_l1() {
+    let server =
+        RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-random"]);
+    let caches = fleet(&server.url(), &RedisConfig::default(), 3).await;
+    hold(&caches, &["evicted"]).await;
+    let name = value_key(&caches[0], "evicted");
+    let filler = "x".repeat(64 * 1024);
+    let mut client = crate::support::redis_conn(&server.url()).await;
+    for i in 0.. {
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(&name)
+            .query_async(&mut client)
+            .await
+            .expect("EXISTS");
+        if exists == 0 {
+            break;
+        }
+        assert!(i < 10_000, "the key was never evicted");
+        let _: () = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query_async(&mut client)
+            .await
+            .expect("SET");
+    }
+    until_dropped(&caches, "evicted", "eviction").await;
+    for cache in &caches {
+        assert_eq!(cache.peek("evicted").await.expect("read"), None);
+    }
+    no_flushes(&caches);
+}
+
+/// The tracked connections killed: what the server tracked for them is
+/// gone, so the stores' caches drop their L1 (counted) once they are made
+/// anew, and the new connections are tracked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_tracking_connection_flushes_the_l1() {
+    let server = RedisServer::start();
+    let config = RedisConfig::default().health_interval(Duration::from_millis(20));
+    let caches = fleet(&server.url(), &config, 2).await;
+    hold(&caches, &["k"]).await;
+    let clients = server.cli(&["CLIENT", "LIST"]);
+    let tracked: Vec<&str> = clients
+        .lines()
+        .filter(|line| line.split(' ').any(|field| field == "flags=t"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .collect();
+    assert_eq!(
+        tracked.len(),
+        2,
+        "a tracked connection per store: {clients}"
+    );
+    for id in tracked {
+        assert_eq!(server.cli(&["CLIENT", "KILL", "ID", id]), "1");
+    }
+    until_dropped(&caches, "k", "connection lost").await;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while caches.iter().any(|c| c.stats().l1_flushes_reconnect == 0) {
+        assert!(tokio::time::Instant::now() < deadline, "no flush counted");
+        tokio::task::yield_now().await;
+    }
+    hold(&caches, &["k"]).await;
+    server.cli(&["DEL", &value_key(&caches[0], "k")]);
+    until_dropped(&caches, "k", "DEL after the reconnect").await;
+}
+
+/// With tracking off, an outside `DEL` does not reach the L1 (the L1 keeps
+/// serving its copy), while corral's own writes still do (the backplane).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracking_off_leaves_the_backplane() {
+    let server = RedisServer::start();
+    let config = RedisConfig::default().tracking(Tracking::Off);
+    let caches = fleet(&server.url(), &config, 2).await;
+    hold(&caches, &["k"]).await;
+    server.cli(&["DEL", &value_key(&caches[0], "k")]);
+    // A read answered after the DEL on the second cache's connection:
+    // with tracking on, the DEL's invalidation would have come before it.
+    caches[0].set("other", "1".into()).await.expect("set");
+    crate::support::read_until(&caches[1], "other", Some("1")).await;
+    assert!(
+        caches[1].get_local("k").is_some(),
+        "no tracking, no eviction"
+    );
+    caches[0].set("k", "v2".into()).await.expect("set");
+    crate::support::read_until(&caches[1], "k", Some("v2")).await;
+    assert_eq!(caches[1].stats().tracking_invalidations, 0);
+    no_flushes(&caches);
+}
