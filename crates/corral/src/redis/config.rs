@@ -31,11 +31,6 @@ pub enum Tracking {
     /// server memory per key read, per process. The default.
     #[default]
     Keys,
-    /// The server tells every process of every change under the key
-    /// prefix of each namespace it caches (`BCAST`): no memory per key on
-    /// the server, but each process hears of every write of those
-    /// namespaces.
-    Broadcast,
     /// No client tracking: only corral's own writes (the backplane) reach
     /// the caches' in-process copies.
     Off,

@@ -16,8 +16,10 @@
 //!
 //! A script that stores a value the caller keeps in its L1 (`COMMIT`,
 //! `SET`) reads the value key last (`PTTL`): a write ends the server's
-//! client tracking of the key, and the read tracks it again for the
-//! caller, so a later change by anyone reaches the caller's L1 too.
+//! client tracking of the key, and a later change by anyone must still
+//! reach the caller's L1. Redis 7 tracks the keys a script declares for
+//! its caller once it ran; Redis 6 tracks the keys its read commands read,
+//! which the `PTTL` is for.
 
 use std::sync::LazyLock;
 

@@ -255,3 +255,43 @@ async fn tracking_off_leaves_the_backplane() {
     assert_eq!(caches[1].stats().tracking_invalidations, 0);
     no_flushes(&caches);
 }
+
+/// A user the server's ACL refuses `CLIENT`: the stores run without
+/// tracking, each says so in one INFO line, and corral's own writes still
+/// reach the other cache's L1 (the backplane).
+#[tokio::test]
+async fn tracking_refused_by_acl_falls_back_to_the_backplane() {
+    let server = RedisServer::start();
+    let user = ["ACL", "SETUSER", "no-client", "on", ">pw-4c1a", "~*", "&*"];
+    let user = [&user[..], &["+@all", "-client"]].concat();
+    assert_eq!(server.cli(&user), "OK");
+    let url = format!("redis://no-client:pw-4c1a@127.0.0.1:{}/", server.port());
+    // This runtime runs every task on this thread: the capture sees them.
+    let (traces, _guard) = corral_testkit::capture(tracing::Level::INFO);
+    let caches = fleet(&url, &RedisConfig::default(), 2).await;
+    hold(&caches, &["k"]).await;
+    caches[1].set("k", "v2".into()).await.expect("set");
+    crate::support::read_until(&caches[0], "k", Some("v2")).await;
+
+    let text = traces.text();
+    let said: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("redis client tracking off"))
+        .collect();
+    assert_eq!(said.len(), 2, "one line per store: {text}");
+    for line in said {
+        assert!(line.contains(" INFO "), "{line}");
+        assert!(line.contains("CLIENT TRACKING"), "says why: {line}");
+        assert!(line.to_lowercase().contains("noperm"), "says why: {line}");
+    }
+    let clients = server.cli(&["CLIENT", "LIST"]);
+    assert!(
+        !clients.lines().any(|line| line.contains(" flags=t")),
+        "{clients}"
+    );
+    for cache in &caches {
+        assert_eq!(cache.stats().store_errors, 0, "{:?}", cache.stats());
+        assert_eq!(cache.stats().tracking_invalidations, 0);
+    }
+    no_flushes(&caches);
+}

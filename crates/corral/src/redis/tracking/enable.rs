@@ -1,7 +1,6 @@
 //! Client tracking turned on for each new command connection before it
 //! serves a call: RESP3, so invalidations arrive on the connection itself
-//! as push messages, then `CLIENT TRACKING on NOLOOP` (with `BCAST` and the
-//! prefixes of the namespaces attached so far, in broadcast mode).
+//! as push messages, then `CLIENT TRACKING on NOLOOP`.
 //!
 //! Where the server refuses, the connection is used without tracking and
 //! one INFO line says why:
@@ -20,10 +19,6 @@ use super::Tracker;
 use crate::redis::config::Tracking;
 use crate::redis::conn::sentinel::Source;
 use crate::sync::lock_std;
-
-/// A prefix no key corral writes starts with (a namespace is never empty):
-/// broadcast tracking before any namespace is attached.
-const NO_NAMESPACE: &str = "corral::";
 
 /// A command connection made by [`Tracker::connect`].
 pub(in crate::redis) struct Made {
@@ -97,7 +92,7 @@ impl Tracker {
         conn: &mut MultiplexedConnection,
         timeout: Duration,
     ) -> RedisResult<bool> {
-        let command = self.command();
+        let command = Self::command();
         let reply = tokio::time::timeout(timeout, command.query_async::<Value>(conn)).await;
         match reply {
             Ok(Ok(_)) => {
@@ -116,13 +111,10 @@ impl Tracker {
         }
     }
 
-    /// The `CLIENT TRACKING` command for the mode.
-    fn command(&self) -> ::redis::Cmd {
+    /// The `CLIENT TRACKING` command.
+    fn command() -> ::redis::Cmd {
         let mut command = ::redis::cmd("CLIENT");
         command.arg("TRACKING").arg("ON").arg("NOLOOP");
-        if self.shared.mode == Tracking::Broadcast {
-            command.arg("BCAST").arg("PREFIX").arg(NO_NAMESPACE);
-        }
         command
     }
 

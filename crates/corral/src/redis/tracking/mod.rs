@@ -3,8 +3,7 @@
 //! the caches' sinks, so their in-process copies are dropped.
 //!
 //! - **Where.** The command connection speaks RESP3 and has tracking on
-//!   (`CLIENT TRACKING on NOLOOP`, or `BCAST` over each namespace's key
-//!   prefix) before it serves its first call, so every read it makes is
+//!   (`CLIENT TRACKING on NOLOOP`) before it serves its first call, so every read it makes is
 //!   tracked; the invalidations arrive as push messages on that same
 //!   connection, after the replies that preceded them, and are handed on
 //!   by redis-rs's reader as it reads them ([`pushes`]). The batched reads'
@@ -28,6 +27,8 @@
 //!   proxy) or `CLIENT TRACKING` (an ACL), the store runs without tracking
 //!   and says why once, at INFO level ([`enable`]): the backplane still
 //!   brings corral's own writes to every cache.
+//! - **Cluster.** A cluster store has no tracking yet: its caches hear of
+//!   corral's own writes (the backplane) only.
 //!
 //! [`ChangeSink::flushed`]: crate::store::ChangeSink::flushed
 
@@ -35,7 +36,7 @@ mod enable;
 mod pushes;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::sync::ShardedLock;
@@ -79,9 +80,6 @@ struct Shared {
     /// The server of the connection in use, when known (a Sentinel's
     /// master): a new connection to another one is a failover.
     server: Mutex<Option<String>>,
-    /// What the pushes brought: messages, and keys named in them.
-    pushes: AtomicU64,
-    keys: AtomicU64,
 }
 
 impl Tracker {
@@ -105,8 +103,6 @@ impl Tracker {
                 copying: ShardedLock::new(HashMap::new()),
                 any_copying: AtomicBool::new(false),
                 server: Mutex::new(None),
-                pushes: AtomicU64::new(0),
-                keys: AtomicU64::new(0),
             }),
         }
     }
@@ -114,11 +110,6 @@ impl Tracker {
     /// Whether the connection in use has client tracking on.
     pub(in crate::redis) fn is_on(&self) -> bool {
         self.shared.on.load(Ordering::Acquire)
-    }
-
-    /// The mode asked for.
-    pub(in crate::redis) fn mode(&self) -> Tracking {
-        self.shared.mode
     }
 
     /// A cache on `namespace` attached its sink: whether its reads must be
@@ -197,14 +188,6 @@ impl Tracker {
         for sink in self.shared.sinks.all_live() {
             sink.flushed(reason);
         }
-    }
-
-    /// Push messages received, and keys they named (for measurements).
-    pub(in crate::redis) fn received(&self) -> (u64, u64) {
-        (
-            self.shared.pushes.load(Ordering::Relaxed),
-            self.shared.keys.load(Ordering::Relaxed),
-        )
     }
 }
 

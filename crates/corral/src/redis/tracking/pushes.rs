@@ -7,7 +7,9 @@
 //! the L1s (and forgets its remembered expiry); a tag or clear version's
 //! change makes the caches forget the version and evict what it guards;
 //! leases and fences, and keys corral does not write, are ignored. A null
-//! invalidation (`FLUSHALL`, `FLUSHDB`) flushes every sink.
+//! invalidation (`FLUSHALL`, `FLUSHDB`) flushes every sink, and so does
+//! the end of a tracked connection (redis-rs's disconnection push), at
+//! once, before the store has made a new one.
 
 use std::sync::Arc;
 
@@ -35,12 +37,16 @@ impl Tracker {
     }
 
     fn on_push(&self, push: PushInfo) {
-        if push.kind != PushKind::Invalidate {
-            return;
+        match push.kind {
+            PushKind::Invalidate => {}
+            // Tracking ends with the connection: what changes from now on
+            // goes unreported, so nothing kept may be served any longer.
+            PushKind::Disconnection if self.is_on() => {
+                self.flush(FlushReason::Reconnected);
+                return;
+            }
+            _ => return,
         }
-        self.shared
-            .pushes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match push.data.first() {
             Some(Value::Array(names)) => {
                 for name in names {
@@ -58,16 +64,13 @@ impl Tracker {
     /// namespace.
     fn invalidate(&self, name: &[u8]) {
         let shared: &Shared = &self.shared;
-        shared
-            .keys
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (namespace, event) = match keys::named(name) {
             Some(Named::Value { namespace, key }) => {
                 let id = ValueName::new(&StoreKey::of(namespace, key)).id();
                 shared.expiries.forget(id);
                 (namespace, Event::Removed(key.into()))
             }
-            Some(Named::Version { namespace, tag }) if tag.is_empty() => {
+            Some(Named::Version { namespace, tag: "" }) => {
                 (namespace, Event::Cleared)
             }
             Some(Named::Version { namespace, tag }) => {
