@@ -295,3 +295,90 @@ async fn tracking_refused_by_acl_falls_back_to_the_backplane() {
     }
     no_flushes(&caches);
 }
+
+/// What a racing round does on the reading cache while a plain client
+/// deletes the key.
+#[derive(Debug, Clone, Copy)]
+enum Racer {
+    /// A read (an L2 hit kept in the L1).
+    Peek,
+    /// A batch read of the key and another.
+    Batch,
+    /// A fill that commits (the key absent).
+    Fill,
+    /// A write.
+    Set,
+}
+
+/// A read, a batch, a fill and a write of a key, each racing a plain
+/// client's `DEL` of it, never leave in the L1 a value the store no longer
+/// holds: whichever reaches the server first, once a later reply came on
+/// the tracked connection (which the `DEL`'s invalidation precedes), the
+/// L1 holds nothing or what the store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalidations_racing_reads_and_writes_leave_nothing_stale() {
+    let server = RedisServer::start();
+    let caches = fleet(&server.url(), &RedisConfig::default(), 2).await;
+    let (reader, writer) = (&caches[0], &caches[1]);
+    let checker = Cache::<String>::builder(NAME)
+        .store(store(&server.url(), RedisConfig::default()).await)
+        .l1(false)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("config");
+    let mut plain = crate::support::redis_conn(&server.url()).await;
+    let name = value_key(reader, "k");
+    let mut kept = [0_usize; 4];
+    for round in 0..400 {
+        let racer = [Racer::Peek, Racer::Batch, Racer::Fill, Racer::Set][round % 4];
+        let heard = reader.stats().backplane_messages;
+        match racer {
+            Racer::Peek | Racer::Batch => {
+                writer.set("k", format!("v{round}")).await.expect("set");
+            }
+            Racer::Fill | Racer::Set => writer.invalidate("k").await.expect("invalidate"),
+        }
+        // The message of that write landed: no eviction of it is to come.
+        while reader.stats().backplane_messages == heard {
+            tokio::task::yield_now().await;
+        }
+        let delete = async {
+            // Sent a little later each round, so that it lands before,
+            // during and after the race's own round trips.
+            for _ in 0..round / 4 % 16 {
+                tokio::task::yield_now().await;
+            }
+            let _: u64 = redis::cmd("DEL")
+                .arg(&name)
+                .query_async(&mut plain)
+                .await
+                .expect("DEL");
+        };
+        let race = async {
+            match racer {
+                Racer::Peek => drop(reader.peek("k").await.expect("read")),
+                Racer::Batch => {
+                    let fill = |keys: Vec<String>| async move {
+                        let filled = keys.into_iter().map(|k| (k, "filled".to_owned()));
+                        Ok::<_, std::io::Error>(filled.collect())
+                    };
+                    drop(reader.get_many_or_fill(&["k", "other"], fill).await);
+                }
+                Racer::Fill => {
+                    let fill = || async { Ok::<_, std::io::Error>("filled".to_owned()) };
+                    reader.get_or_fill("k", fill).await.expect("fill");
+                }
+                Racer::Set => reader.set("k", "mine".into()).await.expect("set"),
+            }
+        };
+        tokio::join!(delete, race);
+        // A reply on the reader's tracked connection after the DEL's.
+        reader.peek("barrier").await.expect("read");
+        if let Some(held) = reader.get_local("k") {
+            kept[round % 4] += 1;
+            let truth = checker.peek("k").await.expect("read");
+            assert_eq!(Some(held), truth, "{racer:?}, round {round}");
+        }
+    }
+    eprintln!("rounds that kept a copy (peek, batch, fill, set): {kept:?}");
+}

@@ -70,9 +70,7 @@ impl Tracker {
                 shared.expiries.forget(id);
                 (namespace, Event::Removed(key.into()))
             }
-            Some(Named::Version { namespace, tag: "" }) => {
-                (namespace, Event::Cleared)
-            }
+            Some(Named::Version { namespace, tag: "" }) => (namespace, Event::Cleared),
             Some(Named::Version { namespace, tag }) => {
                 (namespace, Event::TagInvalidated(tag.into()))
             }
