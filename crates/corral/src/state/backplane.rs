@@ -90,7 +90,6 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
         Counters::bump(match reason {
             FlushReason::Reconnected => &counters.l1_flushes_reconnect,
             FlushReason::Failover => &counters.l1_flushes_failover,
-            FlushReason::Topology => &counters.l1_flushes_topology,
             FlushReason::ServerFlush => &counters.l1_flushes_server_flush,
         });
     }

@@ -56,7 +56,7 @@ const COUNTER_HELP: &[(&str, &str)] = &[
     ("corral_backplane_messages_total", "Backplane messages from other caches acted on."),
     ("corral_backplane_resets_total", "Times the L1 was dropped and tag versions forgotten because backplane messages may have been lost."),
     ("corral_tracking_invalidations_total", "Changes reported by the store's server (client tracking) acted on: a key evicted from the L1, or a tag or clear version forgotten."),
-    ("corral_l1_flushes_total", "Times the whole L1 was dropped and tag versions forgotten, by reason (backplane: messages may have been lost; reconnect, failover, topology: the server may have stopped tracking reads; server_flush: the server dropped its data)."),
+    ("corral_l1_flushes_total", "Times the whole L1 was dropped and tag versions forgotten, by reason (backplane: messages may have been lost; reconnect, failover: the server may have stopped tracking reads; server_flush: the server dropped its data)."),
     ("corral_fills_queued_total", "Fills that waited in the fill budget's queue."),
     ("corral_overloads_total", "Flights that got no fill budget permit within its max_wait (callers got Error::Overloaded or a stale value; the source was not called)."),
     ("corral_fleet_permits_total", "Fleet fill budget permits, by outcome (taken from the store; errored: the store failed and the fill ran on the local permit alone)."),
@@ -289,11 +289,6 @@ const COUNTERS: &[Reading] = &[
         "corral_l1_flushes_total",
         Some(("reason", "failover")),
         |s| s.l1_flushes_failover,
-    ),
-    (
-        "corral_l1_flushes_total",
-        Some(("reason", "topology")),
-        |s| s.l1_flushes_topology,
     ),
     (
         "corral_l1_flushes_total",

@@ -255,8 +255,6 @@ counters! {
     l1_flushes_reconnect,
     /// Times the cache dropped its whole L1 and forgot its tag versions because its store moved to another server (a failover), which tracked nothing read before.
     l1_flushes_failover,
-    /// Times the cache dropped its whole L1 and forgot its tag versions because a cluster node connection of its store came or went (keys may have moved to a node that tracked nothing of them).
-    l1_flushes_topology,
     /// Times the cache dropped its whole L1 and forgot its tag versions because the store's server dropped its data (`FLUSHALL`, `FLUSHDB`).
     l1_flushes_server_flush,
     /// Fills started (the source of truth was called).

@@ -108,30 +108,18 @@ pub enum FlushReason {
     /// The store moved to another server (a failover; a demoted master
     /// left): that server tracked nothing this process read before.
     Failover,
-    /// A cluster node connection came or went: keys may now live on a node
-    /// that tracks nothing this process read of them.
-    Topology,
     /// The server dropped its data (`FLUSHALL`, `FLUSHDB`): it reports
     /// that every key changed.
     ServerFlush,
 }
 
 impl FlushReason {
-    /// Every reason, in the order [`name`](Self::name)s are listed.
-    pub const ALL: [Self; 4] = [
-        Self::Reconnected,
-        Self::Failover,
-        Self::Topology,
-        Self::ServerFlush,
-    ];
-
-    /// Its name in metrics and logs: `reconnect`, `failover`, `topology`,
+    /// Its name in metrics and logs: `reconnect`, `failover`,
     /// `server_flush`.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Reconnected => "reconnect",
             Self::Failover => "failover",
-            Self::Topology => "topology",
             Self::ServerFlush => "server_flush",
         }
     }

@@ -382,3 +382,46 @@ async fn invalidations_racing_reads_and_writes_leave_nothing_stale() {
     }
     eprintln!("rounds that kept a copy (peek, batch, fill, set): {kept:?}");
 }
+
+/// A tracking table smaller than what the caches read: the server forgets
+/// keys to make room and invalidates them as it does, so an L1 never keeps
+/// a key the server no longer tracks for it — an outside `DEL` of every key
+/// then leaves nothing in any L1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_tracking_table_leaves_nothing_untracked_in_the_l1() {
+    let server = RedisServer::start();
+    let caches = fleet(&server.url(), &RedisConfig::default(), 3).await;
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "tracking-table-max-keys", "10"]),
+        "OK"
+    );
+    let keys: Vec<String> = (0..30).map(|i| format!("k{i}")).collect();
+    for key in &keys {
+        caches[0].set(key, "v".into()).await.expect("set");
+    }
+    for cache in &caches {
+        for key in &keys {
+            cache.peek(key).await.expect("read");
+        }
+    }
+    let held = |caches: &[Cache<String>]| {
+        keys.iter()
+            .filter(|key| caches.iter().any(|c| c.get_local(key).is_some()))
+            .count()
+    };
+    assert!(held(&caches) > 0, "the L1s hold some keys");
+    for key in &keys {
+        server.cli(&["DEL", &value_key(&caches[0], key)]);
+    }
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    while held(&caches) > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} keys still served after their DEL",
+            held(&caches)
+        );
+        tick.tick().await;
+    }
+    no_flushes(&caches);
+}
