@@ -13,13 +13,6 @@
 //! other caches' L1s evict it. Kinds: `c` committed fill, `r`
 //! released or refused (wakes waiters only), `s` set, `i` invalidated, `t`
 //! tag invalidated, `x` cleared. Times are milliseconds, at least 1.
-//!
-//! A script that stores a value the caller keeps in its L1 (`COMMIT`,
-//! `SET`) reads the value key last (`PTTL`): a write ends the server's
-//! client tracking of the key, and a later change by anyone must still
-//! reach the caller's L1. Redis 7 tracks the keys a script declares for
-//! its caller once it ran; Redis 6 tracks the keys its read commands read,
-//! which the `PTTL` is for.
 
 use std::sync::LazyLock;
 
@@ -187,7 +180,6 @@ if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
   redis.pcall('TOUCH', KEYS[4])
-  redis.call('PTTL', KEYS[1])
   announce('c')
   return 1
 end
@@ -230,7 +222,6 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
 redis.pcall('TOUCH', KEYS[4])
-redis.call('PTTL', KEYS[1])
 announce('s')
 return 0
 ",
