@@ -112,6 +112,10 @@ settings! {
         /// this long without traffic; `"0s"` turns it off
         /// ([`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive)).
         redis_tcp_keepalive: Duration => store,
+        /// Whether Redis client tracking brings other clients' changes to
+        /// the L1 (default on; `false`: the backplane alone)
+        /// ([`RedisConfig::tracking`](crate::redis::RedisConfig::tracking)).
+        redis_tracking: bool => store,
         /// The in-process bound, in entries
         /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
         max_entries: u64 => with(capacity_of),
