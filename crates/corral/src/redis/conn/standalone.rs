@@ -57,7 +57,7 @@ use tokio::time::Instant;
 
 use super::sentinel::{is_master, Source};
 use crate::backoff::{doubled, Backoff};
-use crate::redis::tracking::Tracker;
+use crate::redis::tracking::{Made, Tracker};
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
 
@@ -389,7 +389,6 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
                 shared.reconnect.connect_timeout,
             )
             .await;
-        let restored = attempt.is_ok();
         if let Err(error) = &attempt {
             failures += 1;
             if failures == 1 {
@@ -400,53 +399,67 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
                 );
             }
         }
-        let (state, made) = match attempt {
-            Ok(made) => {
-                let up = State::Up {
-                    conn: made.conn,
-                    epoch: epoch + 1,
-                    since: Instant::now(),
-                };
-                (up, Some((made.was_on, made.server)))
-            }
-            Err(error) => {
-                let failed = State::Reconnecting {
-                    failed: Some(error),
-                };
-                (failed, None)
-            }
-        };
-        *write(&shared.state) = state;
+        let made = install(&shared, epoch, attempt);
         shared.settled.notify_waiters();
         if let Some((was_on, server)) = made {
             let (first, demoted) = (reason == Reason::First, reason == Reason::Demoted);
             shared.tracker.connected(was_on, first, server, demoted);
-        }
-        if restored {
-            let store = &shared.reconnect.store;
-            let first = reason == Reason::First;
-            if first && failures == 0 {
-                tracing::info!(store = %store, "redis connected");
-            } else if first {
-                tracing::info!(
-                    store = %store,
-                    failed_attempts = failures,
-                    waited_ms = began.elapsed().as_millis(),
-                    "redis connected"
-                );
-            } else {
-                tracing::info!(
-                    store = %store,
-                    failed_attempts = failures,
-                    down_ms = began.elapsed().as_millis(),
-                    "redis connection restored"
-                );
-            }
-            if reason == Reason::Demoted {
+            say_connected(&shared.reconnect.store, reason, failures, began);
+            if demoted {
                 shared.moves.send_modify(|moves| *moves += 1);
             }
             return;
         }
+    }
+}
+
+/// Puts the connection `attempt` made in use (as epoch `epoch + 1`), or
+/// its error for calls to fail with: whether the connection before was
+/// tracked, and its server, if one was made.
+fn install(
+    shared: &Shared,
+    epoch: u64,
+    attempt: RedisResult<Made>,
+) -> Option<(bool, Option<String>)> {
+    let (state, made) = match attempt {
+        Ok(made) => {
+            let up = State::Up {
+                conn: made.conn,
+                epoch: epoch + 1,
+                since: Instant::now(),
+            };
+            (up, Some((made.was_on, made.server)))
+        }
+        Err(error) => {
+            let failed = State::Reconnecting {
+                failed: Some(error),
+            };
+            (failed, None)
+        }
+    };
+    *write(&shared.state) = state;
+    made
+}
+
+/// Logs a connection made for `reason` after `failures` failed attempts
+/// since `began`.
+fn say_connected(store: &str, reason: Reason, failures: u64, began: Instant) {
+    if reason == Reason::First && failures == 0 {
+        tracing::info!(store = %store, "redis connected");
+    } else if reason == Reason::First {
+        tracing::info!(
+            store = %store,
+            failed_attempts = failures,
+            waited_ms = began.elapsed().as_millis(),
+            "redis connected"
+        );
+    } else {
+        tracing::info!(
+            store = %store,
+            failed_attempts = failures,
+            down_ms = began.elapsed().as_millis(),
+            "redis connection restored"
+        );
     }
 }
 

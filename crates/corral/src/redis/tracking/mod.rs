@@ -33,6 +33,8 @@
 //! [`ChangeSink::flushed`]: crate::store::ChangeSink::flushed
 
 mod enable;
+
+pub(in crate::redis) use self::enable::Made;
 mod pushes;
 
 use std::collections::HashMap;
