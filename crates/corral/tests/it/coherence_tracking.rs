@@ -105,7 +105,11 @@ async fn until_dropped(caches: &[Cache<String>], key: &str, what: &str) {
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{what}: caches {holding:?} still serve {key} from their L1 after {DEADLINE:?}"
+            "{what}: caches {holding:?} still serve {key} from their L1 after {DEADLINE:?}: {:?}",
+            caches
+                .iter()
+                .map(|c| c.stats().tracking_invalidations)
+                .collect::<Vec<_>>()
         );
         tick.tick().await;
     }
@@ -456,4 +460,76 @@ async fn a_full_tracking_table_leaves_nothing_untracked_in_the_l1() {
         tick.tick().await;
     }
     no_flushes(&caches);
+}
+
+/// Deletes every key of the caches' namespace whose name matches
+/// `pattern` (after the namespace), as a plain client would.
+fn delete_matching(server: &RedisServer, cache: &Cache<String>, pattern: &str) -> usize {
+    let found = server.cli(&["KEYS", &format!("corral:{}:{pattern}", cache.namespace())]);
+    let names: Vec<&str> = found.lines().filter(|l| !l.is_empty()).collect();
+    for name in &names {
+        assert_eq!(server.cli(&["DEL", name]), "1", "{name}");
+    }
+    names.len()
+}
+
+/// A plain client deleting a tag's version drops the entries it guards
+/// from every L1; deleting the clear version drops every entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outside_changes_of_versions_drop_what_they_guard() {
+    let server = RedisServer::start();
+    let caches = fleet(&server.url(), &RedisConfig::default(), 3).await;
+    let heard: Vec<u64> = caches
+        .iter()
+        .map(|c| c.stats().backplane_messages)
+        .collect();
+    caches[0]
+        .set("tagged", "t".into())
+        .options(corral::WriteOptions::new().tags(["team"]))
+        .await
+        .expect("set");
+    caches[0].set("plain", "p".into()).await.expect("set");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    for (cache, heard) in caches.iter().zip(heard).skip(1) {
+        while cache.stats().backplane_messages < heard + 2 {
+            assert!(tokio::time::Instant::now() < deadline, "messages lost");
+            tokio::task::yield_now().await;
+        }
+    }
+    for cache in &caches {
+        for key in ["tagged", "plain"] {
+            while cache.get_local(key).is_none() {
+                assert!(cache.peek(key).await.expect("read").is_some());
+                assert!(tokio::time::Instant::now() < deadline, "{key} not kept");
+            }
+        }
+    }
+    eprintln!("keys {}", server.cli(&["KEYS", "*"]));
+    assert!(delete_matching(&server, &caches[0], "*:t:team") > 0);
+    until_dropped(&caches, "tagged", "DEL of the tag's version").await;
+    for cache in &caches {
+        assert!(cache.get_local("plain").is_some(), "{:?}", cache.stats());
+    }
+    assert!(delete_matching(&server, &caches[0], "*:t:") > 0);
+    until_dropped(&caches, "plain", "DEL of the clear version").await;
+    no_flushes(&caches);
+}
+
+/// Reading a version is no change: another cache reading the clear
+/// version (as its first read does) leaves every other L1 as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_version_drops_nothing_elsewhere() {
+    let server = RedisServer::start();
+    let caches = fleet(&server.url(), &RedisConfig::default(), 2).await;
+    hold(&caches, &["k"]).await;
+    let late = l1_cache(&store(&server.url(), RedisConfig::default()).await, NAME);
+    until_heard(&caches[0], &late).await;
+    assert_eq!(late.peek("k").await.expect("read").as_deref(), Some("k=v"));
+    late.set("other", "o".into()).await.expect("set");
+    for cache in &caches {
+        // A reply after any invalidation that read could have caused.
+        cache.peek("barrier").await.expect("read");
+        assert!(cache.get_local("k").is_some(), "{:?}", cache.stats());
+        assert_eq!(cache.stats().tracking_invalidations, 0);
+    }
 }
