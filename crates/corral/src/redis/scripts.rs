@@ -17,8 +17,8 @@
 //! A write ends the server's client tracking of the key for the writer
 //! too, so a script that writes a key its caller goes on keeping (`COMMIT`
 //! and `SET`: the value, in the caller's L1; `TAG_VERSIONS`: a version)
-//! reads it last (`PTTL`), which tracks it again: a later change by anyone
-//! still reaches the caller.
+//! reads it last (`EXISTS`, ignored if the ACL refuses it), which tracks
+//! it again: a later change by anyone still reaches the caller.
 
 use std::sync::LazyLock;
 
@@ -186,7 +186,7 @@ if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
   redis.pcall('TOUCH', KEYS[4])
-  redis.call('PTTL', KEYS[1])
+  redis.pcall('EXISTS', KEYS[1])
   announce('c')
   return 1
 end
@@ -229,7 +229,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
 redis.pcall('TOUCH', KEYS[4])
-redis.call('PTTL', KEYS[1])
+redis.pcall('EXISTS', KEYS[1])
 announce('s')
 return 0
 ",
@@ -303,10 +303,10 @@ for i, key in ipairs(KEYS) do
       kind = 'x'
     end
     redis.call(ARGV[2], ARGV[3], kind .. '|' .. ARGV[4] .. '|' .. tag)
-    redis.call('PTTL', key)
+    redis.pcall('EXISTS', key)
   elseif redis.call('PTTL', key) < retention then
     redis.call('PEXPIRE', key, kept)
-    redis.call('PTTL', key)
+    redis.pcall('EXISTS', key)
   end
   versions[i] = version
 end

@@ -504,7 +504,6 @@ async fn outside_changes_of_versions_drop_what_they_guard() {
             }
         }
     }
-    eprintln!("keys {}", server.cli(&["KEYS", "*"]));
     assert!(delete_matching(&server, &caches[0], "*:t:team") > 0);
     until_dropped(&caches, "tagged", "DEL of the tag's version").await;
     for cache in &caches {

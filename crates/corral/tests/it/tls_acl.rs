@@ -308,6 +308,7 @@ const CACHE_USER_ACL: &[&str] = &[
     "+unsubscribe",
     "+ping",
     "+client|tracking",
+    "+exists",
 ];
 
 fn add_cache_user(server: &RedisServer) {
