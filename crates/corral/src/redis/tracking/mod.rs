@@ -3,8 +3,9 @@
 //! the caches' sinks, so their in-process copies are dropped.
 //!
 //! - **Where.** The command connection speaks RESP3 and has tracking on
-//!   (`CLIENT TRACKING on NOLOOP`) before it serves its first call, so every read it makes is
-//!   tracked; the invalidations arrive as push messages on that same
+//!   (`CLIENT TRACKING on NOLOOP`) before it serves its first call, so
+//!   every read it makes is tracked; the invalidations arrive as push
+//!   messages on that same
 //!   connection, after the replies that preceded them, and are handed on
 //!   by redis-rs's reader as it reads them ([`pushes`]). The batched reads'
 //!   own connections (lanes) are not tracked: reads of namespaces whose
@@ -17,7 +18,10 @@
 //!   connection itself: this process's own commits and sets do not evict
 //!   what they just kept. A write still ends the server's tracking of the
 //!   key, so the scripts that write a value read it back last, which tracks
-//!   it again.
+//!   it again. The price: when the server's tracking table is full, the
+//!   keys it forgets while running this connection's own command are not
+//!   reported to it either (Redis 7.0), and their copies live until their
+//!   TTL (see the `RedisStore` docs, "Coherence").
 //! - **Flushes.** Tracking lives and dies with its connection: a new one
 //!   (the old one lost, silent, or left for a failover) tracks nothing read
 //!   before, so the store flushes every sink ([`ChangeSink::flushed`]);
@@ -33,9 +37,9 @@
 //! [`ChangeSink::flushed`]: crate::store::ChangeSink::flushed
 
 mod enable;
+mod pushes;
 
 pub(in crate::redis) use self::enable::Made;
-mod pushes;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
