@@ -328,7 +328,7 @@ pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use stats::Stats;
 
 #[cfg(feature = "redis")]
-pub use redis::{RedisConfig, RedisKeys, RedisStore};
+pub use redis::{RedisConfig, RedisKeys, RedisStore, Tracking};
 
 #[cfg(feature = "memcached")]
 pub use memcached::{MemcachedConfig, MemcachedStore};

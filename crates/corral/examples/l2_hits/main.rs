@@ -50,6 +50,10 @@
 //!   so that (almost) every read misses the L1 and hits the L2 (the flight's
 //!   first request: `Store::get_or_lease`); the share of L1 hits is
 //!   printed;
+//! - `store.get, tracking off` and `cache+l1 L1 miss, tracking off`: the
+//!   same as `store.get` and the L1-miss variant, on a store with
+//!   `Tracking::Off` (RESP2, no client tracking; the others' store has
+//!   the default, `Tracking::Keys`);
 //! - `raw/mget (floor)`: not corral — a hand-written RESP client
 //!   (`raw.rs`) that batches the reads queued into `MGET`s, two in flight,
 //!   on its own connection, and does nothing else per read: no key names
@@ -66,7 +70,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral::store::{Grant, LeaseRequest, Lookup, Store, StoreKey};
-use corral::{Cache, Capacity, RedisConfig, RedisStore};
+use corral::{Cache, Capacity, RedisConfig, RedisStore, Tracking};
 use corral_testkit::RedisServer;
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::Value;
@@ -127,10 +131,12 @@ enum Variant {
     CacheGet,
     CacheGetOrFill,
     CacheL1Miss,
+    StoreGetUntracked,
+    CacheL1MissUntracked,
     RawMget,
 }
 
-const VARIANTS: [Variant; 16] = [
+const VARIANTS: [Variant; 18] = [
     Variant::GetMux,
     Variant::GetMgr,
     Variant::GetMuxTimeout,
@@ -146,6 +152,8 @@ const VARIANTS: [Variant; 16] = [
     Variant::CacheGet,
     Variant::CacheGetOrFill,
     Variant::CacheL1Miss,
+    Variant::StoreGetUntracked,
+    Variant::CacheL1MissUntracked,
     Variant::RawMget,
 ];
 
@@ -167,6 +175,8 @@ impl Variant {
             Self::CacheGet => "cache.peek",
             Self::CacheGetOrFill => "cache.get_or_fill",
             Self::CacheL1Miss => "cache+l1.get_or_fill, L1 miss",
+            Self::StoreGetUntracked => "store.get, tracking off",
+            Self::CacheL1MissUntracked => "cache+l1 L1 miss, tracking off",
             Self::RawMget => "raw/mget (floor)",
         }
     }
@@ -189,6 +199,9 @@ struct Ctx {
     keys: Vec<Names>,
     /// The L1-miss variant: its cache, each task's keys and next key.
     l1_cache: Cache<String>,
+    /// A store without client tracking, and an L1 cache on it.
+    untracked: RedisStore,
+    l1_untracked: Cache<String>,
     l1_keys: Vec<Vec<String>>,
     l1_next: Vec<AtomicUsize>,
     get3: String,
@@ -357,11 +370,18 @@ impl Ctx {
             Variant::RawMget => {
                 assert!(!self.raw.get(i).await.is_empty(), "a seeded key is missing");
             }
-            Variant::CacheL1Miss => {
+            Variant::StoreGetUntracked => {
+                let stored = self.untracked.get(&k.store_key).await.expect("store.get");
+                assert!(stored.is_some_and(|s| s.generation.is_some()));
+            }
+            Variant::CacheL1Miss | Variant::CacheL1MissUntracked => {
                 let next = self.l1_next[i].fetch_add(1, Ordering::Relaxed);
                 let key = &self.l1_keys[i][next % ROTATION];
-                let value = self
-                    .l1_cache
+                let cache = match variant {
+                    Variant::CacheL1Miss => &self.l1_cache,
+                    _ => &self.l1_untracked,
+                };
+                let value = cache
                     .get_or_fill(key, || async {
                         Err::<String, _>(std::io::Error::other("warm keys never fill"))
                     })
@@ -476,13 +496,21 @@ async fn setup(server: &RedisServer) -> Ctx {
             .expect("seed");
         keys.push(names(cache.namespace(), user));
     }
-    let l1_cache = Cache::<String>::builder(NAMESPACE_NAME)
-        .ttl(Duration::from_secs(3600))
-        .store(store.clone())
-        .l1(true)
-        .capacity(Capacity::Entries(L1_ENTRIES))
-        .build()
-        .expect("cache");
+    let l1_on = |store: &RedisStore| {
+        Cache::<String>::builder(NAMESPACE_NAME)
+            .ttl(Duration::from_secs(3600))
+            .store(store.clone())
+            .l1(true)
+            .capacity(Capacity::Entries(L1_ENTRIES))
+            .build()
+            .expect("cache")
+    };
+    let l1_cache = l1_on(&store);
+    let untracked_config = RedisConfig::default().tracking(Tracking::Off);
+    let untracked = RedisStore::connect(&server.url(), untracked_config)
+        .await
+        .expect("store");
+    let l1_untracked = l1_on(&untracked);
     let mut l1_keys = Vec::new();
     for i in 0..TASKS {
         let mut own = Vec::new();
@@ -519,6 +547,8 @@ async fn setup(server: &RedisServer) -> Ctx {
         cache,
         keys,
         l1_cache,
+        untracked,
+        l1_untracked,
         l1_keys,
         l1_next: (0..TASKS).map(|_| AtomicUsize::new(0)).collect(),
         get3,

@@ -175,6 +175,13 @@ where
         let home = inner.home(key);
         let stamps = Stamps::zip(&wanted, inner.current_versions(home, &wanted).await?);
         let mut others = Ok(());
+        // A change of the key reported while the write is on its way to the
+        // store is newer than it: the write keeps no copy then.
+        let mark = inner
+            .tiers()
+            .l2
+            .as_ref()
+            .map(|_| inner.flights().write_mark());
         if let Some(store) = &inner.tiers().l2 {
             let bytes = inner
                 .encode(key, Some(&value), ttls, 0, &stamps)
@@ -199,7 +206,7 @@ where
             // this one. This write landed whatever that drop gives.
             others = self.invalidate_other_versions(key).await;
         }
-        inner.flights().detach(key, || {
+        let keep = |overtaken: bool| {
             let entry = InL1 {
                 value: Some(value),
                 ttls,
@@ -207,10 +214,14 @@ where
                 weight,
                 age: Duration::ZERO,
             };
-            if !inner.insert_in_l1(key, home, &stamps, entry) {
+            if overtaken || !inner.insert_in_l1(key, home, &stamps, entry) {
                 inner.remove_from_l1(key);
             }
-        });
+        };
+        match mark {
+            Some(mark) => inner.flights().detach_since(key, mark, keep),
+            None => inner.flights().detach(key, || keep(false)),
+        }
         others.map_err(|error| {
             inner.counters().store_failed(&error);
             error.into()

@@ -185,8 +185,8 @@ impl CacheConfig {
 
     /// The Redis store's settings this config names, the others at their
     /// defaults: `store_timeout` → `op_timeout`, `redis_connect_timeout`,
-    /// `redis_health_interval`, `redis_tcp_keepalive` (zero: off) and the
-    /// Sentinel master's credentials.
+    /// `redis_health_interval`, `redis_tcp_keepalive` (zero: off),
+    /// `redis_tracking` and the Sentinel master's credentials.
     ///
     /// ```
     /// use std::time::Duration;
@@ -214,6 +214,13 @@ impl CacheConfig {
         }
         if let Some(idle) = self.redis_tcp_keepalive {
             redis = redis.tcp_keepalive((!idle.is_zero()).then_some(idle));
+        }
+        if let Some(tracking) = self.redis_tracking {
+            redis = redis.tracking(if tracking {
+                crate::redis::Tracking::Keys
+            } else {
+                crate::redis::Tracking::Off
+            });
         }
         if let Some(password) = self.redis_master_password.as_deref() {
             redis = redis.master_auth(self.redis_master_user.as_deref(), password);

@@ -203,11 +203,12 @@ mod tests {
     #[test]
     fn each_process_field_is_named_beside_its_own_value() {
         let process: Vec<&Field> = FIELDS.iter().filter(|field| field.process).collect();
-        assert_eq!(process.len(), 9, "{process:?}");
+        assert_eq!(process.len(), 10, "{process:?}");
         for field in process {
             let value = match field.kind {
                 Kind::Duration => "1s",
                 Kind::List => "redis://a:1,redis://b:1",
+                Kind::Bool => "false",
                 _ => "redis://a:1",
             };
             let name = format!("C_{}", field.name.to_ascii_uppercase());

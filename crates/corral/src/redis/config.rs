@@ -14,6 +14,28 @@ use crate::data::error::StoreErrorKind;
 /// The first delay between reconnect attempts.
 pub(super) const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
 
+/// How a [`RedisStore`] learns of changes made outside this process — by
+/// any client: other processes, an operator's `DEL`, an expiry, an
+/// eviction, a `FLUSHDB` — so the caches on it drop their stale in-process
+/// copies (Redis client tracking; see the [`RedisStore`] docs,
+/// "Coherence").
+///
+/// Where the server refuses client tracking (Redis before 6, `CLIENT` or
+/// `HELLO` refused, a proxy), the store runs without it, as with
+/// [`Off`](Self::Off), and logs why once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Tracking {
+    /// The server remembers the keys this process read and tells it alone
+    /// when one of them changes (client tracking's default mode). Costs
+    /// server memory per key read, per process. The default.
+    #[default]
+    Keys,
+    /// No client tracking: only corral's own writes (the backplane) reach
+    /// the caches' in-process copies.
+    Off,
+}
+
 /// Settings of a [`RedisStore`].
 ///
 /// ```
@@ -77,6 +99,9 @@ pub struct RedisConfig {
     /// write), whatever the values' size. Default: **65,536** (about
     /// 14 MiB).
     pub read_memory: usize,
+    /// How changes made outside this process reach the caches' in-process
+    /// copies ([`Tracking`]). Default: **[`Tracking::Keys`]**.
+    pub tracking: Tracking,
     /// TLS material for `rediss://` connections (feature `tls`): see
     /// [`tls_root_ca`](Self::tls_root_ca) and
     /// [`tls_client_auth`](Self::tls_client_auth). Its `Debug` output shows
@@ -97,6 +122,7 @@ impl Default for RedisConfig {
             health_interval: Duration::from_secs(1),
             tcp_keepalive: Some(Duration::from_secs(10)),
             read_memory: 1 << 16,
+            tracking: Tracking::Keys,
             #[cfg(feature = "tls")]
             tls: client::TlsMaterial::default(),
             master: MasterAuth::default(),
@@ -140,6 +166,13 @@ impl RedisConfig {
     #[must_use]
     pub fn tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
         self.tcp_keepalive = idle;
+        self
+    }
+
+    /// Sets [`tracking`](Self::tracking).
+    #[must_use]
+    pub fn tracking(mut self, tracking: Tracking) -> Self {
+        self.tracking = tracking;
         self
     }
 

@@ -16,9 +16,11 @@ use super::read::batch::Reads;
 use super::read::expiries::Expiries;
 use super::read::lanes;
 use super::subscriber::{Feed, Settings, ShardedClient, Subscriber};
+use super::tracking::Tracker;
 use super::{Inner, RedisConfig, RedisStore};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
+use crate::store::Sinks;
 
 /// How many times a standalone store tries to connect before
 /// [`RedisStore::connect`] reports the server unavailable (each within the
@@ -102,6 +104,35 @@ fn sentinel_group(
         .map_err(|e| scrub_seeds(sentinels, e))
 }
 
+/// What a store is assembled from beside its connection: the caches'
+/// sinks, the expiries it remembers and its client tracking, which share
+/// them; made before the connection, whose every (re)connect turns the
+/// tracking on.
+struct Parts {
+    sinks: Arc<Sinks>,
+    expiries: Arc<Expiries>,
+    tracker: Tracker,
+}
+
+impl Parts {
+    /// The parts of the store named `target` with `config`.
+    fn new(config: &RedisConfig, target: &str) -> Self {
+        let sinks = Arc::new(Sinks::default());
+        let expiries = Arc::new(Expiries::new(config.read_memory));
+        let tracker = Tracker::new(
+            config.tracking,
+            target,
+            Arc::clone(&sinks),
+            Arc::clone(&expiries),
+        );
+        Self {
+            sinks,
+            expiries,
+            tracker,
+        }
+    }
+}
+
 /// How a standalone store's connection to `store` (its name in logs) is
 /// made and remade under `config`.
 fn reconnect(config: &RedisConfig, store: &str) -> Reconnect {
@@ -147,10 +178,16 @@ impl RedisStore {
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
+        let parts = Parts::new(&config, &redact_url(url));
         let connection = bounded(
             config.connect_timeout,
             "connect",
-            Standalone::connect(source.clone(), reconnect, runtime.clone()),
+            Standalone::connect(
+                source.clone(),
+                reconnect,
+                runtime.clone(),
+                parts.tracker.clone(),
+            ),
         )
         .await
         .map_err(|e| client::scrubbed(url, e))?;
@@ -158,7 +195,7 @@ impl RedisStore {
         Self::finish(
             redact_url(url),
             Connection::Standalone(connection),
-            feed,
+            (feed, parts),
             config,
             &runtime,
         )
@@ -192,10 +229,11 @@ impl RedisStore {
             runtime.clone(),
             &seeds.target,
         );
+        let parts = Parts::new(&config, &seeds.target);
         Self::finish(
             seeds.target,
             Connection::Cluster(connection),
-            Feed::Cluster(seeds.sharded),
+            (Feed::Cluster(seeds.sharded), parts),
             config,
             &runtime,
         )
@@ -225,10 +263,11 @@ impl RedisStore {
             (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
             &seeds.target,
         );
+        let parts = Parts::new(&config, &seeds.target);
         Ok(Self::assemble(
             seeds.target,
             Connection::Cluster(connection),
-            Feed::Cluster(seeds.sharded),
+            (Feed::Cluster(seeds.sharded), parts),
             config,
             &runtime,
         ))
@@ -276,12 +315,14 @@ impl RedisStore {
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
-        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
+        let parts = Parts::new(&config, &redact_url(url));
+        let tracker = parts.tracker.clone();
+        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone(), tracker);
         let feed = Feed::Server(source, connection.moves());
         Ok(Self::assemble(
             redact_url(url),
             Connection::Standalone(connection),
-            feed,
+            (feed, parts),
             config,
             &runtime,
         ))
@@ -330,6 +371,7 @@ impl RedisStore {
         let steps = u32::try_from(sentinels.len())
             .unwrap_or(u32::MAX)
             .saturating_add(2);
+        let parts = Parts::new(&config, &group.target());
         let connection = bounded(
             config.connect_timeout.saturating_mul(steps),
             "connect",
@@ -337,6 +379,7 @@ impl RedisStore {
                 source.clone(),
                 reconnect(&config, &group.target()),
                 runtime.clone(),
+                parts.tracker.clone(),
             ),
         )
         .await
@@ -345,7 +388,7 @@ impl RedisStore {
         Self::finish(
             group.target(),
             Connection::Standalone(connection),
-            feed,
+            (feed, parts),
             config,
             &runtime,
         )
@@ -373,12 +416,14 @@ impl RedisStore {
         let group = sentinel_group(master_name, sentinels, &config)?;
         let source = Source::Sentinel(Arc::clone(&group));
         let reconnect = reconnect(&config, &group.target());
-        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone());
+        let parts = Parts::new(&config, &group.target());
+        let tracker = parts.tracker.clone();
+        let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone(), tracker);
         let feed = Feed::Server(source, connection.moves());
         Ok(Self::assemble(
             group.target(),
             Connection::Standalone(connection),
-            feed,
+            (feed, parts),
             config,
             &runtime,
         ))
@@ -387,7 +432,7 @@ impl RedisStore {
     async fn finish(
         target: String,
         connection: Connection,
-        feed: Feed,
+        feed: (Feed, Parts),
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Self, StoreError> {
@@ -395,12 +440,12 @@ impl RedisStore {
         Ok(Self::assemble(target, connection, feed, config, runtime))
     }
 
-    /// The store around a connection (scripts loaded or not), with its
-    /// subscriber.
+    /// The store around a connection (scripts loaded or not) and its
+    /// `parts`, with its subscriber listening on `feed`.
     fn assemble(
         target: String,
         connection: Connection,
-        feed: Feed,
+        (feed, parts): (Feed, Parts),
         config: RedisConfig,
         runtime: &tokio::runtime::Handle,
     ) -> Self {
@@ -414,6 +459,7 @@ impl RedisStore {
                 health_interval: config.health_interval,
                 store: target.as_str().into(),
             },
+            parts.sinks,
         );
         Self {
             inner: Arc::new(Inner {
@@ -427,7 +473,8 @@ impl RedisStore {
                 connection,
                 rng: Mutex::new(crate::rng::seeded()),
                 subscriber,
-                expiries: Expiries::new(config.read_memory),
+                expiries: parts.expiries,
+                tracker: parts.tracker,
                 config,
             }),
         }

@@ -189,6 +189,41 @@ pub(super) fn namespace_of(channel: &str) -> Option<&str> {
     )
 }
 
+/// What the name of a Redis key corral writes names ([`named`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Named<'a> {
+    /// A value key: `corral:<namespace>:{<b>}:v:<key>`.
+    Value { namespace: &'a str, key: &'a str },
+    /// A tag's version, or one bucket's copy of it (the empty tag: the
+    /// clear version): `corral:<namespace>:{<ns or b>}:t:<tag>`.
+    Version { namespace: &'a str, tag: &'a str },
+    /// A lease or a fence.
+    Guard,
+}
+
+/// What the key named `name` holds, if corral wrote it: the namespace
+/// (which holds no `{`) up to the first `:{`, the hash tag, then a
+/// one-letter marker.
+pub(super) fn named(name: &[u8]) -> Option<Named<'_>> {
+    let name = std::str::from_utf8(name).ok()?.strip_prefix(PREFIX)?;
+    let (namespace, tagged) = name.split_once(":{")?;
+    let (_tag, marked) = tagged.split_once("}:")?;
+    let (marker, rest) = marked.split_at_checked(1)?;
+    let rest = rest.strip_prefix(':')?;
+    match marker {
+        "v" => Some(Named::Value {
+            namespace,
+            key: rest,
+        }),
+        "t" => Some(Named::Version {
+            namespace,
+            tag: rest,
+        }),
+        "l" | "f" => Some(Named::Guard),
+        _ => None,
+    }
+}
+
 /// The id under which listeners of `key` wait: the namespace and the user's
 /// key, which a backplane message names.
 pub(super) fn listener_id(namespace: &str, key: &str) -> String {
@@ -512,5 +547,39 @@ mod tests {
         let forged = KeyNames::new(&StoreKey::new("ns:v1", suffix));
         assert_ne!(forged.value, victim.lease);
         assert_ne!(forged.value, victim.fence);
+    }
+
+    #[test]
+    fn names_read_back() {
+        for raw in ["k", "", "}x", "{a}:v:b", "a:{b}:t:c", "ключ"] {
+            let key = StoreKey::new("ns:v1", raw);
+            let names = KeyNames::new(&key);
+            assert_eq!(
+                named(names.value.as_bytes()),
+                Some(Named::Value {
+                    namespace: "ns:v1",
+                    key: raw
+                })
+            );
+            assert_eq!(named(names.lease.as_bytes()), Some(Named::Guard));
+            assert_eq!(named(names.fence.as_bytes()), Some(Named::Guard));
+            let version = Named::Version {
+                namespace: "ns:v1",
+                tag: raw,
+            };
+            assert_eq!(named(tag_key("ns:v1", raw).as_bytes()), Some(version));
+            assert_eq!(named(copy_key("ns:v1", 7, raw).as_bytes()), Some(version));
+        }
+        for foreign in [
+            "",
+            "user:1",
+            "corral:",
+            "corral:ns:v1",
+            "corral:ns:v1:{x}:q:k",
+        ] {
+            assert_eq!(named(foreign.as_bytes()), None, "{foreign}");
+        }
+        assert_eq!(named(b"corral:ns:v1:filled"), None);
+        assert_eq!(named(&[0xff, 0xfe]), None);
     }
 }

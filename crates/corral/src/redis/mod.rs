@@ -11,6 +11,7 @@
 //! | `read/` | the read path: batched reads (`batch/`), their own connections (`lanes.rs`, `resp.rs`), the expiries remembered (`expiries.rs`) |
 //! | `conn/` | the command connection: one server (`standalone.rs`, found through Sentinel in `sentinel.rs`) or a cluster (`cluster.rs`); clients from URLs and TLS (`client.rs`) |
 //! | `subscriber/` | the pub/sub connection: wake-ups and backplane messages |
+//! | `tracking/` | client tracking: turned on for each command connection, its invalidations handed to the caches, the flushes, the fallback |
 //! | `keys.rs`, `frame.rs`, `scripts.rs`, `errors.rs` | key names, the value frame, the Lua scripts, errors |
 
 mod config;
@@ -23,17 +24,19 @@ pub(crate) mod read;
 mod scripts;
 mod store;
 mod subscriber;
+mod tracking;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use self::config::RedisConfig;
+pub use self::config::{RedisConfig, Tracking};
 use self::conn::Connection;
 use self::keys::KeyNames;
 use self::read::batch::Reads;
 use self::read::expiries::Expiries;
 use self::subscriber::Subscriber;
+use self::tracking::Tracker;
 #[cfg(doc)]
 use crate::store::Store;
 use crate::store::StoreKey;
@@ -69,7 +72,11 @@ struct Inner {
     config: RedisConfig,
     rng: Mutex<fastrand::Rng>,
     subscriber: Subscriber,
-    expiries: Expiries,
+    /// The expiries of the values read (shared with `tracker`, which
+    /// forgets a changed key's).
+    expiries: Arc<Expiries>,
+    /// Client tracking of the reads.
+    tracker: Tracker,
 }
 
 impl fmt::Debug for RedisStore {

@@ -13,6 +13,12 @@
 //! other caches' L1s evict it. Kinds: `c` committed fill, `r`
 //! released or refused (wakes waiters only), `s` set, `i` invalidated, `t`
 //! tag invalidated, `x` cleared. Times are milliseconds, at least 1.
+//!
+//! A write ends the server's client tracking of the key for the writer
+//! too, so a script that writes a key its caller goes on keeping (`COMMIT`
+//! and `SET`: the value, in the caller's L1; `TAG_VERSIONS`: a version)
+//! reads it last (`EXISTS`, ignored if the ACL refuses it), which tracks
+//! it again: a later change by anyone still reaches the caller.
 
 use std::sync::LazyLock;
 
@@ -180,6 +186,7 @@ if fenced then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
   redis.pcall('TOUCH', KEYS[4])
+  redis.pcall('EXISTS', KEYS[1])
   announce('c')
   return 1
 end
@@ -222,6 +229,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
 redis.call('DEL', KEYS[2])
 redis.pcall('TOUCH', KEYS[4])
+redis.pcall('EXISTS', KEYS[1])
 announce('s')
 return 0
 ",
@@ -265,9 +273,14 @@ return 0
 /// over 64 bytes, not printable ASCII, another type): a created version is
 /// announced as an invalidation, so an entry stamped with a version the
 /// store lost never matches again. Every version read or created is kept
-/// for the retention from now: a tag in use keeps its version. `KEYS`: the
-/// tags' version keys (on a cluster, the copies of one bucket, in its
-/// slot; the announcement goes on that bucket's channel).
+/// for at least the retention from now: a tag in use keeps its version. Its
+/// expiry is moved (to one and a half retentions) only once less than the
+/// retention is left, so that reading a version rarely changes its key:
+/// every change, an expiry moved too, makes the server's client tracking
+/// tell every process that read the key, which then drops what the
+/// version guards. Each key is read last, which tracks it again for the
+/// caller. `KEYS`: the tags' version keys (on a cluster, the copies of one
+/// bucket, in its slot; the announcement goes on that bucket's channel).
 ///
 /// ARGV: retention_ms, verb, channel, origin (hex), then for each key its
 /// tag and a new random version to create it with. Returns the versions, in
@@ -276,20 +289,24 @@ pub(super) static TAG_VERSIONS: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
         r"
+local retention = tonumber(ARGV[1])
+local kept = retention + math.floor(retention / 2)
 local versions = {}
 for i, key in ipairs(KEYS) do
   local version = read(key)
   if not version or #version == 0 or #version > 64 or string.find(version, '[^!-~]') then
     local tag = ARGV[3 + 2 * i]
     version = ARGV[4 + 2 * i]
-    redis.call('SET', key, version, 'PX', ARGV[1])
+    redis.call('SET', key, version, 'PX', kept)
     local kind = 't'
     if tag == '' then
       kind = 'x'
     end
     redis.call(ARGV[2], ARGV[3], kind .. '|' .. ARGV[4] .. '|' .. tag)
-  else
-    redis.call('PEXPIRE', key, ARGV[1])
+    redis.pcall('EXISTS', key)
+  elseif redis.call('PTTL', key) < retention then
+    redis.call('PEXPIRE', key, kept)
+    redis.pcall('EXISTS', key)
   end
   versions[i] = version
 end

@@ -467,6 +467,7 @@ impl Store for RedisStore {
     }
 
     fn backplane(&self, namespace: &str, sink: Weak<dyn ChangeSink>) -> bool {
+        self.inner.tracker.attach(namespace);
         self.inner
             .subscriber
             .attach_sink(&keys::channel(namespace), sink);

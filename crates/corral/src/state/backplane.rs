@@ -3,55 +3,98 @@
 //! changed, and forgets the tag versions another cache moved. Messages
 //! carry keys and tags, never values; a cache ignores its own.
 //!
+//! Changes the store's server reports itself (Redis client tracking) are
+//! acted on the same way, whoever made them: they carry no origin, and the
+//! server reports none of this process's own writes. A flush — the server
+//! may have stopped reporting — drops the L1 and the tag versions as a lost
+//! backplane message does, counted by its reason.
+//!
 //! Evictions go through the flight table ([`FlightTable::detach`]), the
 //! same way a local write does: a fill of the key already in flight here
 //! still answers its callers but no longer writes its value into the L1,
 //! and a read that started before the message does not keep what it read.
+//! A reset ([`FlightTable::reset`]) keeps every flight and read started
+//! before it out of the L1.
 //!
 //! Each message and reset is counted once acted on, so whoever sees the
 //! count sees what it did.
 //!
 //! [`FlightTable::detach`]: crate::state::flight::FlightTable::detach
+//! [`FlightTable::reset`]: crate::state::flight::FlightTable::reset
+
+use std::sync::atomic::AtomicU64;
 
 use crate::data::tags::CLEAR;
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::{Change, ChangeSink, Event};
+use crate::store::{Change, ChangeSink, Event, FlushReason};
+
+impl<V: Clone + Send + Sync + 'static> Inner<V> {
+    /// Acts on `event`, counted in `counter` if it did anything.
+    fn act_on(&self, event: &Event, counter: &AtomicU64) {
+        match event {
+            Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
+                // Without an L1 there is nothing of the key to evict.
+                if self.tiers().l1.is_some() {
+                    self.flights().detach(key, || self.remove_from_l1(key));
+                    Counters::bump(counter);
+                }
+            }
+            Event::TagInvalidated(tag) => {
+                self.tag_moved(tag, None);
+                Counters::bump(counter);
+            }
+            Event::Cleared => {
+                self.tag_moved(CLEAR, None);
+                Counters::bump(counter);
+            }
+        }
+    }
+
+    /// Drops the L1 and the tag versions; flights and reads started before
+    /// keep nothing in the L1.
+    fn drop_everything(&self) {
+        // The store is back (its subscription or connection answers),
+        // whatever the breaker last saw, and flights waiting for it ask
+        // again.
+        if let Some(store) = &self.tiers().l2 {
+            store.heard();
+        }
+        self.flights().reset(|| {
+            self.tags().distrust();
+            self.clear_l1();
+        });
+    }
+}
 
 impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
     fn changed(&self, change: &Change) {
         if change.origin == self.origin() {
             return;
         }
-        match &change.event {
-            Event::Filled(key) | Event::Written(key) | Event::Removed(key) => {
-                // Without an L1 there is nothing of the key to evict.
-                if self.tiers().l1.is_some() {
-                    self.flights().detach(key, || self.remove_from_l1(key));
-                    Counters::bump(&self.counters().backplane_messages);
-                }
-            }
-            Event::TagInvalidated(tag) => {
-                self.tag_moved(tag, None);
-                Counters::bump(&self.counters().backplane_messages);
-            }
-            Event::Cleared => {
-                self.tag_moved(CLEAR, None);
-                Counters::bump(&self.counters().backplane_messages);
-            }
-        }
+        self.act_on(&change.event, &self.counters().backplane_messages);
     }
 
     fn lost(&self) {
-        // The subscription is back: the store answers, whatever the
-        // breaker last saw, and flights waiting for it ask again.
-        if let Some(store) = &self.tiers().l2 {
-            store.heard();
-        }
-        self.flights().detach_all(|| {
-            self.tags().distrust();
-            self.clear_l1();
-        });
+        self.drop_everything();
         Counters::bump(&self.counters().backplane_resets);
+    }
+
+    fn invalidated(&self, event: &Event) {
+        self.act_on(event, &self.counters().tracking_invalidations);
+    }
+
+    fn flushed(&self, reason: FlushReason) {
+        self.drop_everything();
+        let counters = self.counters();
+        Counters::bump(match reason {
+            FlushReason::Reconnected => &counters.l1_flushes_reconnect,
+            FlushReason::Failover => &counters.l1_flushes_failover,
+            FlushReason::ServerFlush => &counters.l1_flushes_server_flush,
+        });
+    }
+
+    fn keeps_copies(&self) -> bool {
+        self.tiers().l1.is_some()
     }
 }

@@ -18,7 +18,9 @@
 //!   joining the finished one.
 //! - A flight's leader writes into the in-process tier only while its flight
 //!   is still the table's flight for the key, checked under the table lock
-//!   (the same lock `detach` holds while a newer write lands).
+//!   (the same lock `detach` holds while a newer write lands), and only if
+//!   no [`FlightTable::reset`] happened since it was claimed (what it read
+//!   may have been missed by whatever keeps the tier current).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -31,6 +33,7 @@ use std::time::Duration;
 
 use futures_util::task::AtomicWaker;
 
+use super::recent::Recent;
 use crate::sync::{lock, Mutex};
 
 /// What a flight hands each of its callers.
@@ -57,6 +60,8 @@ pub(crate) enum Failure {
 /// One fill in progress and the callers waiting for it.
 pub(crate) struct Flight<V> {
     id: u64,
+    /// The table's [`resets`](FlightTable::resets) when it was claimed.
+    resets: u64,
     slot: Mutex<Slot<V>>,
     /// How many [`Wait`]s of the flight are alive: callers waiting for it.
     waiting: AtomicUsize,
@@ -75,9 +80,10 @@ struct Slot<V> {
 }
 
 impl<V: Clone> Flight<V> {
-    fn new(id: u64) -> Self {
+    fn new(id: u64, resets: u64) -> Self {
         Self {
             id,
+            resets,
             slot: Mutex::new(Slot {
                 outcome: None,
                 wakers: Vec::new(),
@@ -237,6 +243,11 @@ pub(crate) struct FlightTable<V> {
     /// reader that saw no bump since it started read nothing a newer write
     /// replaced.
     writes: AtomicU64,
+    /// Bumped under the table lock by every [`reset`](Self::reset): a
+    /// flight claimed before it writes nothing into the tier.
+    resets: AtomicU64,
+    /// The writes lately detached, by key: locked inside the table lock.
+    recent: Mutex<Recent>,
     /// How many flights the table holds, changed under the table lock: a
     /// glance that takes no lock (and may be a moment behind).
     running: AtomicUsize,
@@ -259,6 +270,8 @@ impl<V: Clone> FlightTable<V> {
         Self {
             next_id: AtomicU64::new(1),
             writes: AtomicU64::new(0),
+            resets: AtomicU64::new(0),
+            recent: Mutex::new(Recent::new()),
             running: AtomicUsize::new(0),
             flights: Mutex::new(HashMap::default()),
         }
@@ -285,7 +298,8 @@ impl<V: Clone> FlightTable<V> {
             return Claim::Ready(value);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let flight = Arc::new(Flight::new(id));
+        let resets = self.resets.load(Ordering::Relaxed);
+        let flight = Arc::new(Flight::new(id, resets));
         match of_key {
             Some(of_key) => of_key.others.push((error, Arc::clone(&flight))),
             None => {
@@ -318,8 +332,32 @@ impl<V: Clone> FlightTable<V> {
         if let Some(of_key) = flights.remove(key) {
             self.running.fetch_sub(of_key.count(), Ordering::Relaxed);
         }
-        self.writes.fetch_add(1, Ordering::Relaxed);
+        let number = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.recent).wrote(key, number);
         newer_write()
+    }
+
+    /// [`detach`](Self::detach) for a write made outside any flight and
+    /// started at `mark` ([`write_mark`](Self::write_mark)): `newer_write`
+    /// is told whether another write of the key (or of every key) was
+    /// detached since, which is then newer than this one's answer.
+    pub(crate) fn detach_since<R>(
+        &self,
+        key: &str,
+        mark: u64,
+        newer_write: impl FnOnce(bool) -> R,
+    ) -> R {
+        let mut flights = lock(&self.flights);
+        if let Some(of_key) = flights.remove(key) {
+            self.running.fetch_sub(of_key.count(), Ordering::Relaxed);
+        }
+        let now = self.writes.load(Ordering::Relaxed);
+        let mut recent = lock(&self.recent);
+        let overtaken = recent.since(key, mark, now);
+        self.writes.store(now + 1, Ordering::Relaxed);
+        recent.wrote(key, now + 1);
+        drop(recent);
+        newer_write(overtaken)
     }
 
     /// Runs `newer_write` under the table lock for writes that concern every
@@ -327,7 +365,19 @@ impl<V: Clone> FlightTable<V> {
     /// what they read; flights in progress are left to their own checks.
     pub(crate) fn detach_all<R>(&self, newer_write: impl FnOnce() -> R) -> R {
         let _flights = lock(&self.flights);
-        self.writes.fetch_add(1, Ordering::Relaxed);
+        let number = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.recent).wrote_all(number);
+        newer_write()
+    }
+
+    /// [`detach_all`](Self::detach_all), and besides, no flight claimed
+    /// before it writes into the tier: for a tier dropped because what kept
+    /// it current may have missed changes, so nothing read before counts.
+    pub(crate) fn reset<R>(&self, newer_write: impl FnOnce() -> R) -> R {
+        let _flights = lock(&self.flights);
+        let number = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.recent).wrote_all(number);
+        self.resets.fetch_add(1, Ordering::Relaxed);
         newer_write()
     }
 
@@ -394,7 +444,8 @@ impl<V: Clone> Leadership<V> {
     }
 
     /// Removes the flight from the table. `if_current` runs under the table
-    /// lock, and only if no newer write detached the flight meanwhile; it
+    /// lock, and only if no newer write detached the flight meanwhile and no
+    /// [`reset`](FlightTable::reset) happened since it was claimed; it
     /// returns whether it ran.
     pub(crate) fn retire(&mut self, if_current: impl FnOnce()) -> bool {
         self.retired = true;
@@ -406,8 +457,11 @@ impl<V: Clone> Leadership<V> {
             .get(&*self.key)
             .and_then(|of_key| of_key.get_by_id(self.flight.id))
             .is_some();
+        let unreset = self.flight.resets == table.resets.load(Ordering::Relaxed);
         if current {
-            if_current();
+            if unreset {
+                if_current();
+            }
             if let Some(of_key) = flights.get_mut(&*self.key) {
                 if of_key.remove(self.flight.id) {
                     flights.remove(&*self.key);
@@ -415,7 +469,7 @@ impl<V: Clone> Leadership<V> {
             }
             table.running.fetch_sub(1, Ordering::Relaxed);
         }
-        current
+        current && unreset
     }
 }
 

@@ -5,4 +5,5 @@
 pub(crate) mod backplane;
 pub(crate) mod flight;
 pub(crate) mod inner;
+mod recent;
 mod versions;

@@ -55,6 +55,8 @@ const COUNTER_HELP: &[(&str, &str)] = &[
     ("corral_tag_misses_total", "Entries read from the shared store that a tag invalidation or a clear had made a miss."),
     ("corral_backplane_messages_total", "Backplane messages from other caches acted on."),
     ("corral_backplane_resets_total", "Times the L1 was dropped and tag versions forgotten because backplane messages may have been lost."),
+    ("corral_tracking_invalidations_total", "Changes reported by the store's server (client tracking) acted on: a key evicted from the L1, or a tag or clear version forgotten."),
+    ("corral_l1_flushes_total", "Times the whole L1 was dropped and tag versions forgotten, by reason (backplane: messages may have been lost; reconnect, failover: the server may have stopped tracking reads; server_flush: the server dropped its data)."),
     ("corral_fills_queued_total", "Fills that waited in the fill budget's queue."),
     ("corral_overloads_total", "Flights that got no fill budget permit within its max_wait (callers got Error::Overloaded or a stale value; the source was not called)."),
     ("corral_fleet_permits_total", "Fleet fill budget permits, by outcome (taken from the store; errored: the store failed and the fill ran on the local permit alone)."),
@@ -272,6 +274,29 @@ const COUNTERS: &[Reading] = &[
     ("corral_backplane_resets_total", None, |s| {
         s.backplane_resets
     }),
+    ("corral_tracking_invalidations_total", None, |s| {
+        s.tracking_invalidations
+    }),
+    (
+        "corral_l1_flushes_total",
+        Some(("reason", "backplane")),
+        |s| s.backplane_resets,
+    ),
+    (
+        "corral_l1_flushes_total",
+        Some(("reason", "reconnect")),
+        |s| s.l1_flushes_reconnect,
+    ),
+    (
+        "corral_l1_flushes_total",
+        Some(("reason", "failover")),
+        |s| s.l1_flushes_failover,
+    ),
+    (
+        "corral_l1_flushes_total",
+        Some(("reason", "server_flush")),
+        |s| s.l1_flushes_server_flush,
+    ),
     ("corral_fills_queued_total", None, |s| s.fills_queued),
     ("corral_overloads_total", None, |s| s.overloads),
     (

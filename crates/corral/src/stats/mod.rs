@@ -250,6 +250,14 @@ counters! {
     backplane_messages,
     /// Times the cache dropped its whole L1 and forgot its tag versions because backplane messages may have been lost: the store's subscription was confirmed anew after its connection was interrupted, or confirmed for the first time after a read had gone ahead of it. 0 after a healthy start.
     backplane_resets,
+    /// Changes the store's server reported (Redis client tracking: a write by any client, a delete, an expiry, an eviction of a key this process read) that this cache acted on: a key evicted from the L1, or a tag or clear version forgotten (and its L1 entries evicted).
+    tracking_invalidations,
+    /// Times the cache dropped its whole L1 and forgot its tag versions because the connection its store's server tracked reads on was lost or replaced (what it tracked is gone with it).
+    l1_flushes_reconnect,
+    /// Times the cache dropped its whole L1 and forgot its tag versions because its store moved to another server (a failover), which tracked nothing read before.
+    l1_flushes_failover,
+    /// Times the cache dropped its whole L1 and forgot its tag versions because the store's server dropped its data (`FLUSHALL`, `FLUSHDB`).
+    l1_flushes_server_flush,
     /// Fills started (the source of truth was called).
     fills,
     /// Callers that joined a fill already in flight instead of starting one.

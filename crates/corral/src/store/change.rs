@@ -7,6 +7,11 @@
 //! store that may have lost messages (a subscriber reconnect) says so with
 //! [`ChangeSink::lost`]: the caches then distrust everything the backplane
 //! kept current.
+//!
+//! A store whose server reports changes itself (Redis client tracking)
+//! hands them on with [`ChangeSink::invalidated`] — changes by any client,
+//! without an origin — and says with [`ChangeSink::flushed`] when the
+//! server may have stopped reporting them, and why ([`FlushReason`]).
 
 use crate::sync::lock_std;
 use std::collections::HashMap;
@@ -91,6 +96,35 @@ impl Event {
     }
 }
 
+/// Why a store told its caches to drop what they keep in process
+/// ([`ChangeSink::flushed`]): the server that reported changes to it may
+/// have missed some, or reported that everything changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FlushReason {
+    /// The connection the server tracked this process's reads on was lost
+    /// or replaced: the server forgot what it tracked for it.
+    Reconnected,
+    /// The store moved to another server (a failover; a demoted master
+    /// left): that server tracked nothing this process read before.
+    Failover,
+    /// The server dropped its data (`FLUSHALL`, `FLUSHDB`): it reports
+    /// that every key changed.
+    ServerFlush,
+}
+
+impl FlushReason {
+    /// Its name in metrics and logs: `reconnect`, `failover`,
+    /// `server_flush`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Reconnected => "reconnect",
+            Self::Failover => "failover",
+            Self::ServerFlush => "server_flush",
+        }
+    }
+}
+
 /// One backplane message: who changed what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -136,6 +170,32 @@ pub trait ChangeSink: Send + Sync {
     /// Messages may have been lost (the store's subscription was
     /// interrupted): distrust everything the backplane kept current.
     fn lost(&self);
+
+    /// The store's server reported a change to a key, tag or clear version
+    /// this process read — made by any client (another process, an
+    /// operator, an expiry, an eviction), so it carries no origin. The
+    /// default treats it as a message from another cache.
+    fn invalidated(&self, event: &Event) {
+        self.changed(&Change {
+            origin: Origin::new(0),
+            event: event.clone(),
+        });
+    }
+
+    /// Changes the server reported may have been missed, or everything
+    /// changed (`reason`): drop every in-process copy and distrust what the
+    /// store's reports kept current. The default is [`lost`](Self::lost).
+    fn flushed(&self, reason: FlushReason) {
+        let _ = reason;
+        self.lost();
+    }
+
+    /// Whether the sink keeps copies of values in process (an L1): a store
+    /// that can have its server track reads does so for the namespaces of
+    /// such sinks. Default: true.
+    fn keeps_copies(&self) -> bool {
+        true
+    }
 }
 
 /// The sinks attached to each namespace (or channel) of a store. Holds them
@@ -165,7 +225,6 @@ impl Sinks {
     }
 
     /// Every live sink.
-    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn all_live(&self) -> Vec<Arc<dyn ChangeSink>> {
         let by_name = lock_std(&self.by_name);
         by_name

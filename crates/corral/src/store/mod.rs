@@ -82,7 +82,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 pub(crate) use change::Sinks;
-pub use change::{Change, ChangeSink, Event, Origin};
+pub use change::{Change, ChangeSink, Event, FlushReason, Origin};
 pub use memory::MemoryStore;
 pub use notify::{Listener, Notifier};
 pub(crate) use patience::{current as current_patience, patiently, patiently_if, Patience};
@@ -470,9 +470,10 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// stamped with the lost one becomes a miss. A stored version that is
     /// not a version (empty, over 64 bytes, not text, of another type) is
     /// replaced the same way. Every version read or created is kept for
-    /// `retention` from now, so a tag in use keeps its version and one
-    /// unused for `retention` is forgotten. One round trip where the store
-    /// allows.
+    /// at least `retention` from now (a store may keep it longer, up to
+    /// one and a half times that), so a tag in use keeps its version and
+    /// one unused for that long is forgotten. One round trip where the
+    /// store allows.
     fn tag_versions<'a>(
         &'a self,
         namespace: &'a str,

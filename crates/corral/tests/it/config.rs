@@ -334,6 +334,7 @@ fn redis_connection_settings_are_read_and_reach_the_store_settings() {
         redis_connect_timeout = "2s"
         redis_health_interval = "250ms"
         redis_tcp_keepalive = "30s"
+        redis_tracking = false
         "#,
     )
     .expect("valid");
@@ -344,6 +345,7 @@ fn redis_connection_settings_are_read_and_reach_the_store_settings() {
             ("CORRAL_REDIS_CONNECT_TIMEOUT", "2s"),
             ("CORRAL_REDIS_HEALTH_INTERVAL", "250ms"),
             ("CORRAL_REDIS_TCP_KEEPALIVE", "30s"),
+            ("CORRAL_REDIS_TRACKING", "false"),
         ]),
     )
     .expect("valid");
@@ -351,7 +353,8 @@ fn redis_connection_settings_are_read_and_reach_the_store_settings() {
         .store_timeout(Duration::from_millis(300))
         .redis_connect_timeout(Duration::from_secs(2))
         .redis_health_interval(Duration::from_millis(250))
-        .redis_tcp_keepalive(Duration::from_secs(30));
+        .redis_tcp_keepalive(Duration::from_secs(30))
+        .redis_tracking(false);
     assert_eq!(toml, env);
     assert_eq!(toml, code);
 
@@ -360,6 +363,7 @@ fn redis_connection_settings_are_read_and_reach_the_store_settings() {
     assert_eq!(redis.connect_timeout, Duration::from_secs(2));
     assert_eq!(redis.health_interval, Duration::from_millis(250));
     assert_eq!(redis.tcp_keepalive, Some(Duration::from_secs(30)));
+    assert_eq!(redis.tracking, corral::Tracking::Off);
     let shown = format!("{toml:?}");
     assert!(
         shown.contains(r#""redis_health_interval": "250ms""#),

@@ -465,6 +465,9 @@ async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
         Some("after".to_owned())
     );
     eprintln!("demoted master: the write was on the new master after {took:?}");
+    // The new master tracked nothing read before: the L1 was dropped.
+    let stats = listening.stats();
+    assert!(stats.l1_flushes_failover >= 1, "{stats:?}");
     // Messages published at the new master reach the store's L1 cache.
     let there = self::cache(&self::store(&group).await, "demoted-l1", true);
     support::until_heard(&there, &listening).await;

@@ -286,7 +286,8 @@ async fn untrusted_certificates_are_refused() {
 
 /// The least a cache user needs: its namespace's keys and channel, and the
 /// commands corral sends (reads, the scripts and what they call, pub/sub,
-/// `PING`; not `ROLE`, which the health check does without).
+/// `PING`, client tracking; not `ROLE`, which the health check does
+/// without).
 const CACHE_USER_ACL: &[&str] = &[
     "resetkeys",
     "~corral:allowed:*",
@@ -306,6 +307,8 @@ const CACHE_USER_ACL: &[&str] = &[
     "+subscribe",
     "+unsubscribe",
     "+ping",
+    "+client|tracking",
+    "+exists",
 ];
 
 fn add_cache_user(server: &RedisServer) {

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{MultiplexedConnection, PubSub};
-use ::redis::{AsyncConnectionConfig, Client, ErrorKind, RedisError, RedisResult, Value};
+use ::redis::{
+    AsyncConnectionConfig, Client, ErrorKind, ProtocolVersion, RedisError, RedisResult, Value,
+};
 
 use super::client;
 use crate::data::error::{StoreError, StoreErrorKind};
@@ -69,23 +71,28 @@ impl Source {
     }
 
     /// A command connection to the source's server (for Sentinel: the
-    /// current master, checked by `ROLE`). Each step is bounded by
-    /// `timeout`.
+    /// current master, checked by `ROLE`) speaking `protocol`, and the
+    /// server's address when the source names it (a Sentinel's master).
+    /// Each step is bounded by `timeout`.
     pub(in crate::redis) async fn connect(
         &self,
         config: &AsyncConnectionConfig,
         timeout: Duration,
-    ) -> RedisResult<MultiplexedConnection> {
+        protocol: ProtocolVersion,
+    ) -> RedisResult<(MultiplexedConnection, Option<String>)> {
         match self {
             Self::Fixed(client) => {
-                within(
+                let client = speaking(client, protocol)?;
+                let conn = within(
                     timeout,
                     client.get_multiplexed_async_connection_with_config(config),
                 )
-                .await
+                .await?;
+                Ok((conn, None))
             }
             Self::Sentinel(sentinels) => {
                 let (client, node) = sentinels.master(timeout).await?;
+                let client = speaking(&client, protocol)?;
                 let mut conn = within(
                     timeout,
                     client.get_multiplexed_async_connection_with_config(config),
@@ -94,7 +101,7 @@ impl Source {
                 let role: Value =
                     within(timeout, ::redis::cmd("ROLE").query_async(&mut conn)).await?;
                 match role {
-                    Value::Array(items) if is_master(items.first()) => Ok(conn),
+                    Value::Array(items) if is_master(items.first()) => Ok((conn, Some(node))),
                     _ => Err(unavailable(format!(
                         "{node}, named master of '{}' by the sentinels, is not a master (a failover is under way)",
                         sentinels.master_name
@@ -256,6 +263,16 @@ impl Sentinels {
         })?;
         Ok((client, shown))
     }
+}
+
+/// `client`, speaking `protocol` (a copy of it if it speaks another).
+fn speaking(client: &Client, protocol: ProtocolVersion) -> RedisResult<Client> {
+    let info = client.get_connection_info();
+    if info.redis_settings().protocol() == protocol {
+        return Ok(client.clone());
+    }
+    let settings = info.redis_settings().clone().set_protocol(protocol);
+    Client::open(info.clone().set_redis_settings(settings))
 }
 
 /// Whether a `ROLE` reply's first element says `master`.

@@ -57,6 +57,7 @@ use tokio::time::Instant;
 
 use super::sentinel::{is_master, Source};
 use crate::backoff::{doubled, Backoff};
+use crate::redis::tracking::{Made, Tracker};
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
 
@@ -100,6 +101,8 @@ struct Shared {
     role_refused: AtomicBool,
     /// Rations the heartbeat's warnings while the server stays silent.
     unanswered: Throttle,
+    /// Client tracking, turned on for each connection made.
+    tracker: Tracker,
 }
 
 enum State {
@@ -125,6 +128,7 @@ impl Standalone {
         source: Source,
         reconnect: Reconnect,
         runtime: Handle,
+        tracker: Tracker,
     ) -> RedisResult<Self> {
         // Every call is bounded by the store's own timeout around it; a
         // second timer per call inside redis-rs would cost each read another
@@ -133,9 +137,12 @@ impl Standalone {
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
         let mut attempt = 1;
-        let conn = loop {
-            match source.connect(&config, reconnect.connect_timeout).await {
-                Ok(conn) => break conn,
+        let made = loop {
+            match tracker
+                .connect(&source, &config, reconnect.connect_timeout)
+                .await
+            {
+                Ok(made) => break made,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
                     let pause = doubled(reconnect.min_delay, attempt - 1, reconnect.max_delay);
                     tokio::time::sleep(pause).await;
@@ -150,7 +157,7 @@ impl Standalone {
             reconnect,
             runtime: runtime.clone(),
             state: ShardedLock::new(State::Up {
-                conn,
+                conn: made.conn,
                 epoch: 0,
                 since: Instant::now(),
             }),
@@ -158,7 +165,11 @@ impl Standalone {
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
             unanswered: Throttle::default(),
+            tracker,
         });
+        shared
+            .tracker
+            .connected(made.was_on, true, made.server, false);
         tracing::info!(store = %shared.reconnect.store, "redis connected");
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
         Ok(Self { shared })
@@ -169,7 +180,12 @@ impl Standalone {
     /// keeps trying, with backoff, until the server answers) already
     /// started on `runtime`. Meanwhile calls wait for its first attempt,
     /// then fail at once with the last attempt's error.
-    pub(in crate::redis) fn lazy(source: Source, reconnect: Reconnect, runtime: Handle) -> Self {
+    pub(in crate::redis) fn lazy(
+        source: Source,
+        reconnect: Reconnect,
+        runtime: Handle,
+        tracker: Tracker,
+    ) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
@@ -183,6 +199,7 @@ impl Standalone {
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
             unanswered: Throttle::default(),
+            tracker,
         });
         runtime.spawn(reconnecting(Arc::downgrade(&shared), 0, Reason::First));
         runtime.spawn(heartbeat(Arc::downgrade(&shared)));
@@ -365,10 +382,13 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
             return;
         };
         let attempt = shared
-            .source
-            .connect(&shared.config, shared.reconnect.connect_timeout)
+            .tracker
+            .connect(
+                &shared.source,
+                &shared.config,
+                shared.reconnect.connect_timeout,
+            )
             .await;
-        let restored = attempt.is_ok();
         if let Err(error) = &attempt {
             failures += 1;
             if failures == 1 {
@@ -379,42 +399,67 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
                 );
             }
         }
-        *write(&shared.state) = match attempt {
-            Ok(conn) => State::Up {
-                conn,
-                epoch: epoch + 1,
-                since: Instant::now(),
-            },
-            Err(error) => State::Reconnecting {
-                failed: Some(error),
-            },
-        };
+        let made = install(&shared, epoch, attempt);
         shared.settled.notify_waiters();
-        if restored {
-            let store = &shared.reconnect.store;
-            let first = reason == Reason::First;
-            if first && failures == 0 {
-                tracing::info!(store = %store, "redis connected");
-            } else if first {
-                tracing::info!(
-                    store = %store,
-                    failed_attempts = failures,
-                    waited_ms = began.elapsed().as_millis(),
-                    "redis connected"
-                );
-            } else {
-                tracing::info!(
-                    store = %store,
-                    failed_attempts = failures,
-                    down_ms = began.elapsed().as_millis(),
-                    "redis connection restored"
-                );
-            }
-            if reason == Reason::Demoted {
+        if let Some((was_on, server)) = made {
+            let (first, demoted) = (reason == Reason::First, reason == Reason::Demoted);
+            shared.tracker.connected(was_on, first, server, demoted);
+            say_connected(&shared.reconnect.store, reason, failures, began);
+            if demoted {
                 shared.moves.send_modify(|moves| *moves += 1);
             }
             return;
         }
+    }
+}
+
+/// Puts the connection `attempt` made in use (as epoch `epoch + 1`), or
+/// its error for calls to fail with: whether the connection before was
+/// tracked, and its server, if one was made.
+fn install(
+    shared: &Shared,
+    epoch: u64,
+    attempt: RedisResult<Made>,
+) -> Option<(bool, Option<String>)> {
+    let (state, made) = match attempt {
+        Ok(made) => {
+            let up = State::Up {
+                conn: made.conn,
+                epoch: epoch + 1,
+                since: Instant::now(),
+            };
+            (up, Some((made.was_on, made.server)))
+        }
+        Err(error) => {
+            let failed = State::Reconnecting {
+                failed: Some(error),
+            };
+            (failed, None)
+        }
+    };
+    *write(&shared.state) = state;
+    made
+}
+
+/// Logs a connection made for `reason` after `failures` failed attempts
+/// since `began`.
+fn say_connected(store: &str, reason: Reason, failures: u64, began: Instant) {
+    if reason == Reason::First && failures == 0 {
+        tracing::info!(store = %store, "redis connected");
+    } else if reason == Reason::First {
+        tracing::info!(
+            store = %store,
+            failed_attempts = failures,
+            waited_ms = began.elapsed().as_millis(),
+            "redis connected"
+        );
+    } else {
+        tracing::info!(
+            store = %store,
+            failed_attempts = failures,
+            down_ms = began.elapsed().as_millis(),
+            "redis connection restored"
+        );
     }
 }
 
@@ -527,18 +572,24 @@ fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
 /// connect timeout, the current one stays (calls go on through it).
 async fn replace(shared: &Shared, epoch: u64) {
     let timeout = shared.reconnect.connect_timeout;
-    let attempt =
-        tokio::time::timeout(timeout, shared.source.connect(&shared.config, timeout)).await;
+    let connect = shared
+        .tracker
+        .connect(&shared.source, &shared.config, timeout);
+    let attempt = tokio::time::timeout(timeout, connect).await;
     match attempt {
-        Ok(Ok(conn)) => {
+        Ok(Ok(made)) => {
             let mut state = write(&shared.state);
             if matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
                 *state = State::Up {
-                    conn,
+                    conn: made.conn,
                     epoch: epoch + 1,
                     since: Instant::now(),
                 };
+                drop(state);
                 tracing::info!(store = %shared.reconnect.store, "redis connection replaced");
+                shared
+                    .tracker
+                    .connected(made.was_on, false, made.server, false);
             }
         }
         // The heartbeat's warning said the connection is being replaced;

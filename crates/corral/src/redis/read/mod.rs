@@ -63,11 +63,12 @@ impl RedisStore {
         let name = keys::ValueName::new(key);
         let id = name.id();
         let timeout = self.inner.config.op_timeout;
+        let tracked = self.inner.tracker.tracked_reads(key.namespace());
         let expiries = &self.inner.expiries;
         if let Some(known) = expiries.get(id) {
             // A plain GET; its frame tells whether it is the write whose
             // expiry is remembered.
-            match self.inner.reads.get(name, timeout).await? {
+            match self.inner.reads.get(name, timeout, tracked).await? {
                 Value::Nil => {
                     expiries.forget(id);
                     return Ok(None);
@@ -86,7 +87,7 @@ impl RedisStore {
             }
         }
         let asked = std::time::Instant::now();
-        let (pttl, value) = self.inner.reads.read(name, timeout).await?;
+        let (pttl, value) = self.inner.reads.read(name, timeout, tracked).await?;
         match value {
             Value::BulkString(bytes) => {
                 let stored = stored(bytes, &pttl);
@@ -113,9 +114,17 @@ impl RedisStore {
             .connection
             .by_slot((0..names.len()).collect(), |&i| names[i].slot());
         let timeout = self.inner.config.op_timeout;
+        let tracked = keys
+            .first()
+            .is_some_and(|key| self.inner.tracker.tracked_reads(key.namespace()));
         let reads = groups.iter().map(|group| {
             let group_names: Vec<keys::ValueName<'_>> = group.iter().map(|&i| names[i]).collect();
-            async move { self.inner.reads.read_many(&group_names, timeout).await }
+            async move {
+                self.inner
+                    .reads
+                    .read_many(&group_names, timeout, tracked)
+                    .await
+            }
         });
         let replies = futures_util::future::join_all(reads).await;
         let mut found: Vec<Option<Stored>> = vec![None; keys.len()];

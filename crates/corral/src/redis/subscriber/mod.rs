@@ -52,7 +52,7 @@ pub(in crate::redis) use self::sharded::ShardedClient;
 pub(in crate::redis) use self::shared::{Feed, Settings};
 use self::shared::{Shared, Standing};
 use super::keys;
-use crate::store::{ChangeSink, Listener};
+use crate::store::{ChangeSink, Listener, Sinks};
 
 /// What the store keeps: the listeners' notifier and the way to ask the
 /// task for a subscription. Dropping it stops the task.
@@ -63,9 +63,15 @@ pub(super) struct Subscriber {
 }
 
 impl Subscriber {
-    /// Spawns the task listening on `feed` on `runtime`.
-    pub(super) fn spawn(runtime: &tokio::runtime::Handle, feed: Feed, settings: Settings) -> Self {
-        let shared = Arc::new(Shared::new());
+    /// Spawns the task listening on `feed` on `runtime`, handing backplane
+    /// messages to `sinks`.
+    pub(super) fn spawn(
+        runtime: &tokio::runtime::Handle,
+        feed: Feed,
+        settings: Settings,
+        sinks: Arc<Sinks>,
+    ) -> Self {
+        let shared = Arc::new(Shared::new(sinks));
         let (requests, receiver) = mpsc::unbounded_channel();
         match feed {
             Feed::Server(source, moves) => {

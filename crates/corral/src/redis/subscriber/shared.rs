@@ -26,8 +26,9 @@ pub(super) struct Shared {
     /// Channels the server's ACL refused (`NOPERM`): not asked for again,
     /// their waiters rely on polling.
     pub(super) denied: Mutex<BTreeSet<Arc<str>>>,
-    /// The backplane sinks of each channel.
-    pub(super) sinks: Sinks,
+    /// The backplane sinks of each channel (the store's, shared with its
+    /// client tracking).
+    pub(super) sinks: Arc<Sinks>,
     /// Where each channel with sinks stands (see the module docs), and
     /// which channels the current connection has subscribed.
     pub(super) book: Mutex<Book>,
@@ -75,13 +76,13 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    /// Nothing asked for yet.
-    pub(super) fn new() -> Self {
+    /// Nothing asked for yet; messages go to `sinks`.
+    pub(super) fn new(sinks: Arc<Sinks>) -> Self {
         Self {
             notifier: Notifier::new(),
             channels: Mutex::new(BTreeSet::new()),
             denied: Mutex::new(BTreeSet::new()),
-            sinks: Sinks::default(),
+            sinks,
             book: Mutex::new(Book::default()),
             pending: AtomicUsize::new(0),
             failing: AtomicBool::new(false),

@@ -129,6 +129,9 @@ struct Queued {
     key: StoreKey,
     /// Whether the read needs the key's `PTTL` too.
     pttl: bool,
+    /// Whether the read must go through the command connection, whose
+    /// reads the server tracks (not a lane).
+    tracked: bool,
     /// When it was asked: its timeout runs from then.
     asked: Instant,
     reply: Reply,
@@ -250,23 +253,26 @@ impl Reads {
     }
 
     /// A plain `GET` of a value key (one whose expiry the store
-    /// remembers), bounded by `timeout`.
+    /// remembers), bounded by `timeout`; `tracked`: on the command
+    /// connection, whose reads the server tracks, even in a batch.
     pub(in crate::redis) fn get<'a>(
         &'a self,
         name: ValueName<'a>,
         timeout: Duration,
+        tracked: bool,
     ) -> impl Future<Output = Result<Value, StoreError>> + 'a {
-        self.fetch::<Get>(name, timeout)
+        self.fetch::<Get>(name, timeout, tracked)
     }
 
     /// A value key's `PTTL` and value (see [`Connection::read`]), bounded
-    /// by `timeout`.
+    /// by `timeout`; `tracked` as for [`get`](Self::get).
     pub(in crate::redis) fn read<'a>(
         &'a self,
         name: ValueName<'a>,
         timeout: Duration,
+        tracked: bool,
     ) -> impl Future<Output = Result<(Value, Value), StoreError>> + 'a {
-        self.fetch::<WithPttl>(name, timeout)
+        self.fetch::<WithPttl>(name, timeout, tracked)
     }
 
     /// One read of a value key: sent alone, or queued for the next batch
@@ -278,9 +284,10 @@ impl Reads {
         &self,
         name: ValueName<'_>,
         timeout: Duration,
+        tracked: bool,
     ) -> Result<A::Out, StoreError> {
         let connection = &self.shared.connection;
-        match self.enter(name, A::PTTL) {
+        match self.enter(name, A::PTTL, tracked) {
             Entry::Alone(_flight) => {
                 let touch = self.touch(&name);
                 Box::pin(A::alone(connection, name, touch, timeout)).await
@@ -312,11 +319,13 @@ impl Reads {
     /// The `PTTL` and value of each of `names` (value keys of one hash
     /// slot), in one pipeline with the touches due of their clear
     /// versions, sent at once (not queued) on a lane where the store has
-    /// them: what a batch read of several keys asks.
+    /// them (unless `tracked`: on the command connection, whose reads the
+    /// server tracks): what a batch read of several keys asks.
     pub(in crate::redis) async fn read_many(
         &self,
         names: &[ValueName<'_>],
         timeout: Duration,
+        tracked: bool,
     ) -> Result<Vec<(Value, Value)>, StoreError> {
         let mut pipe = ::redis::Pipeline::with_capacity(2 * names.len() + 1);
         for name in names {
@@ -326,7 +335,7 @@ impl Reads {
         pipe.ignore_errors();
         match self
             .shared
-            .pipelined(&pipe, 2 * names.len(), timeout)
+            .pipelined(&pipe, 2 * names.len(), timeout, tracked)
             .await?
         {
             Value::Array(items) if items.len() == 2 * names.len() => {
@@ -344,7 +353,7 @@ impl Reads {
     /// Sends the read alone if fewer than [`IN_FLIGHT`] round trips are in
     /// flight (taking a place), else queues it (starting the watchdog if
     /// none runs).
-    fn enter(&self, name: ValueName<'_>, pttl: bool) -> Entry {
+    fn enter(&self, name: ValueName<'_>, pttl: bool, tracked: bool) -> Entry {
         if self.shared.unbatched.load(Relaxed) {
             return Entry::Alone(None);
         }
@@ -367,6 +376,7 @@ impl Reads {
         state.queue.push(Queued {
             key: name.key().clone(),
             pttl,
+            tracked,
             asked: now,
             reply: Reply {
                 sender: Some(sender),
@@ -395,17 +405,19 @@ impl Reads {
 
 impl Shared {
     /// Sends `pipe` (whose first `kept` commands' replies are kept; the
-    /// others are ignored touches) on a lane if the store has them, else
-    /// on the command connection, within `timeout`.
+    /// others are ignored touches) on a lane if the store has them and the
+    /// reads need not be `tracked`, else on the command connection, within
+    /// `timeout`.
     async fn pipelined(
         &self,
         pipe: &::redis::Pipeline,
         kept: usize,
         timeout: Duration,
+        tracked: bool,
     ) -> Result<Value, StoreError> {
         match &self.lanes {
-            Some(lanes) => lanes.pipelined(&self.connection, pipe, kept, timeout).await,
-            None => self.connection.pipelined(pipe, timeout).await,
+            Some(lanes) if !tracked => lanes.pipelined(&self.connection, pipe, kept, timeout).await,
+            _ => self.connection.pipelined(pipe, timeout).await,
         }
     }
 
@@ -537,7 +549,11 @@ async fn send_group(shared: &Shared, group: Vec<Queued>) {
     pipe.add_command(mget);
     touch_clear_copies(shared, &mut pipe, &names);
     pipe.ignore_errors();
-    let answers = match shared.pipelined(&pipe, pttls + 1, shared.timeout).await {
+    let tracked = group.iter().any(|read| read.tracked);
+    let answers = match shared
+        .pipelined(&pipe, pttls + 1, shared.timeout, tracked)
+        .await
+    {
         Ok(reply) if mget_refused(&reply) => {
             if !shared.unbatched.swap(true, Relaxed) {
                 tracing::warn!(

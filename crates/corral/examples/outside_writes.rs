@@ -1,0 +1,314 @@
+//! How long an L1 serves a value after a client outside corral changed it,
+//! and how many invalidations a write costs the fleet.
+//!
+//! ```text
+//! cargo run --release -p corral-cache --example outside_writes -- [KEYS] [ROUNDS]
+//! ```
+//!
+//! It starts its own `redis-server` (the test fixture) and three caches
+//! with an L1, each on a `RedisStore` of its own (three connections to the
+//! server, as three processes have). Each cache holds the same KEYS keys
+//! (default 200). A plain redis-rs client then changes them, one event
+//! kind at a time: `DEL`, `UNLINK`, `SET` of a foreign value, `EXPIRE key
+//! 0` (each key by key), `FLUSHDB` and `FLUSHALL` (ROUNDS times each,
+//! default 20), and evictions under `maxmemory` (filler writes until every
+//! key was evicted). For each change it reports the time from the moment
+//! the command was sent until none of the three caches serves the old
+//! value from its L1 (`get_local`, polled from a thread of its own), as
+//! p50, p99 and max. The same is then
+//! done with `Tracking::Off` (corral before client tracking), where an L1
+//! serves the old value until the entry's TTL: it reports how many keys
+//! every cache still serves one second after a `DEL`.
+//!
+//! Last, the fan-out: eight caches, one holding a key, the others holding
+//! other keys; another cache writes that key. It reports, per write, the
+//! invalidations acted on across the eight caches (`tracking_invalidations`
+//! and `backplane_messages` in their stats): client tracking tells the
+//! one cache that read the key, the backplane every cache.
+
+use std::time::{Duration, Instant};
+
+use corral::store::StoreKey;
+use corral::{Cache, RedisConfig, RedisStore, Tracking};
+use corral_testkit::RedisServer;
+use redis::aio::MultiplexedConnection;
+
+/// How long one change may take to reach every L1 before the run fails.
+const BOUND: Duration = Duration::from_secs(5);
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|a| a.parse().expect("a number"))
+        .collect();
+    let keys = args.first().copied().unwrap_or(200);
+    let rounds = args.get(1).copied().unwrap_or(20);
+    let server = RedisServer::start();
+    let mut plain = plain(&server).await;
+    let caches = fleet(&server, Tracking::Keys, 3).await;
+    let names: Vec<String> = (0..keys).map(|i| format!("k{i}")).collect();
+
+    println!("time until no cache serves the old value ({keys} keys, 3 caches):");
+    for command in ["DEL", "UNLINK", "SET", "EXPIRE"] {
+        hold(&caches, &names).await;
+        let mut took = Vec::with_capacity(keys);
+        for name in &names {
+            let mut cmd = redis::cmd(command);
+            cmd.arg(value_key(&caches[0], name));
+            match command {
+                "SET" => drop(cmd.arg("foreign")),
+                "EXPIRE" => drop(cmd.arg(0)),
+                _ => {}
+            }
+            let sent = Instant::now();
+            let _: redis::Value = cmd.query_async(&mut plain).await.expect("command");
+            until_dropped(&caches, std::slice::from_ref(name)).await;
+            took.push(sent.elapsed());
+        }
+        report(command, took);
+    }
+    assert_eq!(flushes(&caches), 0, "a whole L1 was dropped");
+    for command in ["FLUSHDB", "FLUSHALL"] {
+        let mut took = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            hold(&caches, &names).await;
+            let sent = Instant::now();
+            let _: () = redis::cmd(command)
+                .query_async(&mut plain)
+                .await
+                .expect("flush");
+            until_dropped(&caches, &names).await;
+            took.push(sent.elapsed());
+        }
+        report(command, took);
+    }
+    let flushed = flushes(&caches);
+    report(
+        "eviction",
+        evictions(&server, &mut plain, &caches, &names).await,
+    );
+    println!(
+        "  (whole-L1 drops during the evictions: {})",
+        flushes(&caches) - flushed
+    );
+    drop(caches);
+
+    let untracked = fleet(&server, Tracking::Off, 3).await;
+    hold(&untracked, &names).await;
+    for name in &names {
+        let _: u64 = redis::cmd("DEL")
+            .arg(value_key(&untracked[0], name))
+            .query_async(&mut plain)
+            .await
+            .expect("DEL");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let served = names
+        .iter()
+        .filter(|name| untracked.iter().all(|c| c.get_local(name).is_some()))
+        .count();
+    println!(
+        "  tracking off: 1 s after a DEL of each, every cache still serves \
+         {served} of {keys} keys (until the entry's TTL, 600 s here)"
+    );
+    drop(untracked);
+    fan_out(&server).await;
+}
+
+async fn plain(server: &RedisServer) -> MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect")
+}
+
+/// `count` caches with an L1, each on a store of its own, with `tracking`.
+async fn fleet(server: &RedisServer, tracking: Tracking, count: usize) -> Vec<Cache<String>> {
+    let mut caches = Vec::with_capacity(count);
+    for _ in 0..count {
+        let config = RedisConfig::default().tracking(tracking);
+        let store = RedisStore::connect(&server.url(), config)
+            .await
+            .expect("connect");
+        let cache = Cache::<String>::builder("outside")
+            .store(store)
+            .l1(true)
+            .ttl(Duration::from_secs(600))
+            .build()
+            .expect("config");
+        caches.push(cache);
+    }
+    // Each backplane subscription up before anything is read: one
+    // confirmed after a read would drop the whole L1 (and look like an
+    // invalidation).
+    let deadline = Instant::now() + BOUND;
+    for (i, cache) in caches.iter().enumerate() {
+        let from = &caches[(i + 1) % count];
+        while cache.stats().backplane_messages == 0 {
+            from.invalidate("warm").await.expect("invalidate");
+            assert!(Instant::now() < deadline, "no subscription");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    caches
+}
+
+/// Whole-L1 drops so far (a drop would evict every key at once).
+fn flushes(caches: &[Cache<String>]) -> u64 {
+    caches
+        .iter()
+        .map(|c| {
+            let s = c.stats();
+            s.backplane_resets + s.l1_flushes_reconnect + s.l1_flushes_server_flush
+        })
+        .sum()
+}
+
+fn value_key(cache: &Cache<String>, key: &str) -> String {
+    RedisStore::keys_of(&StoreKey::new(cache.namespace(), key)).value
+}
+
+/// The first cache writes every key, every cache reads each until its L1
+/// holds it.
+async fn hold(caches: &[Cache<String>], names: &[String]) {
+    for name in names {
+        caches[0].set(name, "v".into()).await.expect("set");
+    }
+    let deadline = Instant::now() + BOUND;
+    for cache in caches {
+        for name in names {
+            while cache.get_local(name).is_none() {
+                cache.peek(name).await.expect("read");
+                assert!(Instant::now() < deadline, "{name} never held");
+            }
+        }
+    }
+}
+
+/// Waits until no cache serves any of `names` from its L1: polled from a
+/// thread of its own, so that the runtime's workers stay free to read the
+/// invalidations (a task spinning on them would delay their I/O).
+async fn until_dropped(caches: &[Cache<String>], names: &[String]) {
+    let (caches, names) = (caches.to_vec(), names.to_vec());
+    let polled = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + BOUND;
+        while names
+            .iter()
+            .any(|name| caches.iter().any(|c| c.get_local(name).is_some()))
+        {
+            assert!(Instant::now() < deadline, "an L1 kept an old value");
+            std::thread::yield_now();
+        }
+    });
+    polled.await.expect("the poll");
+}
+
+/// Fills the server past `maxmemory` until every held key was evicted: the
+/// time from each filler write to the drop of the keys it evicted (found
+/// by one `EXISTS` pipeline after it, included in the time).
+async fn evictions(
+    server: &RedisServer,
+    plain: &mut MultiplexedConnection,
+    caches: &[Cache<String>],
+    names: &[String],
+) -> Vec<Duration> {
+    hold(caches, names).await;
+    let used: u64 = server
+        .cli(&["MEMORY", "STATS"])
+        .lines()
+        .skip_while(|line| *line != "total.allocated")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("total.allocated");
+    let limit = (used + (1 << 20)).to_string();
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-random"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", &limit]);
+    let filler = "x".repeat(16 * 1024);
+    let mut left: Vec<String> = names.to_vec();
+    let mut took = Vec::with_capacity(names.len());
+    for i in 0.. {
+        if left.is_empty() || i > 100_000 {
+            break;
+        }
+        let sent = Instant::now();
+        let _: () = redis::cmd("SET")
+            .arg(format!("filler:{i}"))
+            .arg(&filler)
+            .query_async(plain)
+            .await
+            .expect("SET");
+        let mut pipe = redis::pipe();
+        for name in &left {
+            pipe.exists(value_key(&caches[0], name));
+        }
+        let exists: Vec<bool> = pipe.query_async(plain).await.expect("EXISTS");
+        let (gone, kept): (Vec<_>, Vec<_>) = left.into_iter().zip(exists).partition(|(_, e)| !e);
+        left = kept.into_iter().map(|(name, _)| name).collect();
+        let gone: Vec<String> = gone.into_iter().map(|(name, _)| name).collect();
+        if !gone.is_empty() {
+            until_dropped(caches, &gone).await;
+            took.extend(std::iter::repeat_n(sent.elapsed(), gone.len()));
+        }
+    }
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    took
+}
+
+/// Invalidations acted on across eight caches per write of a key one of
+/// them holds, with client tracking and with the backplane.
+async fn fan_out(server: &RedisServer) {
+    const WRITES: u64 = 100;
+    let caches = fleet(server, Tracking::Keys, 9).await;
+    let (writer, caches) = caches.split_first().expect("nine");
+    let others: Vec<String> = (1..caches.len()).map(|i| format!("other{i}")).collect();
+    hold(&caches[..1], &["hot".to_owned()]).await;
+    for (cache, other) in caches[1..].iter().zip(&others) {
+        hold(std::slice::from_ref(cache), std::slice::from_ref(other)).await;
+    }
+    let sum =
+        |read: fn(&corral::Stats) -> u64| -> u64 { caches.iter().map(|c| read(&c.stats())).sum() };
+    let (tracked, messages) = (
+        sum(|s| s.tracking_invalidations),
+        sum(|s| s.backplane_messages),
+    );
+    for round in 0..WRITES {
+        let heard = sum(|s| s.backplane_messages);
+        writer.set("hot", format!("v{round}")).await.expect("set");
+        let deadline = Instant::now() + BOUND;
+        while sum(|s| s.backplane_messages) < heard + caches.len() as u64 {
+            assert!(Instant::now() < deadline, "backplane messages lost");
+            tokio::task::yield_now().await;
+        }
+        // Read back into the L1, tracked again for the next write.
+        caches[0].peek("hot").await.expect("read");
+    }
+    let per_write = |now: u64, before: u64| (now - before) as f64 / WRITES as f64;
+    println!("fan-out: invalidations acted on per write of a key 1 of 8 caches holds:");
+    println!(
+        "  client tracking (default mode): {:.2}",
+        per_write(sum(|s| s.tracking_invalidations), tracked)
+    );
+    println!(
+        "  backplane (pub/sub):            {:.2}",
+        per_write(sum(|s| s.backplane_messages), messages)
+    );
+}
+
+fn report(what: &str, mut took: Vec<Duration>) {
+    took.sort();
+    let at = |p: f64| {
+        let last = took.len().saturating_sub(1) as f64;
+        took.get((last * p).round() as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    println!(
+        "  {what:<9} n={:<5} p50 {:>9.1?}  p99 {:>9.1?}  max {:>9.1?}",
+        took.len(),
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    );
+}
