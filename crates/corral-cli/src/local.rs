@@ -18,7 +18,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use corral_testkit::Tally;
 
-use crate::report::{group, Comparison, SideReport};
+use crate::plot::group;
+use crate::report::{Comparison, SideReport};
 use crate::scenario::{fill_budget, round_keys, run_round, Side};
 use crate::source::{seed, Source};
 use crate::HerdArgs;

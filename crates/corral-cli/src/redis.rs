@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::report::{group, Comparison, SideReport};
+use crate::plot::group;
+use crate::report::{Comparison, SideReport};
 use crate::scenario::{arm, fill_budget, round_keys, Load, Side};
 use crate::source::Source;
 use crate::HerdArgs;

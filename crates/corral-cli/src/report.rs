@@ -5,8 +5,7 @@ use comfy_table::{presets, CellAlignment, Table};
 use corral_testkit::Tally;
 use serde::Serialize;
 
-pub(crate) use crate::plot::group;
-use crate::plot::{self, Bucket};
+use crate::plot::{self, group, Bucket};
 use crate::HerdArgs;
 
 /// Per-call latency percentiles, in milliseconds.

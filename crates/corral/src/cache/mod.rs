@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use crate::cache::get_or_fill::{FillOutput, GetOrFill, SlowFill};
 use crate::data::cause::{cause_fn, CauseFn, FillCause, FillError};
-use crate::data::entry::{self};
 use crate::data::error::Error;
 use crate::data::freshness::{Answer, Cached, Judged};
 use crate::data::key::validate_key;
 use crate::data::key::InvalidKey;
+use crate::data::key::MAX_TAGS;
 use crate::data::policy::FillOptions;
 use crate::data::tags::{Stamps, CLEAR, MOVED};
 use crate::flight::caller;
@@ -673,14 +673,14 @@ fn validate_call(key: &str, options: &FillOptions) -> Result<(), InvalidKey> {
 }
 
 /// Checks the tags a fill declares: each a valid key, at most
-/// [`MAX_TAGS`](entry::MAX_TAGS) − 1 distinct ones (the clear version takes
+/// [`MAX_TAGS`] − 1 distinct ones (the clear version takes
 /// the last place).
 fn validate_tags(tags: &[Arc<str>]) -> Result<(), InvalidKey> {
     for tag in tags {
         validate_key(tag)?;
     }
     let distinct = Stamps::wanted(tags).len();
-    if distinct > entry::MAX_TAGS {
+    if distinct > MAX_TAGS {
         return Err(InvalidKey::TooManyTags {
             count: distinct - 1,
         });

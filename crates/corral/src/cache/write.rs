@@ -12,8 +12,9 @@ use crate::data::error::Error;
 use crate::data::key::validate_key;
 use crate::data::policy::WriteOptions;
 use crate::data::tags::Stamps;
-use crate::state::inner::{weight, InL1};
+use crate::state::inner::weight;
 use crate::stats::Counters;
+use crate::tier::local::InL1;
 
 type Writing<'a> = Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>>;
 

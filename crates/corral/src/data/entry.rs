@@ -41,6 +41,7 @@ use crate::clock::millis;
 use crate::codec::Codec;
 use crate::data::compression::frames::Frames;
 use crate::data::compression::{Packed, Packing, UnpackError};
+use crate::data::key::MAX_TAGS;
 use crate::data::stamps::Stamps;
 
 const MAGIC: [u8; 4] = *b"CRL\0";
@@ -90,7 +91,6 @@ pub(crate) const FLAG_STAMPED: u16 = 4;
 /// Flag: the value bytes are a compressed frame of the encoding.
 pub(crate) const FLAG_COMPRESSED: u16 = 8;
 const KNOWN_FLAGS: u16 = FLAG_NOT_FOUND | FLAG_FAIL_SAFE | FLAG_STAMPED | FLAG_COMPRESSED;
-pub(crate) use super::key::MAX_TAGS;
 
 /// Why an envelope was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,8 +28,7 @@ use crate::stats::{Counters, Stats};
 use crate::store::{new_version, Origin, StoreKey, Stored};
 use crate::sync::{lock, Mutex};
 use crate::throttle::{warn_throttled, Throttle};
-pub(crate) use crate::tier::local::InL1;
-use crate::tier::local::LocalTier;
+use crate::tier::local::{InL1, LocalTier};
 use crate::tier::shared::SharedTier;
 
 /// Where a cache keeps its values: decoded in process (L1), as envelopes in

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::data::entry;
 use crate::data::error::StoreError;
+use crate::data::key::MAX_TAGS;
 use crate::data::tags::{Home, Known, Stamps, CLEAR, MOVED};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
@@ -94,7 +94,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         if added.is_empty() {
             return Some(stamps);
         }
-        if stamps.len() + added.len() > entry::MAX_TAGS {
+        if stamps.len() + added.len() > MAX_TAGS {
             tracing::warn!(cache = %self.name(), "answer declared too many tags: not stored");
             return None;
         }

@@ -266,12 +266,7 @@ where
             }
         }
     }
-}
 
-impl<V> Finder<'_, V>
-where
-    V: Clone + Send + Sync + 'static,
-{
     /// The lookup failed with `error`: waits for the store or for a
     /// fail-open permit (see the module docs). `None`: look again.
     pub(super) async fn ride_out(

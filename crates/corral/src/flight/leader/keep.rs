@@ -9,8 +9,9 @@ use crate::data::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::data::freshness::{Answer, Fetched, Freshness};
 use crate::data::tags::Stamps;
 use crate::state::flight::Outcome;
-use crate::state::inner::{weight, InL1, Inner};
+use crate::state::inner::{weight, Inner};
 use crate::stats::Counters;
+use crate::tier::local::InL1;
 
 /// Stores the fill's answer (unless it asked not to be cached), retires the
 /// flight and hands the answer to its callers.
