@@ -60,32 +60,38 @@ impl Source {
     }
 }
 
-async fn store(url: &str) -> RedisStore {
+async fn store(url: &str, timeout: Duration) -> RedisStore {
     let config = RedisConfig::default()
-        .op_timeout(OP_TIMEOUT)
-        .connect_timeout(OP_TIMEOUT);
-    RedisStore::connect(url, config.connect_timeout(Duration::from_secs(5)))
-        .await
-        .expect("connect")
+        .op_timeout(timeout)
+        .connect_timeout(Duration::from_secs(5));
+    RedisStore::connect(url, config).await.expect("connect")
 }
 
-/// A cache of the defaults but for the timeouts above.
-fn cache(store: RedisStore) -> Cache<String> {
+/// A cache of the defaults but for the lease TTL above and the store's
+/// `timeout`.
+fn cache(store: RedisStore, timeout: Duration) -> Cache<String> {
     Cache::<String>::builder("trouble")
         .store(store)
-        .store_timeout(OP_TIMEOUT)
+        .store_timeout(timeout)
         .lease_ttl(LEASE)
         .build()
         .expect("config")
 }
 
-/// `CACHES` caches through `proxy`, each with a source of its own.
-async fn caches(proxy: &FaultProxy) -> Vec<(Cache<String>, Arc<Source>)> {
+/// `CACHES` caches through `proxy` with the store `timeout`, each with a
+/// source of its own.
+async fn caches_timed(proxy: &FaultProxy, timeout: Duration) -> Vec<(Cache<String>, Arc<Source>)> {
     let mut caches = Vec::new();
     for _ in 0..CACHES {
-        caches.push((cache(store(&proxy.url()).await), Arc::default()));
+        let store = store(&proxy.url(), timeout).await;
+        caches.push((cache(store, timeout), Arc::default()));
     }
     caches
+}
+
+/// `CACHES` caches through `proxy`, with the store timeout above.
+async fn caches(proxy: &FaultProxy) -> Vec<(Cache<String>, Arc<Source>)> {
+    caches_timed(proxy, OP_TIMEOUT).await
 }
 
 /// Every cache asks for every one of `KEYS` cold keys, 3 callers a key,
@@ -159,21 +165,7 @@ async fn a_lease_outlives_a_grant_and_a_read_that_both_come_late() {
     // its grant, then of its fill's stamps, 1.1 s after asking, past the
     // lease's 1 s. It renews the lease meanwhile, or another cache takes
     // the key, fills it again and the first commit is refused.
-    let patient = Duration::from_secs(2);
-    let mut caches = Vec::new();
-    for _ in 0..CACHES {
-        let config = RedisConfig::default().op_timeout(patient);
-        let store = RedisStore::connect(&proxy.url(), config)
-            .await
-            .expect("connect");
-        let cache = Cache::<String>::builder("late")
-            .store(store)
-            .store_timeout(patient)
-            .lease_ttl(LEASE)
-            .build()
-            .expect("config");
-        caches.push((cache, Arc::<Source>::default()));
-    }
+    let caches = caches_timed(&proxy, Duration::from_secs(2)).await;
     proxy.delay_replies(Duration::from_millis(550));
     let trouble = async {
         tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -339,8 +331,8 @@ async fn a_burst_of_lease_requests_on_a_busy_client_does_not_open_the_breaker() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_outage_a_warm_key_is_filled_a_few_times_not_on_every_read() {
     let mut server = RedisServer::start();
-    let store = store(&server.url()).await;
-    let cache = cache(store);
+    let store = store(&server.url(), OP_TIMEOUT).await;
+    let cache = cache(store, OP_TIMEOUT);
     let source = Arc::new(Source::default());
     let read = |key: &str| {
         let (cache, source, key) = (cache.clone(), Arc::clone(&source), key.to_owned());
