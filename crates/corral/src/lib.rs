@@ -324,11 +324,12 @@ pub use data::freshness::{Answer, Cached, Fetched, Freshness};
 pub use data::key::{validate_key, InvalidKey, MAX_KEY_LEN};
 pub use data::policy::FAIL_SAFE_SOFT_TIMEOUT;
 pub use data::policy::{FillOptions, WriteOptions};
+pub use data::tracking::Tracking;
 pub use stats::health::{BudgetStats, Health, StoreHealth};
 pub use stats::Stats;
 
 #[cfg(feature = "redis")]
-pub use redis::{RedisConfig, RedisKeys, RedisStore, Tracking};
+pub use redis::{RedisConfig, RedisKeys, RedisStore};
 
 #[cfg(feature = "memcached")]
 pub use memcached::{MemcachedConfig, MemcachedStore};

@@ -216,11 +216,7 @@ impl CacheConfig {
             redis = redis.tcp_keepalive((!idle.is_zero()).then_some(idle));
         }
         if let Some(tracking) = self.redis_tracking {
-            redis = redis.tracking(if tracking {
-                crate::redis::Tracking::Keys
-            } else {
-                crate::redis::Tracking::Off
-            });
+            redis = redis.tracking(tracking);
         }
         if let Some(password) = self.redis_master_password.as_deref() {
             redis = redis.master_auth(self.redis_master_user.as_deref(), password);

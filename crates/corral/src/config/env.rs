@@ -206,6 +206,7 @@ mod tests {
         assert_eq!(process.len(), 10, "{process:?}");
         for field in process {
             let value = match field.kind {
+                _ if field.name == "redis_tracking" => "bcast",
                 Kind::Duration => "1s",
                 Kind::List => "redis://a:1,redis://b:1",
                 Kind::Bool => "false",

@@ -38,6 +38,7 @@ use serde::Deserialize;
 use super::table::settings;
 use crate::cache::builder::{CacheBuilder, Capacity};
 use crate::data::compression::Compression;
+use crate::data::tracking::Tracking;
 use crate::tier::breaker::BreakerSettings;
 
 settings! {
@@ -113,10 +114,13 @@ settings! {
         /// this long without traffic; `"0s"` turns it off
         /// ([`RedisConfig::tcp_keepalive`](crate::redis::RedisConfig::tcp_keepalive)).
         redis_tcp_keepalive: Duration => store,
-        /// Whether Redis client tracking brings other clients' changes to
-        /// the L1 (default on; `false`: the backplane alone)
+        /// How Redis client tracking brings other clients' changes to the
+        /// L1: `"keys"` (the default: the keys each process read),
+        /// `"bcast"` (every change of the namespace, to every process) or
+        /// `"off"` (the backplane alone); `true` and `false` read as
+        /// `"keys"` and `"off"`
         /// ([`RedisConfig::tracking`](crate::redis::RedisConfig::tracking)).
-        redis_tracking: bool => store,
+        redis_tracking: Tracking => store,
         /// The in-process bound, in entries
         /// ([`Capacity::Entries`](crate::cache::builder::Capacity::Entries)).
         max_entries: u64 => with(capacity_of),
@@ -341,6 +345,19 @@ mod tests {
                     .map(u32::to_string)
                     .collect::<Vec<_>>()
                     .join(", ")
+            }
+        }
+
+        impl Example for crate::data::tracking::Tracking {
+            fn examples() -> Vec<Self> {
+                use crate::data::tracking::Tracking;
+                vec![Tracking::Broadcast, Tracking::Off]
+            }
+            fn toml(&self) -> String {
+                format!("\"{self}\"")
+            }
+            fn var(&self) -> String {
+                self.to_string()
             }
         }
 

@@ -148,6 +148,7 @@ plain_settings! {
     String => Text, debug;
     Vec<String> => List, debug;
     crate::data::compression::Compression => Text, display;
+    crate::data::tracking::Tracking => Text, display;
 }
 
 /// A duration is written as a number and a unit (`"250ms"`, `"5m"`).

@@ -13,3 +13,4 @@ pub(crate) mod key;
 pub(crate) mod policy;
 pub(crate) mod stamps;
 pub(crate) mod tags;
+pub(crate) mod tracking;

@@ -10,31 +10,10 @@ use super::conn::sentinel::MasterAuth;
 use super::RedisStore;
 #[cfg(doc)]
 use crate::data::error::StoreErrorKind;
+use crate::data::tracking::Tracking;
 
 /// The first delay between reconnect attempts.
 pub(super) const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(50);
-
-/// How a [`RedisStore`] learns of changes made outside this process — by
-/// any client: other processes, an operator's `DEL`, an expiry, an
-/// eviction, a `FLUSHDB` — so the caches on it drop their stale in-process
-/// copies (Redis client tracking; see the [`RedisStore`] docs,
-/// "Coherence").
-///
-/// Where the server refuses client tracking (Redis before 6, `CLIENT` or
-/// `HELLO` refused, a proxy), the store runs without it, as with
-/// [`Off`](Self::Off), and logs why once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum Tracking {
-    /// The server remembers the keys this process read and tells it alone
-    /// when one of them changes (client tracking's default mode). Costs
-    /// server memory per key read, per process. The default.
-    #[default]
-    Keys,
-    /// No client tracking: only corral's own writes (the backplane) reach
-    /// the caches' in-process copies.
-    Off,
-}
 
 /// Settings of a [`RedisStore`].
 ///

@@ -51,17 +51,17 @@ use crate::data::key::fnv1a64_from;
 
 /// The three Redis keys of one logical key; they share a hash slot.
 ///
-/// They share everything up to the marker, so the first `{...}` of each is
-/// the same whatever the namespace holds: co-location never depends on the
-/// namespace. Uniqueness relies on namespaces without `{` (cache names
-/// allow none).
+/// They differ only in the kind letter after `corral:`, so the first
+/// `{...}` of each is the same whatever the namespace holds: co-location
+/// never depends on the namespace. Uniqueness relies on namespaces without
+/// `{` (cache names allow none); so does [`bcast_prefixes`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct KeyNames {
-    /// `corral:<namespace>:{<b>}:v:<key>`: the envelope bytes.
+    /// `corral:v:<namespace>:{<b>}:<key>`: the envelope bytes.
     pub(super) value: String,
-    /// `corral:<namespace>:{<b>}:l:<key>`: the token of the fill lease.
+    /// `corral:l:<namespace>:{<b>}:<key>`: the token of the fill lease.
     pub(super) lease: String,
-    /// `corral:<namespace>:{<b>}:f:<key>`: the token of the last grant.
+    /// `corral:f:<namespace>:{<b>}:<key>`: the token of the last grant.
     pub(super) fence: String,
     /// The hash tag `<b>` of the key's bucket.
     pub(super) bucket: &'static str,
@@ -72,7 +72,7 @@ impl KeyNames {
     pub(super) fn new(key: &StoreKey) -> Self {
         let name = ValueName::new(key);
         let (value, bucket) = (name.owned(), name.bucket());
-        let marker = value.len() - key.key().len() - 2;
+        let marker = PREFIX.len();
         let name = |letter: &str| {
             let mut name = value.clone();
             name.replace_range(marker..marker + 1, letter);
@@ -88,9 +88,18 @@ impl KeyNames {
 }
 
 /// The key holding the version of `tag` in `namespace` on one server (the
-/// empty tag: the clear version): `corral:<namespace>:{<namespace>}:t:<tag>`.
+/// empty tag: the clear version): `corral:t:<namespace>:{<namespace>}:<tag>`.
 pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
-    format!("{PREFIX}{namespace}:{{{namespace}}}:t:{tag}")
+    format!("{PREFIX}t:{namespace}:{{{namespace}}}:{tag}")
+}
+
+/// The key prefixes under which every value key and every version key of
+/// `namespace` lies, and no other key corral writes: `corral:v:<namespace>:{`
+/// and `corral:t:<namespace>:{`. A namespace holds no `{`, so the prefixes
+/// of two namespaces never overlap (one is never the start of the other),
+/// and leases and fences lie under neither.
+pub(super) fn bcast_prefixes(namespace: &str) -> [String; 2] {
+    ["v", "t"].map(|kind| format!("{PREFIX}{kind}:{namespace}:{{"))
 }
 
 /// The bucket of `key` (0 to 255): on a cluster, the home of the copies
@@ -105,11 +114,11 @@ pub(super) fn home_tag(home: u32) -> &'static str {
 }
 
 /// The key holding bucket `home`'s copy of the version of `tag` in
-/// `namespace`, on a cluster: `corral:<namespace>:{<b>}:t:<tag>`, in the
+/// `namespace`, on a cluster: `corral:t:<namespace>:{<b>}:<tag>`, in the
 /// slot of the bucket's value keys, so a shard holds the copies that guard
 /// its own entries.
 pub(super) fn copy_key(namespace: &str, home: u32, tag: &str) -> String {
-    format!("{PREFIX}{namespace}:{{{}}}:t:{tag}", home_tag(home))
+    format!("{PREFIX}t:{namespace}:{{{}}}:{tag}", home_tag(home))
 }
 
 /// The name of the clear version's copy that guards the entry of a value
@@ -138,13 +147,14 @@ impl<'a> ClearCopy<'a> {
 
     /// Whether `due` says to touch this copy now, asked with the FNV-1a of
     /// what tells the copy apart: the namespace on one server, the name up
-    /// to its hash tag (`corral:<namespace>:{<b>}`) on a cluster.
+    /// to its hash tag (`corral:t:<namespace>:{<b>}`) on a cluster.
     pub(super) fn due(&self, due: impl FnOnce(u64) -> bool) -> bool {
         if !self.cluster {
             return due(fnv1a64(self.namespace.as_bytes()));
         }
         let hash = [
             PREFIX.as_bytes(),
+            b"t:",
             self.namespace.as_bytes(),
             b":{",
             self.tag.as_bytes(),
@@ -158,10 +168,11 @@ impl<'a> ClearCopy<'a> {
     fn write(&self, out: &mut impl std::io::Write) {
         for part in [
             PREFIX.as_bytes(),
+            b"t:",
             self.namespace.as_bytes(),
             b":{",
             self.tag.as_bytes(),
-            b"}:t:",
+            b"}:",
         ] {
             // Writing to a command's buffer cannot fail.
             let _ = out.write_all(part);
@@ -192,24 +203,23 @@ pub(super) fn namespace_of(channel: &str) -> Option<&str> {
 /// What the name of a Redis key corral writes names ([`named`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Named<'a> {
-    /// A value key: `corral:<namespace>:{<b>}:v:<key>`.
+    /// A value key: `corral:v:<namespace>:{<b>}:<key>`.
     Value { namespace: &'a str, key: &'a str },
     /// A tag's version, or one bucket's copy of it (the empty tag: the
-    /// clear version): `corral:<namespace>:{<ns or b>}:t:<tag>`.
+    /// clear version): `corral:t:<namespace>:{<ns or b>}:<tag>`.
     Version { namespace: &'a str, tag: &'a str },
     /// A lease or a fence.
     Guard,
 }
 
-/// What the key named `name` holds, if corral wrote it: the namespace
-/// (which holds no `{`) up to the first `:{`, the hash tag, then a
-/// one-letter marker.
+/// What the key named `name` holds, if corral wrote it: a one-letter
+/// marker, the namespace (which holds no `{`) up to the first `:{`, then
+/// the hash tag.
 pub(super) fn named(name: &[u8]) -> Option<Named<'_>> {
     let name = std::str::from_utf8(name).ok()?.strip_prefix(PREFIX)?;
-    let (namespace, tagged) = name.split_once(":{")?;
-    let (_tag, marked) = tagged.split_once("}:")?;
-    let (marker, rest) = marked.split_at_checked(1)?;
-    let rest = rest.strip_prefix(':')?;
+    let (marker, named) = name.split_at_checked(1)?;
+    let (namespace, tagged) = named.strip_prefix(':')?.split_once(":{")?;
+    let (_tag, rest) = tagged.split_once("}:")?;
     match marker {
         "v" => Some(Named::Value {
             namespace,
@@ -230,7 +240,7 @@ pub(super) fn listener_id(namespace: &str, key: &str) -> String {
     format!("{namespace}\u{0}{key}")
 }
 
-/// The name of `key`'s value key alone (`corral:<namespace>:{<b>}:v:<key>`),
+/// The name of `key`'s value key alone (`corral:v:<namespace>:{<b>}:<key>`),
 /// as the commands write it ([`ValueName`]): for checks.
 #[cfg(any(test, feature = "test-hooks"))]
 pub(super) fn value_name(key: &StoreKey) -> String {
@@ -295,13 +305,14 @@ impl<'a> ValueName<'a> {
     }
 
     /// The name's parts, in order.
-    fn parts(&self) -> [&[u8]; 6] {
+    fn parts(&self) -> [&[u8]; 7] {
         [
             PREFIX.as_bytes(),
+            b"v:",
             self.key.namespace().as_bytes(),
             b":{",
             self.bucket().as_bytes(),
-            b"}:v:",
+            b"}:",
             self.key.key().as_bytes(),
         ]
     }
@@ -431,15 +442,17 @@ mod tests {
     fn layout_is_documented_shape() {
         let names = KeyNames::new(&StoreKey::new("users:v1", "user:42"));
         let h = BUCKET_TAGS[(fnv1a64(b"user:42") % 256) as usize];
-        assert_eq!(names.value, format!("corral:users:v1:{{{h}}}:v:user:42"));
-        assert_eq!(names.lease, format!("corral:users:v1:{{{h}}}:l:user:42"));
-        assert_eq!(names.fence, format!("corral:users:v1:{{{h}}}:f:user:42"));
+        assert_eq!(names.value, format!("corral:v:users:v1:{{{h}}}:user:42"));
+        assert_eq!(names.lease, format!("corral:l:users:v1:{{{h}}}:user:42"));
+        assert_eq!(names.fence, format!("corral:f:users:v1:{{{h}}}:user:42"));
         let key = StoreKey::new("users:v1", "user:42");
         assert_eq!(value_name(&key), names.value);
         assert_eq!(ValueName::new(&key).len(), names.value.len());
         let odd = KeyNames::new(&StoreKey::new("n:v1", "v:}{l:f:"));
-        assert!(odd.lease.ends_with("}:l:v:}{l:f:"), "{}", odd.lease);
-        assert!(odd.fence.ends_with("}:f:v:}{l:f:"), "{}", odd.fence);
+        assert!(odd.lease.starts_with("corral:l:n:v1:{"), "{}", odd.lease);
+        assert!(odd.lease.ends_with("}:v:}{l:f:"), "{}", odd.lease);
+        assert!(odd.fence.starts_with("corral:f:n:v1:{"), "{}", odd.fence);
+        assert!(odd.fence.ends_with("}:v:}{l:f:"), "{}", odd.fence);
         assert_eq!(channel("users:v1"), "corral:users:v1:filled");
     }
 
@@ -526,7 +539,7 @@ mod tests {
             ClearCopy::of(&name, false).write(&mut written);
             assert_eq!(String::from_utf8(written).ok(), Some(tag_key("ns:v3", "")));
             // Reads under one copy share its turn: asked with one id.
-            let bucket = format!("corral:ns:v3:{{{}}}", home_tag(home));
+            let bucket = format!("corral:t:ns:v3:{{{}}}", home_tag(home));
             for (cluster, base) in [(true, bucket.as_str()), (false, "ns:v3")] {
                 let mut asked = None;
                 ClearCopy::of(&name, cluster).due(|id| {
@@ -543,10 +556,14 @@ mod tests {
         // A user key that spells another key's lease name still gets its own
         // tag, so its value key differs from that lease key.
         let victim = KeyNames::new(&StoreKey::new("ns:v1", "k"));
-        let suffix = victim.lease.trim_start_matches("corral:ns:v1:");
-        let forged = KeyNames::new(&StoreKey::new("ns:v1", suffix));
-        assert_ne!(forged.value, victim.lease);
-        assert_ne!(forged.value, victim.fence);
+        for internal in [&victim.lease, &victim.fence] {
+            let suffix = internal.split_once("}:").map_or("", |(_, key)| key);
+            let forged = KeyNames::new(&StoreKey::new("ns:v1", suffix));
+            assert_ne!(&forged.value, internal);
+            // Nor in a namespace that spells the kind letter.
+            let forged = KeyNames::new(&StoreKey::new("l:ns:v1", "k"));
+            assert_ne!(&forged.value, internal);
+        }
     }
 
     #[test]
@@ -575,11 +592,45 @@ mod tests {
             "user:1",
             "corral:",
             "corral:ns:v1",
-            "corral:ns:v1:{x}:q:k",
+            "corral:q:ns:v1:{x}:k",
+            "corral:v:ns:v1",
+            "corral:vv:ns:v1:{x}:k",
+            "corral:v:ns:v1:{x}k",
         ] {
             assert_eq!(named(foreign.as_bytes()), None, "{foreign}");
         }
         assert_eq!(named(b"corral:ns:v1:filled"), None);
         assert_eq!(named(&[0xff, 0xfe]), None);
+    }
+
+    #[test]
+    fn bcast_prefixes_hold_a_namespaces_values_and_versions_alone() {
+        let prefixes = bcast_prefixes("ns");
+        assert_eq!(prefixes, ["corral:v:ns:{", "corral:t:ns:{"]);
+        let under = |name: &str| prefixes.iter().any(|p| name.starts_with(p.as_str()));
+        for raw in ["k", "", "}x", "{a}:b"] {
+            let names = KeyNames::new(&StoreKey::new("ns", raw));
+            assert!(under(&names.value), "{}", names.value);
+            assert!(!under(&names.lease) && !under(&names.fence), "{raw:?}");
+            assert!(under(&tag_key("ns", raw)) && under(&copy_key("ns", 9, raw)));
+            // A namespace that starts like this one lies under neither.
+            let other = KeyNames::new(&StoreKey::new("ns:x", raw));
+            assert!(!under(&other.value) && !under(&tag_key("ns:x", raw)));
+        }
+        // Redis refuses prefixes of one client where one starts another.
+        let all = [
+            bcast_prefixes("ns"),
+            bcast_prefixes("ns:x"),
+            bcast_prefixes("n"),
+        ];
+        let all: Vec<&String> = all.iter().flatten().collect();
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert!(
+                    !a.starts_with(b.as_str()) && !b.starts_with(a.as_str()),
+                    "{a} {b}"
+                );
+            }
+        }
     }
 }

@@ -30,7 +30,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use self::config::{RedisConfig, Tracking};
+pub use self::config::RedisConfig;
 use self::conn::Connection;
 use self::keys::KeyNames;
 use self::read::batch::Reads;
@@ -50,12 +50,12 @@ const MAX_TTL_MS: u64 = 1 << 42;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RedisKeys {
-    /// The key holding the value: `corral:<namespace>:{<bucket>}:v:<key>`.
+    /// The key holding the value: `corral:v:<namespace>:{<bucket>}:<key>`.
     pub value: String,
     /// The key holding the fill lease's token:
-    /// `corral:<namespace>:{<bucket>}:l:<key>`.
+    /// `corral:l:<namespace>:{<bucket>}:<key>`.
     pub lease: String,
-    /// The key holding the fence: `corral:<namespace>:{<bucket>}:f:<key>`.
+    /// The key holding the fence: `corral:f:<namespace>:{<bucket>}:<key>`.
     pub fence: String,
 }
 #[doc = include_str!("store.md")]
@@ -104,10 +104,10 @@ impl RedisStore {
     /// use corral::RedisStore;
     ///
     /// let names = RedisStore::keys_of(&StoreKey::new("users:v1", "user:42"));
-    /// assert!(names.value.starts_with("corral:users:v1:{"));
-    /// assert!(names.value.ends_with("}:v:user:42"));
-    /// assert!(names.lease.ends_with("}:l:user:42"));
-    /// assert!(names.fence.ends_with("}:f:user:42"));
+    /// assert!(names.value.starts_with("corral:v:users:v1:{"));
+    /// assert!(names.value.ends_with("}:user:42"));
+    /// assert!(names.lease.starts_with("corral:l:users:v1:{"));
+    /// assert!(names.fence.starts_with("corral:f:users:v1:{"));
     /// ```
     pub fn keys_of(key: &StoreKey) -> RedisKeys {
         let names = KeyNames::new(key);
@@ -132,6 +132,12 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
     assert_eq!(keys::value_name(&store_key), names.value);
     let _ = keys::namespace_of(&keys::channel(namespace));
     let _ = keys::tag_key(namespace, key);
+    if !namespace.contains('{') {
+        // A BCAST prefix holds the namespace's values, not its guards.
+        let [values, _] = keys::bcast_prefixes(namespace);
+        assert!(names.value.starts_with(&values), "value outside its prefix");
+        assert!(!names.lease.starts_with(&values) && !names.fence.starts_with(&values));
+    }
     let (body, generation) = frame::unframe(bytes.to_vec());
     if let Some(generation) = generation {
         let reframed = frame::frame(&generation, &body);

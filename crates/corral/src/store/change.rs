@@ -255,6 +255,6 @@ mod tests {
         assert_eq!(Change::decode(""), None);
         assert_eq!(Change::decode("c|xyz|k"), None);
         assert_eq!(Change::decode("q|0123456789abcdef|k"), None);
-        assert_eq!(Change::decode("corral:ns:v1:{0}:v:k"), None);
+        assert_eq!(Change::decode("corral:v:ns:v1:{0}:k"), None);
     }
 }

@@ -462,10 +462,16 @@ async fn a_full_tracking_table_leaves_nothing_untracked_in_the_l1() {
     no_flushes(&caches);
 }
 
-/// Deletes every key of the caches' namespace whose name matches
-/// `pattern` (after the namespace), as a plain client would.
-fn delete_matching(server: &RedisServer, cache: &Cache<String>, pattern: &str) -> usize {
-    let found = server.cli(&["KEYS", &format!("corral:{}:{pattern}", cache.namespace())]);
+/// Deletes every key of kind `kind` of the caches' namespace whose name
+/// matches `pattern` (after the namespace), as a plain client would.
+fn delete_matching(
+    server: &RedisServer,
+    cache: &Cache<String>,
+    kind: &str,
+    pattern: &str,
+) -> usize {
+    let namespace = cache.namespace();
+    let found = server.cli(&["KEYS", &format!("corral:{kind}:{namespace}:{pattern}")]);
     let names: Vec<&str> = found.lines().filter(|l| !l.is_empty()).collect();
     for name in &names {
         assert_eq!(server.cli(&["DEL", name]), "1", "{name}");
@@ -504,12 +510,12 @@ async fn outside_changes_of_versions_drop_what_they_guard() {
             }
         }
     }
-    assert!(delete_matching(&server, &caches[0], "*:t:team") > 0);
+    assert!(delete_matching(&server, &caches[0], "t", "{*}:team") > 0);
     until_dropped(&caches, "tagged", "DEL of the tag's version").await;
     for cache in &caches {
         assert!(cache.get_local("plain").is_some(), "{:?}", cache.stats());
     }
-    assert!(delete_matching(&server, &caches[0], "*:t:") > 0);
+    assert!(delete_matching(&server, &caches[0], "t", "{*}:") > 0);
     until_dropped(&caches, "plain", "DEL of the clear version").await;
     no_flushes(&caches);
 }

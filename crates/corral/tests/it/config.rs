@@ -354,7 +354,7 @@ fn redis_connection_settings_are_read_and_reach_the_store_settings() {
         .redis_connect_timeout(Duration::from_secs(2))
         .redis_health_interval(Duration::from_millis(250))
         .redis_tcp_keepalive(Duration::from_secs(30))
-        .redis_tracking(false);
+        .redis_tracking(corral::Tracking::Off);
     assert_eq!(toml, env);
     assert_eq!(toml, code);
 
@@ -368,6 +368,22 @@ fn redis_connection_settings_are_read_and_reach_the_store_settings() {
     assert!(
         shown.contains(r#""redis_health_interval": "250ms""#),
         "{shown}"
+    );
+
+    for (text, mode) in [
+        ("\"bcast\"", corral::Tracking::Broadcast),
+        ("\"keys\"", corral::Tracking::Keys),
+        ("true", corral::Tracking::Keys),
+        ("\"off\"", corral::Tracking::Off),
+    ] {
+        let read = CacheConfig::from_toml(&format!("redis_tracking = {text}")).expect("valid");
+        assert_eq!(read.redis_config().tracking, mode, "{text}");
+    }
+    let bad = CacheConfig::from_toml("redis_tracking = \"bcats\"").map(drop);
+    let bad = bad.err().map(|error| error.to_string()).unwrap_or_default();
+    assert!(
+        bad.contains(r#"expected "keys", "bcast" or "off""#),
+        "{bad}"
     );
 
     let off = CacheConfig::from_toml("redis_tcp_keepalive = \"0s\"").expect("valid");

@@ -113,6 +113,6 @@ async fn without_it_an_invalidation_stays_in_its_own_build() {
         old.peek("user:1").await.expect("read").as_deref(),
         Some("user:1 filled")
     );
-    let keys = server.cli(&["KEYS", "corral:users:v2:*"]);
-    assert!(keys.contains(":v:user:1"), "{keys}");
+    let keys = server.cli(&["KEYS", "corral:v:users:v2:*"]);
+    assert!(keys.contains("}:user:1"), "{keys}");
 }

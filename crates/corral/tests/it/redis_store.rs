@@ -1364,10 +1364,10 @@ async fn cluster_reads_go_to_the_owner(cluster: &RedisCluster, store: &RedisStor
 /// node whether it holds the key).
 fn owner(cluster: &RedisCluster, k: &StoreKey) -> u16 {
     for node in cluster.nodes() {
-        let keys = node.cli(&["--raw", "KEYS", &format!("corral:{}:*", k.namespace())]);
+        let keys = node.cli(&["--raw", "KEYS", &format!("corral:v:{}:*", k.namespace())]);
         if keys
             .lines()
-            .any(|line| line.ends_with(&format!(":v:{}", k.key())))
+            .any(|line| line.ends_with(&format!("}}:{}", k.key())))
         {
             return node.port();
         }

@@ -67,10 +67,10 @@ fn named(command: &Executed) -> String {
     let first_call = command.lua.first().map(Vec::as_slice).unwrap_or(&[]);
     let reads_first_key =
         first_call.len() == 2 && first_call[0] == "GET" && first_call[1] == first_key;
-    let script = if first_key.contains(":t:") {
-        // Reads (or creates) tag versions: keys `corral:<ns>:{<ns>}:t:<tag>`.
+    let script = if first_key.starts_with("corral:t:") {
+        // Reads (or creates) tag versions: keys `corral:t:<ns>:{<ns>}:<tag>`.
         "TAG_VERSIONS"
-    } else if reads_first_key && first_key.contains(":v:") {
+    } else if reads_first_key && first_key.starts_with("corral:v:") {
         // Reads the value key first: the lease request (mode 0).
         "GET_OR_LEASE"
     } else if command.lua.iter().any(|call| {

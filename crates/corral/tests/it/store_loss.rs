@@ -46,7 +46,7 @@ impl Target {
 /// namespace (see the Redis store's key layout).
 fn redis_version_key(cache: &Cache<String>, target: Target) -> String {
     let namespace = cache.namespace();
-    format!("corral:{namespace}:{{{namespace}}}:t:{}", target.tag())
+    format!("corral:t:{namespace}:{{{namespace}}}:{}", target.tag())
 }
 
 /// The memcached item holding the version of `target`'s tag.
@@ -307,7 +307,7 @@ async fn redis_cluster_del_of_the_version_key() {
         let late = before_loss(&old, target).await;
         // Each bucket holds its own copy of the version, beside its
         // entries: every copy is lost.
-        let pattern = format!("corral:{}:{{*}}:t:{}", old.namespace(), target.tag());
+        let pattern = format!("corral:t:{}:{{*}}:{}", old.namespace(), target.tag());
         let mut deleted = 0;
         for node in cluster.nodes() {
             let Ok(found) = node.try_cli(&["KEYS", &pattern]) else {

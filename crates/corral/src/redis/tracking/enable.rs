@@ -16,7 +16,7 @@ use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, ProtocolVersion, RedisError, RedisResult, Value};
 
 use super::Tracker;
-use crate::redis::config::Tracking;
+use crate::data::tracking::Tracking;
 use crate::redis::conn::sentinel::Source;
 use crate::sync::lock_std;
 

@@ -47,8 +47,8 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_utils::sync::ShardedLock;
 
-use super::config::Tracking;
 use super::read::expiries::Expiries;
+use crate::data::tracking::Tracking;
 use crate::store::{FlushReason, Sinks};
 use crate::sync::{lock_std, read, write};
 
