@@ -115,15 +115,15 @@ struct Parts {
 }
 
 impl Parts {
-    /// The parts of the store named `target` with `config`.
-    fn new(config: &RedisConfig, target: &str) -> Self {
+    /// The parts of the store named `target` with `config`, on `runtime`.
+    fn new(config: &RedisConfig, target: &str, runtime: &tokio::runtime::Handle) -> Self {
         let sinks = Arc::new(Sinks::default());
         let expiries = Arc::new(Expiries::new(config.read_memory));
         let tracker = Tracker::new(
-            config.tracking,
+            (config.tracking, config.op_timeout),
             target,
-            Arc::clone(&sinks),
-            Arc::clone(&expiries),
+            (Arc::clone(&sinks), Arc::clone(&expiries)),
+            runtime.clone(),
         );
         Self {
             sinks,
@@ -178,7 +178,7 @@ impl RedisStore {
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
-        let parts = Parts::new(&config, &redact_url(url));
+        let parts = Parts::new(&config, &redact_url(url), &runtime);
         let connection = bounded(
             config.connect_timeout,
             "connect",
@@ -229,7 +229,7 @@ impl RedisStore {
             runtime.clone(),
             &seeds.target,
         );
-        let parts = Parts::new(&config, &seeds.target);
+        let parts = Parts::new(&config, &seeds.target, &runtime);
         Self::finish(
             seeds.target,
             Connection::Cluster(connection),
@@ -263,7 +263,7 @@ impl RedisStore {
             (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
             &seeds.target,
         );
-        let parts = Parts::new(&config, &seeds.target);
+        let parts = Parts::new(&config, &seeds.target, &runtime);
         Ok(Self::assemble(
             seeds.target,
             Connection::Cluster(connection),
@@ -315,7 +315,7 @@ impl RedisStore {
         let client = client::client(url, &config)?;
         let reconnect = reconnect(&config, &redact_url(url));
         let source = Source::Fixed(Box::new(client));
-        let parts = Parts::new(&config, &redact_url(url));
+        let parts = Parts::new(&config, &redact_url(url), &runtime);
         let tracker = parts.tracker.clone();
         let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone(), tracker);
         let feed = Feed::Server(source, connection.moves());
@@ -371,7 +371,7 @@ impl RedisStore {
         let steps = u32::try_from(sentinels.len())
             .unwrap_or(u32::MAX)
             .saturating_add(2);
-        let parts = Parts::new(&config, &group.target());
+        let parts = Parts::new(&config, &group.target(), &runtime);
         let connection = bounded(
             config.connect_timeout.saturating_mul(steps),
             "connect",
@@ -416,7 +416,7 @@ impl RedisStore {
         let group = sentinel_group(master_name, sentinels, &config)?;
         let source = Source::Sentinel(Arc::clone(&group));
         let reconnect = reconnect(&config, &group.target());
-        let parts = Parts::new(&config, &group.target());
+        let parts = Parts::new(&config, &group.target(), &runtime);
         let tracker = parts.tracker.clone();
         let connection = Standalone::lazy(source.clone(), reconnect, runtime.clone(), tracker);
         let feed = Feed::Server(source, connection.moves());

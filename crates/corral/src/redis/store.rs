@@ -11,7 +11,7 @@ use super::conn::cluster;
 use super::conn::Connection;
 use super::errors::{bounded, unexpected};
 use super::keys::{self, KeyNames};
-use super::read::{remaining, stored};
+use super::read::{remaining, stored, Ahead};
 use super::{frame, millis, scripts, RedisStore};
 use crate::data::error::StoreError;
 use crate::store::{
@@ -187,7 +187,7 @@ impl Store for RedisStore {
         Box::pin(async move {
             let ahead = match keys.first() {
                 Some(key) => self.ahead_of_backplane(key.namespace()).await,
-                None => None,
+                None => Ahead::default(),
             };
             let found = self.read_many(keys).await;
             self.went_ahead(ahead, &found);

@@ -21,14 +21,14 @@ const DEADLINE: Duration = Duration::from_secs(2);
 /// The caches' name.
 const NAME: &str = "tracked";
 
-async fn store(url: &str, config: RedisConfig) -> RedisStore {
+pub(crate) async fn store(url: &str, config: RedisConfig) -> RedisStore {
     RedisStore::connect(url, config).await.expect("connect")
 }
 
 /// `count` caches with an L1, each on a store of its own, their
 /// backplane subscriptions up (so no later confirmation of one drops an
 /// L1, which would hide whether tracking did).
-async fn fleet(url: &str, config: &RedisConfig, count: usize) -> Vec<Cache<String>> {
+pub(crate) async fn fleet(url: &str, config: &RedisConfig, count: usize) -> Vec<Cache<String>> {
     let mut caches = Vec::with_capacity(count);
     for _ in 0..count {
         caches.push(l1_cache(&store(url, config.clone()).await, NAME));
@@ -42,7 +42,7 @@ async fn fleet(url: &str, config: &RedisConfig, count: usize) -> Vec<Cache<Strin
 /// Asserts that no cache dropped its whole L1 because the backplane's or
 /// the server's reports may have been lost (which would evict every key,
 /// whatever tracking did).
-fn no_flushes(caches: &[Cache<String>]) {
+pub(crate) fn no_flushes(caches: &[Cache<String>]) {
     for cache in caches {
         let stats = cache.stats();
         assert_eq!(stats.backplane_resets, 0, "{stats:?}");
@@ -52,14 +52,14 @@ fn no_flushes(caches: &[Cache<String>]) {
 }
 
 /// The Redis key holding `key`'s value in `cache`'s namespace.
-fn value_key(cache: &Cache<String>, key: &str) -> String {
+pub(crate) fn value_key(cache: &Cache<String>, key: &str) -> String {
     RedisStore::keys_of(&StoreKey::new(cache.namespace(), key)).value
 }
 
 /// The first cache writes each of `keys` (its value is the key's name
 /// with `=v`), every cache reads it: each L1 holds every key once this
 /// returns, and no message of those writes is still on its way.
-async fn hold(caches: &[Cache<String>], keys: &[&str]) {
+pub(crate) async fn hold(caches: &[Cache<String>], keys: &[&str]) {
     let heard: Vec<u64> = caches
         .iter()
         .map(|c| c.stats().backplane_messages)
@@ -93,7 +93,7 @@ async fn hold(caches: &[Cache<String>], keys: &[&str]) {
 }
 
 /// Waits, within [`DEADLINE`], until no cache serves `key` from its L1.
-async fn until_dropped(caches: &[Cache<String>], key: &str, what: &str) {
+pub(crate) async fn until_dropped(caches: &[Cache<String>], key: &str, what: &str) {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     loop {
@@ -120,8 +120,13 @@ async fn until_dropped(caches: &[Cache<String>], key: &str, what: &str) {
 /// over a corral key reads as a miss.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outside_key_changes_reach_every_l1() {
+    outside_key_changes_reach_every_l1_with(&RedisConfig::default()).await;
+}
+
+/// [`outside_key_changes_reach_every_l1`] with `config`.
+pub(crate) async fn outside_key_changes_reach_every_l1_with(config: &RedisConfig) {
     let server = RedisServer::start();
-    let caches = fleet(&server.url(), &RedisConfig::default(), 3).await;
+    let caches = fleet(&server.url(), config, 3).await;
     let keys = ["del", "unlink", "set", "expire", "pexpire"];
     hold(&caches, &keys).await;
     let name = |key: &str| value_key(&caches[0], key);
@@ -208,8 +213,13 @@ async fn evicted_keys_leave_every_l1() {
 /// anew, and the new connections are tracked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_tracking_connection_flushes_the_l1() {
+    a_lost_tracking_connection_flushes_the_l1_with(RedisConfig::default()).await;
+}
+
+/// [`a_lost_tracking_connection_flushes_the_l1`] with `config`.
+pub(crate) async fn a_lost_tracking_connection_flushes_the_l1_with(config: RedisConfig) {
     let server = RedisServer::start();
-    let config = RedisConfig::default().health_interval(Duration::from_millis(20));
+    let config = config.health_interval(Duration::from_millis(20));
     let caches = fleet(&server.url(), &config, 2).await;
     hold(&caches, &["k"]).await;
     let before = tracked_ids(&server);
@@ -252,11 +262,17 @@ async fn a_lost_tracking_connection_flushes_the_l1() {
 }
 
 /// The ids of the server's clients with tracking on.
-fn tracked_ids(server: &RedisServer) -> Vec<String> {
+pub(crate) fn tracked_ids(server: &RedisServer) -> Vec<String> {
     server
         .cli(&["CLIENT", "LIST"])
         .lines()
-        .filter(|line| line.split(' ').any(|field| field == "flags=t"))
+        .filter(|line| {
+            line.split(' ').any(|field| {
+                field
+                    .strip_prefix("flags=")
+                    .is_some_and(|f| f.contains('t'))
+            })
+        })
         .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
         .map(str::to_owned)
         .collect()
@@ -346,11 +362,17 @@ enum Racer {
 /// L1 holds nothing or what the store holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalidations_racing_reads_and_writes_leave_nothing_stale() {
+    invalidations_racing_reads_and_writes_with(&RedisConfig::default()).await;
+}
+
+/// [`invalidations_racing_reads_and_writes_leave_nothing_stale`] with
+/// `config`.
+pub(crate) async fn invalidations_racing_reads_and_writes_with(config: &RedisConfig) {
     let server = RedisServer::start();
-    let caches = fleet(&server.url(), &RedisConfig::default(), 2).await;
+    let caches = fleet(&server.url(), config, 2).await;
     let (reader, writer) = (&caches[0], &caches[1]);
     let checker = Cache::<String>::builder(NAME)
-        .store(store(&server.url(), RedisConfig::default()).await)
+        .store(store(&server.url(), config.clone()).await)
         .l1(false)
         .ttl(Duration::from_secs(60))
         .build()
@@ -401,8 +423,9 @@ async fn invalidations_racing_reads_and_writes_leave_nothing_stale() {
             }
         };
         tokio::join!(delete, race);
-        // A reply on the reader's tracked connection after the DEL's.
-        reader.peek("barrier").await.expect("read");
+        // A reply on the reader's tracked connection after the DEL's
+        // (a write: reads may go through other connections).
+        reader.set("barrier", "b".into()).await.expect("set");
         if let Some(held) = reader.get_local("k") {
             kept[round % 4] += 1;
             let truth = checker.peek("k").await.expect("read");

@@ -26,6 +26,7 @@ mod budget;
 mod cached_macro;
 mod cluster_faults;
 mod codec_round_trip;
+mod coherence_bcast;
 mod coherence_tracking;
 #[cfg(feature = "compression")]
 mod compression;

@@ -20,27 +20,45 @@ use crate::data::error::StoreError;
 use crate::redis::errors::unexpected;
 #[cfg(doc)]
 use crate::redis::subscriber::Subscriber;
+#[cfg(doc)]
+use crate::redis::tracking::Tracker;
 use crate::redis::{frame, keys, RedisStore};
 use crate::store::{StoreKey, Stored};
 
+/// What a read went ahead of ([`RedisStore::ahead_of_backplane`]): its
+/// namespace's first subscription (the channel), its first prefix
+/// registration (the namespace).
+#[derive(Default)]
+pub(in crate::redis) struct Ahead {
+    channel: Option<Arc<str>>,
+    prefixes: Option<Arc<str>>,
+}
+
 impl RedisStore {
     /// Waits (briefly) for the first subscription of `namespace`'s channel
-    /// if caches keep values current through it; see [`Subscriber::ready`].
+    /// if caches keep values current through it, and for the first
+    /// registration of its tracking prefixes (`BCAST`); see
+    /// [`Subscriber::ready`] and [`Tracker::ready`].
     #[inline]
-    pub(in crate::redis) async fn ahead_of_backplane(&self, namespace: &str) -> Option<Arc<str>> {
+    pub(in crate::redis) async fn ahead_of_backplane(&self, namespace: &str) -> Ahead {
         let bound = self.inner.config.op_timeout / 2;
-        self.inner.subscriber.ready(namespace, bound).await
+        Ahead {
+            channel: self.inner.subscriber.ready(namespace, bound).await,
+            prefixes: self.inner.tracker.ready(namespace, bound).await,
+        }
     }
 
     /// Records that a read went ahead of its namespace's first
-    /// subscription and succeeded.
-    pub(in crate::redis) fn went_ahead<T, E>(
-        &self,
-        ahead: Option<Arc<str>>,
-        result: &Result<T, E>,
-    ) {
-        if let (Some(channel), Ok(_)) = (ahead, result) {
+    /// subscription or prefix registration and succeeded.
+    pub(in crate::redis) fn went_ahead<T, E>(&self, ahead: Ahead, result: &Result<T, E>) {
+        if result.is_err() {
+            return;
+        }
+        if let Some(channel) = ahead.channel {
             self.inner.subscriber.went_ahead(&channel);
+        }
+        if let Some(namespace) = ahead.prefixes {
+            self.inner.tracker.went_ahead(&namespace);
         }
     }
 

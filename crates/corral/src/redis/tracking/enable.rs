@@ -1,6 +1,7 @@
 //! Client tracking turned on for each new command connection before it
 //! serves a call: RESP3, so invalidations arrive on the connection itself
-//! as push messages, then `CLIENT TRACKING on NOLOOP`.
+//! as push messages, then `CLIENT TRACKING on NOLOOP` (with `BCAST` and
+//! the namespaces' prefixes in that mode: [`bcast`](super::bcast)).
 //!
 //! Where the server refuses, the connection is used without tracking and
 //! one INFO line says why:
@@ -67,6 +68,7 @@ impl Tracker {
                     .resp2
                     .store(true, std::sync::atomic::Ordering::Release);
                 self.off(format!("the server refused RESP3 (HELLO 3: {error})"));
+                self.broadcast_off();
                 let was_on = shared.on.swap(false, std::sync::atomic::Ordering::AcqRel);
                 return Ok(Made {
                     conn: made.0,
@@ -84,15 +86,29 @@ impl Tracker {
         })
     }
 
-    /// Sends `CLIENT TRACKING` on `conn`: whether the server took it. A
-    /// refusal is said once; no answer within `timeout`, or a broken
-    /// connection, is an error (the connection is not used).
+    /// Turns tracking on on `conn`, a new connection, as the mode asks:
+    /// whether the server took it. A refusal is said once; no answer
+    /// within `timeout`, or a broken connection, is an error (the
+    /// connection is not used).
     async fn enable(
         &self,
         conn: &mut MultiplexedConnection,
         timeout: Duration,
     ) -> RedisResult<bool> {
-        let command = Self::command();
+        if self.shared.mode == Tracking::Broadcast {
+            return self.enable_broadcast(conn, timeout).await;
+        }
+        self.send_tracking(conn, &Self::command(), timeout).await
+    }
+
+    /// Sends `command` (a `CLIENT TRACKING`) on `conn`: whether the server
+    /// took it, as [`enable`](Self::enable) says.
+    pub(super) async fn send_tracking(
+        &self,
+        conn: &mut MultiplexedConnection,
+        command: &::redis::Cmd,
+        timeout: Duration,
+    ) -> RedisResult<bool> {
         let reply = tokio::time::timeout(timeout, command.query_async::<Value>(conn)).await;
         match reply {
             Ok(Ok(_)) => {
@@ -111,7 +127,7 @@ impl Tracker {
         }
     }
 
-    /// The `CLIENT TRACKING` command.
+    /// The `CLIENT TRACKING` command of the default mode.
     fn command() -> ::redis::Cmd {
         let mut command = ::redis::cmd("CLIENT");
         command.arg("TRACKING").arg("ON").arg("NOLOOP");

@@ -36,6 +36,7 @@
 //!
 //! [`ChangeSink::flushed`]: crate::store::ChangeSink::flushed
 
+mod bcast;
 mod enable;
 mod pushes;
 
@@ -44,6 +45,7 @@ pub(in crate::redis) use self::enable::Made;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crossbeam_utils::sync::ShardedLock;
 
@@ -86,16 +88,25 @@ struct Shared {
     /// The server of the connection in use, when known (a Sentinel's
     /// master): a new connection to another one is a failover.
     server: Mutex<Option<String>>,
+    /// `BCAST` mode: the namespaces' prefixes and where they are
+    /// registered.
+    prefixes: bcast::Prefixes,
+    /// Where prefixes of namespaces attached later are registered from.
+    runtime: tokio::runtime::Handle,
+    /// The bound of such a registration.
+    timeout: Duration,
 }
 
 impl Tracker {
     /// Tracking as `mode` asks, for the store named `store` (in logs),
-    /// handing changes to `sinks` and forgetting changed keys' `expiries`.
+    /// handing changes to `sinks` and forgetting changed keys' `expiries`;
+    /// prefixes added later are registered on `runtime`, each bounded by
+    /// `timeout`.
     pub(in crate::redis) fn new(
-        mode: Tracking,
+        (mode, timeout): (Tracking, Duration),
         store: &str,
-        sinks: Arc<Sinks>,
-        expiries: Arc<Expiries>,
+        (sinks, expiries): (Arc<Sinks>, Arc<Expiries>),
+        runtime: tokio::runtime::Handle,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -109,6 +120,9 @@ impl Tracker {
                 copying: ShardedLock::new(HashMap::new()),
                 any_copying: AtomicBool::new(false),
                 server: Mutex::new(None),
+                prefixes: bcast::Prefixes::default(),
+                runtime,
+                timeout,
             }),
         }
     }
@@ -119,11 +133,16 @@ impl Tracker {
     }
 
     /// A cache on `namespace` attached its sink: whether its reads must be
-    /// tracked is asked at the namespace's next read.
+    /// tracked is asked at the namespace's next read (default mode); its
+    /// prefixes are registered (`BCAST`).
     pub(in crate::redis) fn attach(&self, namespace: &str) {
-        if self.shared.mode == Tracking::Keys {
-            write(&self.shared.copying).insert(namespace.into(), None);
-            self.shared.any_copying.store(true, Ordering::Release);
+        match self.shared.mode {
+            Tracking::Keys => {
+                write(&self.shared.copying).insert(namespace.into(), None);
+                self.shared.any_copying.store(true, Ordering::Release);
+            }
+            Tracking::Broadcast => self.attach_broadcast(namespace),
+            Tracking::Off => {}
         }
     }
 
