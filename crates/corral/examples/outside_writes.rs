@@ -23,8 +23,11 @@
 //! Last, the fan-out: eight caches, one holding a key, the others holding
 //! other keys; another cache writes that key. It reports, per write, the
 //! invalidations acted on across the eight caches (`tracking_invalidations`
-//! and `backplane_messages` in their stats): client tracking tells the
-//! one cache that read the key, the backplane every cache.
+//! and `backplane_messages` in their stats): client tracking in its
+//! default mode tells the one cache that read the key; in `BCAST` mode,
+//! and the backplane, every cache. With each mode it prints the server's
+//! tracking counters (`tracking_total_keys`: the per-key table, which
+//! `BCAST` does not keep; `tracking_total_prefixes`).
 
 use std::time::{Duration, Instant};
 
@@ -257,10 +260,26 @@ async fn evictions(
 }
 
 /// Invalidations acted on across eight caches per write of a key one of
-/// them holds, with client tracking and with the backplane.
+/// them holds: with client tracking in each mode, and with the backplane
+/// (counted in the default mode's run); and what the server's tracking
+/// table holds meanwhile.
 async fn fan_out(server: &RedisServer) {
+    println!("fan-out: invalidations acted on per write of a key 1 of 8 caches holds:");
+    let (keys, messages, keys_table) = fan_out_with(server, Tracking::Keys).await;
+    let (bcast, _, bcast_table) = fan_out_with(server, Tracking::Broadcast).await;
+    println!("  client tracking (default mode): {keys:.2}");
+    println!("  client tracking (BCAST):        {bcast:.2}");
+    println!("  backplane (pub/sub):            {messages:.2}");
+    println!("server tracking table with 9 stores (INFO stats):");
+    println!("  default mode: {keys_table}");
+    println!("  BCAST:        {bcast_table}");
+}
+
+/// The fan-out with client tracking in `mode`: tracking invalidations and
+/// backplane messages per write, and the server's tracking counters.
+async fn fan_out_with(server: &RedisServer, mode: Tracking) -> (f64, f64, String) {
     const WRITES: u64 = 100;
-    let caches = fleet(server, Tracking::Keys, 9).await;
+    let caches = fleet(server, mode, 9).await;
     let (writer, caches) = caches.split_first().expect("nine");
     let others: Vec<String> = (1..caches.len()).map(|i| format!("other{i}")).collect();
     hold(&caches[..1], &["hot".to_owned()]).await;
@@ -285,15 +304,17 @@ async fn fan_out(server: &RedisServer) {
         caches[0].peek("hot").await.expect("read");
     }
     let per_write = |now: u64, before: u64| (now - before) as f64 / WRITES as f64;
-    println!("fan-out: invalidations acted on per write of a key 1 of 8 caches holds:");
-    println!(
-        "  client tracking (default mode): {:.2}",
-        per_write(sum(|s| s.tracking_invalidations), tracked)
-    );
-    println!(
-        "  backplane (pub/sub):            {:.2}",
-        per_write(sum(|s| s.backplane_messages), messages)
-    );
+    let table: Vec<String> = server
+        .cli(&["INFO", "stats"])
+        .lines()
+        .filter(|line| line.starts_with("tracking_total_"))
+        .map(|line| line.trim().to_owned())
+        .collect();
+    (
+        per_write(sum(|s| s.tracking_invalidations), tracked),
+        per_write(sum(|s| s.backplane_messages), messages),
+        table.join(" "),
+    )
 }
 
 fn report(what: &str, mut took: Vec<Duration>) {

@@ -53,7 +53,9 @@
 //! - `store.get, tracking off` and `cache+l1 L1 miss, tracking off`: the
 //!   same as `store.get` and the L1-miss variant, on a store with
 //!   `Tracking::Off` (RESP2, no client tracking; the others' store has
-//!   the default, `Tracking::Keys`);
+//!   the default, `Tracking::Keys`); `..., tracking bcast`: the same on a
+//!   store with `Tracking::Broadcast` (reads through the lanes, no key
+//!   tracked per read);
 //! - `raw/mget (floor)`: not corral — a hand-written RESP client
 //!   (`raw.rs`) that batches the reads queued into `MGET`s, two in flight,
 //!   on its own connection, and does nothing else per read: no key names
@@ -133,10 +135,12 @@ enum Variant {
     CacheL1Miss,
     StoreGetUntracked,
     CacheL1MissUntracked,
+    StoreGetBcast,
+    CacheL1MissBcast,
     RawMget,
 }
 
-const VARIANTS: [Variant; 18] = [
+const VARIANTS: [Variant; 20] = [
     Variant::GetMux,
     Variant::GetMgr,
     Variant::GetMuxTimeout,
@@ -154,6 +158,8 @@ const VARIANTS: [Variant; 18] = [
     Variant::CacheL1Miss,
     Variant::StoreGetUntracked,
     Variant::CacheL1MissUntracked,
+    Variant::StoreGetBcast,
+    Variant::CacheL1MissBcast,
     Variant::RawMget,
 ];
 
@@ -177,6 +183,8 @@ impl Variant {
             Self::CacheL1Miss => "cache+l1.get_or_fill, L1 miss",
             Self::StoreGetUntracked => "store.get, tracking off",
             Self::CacheL1MissUntracked => "cache+l1 L1 miss, tracking off",
+            Self::StoreGetBcast => "store.get, tracking bcast",
+            Self::CacheL1MissBcast => "cache+l1 L1 miss, tracking bcast",
             Self::RawMget => "raw/mget (floor)",
         }
     }
@@ -202,6 +210,9 @@ struct Ctx {
     /// A store without client tracking, and an L1 cache on it.
     untracked: RedisStore,
     l1_untracked: Cache<String>,
+    /// A store with client tracking in `BCAST` mode, and an L1 cache on it.
+    bcast: RedisStore,
+    l1_bcast: Cache<String>,
     l1_keys: Vec<Vec<String>>,
     l1_next: Vec<AtomicUsize>,
     get3: String,
@@ -370,15 +381,20 @@ impl Ctx {
             Variant::RawMget => {
                 assert!(!self.raw.get(i).await.is_empty(), "a seeded key is missing");
             }
-            Variant::StoreGetUntracked => {
-                let stored = self.untracked.get(&k.store_key).await.expect("store.get");
+            Variant::StoreGetUntracked | Variant::StoreGetBcast => {
+                let store = match variant {
+                    Variant::StoreGetUntracked => &self.untracked,
+                    _ => &self.bcast,
+                };
+                let stored = store.get(&k.store_key).await.expect("store.get");
                 assert!(stored.is_some_and(|s| s.generation.is_some()));
             }
-            Variant::CacheL1Miss | Variant::CacheL1MissUntracked => {
+            Variant::CacheL1Miss | Variant::CacheL1MissUntracked | Variant::CacheL1MissBcast => {
                 let next = self.l1_next[i].fetch_add(1, Ordering::Relaxed);
                 let key = &self.l1_keys[i][next % ROTATION];
                 let cache = match variant {
                     Variant::CacheL1Miss => &self.l1_cache,
+                    Variant::CacheL1MissBcast => &self.l1_bcast,
                     _ => &self.l1_untracked,
                 };
                 let value = cache
@@ -511,6 +527,11 @@ async fn setup(server: &RedisServer) -> Ctx {
         .await
         .expect("store");
     let l1_untracked = l1_on(&untracked);
+    let bcast_config = RedisConfig::default().tracking(Tracking::Broadcast);
+    let bcast = RedisStore::connect(&server.url(), bcast_config)
+        .await
+        .expect("store");
+    let l1_bcast = l1_on(&bcast);
     let mut l1_keys = Vec::new();
     for i in 0..TASKS {
         let mut own = Vec::new();
@@ -549,6 +570,8 @@ async fn setup(server: &RedisServer) -> Ctx {
         l1_cache,
         untracked,
         l1_untracked,
+        bcast,
+        l1_bcast,
         l1_keys,
         l1_next: (0..TASKS).map(|_| AtomicUsize::new(0)).collect(),
         get3,
