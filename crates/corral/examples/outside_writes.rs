@@ -116,7 +116,7 @@ async fn main() {
          {served} of {keys} keys (until the entry's TTL, 600 s here)"
     );
     drop(untracked);
-    fan_out(&server).await;
+    fan_out().await;
 }
 
 async fn plain(server: &RedisServer) -> MultiplexedConnection {
@@ -262,11 +262,13 @@ async fn evictions(
 /// Invalidations acted on across eight caches per write of a key one of
 /// them holds: with client tracking in each mode, and with the backplane
 /// (counted in the default mode's run); and what the server's tracking
-/// table holds meanwhile.
-async fn fan_out(server: &RedisServer) {
+/// table holds meanwhile. Each mode on a server of its own, so that its
+/// counters are the mode's alone.
+async fn fan_out() {
     println!("fan-out: invalidations acted on per write of a key 1 of 8 caches holds:");
-    let (keys, messages, keys_table) = fan_out_with(server, Tracking::Keys).await;
-    let (bcast, _, bcast_table) = fan_out_with(server, Tracking::Broadcast).await;
+    let (keys, messages, keys_table) = fan_out_with(&RedisServer::start(), Tracking::Keys).await;
+    let bcast_server = RedisServer::start();
+    let (bcast, _, bcast_table) = fan_out_with(&bcast_server, Tracking::Broadcast).await;
     println!("  client tracking (default mode): {keys:.2}");
     println!("  client tracking (BCAST):        {bcast:.2}");
     println!("  backplane (pub/sub):            {messages:.2}");
