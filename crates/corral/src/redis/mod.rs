@@ -40,6 +40,8 @@ use self::tracking::Tracker;
 #[cfg(doc)]
 use crate::store::Store;
 use crate::store::StoreKey;
+#[cfg(doc)]
+use crate::Tracking;
 
 /// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
 /// ones are capped.
