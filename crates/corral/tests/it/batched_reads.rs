@@ -451,7 +451,7 @@ async fn a_user_whose_acl_refuses_mget_reads_alone() {
         "on",
         ">secret",
         "resetkeys",
-        "~corral:batch:*",
+        "~corral:?:batch:*",
         "resetchannels",
         "&corral:batch:*",
         "-@all",

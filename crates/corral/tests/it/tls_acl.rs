@@ -290,7 +290,7 @@ async fn untrusted_certificates_are_refused() {
 /// without).
 const CACHE_USER_ACL: &[&str] = &[
     "resetkeys",
-    "~corral:allowed:*",
+    "~corral:?:allowed:*",
     "resetchannels",
     "&corral:allowed:*",
     "-@all",
