@@ -57,6 +57,9 @@ pub struct RedisKeys {
     pub lease: String,
     /// The key holding the fence: `corral:<namespace>:{<bucket>}:f:<key>`.
     pub fence: String,
+    /// The key marking that a caller in another process waits for the
+    /// lease's fill: `corral:<namespace>:{<bucket>}:w:<key>`.
+    pub waiters: String,
 }
 #[doc = include_str!("store.md")]
 #[derive(Clone)]
@@ -115,6 +118,7 @@ impl RedisStore {
             value: names.value,
             lease: names.lease,
             fence: names.fence,
+            waiters: names.waiters,
         }
     }
 }
@@ -128,6 +132,7 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
     let slot = keys::slot(&names.value);
     assert_eq!(keys::slot(&names.lease), slot, "lease in another slot");
     assert_eq!(keys::slot(&names.fence), slot, "fence in another slot");
+    assert_eq!(keys::slot(&names.waiters), slot, "waiters in another slot");
     assert!(names.value != names.lease && names.lease != names.fence && names.value != names.fence);
     assert_eq!(keys::value_name(&store_key), names.value);
     let _ = keys::namespace_of(&keys::channel(namespace));

@@ -131,7 +131,13 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::GET_OR_LEASE,
-                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        &names.value,
+                        &names.lease,
+                        &names.fence,
+                        &names.waiters,
+                        &clear,
+                    ],
                     &[
                         token.as_bytes(),
                         lease_ms.as_bytes(),
@@ -240,7 +246,13 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::COMMIT,
-                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        &names.value,
+                        &names.lease,
+                        &names.fence,
+                        &names.waiters,
+                        &clear,
+                    ],
                     &[
                         lease.token().as_bytes(),
                         &framed,
@@ -308,7 +320,13 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::SET,
-                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        &names.value,
+                        &names.lease,
+                        &names.fence,
+                        &names.waiters,
+                        &clear,
+                    ],
                     &[
                         &framed,
                         ttl_ms.as_bytes(),
