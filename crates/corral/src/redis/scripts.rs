@@ -2,10 +2,11 @@
 //! each one round trip. (A plain read needs no script: see
 //! [`Connection::read`](super::conn::Connection::read).)
 //!
-//! Every per-key script takes the same four keys — `KEYS[1]` value,
-//! `KEYS[2]` lease, `KEYS[3]` fence, `KEYS[4]` waiters mark, all in one
-//! hash slot (and those that touch the clear version's copy, `KEYS[5]`) —
-//! so cluster routing sees them. A script that changes a key announces it
+//! Every per-key script but the lease request takes the same four keys —
+//! `KEYS[1]` value, `KEYS[2]` lease, `KEYS[3]` fence, `KEYS[4]` waiters
+//! mark, all in one hash slot (and those that touch the clear version's
+//! copy, `KEYS[5]`) — so cluster routing sees them; the lease request
+//! declares the value alone (see `GET_OR_LEASE`). A script that changes a key announces it
 //! (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
 //! server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]` the channel (the
 //! namespace's, or on a cluster the sharded channel of the key's bucket,
@@ -98,11 +99,22 @@ end
 /// Value if present (when the mode says so), else a lease grant, else
 /// "held"; for a refresh, a grant only over the generation it read.
 ///
-/// ARGV: token, lease_ms, fence_ms, mode (`0` grant only without a value,
-/// `1` grant over any value, `2` grant only over a present value whose
-/// embedded generation is ARGV[5], the empty string meaning "unframed, no
-/// generation"), expected generation. Returns `{1, bytes, pttl}` (hit),
-/// `{2}` (granted), `{3, pttl}` (held) or `{4}` (changed).
+/// One key, `KEYS[1]`, the value. ARGV: token, lease_ms, fence_ms, mode
+/// (`0` grant only without a value, `1` grant over any value, `2` grant
+/// only over a present value whose embedded generation is ARGV[5], the
+/// empty string meaning "unframed, no generation"), expected generation,
+/// then the names of the lease, the fence, the waiters mark and the clear
+/// version's copy. Returns `{1, bytes, pttl}` (hit), `{2}` (granted),
+/// `{3, pttl}` (held) or `{4}` (changed).
+///
+/// Why the other keys are arguments. A script that writes nothing (a hit)
+/// makes the server's client tracking remember every key it declares, for
+/// the caller: declared, the lease, fence and mark would be tracked on
+/// every hit — doubling the script's server time (17 against 8 µs a hit,
+/// Redis 7.0) — and each later fill of the key would send the caller an
+/// invalidation of each, which it ignores. They share the value's hash
+/// slot (its bucket's tag), so a cluster node serves them all; the clear
+/// version's copy is that bucket's own on a cluster.
 ///
 /// Mode 2 invariants. Every write embeds a generation no other write
 /// shares (`COMMIT` its lease token, fresh per grant; `SET` a fresh random
@@ -115,12 +127,12 @@ end
 /// fence to the new token — so the lapsed leader's late commit is refused
 /// by `COMMIT`'s fence check.
 ///
-/// `KEYS[5]` is the clear version's copy that guards the entry: a hit
-/// touches it (see `Connection::touch`), so it is never colder than the
-/// entries it serves. A caller that finds the lease held and will wait
-/// for it (modes `0` and `1`; a refresh stands down) sets the waiters
-/// mark, `KEYS[4]`, for at least the lease's time left and its own fence
-/// time: the fill's end is announced to it.
+/// The clear version's copy guards the entry: a hit touches it (see
+/// `Connection::touch`), so it is never colder than the entries it serves.
+/// A caller that finds the lease held and will wait for it (modes `0` and
+/// `1`; a refresh stands down) sets the waiters mark for at least the
+/// lease's time left and its own fence time: the fill's end is announced
+/// to it.
 ///
 /// A value key of another type reads as `''` (see `lua_read`): a hit the
 /// cache cannot decode, then a grant over "no generation", and `COMMIT`'s
@@ -133,10 +145,11 @@ pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
         lua_generation!(),
         lua_read!(),
         r"
+local lease, fence, waiters, clear = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 if ARGV[4] == '0' then
   local value = read(KEYS[1])
   if value then
-    redis.pcall('TOUCH', KEYS[5])
+    redis.pcall('TOUCH', clear)
     return {1, value, redis.call('PTTL', KEYS[1])}
   end
 elseif ARGV[4] == '2' then
@@ -145,18 +158,18 @@ elseif ARGV[4] == '2' then
     return {4}
   end
 end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local pttl = redis.call('PTTL', KEYS[2])
-  local held = read(KEYS[2])
+if not redis.call('SET', lease, ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local pttl = redis.call('PTTL', lease)
+  local held = read(lease)
   if pttl ~= -1 and held and #held <= 64 and string.find(held, '^[0-9a-f]+$') then
     if ARGV[4] ~= '2' then
-      redis.call('SET', KEYS[4], '1', 'PX', math.max(pttl, tonumber(ARGV[3])))
+      redis.call('SET', waiters, '1', 'PX', math.max(pttl, tonumber(ARGV[3])))
     end
     return {3, pttl}
   end
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
 end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+redis.call('SET', fence, ARGV[1], 'PX', ARGV[3])
 return {2}
 "
     ))

@@ -131,19 +131,17 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::GET_OR_LEASE,
-                    &[
-                        &names.value,
-                        &names.lease,
-                        &names.fence,
-                        &names.waiters,
-                        &clear,
-                    ],
+                    &[&names.value],
                     &[
                         token.as_bytes(),
                         lease_ms.as_bytes(),
                         fence_ms.as_bytes(),
                         mode,
                         expected,
+                        names.lease.as_bytes(),
+                        names.fence.as_bytes(),
+                        names.waiters.as_bytes(),
+                        clear.as_bytes(),
                     ],
                     self.inner.config.op_timeout,
                 )

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::data::error::StoreErrorKind;
 use crate::store::{current_patience, Lease, Patience, Store, StoreKey};
 use crate::tier::breaker::{self, Breaker};
+use crate::tier::first_reads::FirstReads;
 use crate::tier::pulse::Pulse;
 
 /// A cache's shared store behind its guard. Clones share the store and the
@@ -29,6 +30,8 @@ pub(crate) struct SharedTier {
     timeout: Option<Duration>,
     /// The cache's store timeout.
     store_timeout: Duration,
+    /// What reads of keys the store did not recall found.
+    first_reads: Arc<FirstReads>,
 }
 
 impl SharedTier {
@@ -48,6 +51,7 @@ impl SharedTier {
             pulse: Arc::new(Pulse::new()),
             timeout: (!bounded_by_store).then_some(store_timeout),
             store_timeout,
+            first_reads: Arc::default(),
         }
     }
 
@@ -86,6 +90,12 @@ impl SharedTier {
             limit: deadline.saturating_duration_since(Instant::now()),
             probe: !left.is_zero(),
         }
+    }
+
+    /// What reads of keys the store did not recall found: whether the
+    /// next is best read plainly first.
+    pub(crate) fn first_reads(&self) -> &FirstReads {
+        &self.first_reads
     }
 
     /// Whether the store answers, as this cache's calls see it.
