@@ -58,6 +58,26 @@ impl SideResult {
         self.redis.values().map(|s| s.usec).sum()
     }
 
+    /// The scripts' calls and time (`EVALSHA`, `EVAL`, `FCALL` and their
+    /// read-only forms), which include the commands they ran.
+    pub(crate) fn script(&self) -> CommandStat {
+        let scripts = [
+            "evalsha",
+            "eval",
+            "evalsha_ro",
+            "eval_ro",
+            "fcall",
+            "fcall_ro",
+        ];
+        let mut total = CommandStat::default();
+        for name in scripts {
+            let stat = self.redis.get(name).copied().unwrap_or_default();
+            total.calls += stat.calls;
+            total.usec += stat.usec;
+        }
+        total
+    }
+
     /// `per` times `n` over the requests (0 without requests).
     pub(crate) fn per_request(&self, n: f64, per: f64) -> f64 {
         if self.requests == 0 {

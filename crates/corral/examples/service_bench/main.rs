@@ -111,7 +111,12 @@ fn coordinate(args: &Args) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let results = runtime.block_on(async {
         let client = redis::Client::open(url.as_str()).context("the Redis URL")?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        // `FLUSHALL` of a side's keys may take longer than redis-rs's
+        // default of 500 ms on a loaded machine.
+        let patient = Some(std::time::Duration::from_secs(30));
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(patient);
+        let conn = client.get_multiplexed_async_connection_with_config(&config);
+        let mut conn = conn.await.context("connecting to Redis")?;
         let mut results = Vec::new();
         for scenario in &args.scenarios {
             let mut sides = Vec::new();

@@ -24,7 +24,7 @@ enum Format {
     Fixed(usize),
 }
 
-const ROWS: [Row; 12] = [
+const ROWS: [Row; 14] = [
     ("requests/s", |s| s.requests_per_sec, Format::Count),
     ("p50 (µs)", |s| s.p50_us, Format::Fixed(1)),
     ("p99 (µs)", |s| s.p99_us, Format::Fixed(1)),
@@ -36,7 +36,11 @@ const ROWS: [Row; 12] = [
         |s| s.per_request(s.db_queries as f64, 1000.0),
         Format::Fixed(1),
     ),
-    ("Redis commands", |s| s.redis_calls() as f64, Format::Count),
+    (
+        "Redis commands (scripts' own counted too)",
+        |s| s.redis_calls() as f64,
+        Format::Count,
+    ),
     (
         "Redis commands per request",
         |s| s.per_request(s.redis_calls() as f64, 1.0),
@@ -46,6 +50,16 @@ const ROWS: [Row; 12] = [
         "Redis command time (s)",
         |s| s.redis_usec() as f64 / 1e6,
         Format::Fixed(2),
+    ),
+    (
+        "of it in scripts (EVALSHA, EVAL, FCALL) (s)",
+        |s| s.script().usec as f64 / 1e6,
+        Format::Fixed(2),
+    ),
+    (
+        "scripts run per request",
+        |s| s.per_request(s.script().calls as f64, 1.0),
+        Format::Fixed(3),
     ),
     ("Redis server CPU (s)", |s| s.redis_cpu_s, Format::Fixed(2)),
     (
@@ -128,12 +142,13 @@ fn scenario(out: &mut String, result: &ScenarioResult) {
         let shown: Vec<String> = figures.iter().map(|&n| show(n, format)).collect();
         let _ = write!(out, "| {label} | {} |", shown.join(" | "));
         if ratio {
-            let r = if figures[1] == 0.0 {
-                f64::NAN
+            let r = figures[0] / figures[1];
+            let places = if r.abs() < 0.1 { 3 } else { 2 };
+            if r.is_finite() {
+                let _ = write!(out, " {r:.places$}x |");
             } else {
-                figures[0] / figures[1]
-            };
-            let _ = write!(out, " {r:.2}x |");
+                out.push_str(" - |");
+            }
         }
         out.push('\n');
     }
@@ -182,6 +197,17 @@ fn counters(out: &mut String, side: &SideResult) {
         side.side,
         list.join(", ")
     );
+    let counter = |name: &str| side.stats.get(name).copied().unwrap_or(0) as f64;
+    let messages = counter("backplane_messages") + counter("tracking_invalidations");
+    let elsewhere = counter("fills") * (replicas - 1.0) / replicas;
+    if elsewhere > 0.0 {
+        let _ = writeln!(
+            out,
+            "\nbackplane messages and tracking invalidations acted on per replica per fill made \
+             in another replica: {:.2}",
+            messages / replicas / elsewhere
+        );
+    }
 }
 
 /// `INFO commandstats` by command: calls and µs per call of each side.
