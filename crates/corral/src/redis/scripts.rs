@@ -212,11 +212,9 @@ pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
         lua_read!(),
         lua_announce!(),
         r"
-local fenced = read(KEYS[3]) == ARGV[1]
-if read(KEYS[2]) == ARGV[1] then
+if read(KEYS[3]) == ARGV[1] then
+  -- Every grant moves the fence: the lease is this one's, or lapsed.
   redis.call('DEL', KEYS[2])
-end
-if fenced then
   local replaced = redis.call('EXISTS', KEYS[1]) == 1
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
@@ -226,6 +224,9 @@ if fenced then
     announce('c')
   end
   return 1
+end
+if read(KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
 end
 if redis.call('EXISTS', KEYS[4]) == 1 then
   announce('r')
