@@ -245,11 +245,14 @@ where
     }
 
     /// Asks `store` for the key's value: with a plain read if the store
-    /// recalls the key, else with `request`, the leader's first request
+    /// recalls the key (or if most reads of keys it did not recall hit:
+    /// see [`FirstReads`]), else with `request`, the leader's first request
     /// (the value, or else the lease). A fresh, current value finishes the
     /// flight (copied into the L1, handed to its callers) and is returned.
     /// Otherwise the spawned leader takes over, with the lease request's
     /// answer, and the caller waits for the flight like any other.
+    ///
+    /// [`FirstReads`]: crate::tier::first_reads::FirstReads
     pub(crate) async fn run(
         mut self,
         store: &SharedTier,
@@ -257,8 +260,9 @@ where
         fill_timeout: Duration,
     ) -> Option<Fetched<V>> {
         let key = self.inner.store_key(self.lead.as_ref()?.0.key());
-        if store.recalls(&key) {
-            return self.read_recalled(store, &key).await;
+        let recalled = store.recalls(&key);
+        if recalled || store.first_reads().read_plainly() {
+            return self.read_recalled(store, &key, !recalled).await;
         }
         let listener = store.listen(&key);
         let owned = store.clone();
@@ -270,6 +274,9 @@ where
         });
         let asking = self.asking.insert(Asking { listener, answer });
         let answer = (&mut asking.answer).await;
+        if let Ok(lookup) = &answer {
+            store.first_reads().found(matches!(lookup, Lookup::Hit(_)));
+        }
         let listener = self.asking.take()?.listener;
         let answer = match answer {
             Ok(Lookup::Hit(stored)) => match self.try_fresh_hit(&stored).await {
@@ -285,12 +292,21 @@ where
         None
     }
 
-    /// Reads a key the store recalls with a plain read: a fresh, current
-    /// value finishes the flight; anything else goes to the leader, which
-    /// asks for the lease itself (or fills without one if the store failed).
-    async fn read_recalled(mut self, store: &SharedTier, key: &StoreKey) -> Option<Fetched<V>> {
+    /// Reads a key with a plain read: a fresh, current value finishes the
+    /// flight; anything else goes to the leader, which asks for the lease
+    /// itself (or fills without one if the store failed). What the read of
+    /// a key the store did not recall (`unknown`) found is counted.
+    async fn read_recalled(
+        mut self,
+        store: &SharedTier,
+        key: &StoreKey,
+        unknown: bool,
+    ) -> Option<Fetched<V>> {
         let inner = self.inner;
         let read = read_current(inner, store, self.lead.as_ref()?.0.key(), Look::Peek).await;
+        if let (true, Ok(found)) = (unknown, &read) {
+            store.first_reads().found(found.is_some());
+        }
         match read {
             Ok(Some(judged)) if judged.standing == Standing::Fresh => {
                 let (mut leadership, _) = self.lead.take()?;

@@ -49,7 +49,7 @@ fn bucket_tag(hash: u64) -> &'static str {
 pub(super) use crate::data::key::fnv1a64;
 use crate::data::key::fnv1a64_from;
 
-/// The three Redis keys of one logical key; they share a hash slot.
+/// The Redis keys of one logical key; they share a hash slot.
 ///
 /// They differ only in the kind letter after `corral:`, so the first
 /// `{...}` of each is the same whatever the namespace holds: co-location
@@ -63,6 +63,10 @@ pub(super) struct KeyNames {
     pub(super) lease: String,
     /// `corral:f:<namespace>:{<b>}:<key>`: the token of the last grant.
     pub(super) fence: String,
+    /// `corral:w:<namespace>:{<b>}:<key>`: present while a caller in
+    /// another process waits for the lease's fill, so that only then does
+    /// the fill's end wake anyone.
+    pub(super) waiters: String,
     /// The hash tag `<b>` of the key's bucket.
     pub(super) bucket: &'static str,
 }
@@ -81,6 +85,7 @@ impl KeyNames {
         Self {
             lease: name("l"),
             fence: name("f"),
+            waiters: name("w"),
             value,
             bucket,
         }
@@ -208,7 +213,7 @@ pub(super) enum Named<'a> {
     /// A tag's version, or one bucket's copy of it (the empty tag: the
     /// clear version): `corral:t:<namespace>:{<ns or b>}:<tag>`.
     Version { namespace: &'a str, tag: &'a str },
-    /// A lease or a fence.
+    /// A lease, a fence or a waiters mark.
     Guard,
 }
 
@@ -229,7 +234,7 @@ pub(super) fn named(name: &[u8]) -> Option<Named<'_>> {
             namespace,
             tag: rest,
         }),
-        "l" | "f" => Some(Named::Guard),
+        "l" | "f" | "w" => Some(Named::Guard),
         _ => None,
     }
 }

@@ -59,6 +59,9 @@ pub struct RedisKeys {
     pub lease: String,
     /// The key holding the fence: `corral:f:<namespace>:{<bucket>}:<key>`.
     pub fence: String,
+    /// The key marking that a caller in another process waits for the
+    /// lease's fill: `corral:w:<namespace>:{<bucket>}:<key>`.
+    pub waiters: String,
 }
 #[doc = include_str!("store.md")]
 #[derive(Clone)]
@@ -117,6 +120,7 @@ impl RedisStore {
             value: names.value,
             lease: names.lease,
             fence: names.fence,
+            waiters: names.waiters,
         }
     }
 }
@@ -130,6 +134,7 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
     let slot = keys::slot(&names.value);
     assert_eq!(keys::slot(&names.lease), slot, "lease in another slot");
     assert_eq!(keys::slot(&names.fence), slot, "fence in another slot");
+    assert_eq!(keys::slot(&names.waiters), slot, "waiters in another slot");
     assert!(names.value != names.lease && names.lease != names.fence && names.value != names.fence);
     assert_eq!(keys::value_name(&store_key), names.value);
     let _ = keys::namespace_of(&keys::channel(namespace));

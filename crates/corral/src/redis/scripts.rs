@@ -2,9 +2,11 @@
 //! each one round trip. (A plain read needs no script: see
 //! [`Connection::read`](super::conn::Connection::read).)
 //!
-//! Every per-key script takes the same three keys — `KEYS[1]` value,
-//! `KEYS[2]` lease, `KEYS[3]` fence, all in one hash slot — so cluster
-//! routing sees them, and every script that changes a key announces it
+//! Every per-key script but the lease request takes the same four keys —
+//! `KEYS[1]` value, `KEYS[2]` lease, `KEYS[3]` fence, `KEYS[4]` waiters
+//! mark, all in one hash slot (and those that touch the clear version's
+//! copy, `KEYS[5]`) — so cluster routing sees them; the lease request
+//! declares the value alone (see `GET_OR_LEASE`). A script that changes a key announces it
 //! (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
 //! server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]` the channel (the
 //! namespace's, or on a cluster the sharded channel of the key's bucket,
@@ -13,6 +15,16 @@
 //! other caches' L1s evict it. Kinds: `c` committed fill, `r`
 //! released or refused (wakes waiters only), `s` set, `i` invalidated, `t`
 //! tag invalidated, `x` cleared. Times are milliseconds, at least 1.
+//!
+//! **Who hears of a fill.** A fill's end concerns two kinds of process:
+//! those waiting for it, and those that may keep the value it replaces.
+//! A caller that finds the lease held (and will wait) sets the waiters
+//! mark; a commit over a present value may replace a copy kept anywhere.
+//! So `COMMIT` announces only when the mark was set or a value was
+//! present, and `RELEASE` (and a refused commit) only when the mark is
+//! set: the fill of a key that was absent, with no one waiting elsewhere,
+//! the usual cold miss, tells no one. (An L1 keeps a copy no longer than
+//! its value lives in the store, so an absent value has no copy to evict.)
 //!
 //! A write ends the server's client tracking of the key for the writer
 //! too, so a script that writes a key its caller goes on keeping (`COMMIT`
@@ -87,11 +99,22 @@ end
 /// Value if present (when the mode says so), else a lease grant, else
 /// "held"; for a refresh, a grant only over the generation it read.
 ///
-/// ARGV: token, lease_ms, fence_ms, mode (`0` grant only without a value,
-/// `1` grant over any value, `2` grant only over a present value whose
-/// embedded generation is ARGV[5], the empty string meaning "unframed, no
-/// generation"), expected generation. Returns `{1, bytes, pttl}` (hit),
-/// `{2}` (granted), `{3, pttl}` (held) or `{4}` (changed).
+/// One key, `KEYS[1]`, the value. ARGV: token, lease_ms, fence_ms, mode
+/// (`0` grant only without a value, `1` grant over any value, `2` grant
+/// only over a present value whose embedded generation is ARGV[5], the
+/// empty string meaning "unframed, no generation"), expected generation,
+/// then the names of the lease, the fence, the waiters mark and the clear
+/// version's copy. Returns `{1, bytes, pttl}` (hit), `{2}` (granted),
+/// `{3, pttl}` (held) or `{4}` (changed).
+///
+/// Why the other keys are arguments. A script that writes nothing (a hit)
+/// makes the server's client tracking remember every key it declares, for
+/// the caller: declared, the lease, fence and mark would be tracked on
+/// every hit — doubling the script's server time (17 against 8 µs a hit,
+/// Redis 7.0) — and each later fill of the key would send the caller an
+/// invalidation of each, which it ignores. They share the value's hash
+/// slot (its bucket's tag), so a cluster node serves them all; the clear
+/// version's copy is that bucket's own on a cluster.
 ///
 /// Mode 2 invariants. Every write embeds a generation no other write
 /// shares (`COMMIT` its lease token, fresh per grant; `SET` a fresh random
@@ -104,9 +127,12 @@ end
 /// fence to the new token — so the lapsed leader's late commit is refused
 /// by `COMMIT`'s fence check.
 ///
-/// `KEYS[4]` is the clear version's copy that guards the entry: a hit
-/// touches it (see `Connection::touch`), so it is never colder than the
-/// entries it serves.
+/// The clear version's copy guards the entry: a hit touches it (see
+/// `Connection::touch`), so it is never colder than the entries it serves.
+/// A caller that finds the lease held and will wait for it (modes `0` and
+/// `1`; a refresh stands down) sets the waiters mark for at least the
+/// lease's time left and its own fence time: the fill's end is announced
+/// to it.
 ///
 /// A value key of another type reads as `''` (see `lua_read`): a hit the
 /// cache cannot decode, then a grant over "no generation", and `COMMIT`'s
@@ -119,10 +145,11 @@ pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
         lua_generation!(),
         lua_read!(),
         r"
+local lease, fence, waiters, clear = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 if ARGV[4] == '0' then
   local value = read(KEYS[1])
   if value then
-    redis.pcall('TOUCH', KEYS[4])
+    redis.pcall('TOUCH', clear)
     return {1, value, redis.call('PTTL', KEYS[1])}
   end
 elseif ARGV[4] == '2' then
@@ -131,22 +158,25 @@ elseif ARGV[4] == '2' then
     return {4}
   end
 end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local pttl = redis.call('PTTL', KEYS[2])
-  local held = read(KEYS[2])
+if not redis.call('SET', lease, ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local pttl = redis.call('PTTL', lease)
+  local held = read(lease)
   if pttl ~= -1 and held and #held <= 64 and string.find(held, '^[0-9a-f]+$') then
+    if ARGV[4] ~= '2' then
+      redis.call('SET', waiters, '1', 'PX', math.max(pttl, tonumber(ARGV[3])))
+    end
     return {3, pttl}
   end
-  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
 end
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+redis.call('SET', fence, ARGV[1], 'PX', ARGV[3])
 return {2}
 "
     ))
 });
 
 /// Extends the lease, and the fence if it still holds the token, when the
-/// lease is still owned.
+/// lease is still owned; a waiters mark lives at least as long as the fence.
 ///
 /// ARGV: token, lease_ms, fence_ms. Returns 1 (renewed) or 0 (not owned).
 pub(super) static RENEW: LazyLock<Lua> = LazyLock::new(|| {
@@ -160,15 +190,19 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 if read(KEYS[3]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+end
 return 1
 ",
     ))
 });
 
 /// Fenced write (the token stays as the fence for the value's life),
-/// owner-checked unlock and notification. A stored value touches
-/// `KEYS[4]`, the clear version's copy guarding it (as `GET_OR_LEASE`
-/// does).
+/// owner-checked unlock and notification: a stored value is announced when
+/// someone waits (the mark, which it clears) or it replaced a value; a
+/// refused one when someone waits. A stored value touches `KEYS[5]`, the
+/// clear version's copy guarding it (as `GET_OR_LEASE` does).
 ///
 /// ARGV: token, bytes (framed with the token as generation), ttl_ms,
 /// verb, channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
@@ -178,25 +212,32 @@ pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
         lua_read!(),
         lua_announce!(),
         r"
-local fenced = read(KEYS[3]) == ARGV[1]
+if read(KEYS[3]) == ARGV[1] then
+  -- Every grant moves the fence: the lease is this one's, or lapsed.
+  redis.call('DEL', KEYS[2])
+  local replaced = redis.call('EXISTS', KEYS[1]) == 1
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  redis.pcall('TOUCH', KEYS[5])
+  redis.pcall('EXISTS', KEYS[1])
+  if redis.call('DEL', KEYS[4]) == 1 or replaced then
+    announce('c')
+  end
+  return 1
+end
 if read(KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
 end
-if fenced then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-  redis.pcall('TOUCH', KEYS[4])
-  redis.pcall('EXISTS', KEYS[1])
-  announce('c')
-  return 1
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  announce('r')
 end
-announce('r')
 return 0
 ",
     ))
 });
 
-/// Owner-checked release of the lease and its fence, and notification.
+/// Owner-checked release of the lease and its fence, and notification of
+/// the waiters, if any (clearing their mark: woken, they ask again).
 ///
 /// ARGV: token, verb, channel, message. Returns 0.
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
@@ -210,14 +251,17 @@ end
 if read(KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
-announce('r')
+if redis.call('DEL', KEYS[4]) == 1 then
+  announce('r')
+end
 return 0
 ",
     ))
 });
 
-/// Unconditional write that drops the lease and moves the fence to a new
-/// generation, touching `KEYS[4]` (as `COMMIT` does).
+/// Unconditional write that drops the lease and the waiters mark (the
+/// announcement wakes them) and moves the fence to a new generation,
+/// touching `KEYS[5]` (as `COMMIT` does).
 ///
 /// ARGV: bytes (framed with the new token as generation), ttl_ms, new
 /// token, verb, channel, message. Returns 0.
@@ -227,8 +271,8 @@ pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2])
-redis.pcall('TOUCH', KEYS[4])
+redis.call('DEL', KEYS[2], KEYS[4])
+redis.pcall('TOUCH', KEYS[5])
 redis.pcall('EXISTS', KEYS[1])
 announce('s')
 return 0
@@ -236,14 +280,15 @@ return 0
     ))
 });
 
-/// Deletes value, lease and fence.
+/// Deletes value, lease, fence and waiters mark (the announcement wakes
+/// them).
 ///
 /// ARGV: verb, channel, message. Returns 0.
 pub(super) static INVALIDATE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_announce!(),
         r"
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 announce('i')
 return 0
 ",

@@ -131,13 +131,17 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::GET_OR_LEASE,
-                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[&names.value],
                     &[
                         token.as_bytes(),
                         lease_ms.as_bytes(),
                         fence_ms.as_bytes(),
                         mode,
                         expected,
+                        names.lease.as_bytes(),
+                        names.fence.as_bytes(),
+                        names.waiters.as_bytes(),
+                        clear.as_bytes(),
                     ],
                     self.inner.config.op_timeout,
                 )
@@ -240,7 +244,13 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::COMMIT,
-                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        &names.value,
+                        &names.lease,
+                        &names.fence,
+                        &names.waiters,
+                        &clear,
+                    ],
                     &[
                         lease.token().as_bytes(),
                         &framed,
@@ -308,7 +318,13 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::SET,
-                    &[&names.value, &names.lease, &names.fence, &clear],
+                    &[
+                        &names.value,
+                        &names.lease,
+                        &names.fence,
+                        &names.waiters,
+                        &clear,
+                    ],
                     &[
                         &framed,
                         ttl_ms.as_bytes(),

@@ -401,7 +401,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// (and keeps that token as the value's generation for `ttl`), releases
     /// the lease if still owned, and notifies listeners — atomically. A
     /// stored value is announced on the backplane as [`Event::Filled`] from
-    /// `origin`.
+    /// `origin`. A store may stay silent when no one can be concerned: a
+    /// value that replaced none, and no caller of another cache waiting for
+    /// the lease (one that got [`Lookup::Held`]).
     ///
     /// A commit that fails (bytes too large for the store, a server error)
     /// writes nothing and may keep the lease: when the store answered, the
@@ -417,7 +419,8 @@ pub trait Store: Send + Sync + Debug + 'static {
     ) -> BoxFuture<'a, Result<Commit, StoreError>>;
 
     /// Gives up a lease without writing (the fill failed), if still owned,
-    /// and notifies listeners so a waiter can take over.
+    /// and notifies listeners so a waiter can take over (a store may stay
+    /// silent when no caller of another cache waits for the lease).
     fn release<'a>(
         &'a self,
         key: &'a StoreKey,

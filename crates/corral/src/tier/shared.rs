@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::data::error::StoreErrorKind;
 use crate::store::{current_patience, Lease, Patience, Store, StoreKey};
 use crate::tier::breaker::{self, Breaker};
+use crate::tier::first_reads::FirstReads;
 use crate::tier::pulse::Pulse;
 
 /// A cache's shared store behind its guard. Clones share the store and the
@@ -24,11 +25,13 @@ pub(crate) struct SharedTier {
     breaker: Option<Arc<Breaker>>,
     /// Whether the store answers, as this cache's calls see it.
     pulse: Arc<Pulse>,
-    /// The cache's store timeout, or `None` when the store bounds every
-    /// call at least as tightly itself (no timer of the cache's needed).
-    timeout: Option<Duration>,
+    /// Whether the store bounds every call at least as tightly as the
+    /// cache's store timeout itself (no timer of the cache's needed).
+    bounded_by_store: bool,
     /// The cache's store timeout.
     store_timeout: Duration,
+    /// What reads of keys the store did not recall found.
+    first_reads: Arc<FirstReads>,
 }
 
 impl SharedTier {
@@ -46,8 +49,9 @@ impl SharedTier {
             store,
             breaker,
             pulse: Arc::new(Pulse::new()),
-            timeout: (!bounded_by_store).then_some(store_timeout),
+            bounded_by_store,
             store_timeout,
+            first_reads: Arc::default(),
         }
     }
 
@@ -65,7 +69,7 @@ impl SharedTier {
     ) -> Result<T, StoreError> {
         let breaker = self.breaker.as_deref();
         match current_patience() {
-            None => breaker::guarded(breaker, &self.pulse, self.timeout, false, call).await,
+            None => breaker::guarded(breaker, &self.pulse, self.timeout(), false, call).await,
             Some(patience) => {
                 let call = while_answering(&self.pulse, patience, call);
                 breaker::guarded(breaker, &self.pulse, None, patience.probe, call).await
@@ -86,6 +90,18 @@ impl SharedTier {
             limit: deadline.saturating_duration_since(Instant::now()),
             probe: !left.is_zero(),
         }
+    }
+
+    /// The cache's store timeout, or `None` when the store bounds every
+    /// call at least as tightly itself.
+    fn timeout(&self) -> Option<Duration> {
+        (!self.bounded_by_store).then_some(self.store_timeout)
+    }
+
+    /// What reads of keys the store did not recall found: whether the
+    /// next is best read plainly first.
+    pub(crate) fn first_reads(&self) -> &FirstReads {
+        &self.first_reads
     }
 
     /// Whether the store answers, as this cache's calls see it.

@@ -166,12 +166,70 @@ async fn check_hit_granted_held(a: &RedisStore, b: &RedisStore, ns: &str) {
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"v2"[..]));
 }
 
+/// A commit wakes the listeners of a caller that found the lease held (and
+/// those of a value it replaces); the fill of an absent key no one waits
+/// for announces nothing.
 async fn check_commit_notifies(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let quiet = key(ns, "notify-quiet");
+    // A key announced on the same channel (its bucket's, on a cluster),
+    // so its message comes after any the commit sent.
+    let bucket = |k: &StoreKey| {
+        RedisStore::keys_of(k)
+            .value
+            .split_once('{')
+            .map(|(_, b)| b[..4].to_owned())
+    };
+    let later = (0..)
+        .map(|i| key(ns, &format!("notify-later-{i}")))
+        .find(|k| bucket(k) == bucket(&quiet))
+        .expect("a key in the same bucket");
+    let mut unasked = subscribed_listener(b, &quiet).await;
+    let mut after = b.listen(&later);
+    let lease = grant(a, &quiet, LEASE).await;
+    assert_eq!(
+        a.commit(&quiet, &lease, b"v", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
+        Some(Commit::Stored)
+    );
+    a.set(&later, b"later", TTL, corral::store::Origin::new(0))
+        .await
+        .expect("set");
+    within(PROMPT, "the later set heard", after.changed()).await;
+    assert!(
+        !is_woken(&mut unasked).await,
+        "a cold fill no one waited for woke a listener"
+    );
+    let over = LeaseRequest {
+        grant: Grant::OverAnyValue,
+        ..request(LEASE)
+    };
+    let replace = match a.get_or_lease(&quiet, &over).await {
+        Ok(Lookup::Granted(lease)) => lease,
+        other => panic!("expected a grant over the value, got {other:?}"),
+    };
+    assert_eq!(
+        a.commit(&quiet, &replace, b"v2", TTL, corral::store::Origin::new(0))
+            .await
+            .ok(),
+        Some(Commit::Stored)
+    );
+    within(
+        PROMPT,
+        "listener woken by a replacing commit",
+        unasked.changed(),
+    )
+    .await;
+
     let k = key(ns, "notify");
     let other = key(ns, "notify-other");
     let mut listener = subscribed_listener(b, &k).await;
     let mut bystander = b.listen(&other);
     let lease = grant(a, &k, LEASE).await;
+    assert!(matches!(
+        b.get_or_lease(&k, &request(LEASE)).await,
+        Ok(Lookup::Held { .. })
+    ));
     assert_eq!(
         a.commit(&k, &lease, b"v", TTL, corral::store::Origin::new(0))
             .await
@@ -473,6 +531,10 @@ async fn check_namespaces(a: &RedisStore, b: &RedisStore, ns: &str) {
     assert_eq!(value(b, &two).await, None);
     let mut listener = subscribed_listener(b, &two).await;
     let lease = grant(a, &two, LEASE).await;
+    assert!(matches!(
+        b.get_or_lease(&two, &request(LEASE)).await,
+        Ok(Lookup::Held { .. })
+    ));
     a.invalidate(&one, corral::store::Origin::new(0))
         .await
         .expect("invalidate");
@@ -1269,6 +1331,10 @@ async fn cluster_contract() {
     }
     for (k, listener) in &mut listeners {
         let lease = grant(&a, k, LEASE).await;
+        assert!(matches!(
+            b.get_or_lease(k, &request(LEASE)).await,
+            Ok(Lookup::Held { .. })
+        ));
         assert_eq!(
             a.commit(k, &lease, b"v", TTL, corral::store::Origin::new(0))
                 .await

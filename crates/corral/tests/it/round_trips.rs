@@ -18,8 +18,9 @@ fn lease_answer(command: &Executed) -> &'static str {
     match calls.as_slice() {
         // `GET value`, `TOUCH` of the clear version guarding it, `PTTL value`.
         ["GET", "TOUCH", "PTTL"] => "hit",
-        // `GET value`, `SET lease NX` (refused), `PTTL lease`, `GET lease`.
-        ["GET", "SET", "PTTL", "GET"] => "held",
+        // `GET value`, `SET lease NX` (refused), `PTTL lease`, `GET lease`,
+        // `SET` of the waiters mark (the fill's end is announced to it).
+        ["GET", "SET", "PTTL", "GET", "SET"] => "held",
         // `GET value`, `SET lease NX`, `SET fence`.
         ["GET", "SET", "SET"] => "granted",
         _ => "something else",
@@ -73,11 +74,14 @@ fn named(command: &Executed) -> String {
     } else if reads_first_key && first_key.starts_with("corral:v:") {
         // Reads the value key first: the lease request (mode 0).
         "GET_OR_LEASE"
-    } else if command.lua.iter().any(|call| {
-        call.first().is_some_and(|name| name == "PUBLISH")
-            && call.get(2).is_some_and(|message| message.starts_with('c'))
-    }) {
-        // Announces a committed fill (`c|...`).
+    } else if first_call.len() == 2
+        && first_call[0] == "GET"
+        && command
+            .args
+            .get(5)
+            .is_some_and(|fence| first_call[1] == *fence)
+    {
+        // Reads the fence (`KEYS[3]`) first: the commit.
         "COMMIT"
     } else {
         "another script"

@@ -101,13 +101,15 @@ async fn a_change_is_handled_by_the_nodes_of_its_keys_shard_only() {
     let before = settled(&cluster).await;
     let heard = reader.stats().backplane_messages;
 
-    // One invalidation and one committed fill of the key.
+    // One invalidation, a fill of the absent key no one else waits for
+    // (which announces nothing), and one set of the key.
     writer.invalidate(key).await.expect("invalidate");
     let filled = writer
         .get_or_fill(key, || async { Ok::<_, String>("v3".to_owned()) })
         .await
         .expect("fill");
     assert_eq!(filled, "v3");
+    writer.set(key, "v4".into()).await.expect("set");
     until("the reader heard both changes", || {
         reader.stats().backplane_messages >= heard + 2
     })
@@ -135,7 +137,7 @@ async fn a_change_is_handled_by_the_nodes_of_its_keys_shard_only() {
     );
     assert_eq!(
         inside, 2,
-        "the shard's replica got the invalidation and the commit"
+        "the shard's replica got the invalidation and the set, not the quiet fill"
     );
     eprintln!(
         "per change: SPUBLISH reached {} node(s) besides the master (its replica), 0 outside \

@@ -1,0 +1,236 @@
+//! The markdown tables (and the JSON) of a run.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::args::{Args, Scenario};
+use crate::coordinator::SideResult;
+
+/// One scenario's sides, in the order they ran.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct ScenarioResult {
+    pub(crate) scenario: Scenario,
+    pub(crate) sides: Vec<SideResult>,
+}
+
+/// A row of the main table: its label and each side's figure.
+type Row = (&'static str, fn(&SideResult) -> f64, Format);
+
+#[derive(Clone, Copy)]
+enum Format {
+    Count,
+    Fixed(usize),
+}
+
+const ROWS: [Row; 14] = [
+    ("requests/s", |s| s.requests_per_sec, Format::Count),
+    ("p50 (µs)", |s| s.p50_us, Format::Fixed(1)),
+    ("p99 (µs)", |s| s.p99_us, Format::Fixed(1)),
+    ("requests measured", |s| s.requests as f64, Format::Count),
+    ("measured period (s)", |s| s.secs, Format::Fixed(1)),
+    ("database queries", |s| s.db_queries as f64, Format::Count),
+    (
+        "database queries per 1k requests",
+        |s| s.per_request(s.db_queries as f64, 1000.0),
+        Format::Fixed(1),
+    ),
+    (
+        "Redis commands (scripts' own counted too)",
+        |s| s.redis_calls() as f64,
+        Format::Count,
+    ),
+    (
+        "Redis commands per request",
+        |s| s.per_request(s.redis_calls() as f64, 1.0),
+        Format::Fixed(2),
+    ),
+    (
+        "Redis command time (s)",
+        |s| s.redis_usec() as f64 / 1e6,
+        Format::Fixed(2),
+    ),
+    (
+        "of it in scripts (EVALSHA, EVAL, FCALL) (s)",
+        |s| s.script().usec as f64 / 1e6,
+        Format::Fixed(2),
+    ),
+    (
+        "scripts run per request",
+        |s| s.per_request(s.script().calls as f64, 1.0),
+        Format::Fixed(3),
+    ),
+    ("Redis server CPU (s)", |s| s.redis_cpu_s, Format::Fixed(2)),
+    (
+        "client CPU per request (µs)",
+        |s| s.per_request(s.client_cpu_us as f64, 1.0),
+        Format::Fixed(1),
+    ),
+];
+
+/// `n` with thousands separators.
+fn count(n: f64) -> String {
+    let digits = format!("{:.0}", n.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn show(n: f64, format: Format) -> String {
+    match format {
+        Format::Count => count(n),
+        Format::Fixed(places) => format!("{n:.places$}"),
+    }
+}
+
+/// The run's markdown: the settings, then per scenario its table, corral's
+/// counters per replica and the commands by name.
+pub(crate) fn markdown(args: &Args, results: &[ScenarioResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} replicas x {} client tasks each, Zipf(1.0) keys, TTL {} s, SQLite pool of {} per \
+         replica; each side serves the same requests (warm-up, then measured, at most {} s)\n",
+        args.replicas,
+        args.concurrency,
+        args.ttl.as_secs_f64(),
+        args.pool,
+        args.cap.as_secs_f64(),
+    );
+    for result in results {
+        scenario(&mut out, result);
+    }
+    out
+}
+
+fn scenario(out: &mut String, result: &ScenarioResult) {
+    let (s, sides) = (&result.scenario, &result.sides);
+    let _ = writeln!(
+        out,
+        "### {}: {} writes; {} requests of warm-up, {} measured\n",
+        s.name,
+        s.writes,
+        count(s.warmup as f64),
+        count(s.requests as f64)
+    );
+    let ratio = sides.len() == 2;
+    let names: Vec<&str> = sides.iter().map(|side| side.side).collect();
+    let _ = write!(out, "| | {} |", names.join(" | "));
+    let _ = writeln!(
+        out,
+        "{}",
+        if ratio {
+            format!(" {} / {} |", names[0], names[1])
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        out,
+        "|---|{}{}",
+        "---:|".repeat(sides.len()),
+        if ratio { "---:|" } else { "" }
+    );
+    for (label, figure, format) in ROWS {
+        let figures: Vec<f64> = sides.iter().map(figure).collect();
+        let shown: Vec<String> = figures.iter().map(|&n| show(n, format)).collect();
+        let _ = write!(out, "| {label} | {} |", shown.join(" | "));
+        if ratio {
+            let r = figures[0] / figures[1];
+            let places = if r.abs() < 0.1 { 3 } else { 2 };
+            if r.is_finite() {
+                let _ = write!(out, " {r:.places$}x |");
+            } else {
+                out.push_str(" - |");
+            }
+        }
+        out.push('\n');
+    }
+    let errors: Vec<String> = sides
+        .iter()
+        .map(|side| {
+            format!(
+                "{} / {}",
+                count(side.writes as f64),
+                count(side.errors as f64)
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "| writes / errors | {} |{}",
+        errors.join(" | "),
+        if ratio { " |" } else { "" }
+    );
+    for side in sides {
+        if side.capped {
+            let _ = writeln!(out, "\n{}'s measured period reached the cap", side.side);
+        }
+        if let Some(error) = &side.first_error {
+            let _ = writeln!(out, "\n{}'s first error: {error}", side.side);
+        }
+        counters(out, side);
+    }
+    commands(out, sides);
+}
+
+/// corral's counters that moved, per replica.
+fn counters(out: &mut String, side: &SideResult) {
+    if side.stats.is_empty() {
+        return;
+    }
+    let replicas = side.replicas.max(1) as f64;
+    let list: Vec<String> = side
+        .stats
+        .iter()
+        .map(|(name, n)| format!("{name} {}", count(*n as f64 / replicas)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\n{} counters per replica over the period: {}",
+        side.side,
+        list.join(", ")
+    );
+    let counter = |name: &str| side.stats.get(name).copied().unwrap_or(0) as f64;
+    let messages = counter("backplane_messages") + counter("tracking_invalidations");
+    let elsewhere = counter("fills") * (replicas - 1.0) / replicas;
+    if elsewhere > 0.0 {
+        let _ = writeln!(
+            out,
+            "\nbackplane messages and tracking invalidations acted on per replica per fill made \
+             in another replica: {:.2}",
+            messages / replicas / elsewhere
+        );
+    }
+}
+
+/// `INFO commandstats` by command: calls and µs per call of each side.
+fn commands(out: &mut String, sides: &[SideResult]) {
+    let names: BTreeSet<&String> = sides.iter().flat_map(|side| side.redis.keys()).collect();
+    let _ = write!(out, "\n| command |");
+    for side in sides {
+        let _ = write!(out, " {0} calls | {0} µs/call | {0} s |", side.side);
+    }
+    let _ = writeln!(out, "\n|---|{}", "---:|".repeat(3 * sides.len()));
+    for name in names {
+        let _ = write!(out, "| {name} |");
+        for side in sides {
+            let stat = side.redis.get(name).copied().unwrap_or_default();
+            let _ = write!(
+                out,
+                " {} | {:.1} | {:.2} |",
+                count(stat.calls as f64),
+                stat.usec_per_call(),
+                stat.usec as f64 / 1e6
+            );
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+}

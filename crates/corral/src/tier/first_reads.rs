@@ -1,0 +1,84 @@
+//! How a flight asks the store for a key this process does not recall:
+//! with the read-or-lease request (one round trip whether the value is
+//! there or not, a script's server time either way), or with a plain read
+//! first (a `GET`'s server time for a hit; a miss then asks for the lease:
+//! one round trip more).
+//!
+//! Which one is cheaper depends on what such reads find. When most miss
+//! (a cold start, a herd on new keys, keys that expired), the request
+//! that leases at once saves the round trip where it matters. When most
+//! hit (a steady state whose key space is bigger than the L1: another
+//! process filled the key), a plain read costs the server a tenth of the
+//! script and takes as many round trips. So the tier keeps a running share
+//! of hits among the reads of keys it did not recall, and reads plainly
+//! first while at least half of them hit.
+//!
+//! The share is this cache's alone (no state outside the instance), learnt
+//! from both kinds of read, so it follows the traffic either way.
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+/// Reads of keys not recalled, before the share is trusted.
+const TRUSTED_AFTER: u32 = 16;
+
+/// The window: once this many reads are counted, both counts are halved,
+/// so old reads weigh half as much as new ones.
+const WINDOW: u32 = 256;
+
+/// The running share of hits among reads of keys the store did not recall.
+#[derive(Debug, Default)]
+pub(crate) struct FirstReads {
+    reads: AtomicU32,
+    hits: AtomicU32,
+}
+
+impl FirstReads {
+    /// Whether a key the store does not recall is best read plainly first:
+    /// at least [`TRUSTED_AFTER`] reads seen, and at least half of them hit.
+    #[inline]
+    pub(crate) fn read_plainly(&self) -> bool {
+        let reads = self.reads.load(Relaxed);
+        reads >= TRUSTED_AFTER && self.hits.load(Relaxed) * 2 >= reads
+    }
+
+    /// A read of a key the store did not recall found a value (`hit`) or
+    /// none.
+    pub(crate) fn found(&self, hit: bool) {
+        if hit {
+            self.hits.fetch_add(1, Relaxed);
+        }
+        if self.reads.fetch_add(1, Relaxed) + 1 >= WINDOW {
+            // Racing updates may be lost here: the share stays roughly right.
+            self.reads.store(WINDOW / 2, Relaxed);
+            let hits = self.hits.load(Relaxed);
+            self.hits.store((hits / 2).min(WINDOW / 2), Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_at_once_until_most_reads_hit() {
+        let reads = FirstReads::default();
+        assert!(!reads.read_plainly(), "nothing learnt: lease at once");
+        for _ in 0..TRUSTED_AFTER {
+            reads.found(true);
+        }
+        assert!(reads.read_plainly(), "every read hit");
+        for _ in 0..WINDOW {
+            reads.found(false);
+        }
+        assert!(!reads.read_plainly(), "misses took over");
+        for i in 0..WINDOW * 2 {
+            reads.found(i % 3 != 0);
+        }
+        assert!(reads.read_plainly(), "two in three hit");
+        for i in 0..WINDOW * 2 {
+            reads.found(i % 3 == 0);
+        }
+        assert!(!reads.read_plainly(), "one in three hit");
+    }
+}
