@@ -257,11 +257,18 @@ fn cpu_us() -> u64 {
 
 /// One client task: each phase, requests back to back while the phase
 /// has some left to start (and is not stopped), then the meeting at its end.
+///
+/// The task yields between requests, as a service's task does while it
+/// waits for the next request on its socket: a request answered without
+/// waiting (an L1 hit) would otherwise run the next one at once, and a
+/// task whose requests all hit could keep a worker thread while the
+/// replies other tasks wait for sit unread.
 async fn client(load: Arc<Load>, mut phases: watch::Receiver<u64>, task: usize, seed: u64) {
     let mut rng = fastrand::Rng::with_seed(seed);
     while phases.changed().await.is_ok() {
         while load.remaining.fetch_sub(1, Relaxed) > 0 && !load.stop.load(Relaxed) {
             request(&load, task, &mut rng).await;
+            tokio::task::yield_now().await;
         }
         load.finished.wait().await;
     }
