@@ -38,10 +38,10 @@ use self::read::expiries::Expiries;
 use self::subscriber::Subscriber;
 use self::tracking::Tracker;
 #[cfg(doc)]
+use crate::data::tracking::Tracking;
+#[cfg(doc)]
 use crate::store::Store;
 use crate::store::StoreKey;
-#[cfg(doc)]
-use crate::Tracking;
 
 /// The longest TTL sent to Redis, in milliseconds (about 139 years); longer
 /// ones are capped.

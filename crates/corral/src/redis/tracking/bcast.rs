@@ -21,7 +21,7 @@
 //!   ([`ChangeSink::lost`](crate::store::ChangeSink::lost)), as the
 //!   backplane does for a read ahead of its first subscription.
 //!
-//! [`Tracking::Broadcast`]: crate::Tracking::Broadcast
+//! [`Tracking::Broadcast`]: crate::data::tracking::Tracking::Broadcast
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
