@@ -153,6 +153,20 @@ impl FaultProxy {
             .is_some_and(|link| !link.holed.swap(true, Ordering::SeqCst))
     }
 
+    /// Closes every connection accepted so far, both sides (the client and
+    /// the target each see their connection end), as a lost network link
+    /// whose peers are told. Returns how many connections were accepted
+    /// so far (those closed before included); connections accepted later
+    /// relay (or start blackholed, see [`hold_new`](Self::hold_new)).
+    pub fn cut(&self) -> usize {
+        let links = lock(&self.shared.links);
+        for link in links.iter() {
+            let _ = link.client.shutdown(Shutdown::Both);
+            let _ = link.target.shutdown(Shutdown::Both);
+        }
+        links.len()
+    }
+
     /// Whether connections accepted from now on start blackholed (`true`:
     /// the host stays unreachable) or relay (`false`, the default).
     pub fn hold_new(&self, hold: bool) {

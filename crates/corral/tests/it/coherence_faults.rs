@@ -1,0 +1,257 @@
+//! Client tracking under faults: three caches with the L1, each on a store
+//! of its own (its own connections, as another process has), hold the same
+//! keys; two reach Redis through a [`FaultProxy`] each. While a fault lasts
+//! (the connections frozen, cut, or Redis killed and restarted) a plain
+//! client changes every key, and the caches keep reading. Once the bound the
+//! `RedisStore` docs give has passed since the fault began, no cache serves
+//! an old value of any key: not from its L1, not through a read.
+//!
+//! Real time, short settings (those of `dead_connections`); waits are
+//! bounded polls for events, and the one measured wait is the documented
+//! bound itself, counted from the fault's start.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use corral::{Cache, RedisConfig, RedisStore};
+use corral_testkit::{until, FaultProxy, RedisServer};
+
+use crate::coherence_tracking::{hold, value_key};
+use crate::support::{l1_cache, redis_conn, until_heard};
+
+const OP_TIMEOUT: Duration = Duration::from_millis(300);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+const HEALTH_INTERVAL: Duration = Duration::from_millis(300);
+/// How many keys every cache holds.
+const KEYS: usize = 50;
+/// What a fill returns in the final reads: any other value is a stale read
+/// (the plain client left no corral value behind).
+const MARKER: &str = "filled after the fault";
+
+fn config() -> RedisConfig {
+    RedisConfig::default()
+        .op_timeout(OP_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .health_interval(HEALTH_INTERVAL)
+}
+
+/// The bound after which no L1 may serve what a change made during the
+/// fault replaced (`RedisStore` docs, "Coherence" and "Dead connections"):
+/// the L1 of every cache on a store is dropped when its tracked connection
+/// ends (at once) and again once a new one is made, and a command
+/// connection that went silent is replaced within `health_interval +
+/// op_timeout + connect_timeout` as long as the server answers a new one.
+fn bound() -> Duration {
+    HEALTH_INTERVAL + OP_TIMEOUT + CONNECT_TIMEOUT
+}
+
+/// Three caches with the L1: the first two on stores through a proxy each
+/// (returned in the same order), the third on a store straight to `server`,
+/// their backplane subscriptions up.
+async fn fleet(server: &RedisServer) -> (Vec<FaultProxy>, Vec<Cache<String>>) {
+    let proxies = vec![
+        FaultProxy::start(server.port()),
+        FaultProxy::start(server.port()),
+    ];
+    let mut urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    urls.push(server.url());
+    let mut caches = Vec::new();
+    for url in &urls {
+        let store = RedisStore::connect(url, config()).await.expect("connect");
+        caches.push(l1_cache(&store, "faults"));
+    }
+    for (i, cache) in caches.iter().enumerate() {
+        until_heard(&caches[(i + 1) % caches.len()], cache).await;
+    }
+    (proxies, caches)
+}
+
+fn keys() -> Vec<String> {
+    (0..KEYS).map(|i| format!("k{i}")).collect()
+}
+
+/// The caches held every key (`hold`: the value `<key>=v`) and keep reading
+/// them, as the services would, until [`Readers::stop`].
+struct Readers {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Readers {
+    fn start(caches: &[Cache<String>], keys: &[String]) -> Readers {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = caches
+            .iter()
+            .map(|cache| {
+                let (cache, keys, stop) = (cache.clone(), keys.to_vec(), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        for key in &keys {
+                            // Errors while the fault lasts are expected.
+                            let _ = cache.peek(key).await;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        Readers { stop, tasks }
+    }
+
+    async fn stop(self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for task in self.tasks {
+            task.await.expect("reader");
+        }
+    }
+}
+
+/// A plain client, straight to `server`, changes every key: deletes the
+/// even ones, writes a foreign value (not corral's encoding) over the odd.
+async fn change_every_key(server: &RedisServer, cache: &Cache<String>, keys: &[String]) {
+    let mut plain = redis_conn(&server.url()).await;
+    let mut pipe = redis::pipe();
+    for (i, key) in keys.iter().enumerate() {
+        let name = value_key(cache, key);
+        if i % 2 == 0 {
+            pipe.cmd("DEL").arg(name).ignore();
+        } else {
+            pipe.cmd("SET").arg(name).arg("foreign").ignore();
+        }
+    }
+    let () = pipe.query_async(&mut plain).await.expect("plain writes");
+}
+
+/// Waits until `bound()` has passed since `began`, then asserts that no
+/// cache serves an old value of any key: none is in an L1, and a read that
+/// fills on a miss returns the fill (a foreign value reads as a miss).
+async fn assert_nothing_old(caches: &[Cache<String>], keys: &[String], began: Instant) {
+    tokio::time::sleep_until((began + bound()).into()).await;
+    let mut old = Vec::new();
+    for (i, cache) in caches.iter().enumerate() {
+        for key in keys {
+            if let Some(held) = cache.get_local(key) {
+                old.push(format!("cache {i} keeps {key} = {held:?} in its L1"));
+            }
+        }
+    }
+    for (i, cache) in caches.iter().enumerate() {
+        for key in keys {
+            let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
+            match cache.get_or_fill(key, fill).await {
+                Ok(value) if value == MARKER => {}
+                got => old.push(format!("cache {i} reads {key} as {got:?}")),
+            }
+        }
+    }
+    let stats: Vec<_> = caches.iter().map(Cache::stats).collect();
+    assert!(
+        old.is_empty(),
+        "{} stale reads {:?} after the fault began (bound {:?}): {old:#?}\n{stats:#?}",
+        old.len(),
+        began.elapsed(),
+        bound()
+    );
+}
+
+/// The faulted caches dropped their L1 for a lost or replaced tracked
+/// connection; the third heard every change by tracking.
+fn flushed_for_the_fault(caches: &[Cache<String>]) {
+    for cache in &caches[..2] {
+        let stats = cache.stats();
+        assert!(stats.l1_flushes_reconnect > 0, "{stats:?}");
+    }
+    let stats = caches[2].stats();
+    assert!(stats.tracking_invalidations >= KEYS as u64, "{stats:?}");
+}
+
+/// The faulted stores' connections go silent (no replies, no invalidation
+/// pushes: the proxy drops them) while a plain client changes every key;
+/// new connections get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_connections_serve_nothing_old_after_the_bound() {
+    let server = RedisServer::start();
+    let (proxies, caches) = fleet(&server).await;
+    let keys = keys();
+    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    hold(&caches, &names).await;
+    let readers = Readers::start(&caches, &keys);
+
+    let began = Instant::now();
+    let accepted: Vec<usize> = proxies.iter().map(FaultProxy::accepted).collect();
+    for proxy in &proxies {
+        assert!(proxy.blackhole() >= 2, "the command and subscriber links");
+    }
+    change_every_key(&server, &caches[0], &keys).await;
+    // The health checks find the silent connections and replace them.
+    until("both faulted stores connect anew", || {
+        proxies
+            .iter()
+            .zip(&accepted)
+            .all(|(p, &a)| p.accepted() > a)
+    })
+    .await;
+    readers.stop().await;
+    assert_nothing_old(&caches, &keys, began).await;
+    flushed_for_the_fault(&caches);
+}
+
+/// The faulted stores' connections are closed (both ends told) and the
+/// network stays down for a while (new connections hang) while a plain
+/// client changes every key; then it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connections_serve_nothing_old_after_the_bound() {
+    let server = RedisServer::start();
+    let (proxies, caches) = fleet(&server).await;
+    let keys = keys();
+    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    hold(&caches, &names).await;
+    let readers = Readers::start(&caches, &keys);
+
+    let began = Instant::now();
+    let accepted: Vec<usize> = proxies.iter().map(FaultProxy::accepted).collect();
+    for proxy in &proxies {
+        proxy.hold_new(true);
+        assert!(proxy.cut() >= 2, "the command and subscriber links");
+    }
+    change_every_key(&server, &caches[0], &keys).await;
+    // Down until a store tried to connect anew (and hung), then back.
+    until("both faulted stores try to connect anew", || {
+        proxies
+            .iter()
+            .zip(&accepted)
+            .all(|(p, &a)| p.accepted() > a)
+    })
+    .await;
+    for proxy in &proxies {
+        proxy.hold_new(false);
+    }
+    readers.stop().await;
+    assert_nothing_old(&caches, &keys, began).await;
+    flushed_for_the_fault(&caches);
+}
+
+/// Redis is killed and started again on the same port (empty), and a plain
+/// client writes foreign values over every key once it is back, while the
+/// stores reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_and_restarted_redis_serves_nothing_old_after_the_bound() {
+    let mut server = RedisServer::start();
+    let (_proxies, caches) = fleet(&server).await;
+    let keys = keys();
+    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    hold(&caches, &names).await;
+    let readers = Readers::start(&caches, &keys);
+
+    let began = Instant::now();
+    server.restart();
+    change_every_key(&server, &caches[0], &keys).await;
+    readers.stop().await;
+    assert_nothing_old(&caches, &keys, began).await;
+    for cache in &caches {
+        let stats = cache.stats();
+        assert!(stats.l1_flushes_reconnect > 0, "{stats:?}");
+    }
+}
