@@ -255,3 +255,38 @@ async fn a_killed_and_restarted_redis_serves_nothing_old_after_the_bound() {
         assert!(stats.l1_flushes_reconnect > 0, "{stats:?}");
     }
 }
+
+/// The faulted stores' connections go silent and new ones hang too (the
+/// host unreachable, not just its connections) for longer than the bound,
+/// while a plain client changes every key; then the network comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_longer_than_the_bound_serves_nothing_old_after_it() {
+    let server = RedisServer::start();
+    let (proxies, caches) = fleet(&server).await;
+    let keys = keys();
+    let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    hold(&caches, &names).await;
+    let readers = Readers::start(&caches, &keys);
+
+    let began = Instant::now();
+    let accepted: Vec<usize> = proxies.iter().map(FaultProxy::accepted).collect();
+    for proxy in &proxies {
+        proxy.hold_new(true);
+        assert!(proxy.blackhole() >= 2, "the command and subscriber links");
+    }
+    change_every_key(&server, &caches[0], &keys).await;
+    until("both faulted stores try to connect anew", || {
+        proxies
+            .iter()
+            .zip(&accepted)
+            .all(|(p, &a)| p.accepted() > a)
+    })
+    .await;
+    tokio::time::sleep_until((began + bound()).into()).await;
+    for proxy in &proxies {
+        proxy.hold_new(false);
+    }
+    readers.stop().await;
+    assert_nothing_old(&caches, &keys, began).await;
+    flushed_for_the_fault(&caches);
+}
