@@ -102,9 +102,8 @@ impl Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FlushReason {
-    /// The connection the server tracked this process's reads on was lost,
-    /// replaced, or gave no answer to a health check: the server forgot
-    /// what it tracked for it, or its reports may be lost.
+    /// The connection the server tracked this process's reads on was lost
+    /// or replaced: the server forgot what it tracked for it.
     Reconnected,
     /// The store moved to another server (a failover; a demoted master
     /// left): that server tracked nothing this process read before.

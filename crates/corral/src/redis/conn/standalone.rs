@@ -58,7 +58,6 @@ use tokio::time::Instant;
 use super::sentinel::{is_master, Source};
 use crate::backoff::{doubled, Backoff};
 use crate::redis::tracking::{Made, Tracker};
-use crate::store::FlushReason;
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
 
@@ -533,12 +532,6 @@ async fn heartbeat(weak: Weak<Shared>) {
                         + ": connecting anew",
                     timeout
                 );
-                // What the server pushes on it may be held up or lost
-                // (a partition): nothing kept may be served any longer,
-                // whether or not a new connection can be made now.
-                if shared.tracker.is_on() {
-                    shared.tracker.flush(FlushReason::Reconnected);
-                }
                 replace(&shared, epoch).await;
             }
         }
