@@ -48,3 +48,25 @@ pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<
 /// its data consistent before any call that could panic.
 #[cfg(not(shuttle))]
 pub(crate) use self::lock_std as lock;
+
+/// Waits, at most `bound`, until `waiting` says no more, re-asking it
+/// each time `settled` is notified. The notification is armed before each
+/// question, so a change made (and notified) after it is never missed.
+pub(crate) async fn until_settled(
+    settled: &tokio::sync::Notify,
+    bound: std::time::Duration,
+    waiting: impl Fn() -> bool,
+) {
+    let settle = async {
+        loop {
+            let notified = settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !waiting() {
+                return;
+            }
+            notified.await;
+        }
+    };
+    let _ = tokio::time::timeout(bound, settle).await;
+}

@@ -136,21 +136,9 @@ impl Subscriber {
     #[cold]
     async fn wait_confirmed(&self, namespace: &str, bound: Duration) -> Option<Arc<str>> {
         let channel: Arc<str> = keys::channel(namespace).into();
-        let confirmed = async {
-            loop {
-                let settled = self.shared.settled.notified();
-                tokio::pin!(settled);
-                // Registered before the state is read: a confirmation after
-                // the read wakes it.
-                settled.as_mut().enable();
-                if !self.shared.is_pending(&channel) || self.shared.failing.load(Ordering::Acquire)
-                {
-                    return;
-                }
-                settled.await;
-            }
-        };
-        let _ = tokio::time::timeout(bound, confirmed).await;
+        let waiting =
+            || self.shared.is_pending(&channel) && !self.shared.failing.load(Ordering::Acquire);
+        crate::sync::until_settled(&self.shared.settled, bound, waiting).await;
         self.shared.is_pending(&channel).then_some(channel)
     }
 

@@ -231,20 +231,7 @@ impl Tracker {
         let prefixes = &self.shared.prefixes;
         let pending =
             || lock_std(&prefixes.book).standing.get(namespace) == Some(&Standing::Pending);
-        let registered = async {
-            loop {
-                let settled = prefixes.settled.notified();
-                tokio::pin!(settled);
-                // Registered before the state is read: a confirmation
-                // after the read wakes it.
-                settled.as_mut().enable();
-                if !pending() {
-                    return;
-                }
-                settled.await;
-            }
-        };
-        let _ = tokio::time::timeout(bound, registered).await;
+        crate::sync::until_settled(&prefixes.settled, bound, pending).await;
         pending().then(|| namespace.into())
     }
 
