@@ -16,7 +16,7 @@ use super::read::batch::Reads;
 use super::read::expiries::Expiries;
 use super::read::lanes;
 use super::subscriber::{Feed, Settings, ShardedClient, Subscriber};
-use super::tracking::Tracker;
+use super::tracking::{self, Tracker};
 use super::{Inner, RedisConfig, RedisStore};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
@@ -34,6 +34,8 @@ struct ClusterSeeds<'a> {
     cluster: ::redis::cluster::ClusterClient,
     /// The subscriber's own cluster client (sharded pub/sub).
     sharded: ShardedClient,
+    /// A client per seed, for the tracking listeners.
+    clients: Vec<::redis::Client>,
     target: String,
 }
 
@@ -47,9 +49,10 @@ impl<'a> ClusterSeeds<'a> {
         }
         // Each seed is checked as `connect` checks one server's URL (its
         // scheme, its TLS material), with the same errors.
-        for url in urls {
-            client::client(url, config)?;
-        }
+        let clients = urls
+            .iter()
+            .map(|url| client::client(url, config))
+            .collect::<Result<Vec<_>, _>>()?;
         let cluster = client::cluster_builder(urls, config)?
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.op_timeout)
@@ -69,6 +72,7 @@ impl<'a> ClusterSeeds<'a> {
             urls,
             cluster,
             sharded,
+            clients,
             target: format!(
                 "cluster[{}]",
                 urls.iter()
@@ -83,6 +87,20 @@ impl<'a> ClusterSeeds<'a> {
     /// `error` without any seed's password.
     fn scrub(&self, error: StoreError) -> StoreError {
         scrub_seeds(self.urls, error)
+    }
+
+    /// The store's parts, on `runtime`: its tracking by prefix (the only
+    /// mode a cluster offers), with a listener kept on each master.
+    fn parts(&self, config: &RedisConfig, runtime: &tokio::runtime::Handle) -> Parts {
+        let mode = tracking::cluster_mode(config.tracking, &self.target);
+        let parts = Parts::new(&config.clone().tracking(mode), &self.target, runtime);
+        parts.tracker.listen_on_masters(tracking::Seeds {
+            clients: self.clients.clone(),
+            connect_timeout: config.connect_timeout,
+            health_interval: config.health_interval,
+            backoff: (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
+        });
+        parts
     }
 }
 
@@ -222,6 +240,7 @@ impl RedisStore {
         )
         .await
         .map_err(|e| seeds.scrub(e))?;
+        let parts = seeds.parts(&config, &runtime);
         let connection = Cluster::new(
             seeds.cluster,
             connection,
@@ -229,7 +248,6 @@ impl RedisStore {
             runtime.clone(),
             &seeds.target,
         );
-        let parts = Parts::new(&config, &seeds.target, &runtime);
         Self::finish(
             seeds.target,
             Connection::Cluster(connection),
@@ -256,6 +274,7 @@ impl RedisStore {
         let runtime = runtime()?;
         let config = config.normalized();
         let seeds = ClusterSeeds::new(urls, &config)?;
+        let parts = seeds.parts(&config, &runtime);
         let connection = Cluster::lazy(
             seeds.cluster,
             config.connect_timeout,
@@ -263,7 +282,6 @@ impl RedisStore {
             (RECONNECT_MIN_DELAY, config.reconnect_max_delay),
             &seeds.target,
         );
-        let parts = Parts::new(&config, &seeds.target, &runtime);
         Ok(Self::assemble(
             seeds.target,
             Connection::Cluster(connection),

@@ -91,6 +91,7 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
             FlushReason::Reconnected => &counters.l1_flushes_reconnect,
             FlushReason::Failover => &counters.l1_flushes_failover,
             FlushReason::ServerFlush => &counters.l1_flushes_server_flush,
+            FlushReason::Topology => &counters.l1_flushes_topology,
         });
     }
 

@@ -297,6 +297,11 @@ const COUNTERS: &[Reading] = &[
         Some(("reason", "server_flush")),
         |s| s.l1_flushes_server_flush,
     ),
+    (
+        "corral_l1_flushes_total",
+        Some(("reason", "topology")),
+        |s| s.l1_flushes_topology,
+    ),
     ("corral_fills_queued_total", None, |s| s.fills_queued),
     ("corral_overloads_total", None, |s| s.overloads),
     (

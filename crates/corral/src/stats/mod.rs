@@ -258,6 +258,8 @@ counters! {
     l1_flushes_failover,
     /// Times the cache dropped its whole L1 and forgot its tag versions because the store's server dropped its data (`FLUSHALL`, `FLUSHDB`).
     l1_flushes_server_flush,
+    /// Times the cache dropped its whole L1 and forgot its tag versions because its Redis Cluster's slot map changed while its masters stayed (a slot moved between them).
+    l1_flushes_topology,
     /// Fills started (the source of truth was called).
     fills,
     /// Callers that joined a fill already in flight instead of starting one.

@@ -111,16 +111,21 @@ pub enum FlushReason {
     /// The server dropped its data (`FLUSHALL`, `FLUSHDB`): it reports
     /// that every key changed.
     ServerFlush,
+    /// A cluster's slot map changed without a master coming or going (a
+    /// slot moved between masters): a change around the move may have
+    /// gone unreported.
+    Topology,
 }
 
 impl FlushReason {
     /// Its name in metrics and logs: `reconnect`, `failover`,
-    /// `server_flush`.
+    /// `server_flush`, `topology`.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Reconnected => "reconnect",
             Self::Failover => "failover",
             Self::ServerFlush => "server_flush",
+            Self::Topology => "topology",
         }
     }
 }

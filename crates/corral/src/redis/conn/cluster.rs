@@ -292,11 +292,11 @@ pub(in crate::redis) struct MoveCopies<'a> {
 
 /// A master in a `CLUSTER SLOTS` reply: the slot ranges it serves, its
 /// host and port.
-type Master = (Vec<(u16, u16)>, String, u16);
+pub(in crate::redis) type Master = (Vec<(u16, u16)>, String, u16);
 
 /// The masters of a `CLUSTER SLOTS` reply (a reply of another shape:
 /// none).
-fn masters(reply: &Value) -> Vec<Master> {
+pub(in crate::redis) fn masters(reply: &Value) -> Vec<Master> {
     let Value::Array(ranges) = reply else {
         return Vec::new();
     };

@@ -147,10 +147,17 @@ impl Tracker {
         }
     }
 
+    /// The namespaces attached, from the `done`th on (in the order
+    /// attached).
+    pub(super) fn namespaces_from(&self, done: usize) -> Vec<Arc<str>> {
+        let book = lock_std(&self.shared.prefixes.book);
+        book.namespaces.get(done..).unwrap_or_default().to_vec()
+    }
+
     /// Sends `CLIENT TRACKING on BCAST NOLOOP` with the prefixes of
     /// `namespaces` on `conn` (nothing if there are none: `BCAST` without
     /// a prefix would report every key).
-    async fn register(
+    pub(super) async fn register(
         &self,
         conn: &mut MultiplexedConnection,
         namespaces: &[Arc<str>],
@@ -172,7 +179,7 @@ impl Tracker {
     /// The prefixes of `namespaces` are registered: pending reads go on,
     /// and the sinks of a namespace a read went ahead of hear that changes
     /// may have been missed.
-    fn registered(&self, namespaces: &[Arc<str>]) {
+    pub(super) fn registered(&self, namespaces: &[Arc<str>]) {
         let prefixes = &self.shared.prefixes;
         for namespace in namespaces {
             let was = lock_std(&prefixes.book)

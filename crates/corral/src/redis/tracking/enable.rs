@@ -136,7 +136,7 @@ impl Tracker {
 
     /// Tracking is off for `why`: said once (again only if the reason
     /// changes).
-    fn off(&self, why: String) {
+    pub(super) fn off(&self, why: String) {
         let mut said = lock_std(&self.shared.off);
         if said.as_deref() != Some(why.as_str()) {
             tracing::info!(

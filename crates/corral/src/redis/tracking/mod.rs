@@ -38,9 +38,11 @@
 
 mod bcast;
 mod enable;
+mod nodes;
 mod pushes;
 
 pub(in crate::redis) use self::enable::Made;
+pub(in crate::redis) use self::nodes::{cluster_mode, Seeds};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +97,16 @@ struct Shared {
     runtime: tokio::runtime::Handle,
     /// The bound of such a registration.
     timeout: Duration,
+    /// Wakes a cluster store's listeners' task ([`nodes`]): a namespace
+    /// attached, a listener ended, the store dropped.
+    masters: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // A cluster store's listeners' task ends at once.
+        self.masters.notify_one();
+    }
 }
 
 impl Tracker {
@@ -123,6 +135,7 @@ impl Tracker {
                 prefixes: bcast::Prefixes::default(),
                 runtime,
                 timeout,
+                masters: Arc::default(),
             }),
         }
     }
@@ -141,7 +154,10 @@ impl Tracker {
                 write(&self.shared.copying).insert(namespace.into(), None);
                 self.shared.any_copying.store(true, Ordering::Release);
             }
-            Tracking::Broadcast => self.attach_broadcast(namespace),
+            Tracking::Broadcast => {
+                self.attach_broadcast(namespace);
+                self.wake_masters();
+            }
             Tracking::Off => {}
         }
     }
