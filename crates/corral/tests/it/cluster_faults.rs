@@ -20,7 +20,7 @@ const FILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on a recovery after the cluster says it is healthy again.
 const RECOVERY: Duration = Duration::from_secs(10);
 
-fn config() -> RedisConfig {
+pub(crate) fn config() -> RedisConfig {
     RedisConfig::default()
         .op_timeout(OP_TIMEOUT)
         .connect_timeout(Duration::from_millis(500))
@@ -33,7 +33,7 @@ async fn store(cluster: &RedisCluster) -> RedisStore {
         .unwrap_or_else(|e| panic!("connect_cluster: {e}\n{}", cluster.logs()))
 }
 
-fn cache(store: &RedisStore, name: &str, ttl: Duration, l1: bool) -> Cache<String> {
+pub(crate) fn cache(store: &RedisStore, name: &str, ttl: Duration, l1: bool) -> Cache<String> {
     Cache::<String>::builder(name)
         .store(store.clone())
         .ttl(ttl)
@@ -52,12 +52,12 @@ fn cache(store: &RedisStore, name: &str, ttl: Duration, l1: bool) -> Cache<Strin
 /// A name in the slot of a cache key's value, lease and fence (see
 /// `RedisStore`, "Key layout"; the slot depends on the key alone): naming it
 /// to `CLUSTER KEYSLOT` gives the key's slot.
-fn tag(key: &str) -> String {
+pub(crate) fn tag(key: &str) -> String {
     corral::RedisStore::keys_of(&corral::store::StoreKey::new("any:v1", key)).value
 }
 
 /// The first `prefix<i>` whose slot node `node` serves.
-fn key_on(cluster: &RedisCluster, node: usize, prefix: &str) -> String {
+pub(crate) fn key_on(cluster: &RedisCluster, node: usize, prefix: &str) -> String {
     (0..1000)
         .map(|i| format!("{prefix}{i}"))
         .find(|key| cluster.master_of(&tag(key)) == node)
@@ -65,7 +65,7 @@ fn key_on(cluster: &RedisCluster, node: usize, prefix: &str) -> String {
 }
 
 /// Retries `set` until the store takes it (after a failover), bounded.
-async fn set_until_ok(cache: &Cache<String>, key: &str, value: &str) {
+pub(crate) async fn set_until_ok(cache: &Cache<String>, key: &str, value: &str) {
     let started = Instant::now();
     while let Err(e) = cache.set(key, value.to_owned()).await {
         assert!(started.elapsed() < RECOVERY, "set never worked again: {e}");
@@ -76,7 +76,7 @@ async fn set_until_ok(cache: &Cache<String>, key: &str, value: &str) {
 /// Reads `key` until the read works (a cache whose calls failed through
 /// the failover may have opened its circuit breaker: its reads are refused
 /// until the cool-down ends), within [`RECOVERY`].
-async fn get_until_ok(cache: &Cache<String>, key: &str) -> Option<String> {
+pub(crate) async fn get_until_ok(cache: &Cache<String>, key: &str) -> Option<String> {
     let started = Instant::now();
     loop {
         match cache.peek(key).await {

@@ -27,6 +27,7 @@ mod cached_macro;
 mod cluster_faults;
 mod codec_round_trip;
 mod coherence_bcast;
+mod coherence_cluster;
 mod coherence_faults;
 mod coherence_tracking;
 #[cfg(feature = "compression")]
