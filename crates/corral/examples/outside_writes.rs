@@ -28,12 +28,23 @@
 //! and the backplane, every cache. With each mode it prints the server's
 //! tracking counters (`tracking_total_keys`: the per-key table, which
 //! `BCAST` does not keep; `tracking_total_prefixes`).
+//!
+//! ```text
+//! cargo run --release -p corral-cache --example outside_writes -- cluster [KEYS]
+//! ```
+//!
+//! runs on a three-master Redis Cluster instead (the test fixture): the
+//! time until no cache serves a key's old value after a `DEL` sent through
+//! a redis-rs cluster client, heard by each store's listening connections;
+//! then what the store's own writes cost: of KEYS keys a cache just wrote,
+//! how many its L1 still holds a moment later (its own writes come back
+//! to it as invalidations on a cluster), with tracking and without.
 
 use std::time::{Duration, Instant};
 
 use corral::store::StoreKey;
 use corral::{Cache, RedisConfig, RedisStore, Tracking};
-use corral_testkit::RedisServer;
+use corral_testkit::{RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;
 
 /// How long one change may take to reach every L1 before the run fails.
@@ -41,6 +52,10 @@ const BOUND: Duration = Duration::from_secs(5);
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    if std::env::args().nth(1).as_deref() == Some("cluster") {
+        let keys = std::env::args().nth(2).map_or(200, |a| a.parse().expect("a number"));
+        return on_cluster(keys).await;
+    }
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .map(|a| a.parse().expect("a number"))
@@ -129,12 +144,23 @@ async fn plain(server: &RedisServer) -> MultiplexedConnection {
 
 /// `count` caches with an L1, each on a store of its own, with `tracking`.
 async fn fleet(server: &RedisServer, tracking: Tracking, count: usize) -> Vec<Cache<String>> {
-    let mut caches = Vec::with_capacity(count);
+    let mut stores = Vec::with_capacity(count);
     for _ in 0..count {
         let config = RedisConfig::default().tracking(tracking);
         let store = RedisStore::connect(&server.url(), config)
             .await
             .expect("connect");
+        stores.push(store);
+    }
+    fleet_on(stores).await
+}
+
+/// A cache with an L1 on each of `stores`, their backplane subscriptions
+/// up.
+async fn fleet_on(stores: Vec<RedisStore>) -> Vec<Cache<String>> {
+    let count = stores.len();
+    let mut caches = Vec::with_capacity(count);
+    for store in stores {
         let cache = Cache::<String>::builder("outside")
             .store(store)
             .l1(true)
@@ -147,7 +173,8 @@ async fn fleet(server: &RedisServer, tracking: Tracking, count: usize) -> Vec<Ca
     // confirmed after a read would drop the whole L1 (and look like an
     // invalidation).
     let deadline = Instant::now() + BOUND;
-    for (i, cache) in caches.iter().enumerate() {
+    // (A cache alone hears none of its own messages.)
+    for (i, cache) in caches.iter().enumerate().filter(|_| count > 1) {
         let from = &caches[(i + 1) % count];
         while cache.stats().backplane_messages == 0 {
             from.invalidate("warm").await.expect("invalidate");
@@ -179,15 +206,7 @@ async fn hold(caches: &[Cache<String>], names: &[String]) {
     for name in names {
         caches[0].set(name, "v".into()).await.expect("set");
     }
-    let deadline = Instant::now() + BOUND;
-    for cache in caches {
-        for name in names {
-            while cache.get_local(name).is_none() {
-                cache.peek(name).await.expect("read");
-                assert!(Instant::now() < deadline, "{name} never held");
-            }
-        }
-    }
+    hold_read(caches, names).await;
 }
 
 /// Waits until no cache serves any of `names` from its L1: polled from a
@@ -317,6 +336,81 @@ async fn fan_out_with(server: &RedisServer, mode: Tracking) -> (f64, f64, String
         per_write(sum(|s| s.backplane_messages), messages),
         table.join(" "),
     )
+}
+
+/// The cluster run (see the module docs).
+async fn on_cluster(keys: usize) {
+    let cluster = RedisCluster::start();
+    let stores = |count: usize, tracking: Tracking| {
+        let urls = cluster.urls();
+        async move {
+            let mut stores = Vec::with_capacity(count);
+            for _ in 0..count {
+                let config = RedisConfig::default().tracking(tracking);
+                let store = RedisStore::connect_cluster(&urls, config).await;
+                stores.push(store.expect("connect_cluster"));
+            }
+            stores
+        }
+    };
+    let caches = fleet_on(stores(3, Tracking::Keys).await).await;
+    let names: Vec<String> = (0..keys).map(|i| format!("k{i}")).collect();
+    let mut plain = redis::cluster::ClusterClient::new(cluster.urls())
+        .expect("cluster client")
+        .get_async_connection()
+        .await
+        .expect("connect");
+    hold(&caches, &names).await;
+    // The writes of `hold` come back as invalidations (the listener is not
+    // the writer): let them land, then read every key back.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    hold_read(&caches, &names).await;
+    println!("cluster: time until no cache serves the old value ({keys} keys, 3 caches):");
+    let mut took = Vec::with_capacity(keys);
+    for name in &names {
+        assert!(caches.iter().all(|c| c.get_local(name).is_some()), "{name}");
+        let sent = Instant::now();
+        let _: u64 = redis::cmd("DEL")
+            .arg(value_key(&caches[0], name))
+            .query_async(&mut plain)
+            .await
+            .expect("DEL");
+        until_dropped(&caches, std::slice::from_ref(name)).await;
+        took.push(sent.elapsed());
+    }
+    report("DEL", took);
+    assert_eq!(flushes(&caches), 0, "a whole L1 was dropped");
+    drop(caches);
+    println!("cluster: of {keys} keys a cache wrote, held in its L1 200 ms later:");
+    for tracking in [Tracking::Keys, Tracking::Off] {
+        let writer = fleet_on(stores(1, tracking).await).await;
+        for name in &names {
+            writer[0].set(name, "v".into()).await.expect("set");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let held = names
+            .iter()
+            .filter(|name| writer[0].get_local(name).is_some())
+            .count();
+        let stats = writer[0].stats();
+        println!(
+            "  tracking {tracking:<5}: {held:>5} (invalidations heard: {})",
+            stats.tracking_invalidations
+        );
+    }
+}
+
+/// Every cache reads each of `names` until its L1 holds it.
+async fn hold_read(caches: &[Cache<String>], names: &[String]) {
+    let deadline = Instant::now() + BOUND;
+    for cache in caches {
+        for name in names {
+            while cache.get_local(name).is_none() {
+                cache.peek(name).await.expect("read");
+                assert!(Instant::now() < deadline, "{name} never held");
+            }
+        }
+    }
 }
 
 fn report(what: &str, mut took: Vec<Duration>) {
