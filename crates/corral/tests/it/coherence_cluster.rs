@@ -164,10 +164,8 @@ async fn fleet(
 async fn hold_still(caches: &[Cache<String>], heard: &Heard, keys: &[&str]) {
     hold(caches, keys).await;
     heard.drain().await;
-    for cache in caches {
-        for key in keys {
-            until("the key kept again", || cache.get_local(key).is_some()).await;
-        }
+    for key in keys {
+        keep(caches, key).await;
     }
 }
 
@@ -198,11 +196,13 @@ fn no_flushes(caches: &[Cache<String>]) {
 
 /// A plain client's `DEL`, foreign `SET` and `EXPIRE key 0` of keys on
 /// every master, then `FLUSHALL` on every master: no cache serves an old
-/// value afterwards, and the foreign value reads as a miss.
+/// value afterwards, and the foreign value reads as a miss. Then a slot
+/// moved to another master flushes every L1, and its new master is heard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_outside_changes_reach_every_l1() {
     let cluster = RedisCluster::start();
-    let (caches, heard) = fleet(&cluster, &RedisConfig::default(), 3).await;
+    let config = RedisConfig::default().health_interval(Duration::from_millis(50));
+    let (caches, heard) = fleet(&cluster, &config, 3).await;
     let keys: Vec<String> = ["del", "set", "expire"]
         .iter()
         .flat_map(|kind| (0..MASTERS).map(|node| key_on(&cluster, node, kind)))
@@ -246,6 +246,21 @@ async fn cluster_outside_changes_reach_every_l1() {
         .await;
     }
     no_flushes(&caches);
+
+    // A slot moved between live masters: every L1 is flushed (counted),
+    // and the key's new master is heard.
+    let key = keys[0];
+    hold_still(&caches, &heard, &[key]).await;
+    let to = (cluster.master_of(&tag(key)) + 1) % MASTERS;
+    cluster.move_slot(cluster.slot_of(&tag(key)), to);
+    for cache in &caches {
+        until("a topology flush", || cache.stats().l1_flushes_topology >= 1).await;
+        assert!(cache.get_local(key).is_none(), "{:?}", cache.stats());
+    }
+    hold_still(&caches, &heard, &[key]).await;
+    let name = value_key(&caches[0], key);
+    assert_eq!(cluster.nodes()[to].cli(&["DEL", &name]), "1");
+    until_dropped(&caches, key, "DEL on the slot's new master").await;
 }
 
 /// A master killed and its replica promoted: every cache flushes its L1
