@@ -53,7 +53,9 @@ const BOUND: Duration = Duration::from_secs(5);
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if std::env::args().nth(1).as_deref() == Some("cluster") {
-        let keys = std::env::args().nth(2).map_or(200, |a| a.parse().expect("a number"));
+        let keys = std::env::args()
+            .nth(2)
+            .map_or(200, |a| a.parse().expect("a number"));
         return on_cluster(keys).await;
     }
     let args: Vec<usize> = std::env::args()

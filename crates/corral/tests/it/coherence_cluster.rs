@@ -56,7 +56,12 @@ impl ChangeSink for Seen {
 
     fn invalidated(&self, event: &Event) {
         if let Event::Removed(key) = event {
-            *self.0.lock().expect("lock").entry(key.to_string()).or_default() += 1;
+            *self
+                .0
+                .lock()
+                .expect("lock")
+                .entry(key.to_string())
+                .or_default() += 1;
         }
     }
 }
@@ -133,7 +138,12 @@ impl Heard {
                             .expect("SET");
                     }
                 },
-                || self.seen.iter().zip(&before).all(|(s, &b)| s.count(key) > b),
+                || {
+                    self.seen
+                        .iter()
+                        .zip(&before)
+                        .all(|(s, &b)| s.count(key) > b)
+                },
             )
             .await;
         }
@@ -226,7 +236,10 @@ async fn cluster_outside_changes_reach_every_l1() {
             assert_eq!(cache.peek(key).await.expect("read"), None, "{key}");
         }
         let stats = cache.stats();
-        assert!(stats.tracking_invalidations >= keys.len() as u64, "{stats:?}");
+        assert!(
+            stats.tracking_invalidations >= keys.len() as u64,
+            "{stats:?}"
+        );
         assert_eq!(stats.l1_flushes_server_flush, 0, "{stats:?}");
     }
     no_flushes(&caches);
@@ -254,7 +267,10 @@ async fn cluster_outside_changes_reach_every_l1() {
     let to = (cluster.master_of(&tag(key)) + 1) % MASTERS;
     cluster.move_slot(cluster.slot_of(&tag(key)), to);
     for cache in &caches {
-        until("a topology flush", || cache.stats().l1_flushes_topology >= 1).await;
+        until("a topology flush", || {
+            cache.stats().l1_flushes_topology >= 1
+        })
+        .await;
         assert!(cache.get_local(key).is_none(), "{:?}", cache.stats());
     }
     hold_still(&caches, &heard, &[key]).await;
@@ -286,7 +302,10 @@ async fn cluster_failover_flushes_and_the_new_master_is_heard() {
     cluster.kill(dead);
     let promoted = cluster.wait_for_failover(&tag(&key), dead);
     for cache in &caches {
-        until("a failover flush", || cache.stats().l1_flushes_failover >= 1).await;
+        until("a failover flush", || {
+            cache.stats().l1_flushes_failover >= 1
+        })
+        .await;
         assert!(cache.get_local(&other).is_none(), "{:?}", cache.stats());
     }
     // Heard again: a plain DEL on the new master reaches both L1s.
@@ -410,7 +429,10 @@ async fn race(reader: &Cache<String>, racer: Racer) -> bool {
 async fn cluster_a_namespace_attached_later_is_covered() {
     let cluster = RedisCluster::start();
     let config = RedisConfig::default();
-    let stores = [store(&cluster, &config).await, store(&cluster, &config).await];
+    let stores = [
+        store(&cluster, &config).await,
+        store(&cluster, &config).await,
+    ];
     let first: Vec<Cache<String>> = stores.iter().map(|s| l1_cache(s, "first")).collect();
     until_heard(&first[0], &first[1]).await;
     until_heard(&first[1], &first[0]).await;

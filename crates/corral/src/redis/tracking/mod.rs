@@ -31,8 +31,12 @@
 //!   proxy) or `CLIENT TRACKING` (an ACL), the store runs without tracking
 //!   and says why once, at INFO level ([`enable`]): the backplane still
 //!   brings corral's own writes to every cache.
-//! - **Cluster.** A cluster store has no tracking yet: its caches hear of
-//!   corral's own writes (the backplane) only.
+//! - **Cluster.** redis-rs's cluster connection cannot have tracking
+//!   turned on for each node connection it makes, so a cluster store keeps
+//!   a listening connection of its own on each master, by prefix
+//!   (`BCAST`, in either mode), reads the slot map every health interval,
+//!   and flushes on a lost listener, a failover or a moved slot
+//!   ([`nodes`]). Its own writes come back to it as invalidations.
 //!
 //! [`ChangeSink::flushed`]: crate::store::ChangeSink::flushed
 

@@ -52,8 +52,8 @@ use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ProtocolVersion, PushInfo, PushKind,
-    RedisError, RedisResult, Value,
+    AsyncConnectionConfig, Client, ConnectionAddr, ProtocolVersion, PushInfo, PushKind, RedisError,
+    RedisResult, Value,
 };
 use tokio::sync::Notify;
 
@@ -288,9 +288,7 @@ impl Tracker {
     /// A listener on the master at `node`, with the prefixes of every
     /// namespace attached so far registered.
     async fn listener(&self, seeds: &Seeds, node: (String, u16)) -> Result<Listener, Refusal> {
-        let client = seeds
-            .client_for(&node.0, node.1)
-            .map_err(Refusal::Failed)?;
+        let client = seeds.client_for(&node.0, node.1).map_err(Refusal::Failed)?;
         let dead = Arc::new(AtomicBool::new(false));
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(seeds.connect_timeout))
