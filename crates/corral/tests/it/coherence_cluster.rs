@@ -23,7 +23,9 @@ use corral_testkit::{until, RedisCluster};
 use redis::aio::MultiplexedConnection;
 
 use crate::cluster_faults::{get_until_ok, key_on, set_until_ok, tag};
-use crate::coherence_tracking::{hold, tracked_ids, until_dropped, value_key};
+use crate::coherence_tracking::{
+    delete_later, hold, prepare, race, tracked_ids, until_dropped, value_key, RACERS,
+};
 use crate::support::{l1_cache, redis_conn, until_heard};
 
 /// The caches' name.
@@ -324,16 +326,6 @@ async fn cluster_failover_flushes_and_the_new_master_is_heard() {
     }
 }
 
-/// What a racing round does on the reading cache while a plain client
-/// deletes the key.
-#[derive(Debug, Clone, Copy)]
-enum Racer {
-    Peek,
-    Batch,
-    Fill,
-    Set,
-}
-
 /// A read, a batch, a fill and a write of a key, each racing a plain
 /// client's `DEL` of it on its master: its reply comes on the cluster
 /// connection, the invalidation on the listener, in either order. Once
@@ -357,14 +349,9 @@ async fn cluster_invalidations_racing_reads_and_writes_leave_nothing_stale() {
     let mut kept = [0_usize; 4];
     let mut found = 0_usize;
     for round in 0..400 {
-        let racer = [Racer::Peek, Racer::Batch, Racer::Fill, Racer::Set][round % 4];
+        let racer = RACERS[round % 4];
         let messages = reader.stats().backplane_messages;
-        match racer {
-            Racer::Peek | Racer::Batch => {
-                writer.set("k", format!("v{round}")).await.expect("set");
-            }
-            Racer::Fill | Racer::Set => writer.invalidate("k").await.expect("invalidate"),
-        }
+        prepare(writer, racer, round).await;
         // That write's message and invalidation landed: no eviction of it
         // is to come.
         until("the write's message", || {
@@ -372,17 +359,7 @@ async fn cluster_invalidations_racing_reads_and_writes_leave_nothing_stale() {
         })
         .await;
         heard.drain_node(node).await;
-        let delete = async {
-            for _ in 0..round / 4 % 16 {
-                tokio::task::yield_now().await;
-            }
-            let _: u64 = redis::cmd("DEL")
-                .arg(&name)
-                .query_async(&mut plain)
-                .await
-                .expect("DEL");
-        };
-        let ((), read) = tokio::join!(delete, race(reader, racer));
+        let (_, read) = tokio::join!(delete_later(&mut plain, &name, round), race(reader, racer));
         found += usize::from(read);
         heard.drain_node(node).await;
         if let Some(held) = reader.get_local("k") {
@@ -395,31 +372,6 @@ async fn cluster_invalidations_racing_reads_and_writes_leave_nothing_stale() {
         "reads that found the value the DEL then removed: {found}; rounds that kept a \
          copy (peek, batch, fill, set): {kept:?}"
     );
-}
-
-/// One racing call of `racer` on `reader`: whether a read (`Peek`) found
-/// the value written before the round (its read ahead of the `DEL`).
-async fn race(reader: &Cache<String>, racer: Racer) -> bool {
-    match racer {
-        Racer::Peek => reader.peek("k").await.expect("read").is_some(),
-        Racer::Batch => {
-            let fill = |keys: Vec<String>| async move {
-                let filled = keys.into_iter().map(|k| (k, "filled".to_owned()));
-                Ok::<_, std::io::Error>(filled.collect())
-            };
-            drop(reader.get_many_or_fill(&["k", "other"], fill).await);
-            false
-        }
-        Racer::Fill => {
-            let fill = || async { Ok::<_, std::io::Error>("filled".to_owned()) };
-            reader.get_or_fill("k", fill).await.expect("fill");
-            false
-        }
-        Racer::Set => {
-            reader.set("k", "mine".into()).await.expect("set");
-            false
-        }
-    }
 }
 
 /// A namespace whose caches attach once the listeners run (and carry

@@ -344,7 +344,7 @@ async fn tracking_refused_by_acl_falls_back_to_the_backplane() {
 /// What a racing round does on the reading cache while a plain client
 /// deletes the key.
 #[derive(Debug, Clone, Copy)]
-enum Racer {
+pub(crate) enum Racer {
     /// A read (an L2 hit kept in the L1).
     Peek,
     /// A batch read of the key and another.
@@ -381,48 +381,14 @@ pub(crate) async fn invalidations_racing_reads_and_writes_with(config: &RedisCon
     let name = value_key(reader, "k");
     let mut kept = [0_usize; 4];
     for round in 0..400 {
-        let racer = [Racer::Peek, Racer::Batch, Racer::Fill, Racer::Set][round % 4];
+        let racer = RACERS[round % 4];
         let heard = reader.stats().backplane_messages;
-        match racer {
-            Racer::Peek | Racer::Batch => {
-                writer.set("k", format!("v{round}")).await.expect("set");
-            }
-            Racer::Fill | Racer::Set => writer.invalidate("k").await.expect("invalidate"),
-        }
+        prepare(writer, racer, round).await;
         // The message of that write landed: no eviction of it is to come.
         while reader.stats().backplane_messages == heard {
             tokio::task::yield_now().await;
         }
-        let delete = async {
-            // Sent a little later each round, so that it lands before,
-            // during and after the race's own round trips.
-            for _ in 0..round / 4 % 16 {
-                tokio::task::yield_now().await;
-            }
-            let _: u64 = redis::cmd("DEL")
-                .arg(&name)
-                .query_async(&mut plain)
-                .await
-                .expect("DEL");
-        };
-        let race = async {
-            match racer {
-                Racer::Peek => drop(reader.peek("k").await.expect("read")),
-                Racer::Batch => {
-                    let fill = |keys: Vec<String>| async move {
-                        let filled = keys.into_iter().map(|k| (k, "filled".to_owned()));
-                        Ok::<_, std::io::Error>(filled.collect())
-                    };
-                    drop(reader.get_many_or_fill(&["k", "other"], fill).await);
-                }
-                Racer::Fill => {
-                    let fill = || async { Ok::<_, std::io::Error>("filled".to_owned()) };
-                    reader.get_or_fill("k", fill).await.expect("fill");
-                }
-                Racer::Set => reader.set("k", "mine".into()).await.expect("set"),
-            }
-        };
-        tokio::join!(delete, race);
+        tokio::join!(delete_later(&mut plain, &name, round), race(reader, racer));
         // A reply on the reader's tracked connection after the DEL's
         // (a write: reads may go through other connections).
         reader.set("barrier", "b".into()).await.expect("set");
@@ -433,6 +399,63 @@ pub(crate) async fn invalidations_racing_reads_and_writes_with(config: &RedisCon
         }
     }
     eprintln!("rounds that kept a copy (peek, batch, fill, set): {kept:?}");
+}
+
+/// The racers, in the order the rounds take them.
+pub(crate) const RACERS: [Racer; 4] = [Racer::Peek, Racer::Batch, Racer::Fill, Racer::Set];
+
+/// Before round `round`: `writer` writes the key `k` (before a read) or
+/// invalidates it (before a fill or a write).
+pub(crate) async fn prepare(writer: &Cache<String>, racer: Racer, round: usize) {
+    match racer {
+        Racer::Peek | Racer::Batch => {
+            writer.set("k", format!("v{round}")).await.expect("set");
+        }
+        Racer::Fill | Racer::Set => writer.invalidate("k").await.expect("invalidate"),
+    }
+}
+
+/// A plain client's `DEL` of `name`, sent a little later each round, so
+/// that it lands before, during and after the race's own round trips.
+pub(crate) async fn delete_later(
+    plain: &mut redis::aio::MultiplexedConnection,
+    name: &str,
+    round: usize,
+) {
+    for _ in 0..round / 4 % 16 {
+        tokio::task::yield_now().await;
+    }
+    let _: u64 = redis::cmd("DEL")
+        .arg(name)
+        .query_async(plain)
+        .await
+        .expect("DEL");
+}
+
+/// One racing call of `racer` on `reader` (of the key `k`): whether a
+/// read (`Peek`) found the value written before the round (it read ahead
+/// of the `DEL`).
+pub(crate) async fn race(reader: &Cache<String>, racer: Racer) -> bool {
+    match racer {
+        Racer::Peek => reader.peek("k").await.expect("read").is_some(),
+        Racer::Batch => {
+            let fill = |keys: Vec<String>| async move {
+                let filled = keys.into_iter().map(|k| (k, "filled".to_owned()));
+                Ok::<_, std::io::Error>(filled.collect())
+            };
+            drop(reader.get_many_or_fill(&["k", "other"], fill).await);
+            false
+        }
+        Racer::Fill => {
+            let fill = || async { Ok::<_, std::io::Error>("filled".to_owned()) };
+            reader.get_or_fill("k", fill).await.expect("fill");
+            false
+        }
+        Racer::Set => {
+            reader.set("k", "mine".into()).await.expect("set");
+            false
+        }
+    }
 }
 
 /// A tracking table smaller than what the caches read: the server forgets
