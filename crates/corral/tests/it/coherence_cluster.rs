@@ -424,3 +424,60 @@ async fn cluster_a_namespace_attached_later_is_covered() {
     no_flushes(&first);
     no_flushes(&later);
 }
+
+/// A user the nodes' ACL refuses `CLIENT`: each cluster store runs
+/// without tracking, says so in one INFO line, and corral's own writes
+/// still reach the other cache's L1 (the backplane).
+#[tokio::test]
+async fn cluster_tracking_refused_by_acl_falls_back_to_the_backplane() {
+    let cluster = RedisCluster::start();
+    let user = ["ACL", "SETUSER", "no-client", "on", ">pw-5d2b", "~*", "&*"];
+    let user = [&user[..], &["+@all", "-client"]].concat();
+    for node in cluster.nodes() {
+        assert_eq!(node.cli(&user), "OK");
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|node| format!("redis://no-client:pw-5d2b@127.0.0.1:{}/", node.port()))
+        .collect();
+    // This runtime runs every task on this thread: the capture sees them.
+    let (traces, _guard) = corral_testkit::capture(tracing::Level::INFO);
+    let mut caches = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect_cluster(&urls, RedisConfig::default())
+            .await
+            .expect("connect_cluster");
+        caches.push(l1_cache(&store, NAME));
+    }
+    until_heard(&caches[0], &caches[1]).await;
+    until_heard(&caches[1], &caches[0]).await;
+    let said = || {
+        let text = traces.text();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|line| line.contains("redis client tracking off"))
+            .map(str::to_owned)
+            .collect();
+        lines
+    };
+    until("each store says tracking is off", || said().len() >= 2).await;
+    let lines = said();
+    assert_eq!(lines.len(), 2, "one line per store: {lines:?}");
+    for line in lines {
+        assert!(line.contains(" INFO "), "{line}");
+        assert!(line.contains("CLIENT TRACKING"), "says why: {line}");
+        assert!(line.to_lowercase().contains("noperm"), "says why: {line}");
+    }
+    hold(&caches, &["k"]).await;
+    caches[1].set("k", "v2".into()).await.expect("set");
+    crate::support::read_until(&caches[0], "k", Some("v2")).await;
+    for node in &cluster.nodes()[..MASTERS] {
+        assert!(tracked_ids(node).is_empty(), "no client tracked");
+    }
+    for cache in &caches {
+        assert_eq!(cache.stats().store_errors, 0, "{:?}", cache.stats());
+        assert_eq!(cache.stats().tracking_invalidations, 0);
+    }
+    no_flushes(&caches);
+}

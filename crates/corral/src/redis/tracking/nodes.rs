@@ -432,7 +432,10 @@ async fn listening(weak: Weak<Shared>, wake: Arc<Notify>, seeds: Seeds) {
                     seeds.health_interval
                 }
                 Round::Short => backoff.next_pause(),
-                Round::Off => return,
+                Round::Off => {
+                    tracker.shared.on.store(false, Ordering::Release);
+                    return;
+                }
             }
         };
         tokio::select! {
