@@ -326,6 +326,14 @@ impl TagTable {
         state.forgets += 1;
     }
 
+    /// Forgets every version (the store's reports may be getting lost),
+    /// keeping the L1 index: the entries that stay in the L1 stay indexed.
+    pub(crate) fn forget_versions(&self) {
+        let mut state = write(&self.state);
+        state.known.clear();
+        state.forgets += 1;
+    }
+
     /// Whether `stamps` are all current as far as this table knows (a
     /// forgotten version counts as moved), and if so indexes `key` under
     /// its tags for the L1, returning the id to insert it with: called

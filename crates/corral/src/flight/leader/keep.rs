@@ -117,7 +117,7 @@ pub(super) async fn keep_value<V>(
             }
             _ => None,
         };
-        flight.retire(|| {
+        flight.retire_unverified(|| {
             if let Some((entry, tags)) = entry {
                 cache.insert_unverified_in_l1(key, &tags, entry);
             }

@@ -509,6 +509,7 @@ async fn heartbeat(weak: Weak<Shared>) {
         };
         if answered {
             shared.unanswered.reset();
+            shared.tracker.answered();
         }
         match answer {
             Ok(Ok(reply)) if asks_role => judge_role(&shared, epoch, reply.extract_error()),
@@ -532,6 +533,10 @@ async fn heartbeat(weak: Weak<Shared>) {
                         + ": connecting anew",
                     timeout
                 );
+                // Its reports may be held up or lost: what the caches hold
+                // on the store's word goes now, not once a new connection
+                // is made (none may be, for as long as a partition lasts).
+                shared.tracker.silent();
                 replace(&shared, epoch).await;
             }
         }
