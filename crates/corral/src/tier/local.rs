@@ -269,16 +269,26 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
+    /// A tier of 16 entries on the default clock, in `shards` shards.
+    fn tier(shards: Option<usize>) -> LocalTier<u32> {
+        let clock = TierClock::Coarse(TickedClock::new("t"));
+        LocalTier::new(16, 16, clock, None, None, shards)
+    }
+
+    /// `value`, fresh for `ttl`.
+    fn entry(value: u32, ttl: Duration) -> InL1<u32> {
+        InL1 {
+            value: Some(value),
+            ttls: Ttls::simple(ttl),
+            fail_safe: false,
+            weight: 1,
+            age: Duration::ZERO,
+        }
+    }
+
     #[test]
     fn a_hot_tier_expires_entries_on_the_ticked_reading_and_never_early() {
-        let tier = LocalTier::<u32>::new(
-            16,
-            16,
-            TierClock::Coarse(TickedClock::new("t")),
-            None,
-            None,
-            None,
-        );
+        let tier = tier(None);
         // Two milestones in quick succession: as hot as a cache gets.
         tier.hit_milestone();
         tier.hit_milestone();
@@ -290,14 +300,7 @@ mod tests {
 
         let ttl = Duration::from_millis(30);
         let inserted = Instant::now();
-        let entry = InL1 {
-            value: Some(7),
-            ttls: Ttls::simple(ttl),
-            fail_safe: false,
-            weight: 1,
-            age: Duration::ZERO,
-        };
-        tier.insert("k", 1, entry, false);
+        tier.insert("k", 1, entry(7, ttl), false);
         let mut hits = 0_u64;
         while tier.get_quiet("k").is_some() {
             hits += 1;
@@ -314,24 +317,11 @@ mod tests {
 
     #[test]
     fn dropping_what_the_store_vouched_for_keeps_the_unverified_entries() {
-        let tier = LocalTier::<u32>::new(
-            16,
-            16,
-            TierClock::Coarse(TickedClock::new("t")),
-            None,
-            None,
-            Some(4),
-        );
-        let entry = |value| InL1 {
-            value: Some(value),
-            ttls: Ttls::simple(Duration::from_secs(60)),
-            fail_safe: false,
-            weight: 1,
-            age: Duration::ZERO,
-        };
+        let tier = tier(Some(4));
+        let minute = |value| entry(value, Duration::from_secs(60));
         for i in 0..8_u32 {
-            tier.insert(&format!("store{i}"), u64::from(i), entry(i), false);
-            tier.insert(&format!("source{i}"), u64::from(100 + i), entry(i), true);
+            tier.insert(&format!("store{i}"), u64::from(i), minute(i), false);
+            tier.insert(&format!("source{i}"), u64::from(100 + i), minute(i), true);
         }
         let mut left = tier.keep_unverified();
         left.sort();
@@ -347,7 +337,7 @@ mod tests {
         // The room left is the tier's again: 8 more fit beside the 8 kept.
         for i in 0..8_u32 {
             assert!(tier
-                .insert(&format!("more{i}"), 200, entry(i), false)
+                .insert(&format!("more{i}"), 200, minute(i), false)
                 .is_empty());
         }
         assert_eq!(tier.len(), 16);
