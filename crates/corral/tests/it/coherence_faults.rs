@@ -342,3 +342,53 @@ async fn a_silent_store_drops_what_the_l1_holds_on_its_word_and_keeps_fills_made
     assert_eq!(stats.l1_flushes_reconnect, 0, "{stats:?}");
     proxy.hold_new(false);
 }
+
+/// A warm cache (it knows the store's versions) whose store goes silent
+/// fills a key from the source under the versions it knows; then the
+/// backplane's subscription is lost (no health check runs meanwhile: the
+/// fill is kept before the drop). The drop takes what the L1 held on the
+/// store's word and keeps that fill, for its whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_made_without_the_store_under_known_versions_outlives_the_drop() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    // No health check during the test: the subscription's loss is the
+    // drop, and it comes after the fill.
+    let config = config().health_interval(Duration::from_secs(60));
+    let store = RedisStore::connect(&proxy.url(), config)
+        .await
+        .expect("connect");
+    let cache = Cache::<String>::builder("silence-warm")
+        .store(store)
+        .store_timeout(OP_TIMEOUT)
+        .lease_ttl(Duration::from_millis(100))
+        .build()
+        .expect("config");
+    let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
+    // Filled under a lease: the cache reads (and keeps) the versions.
+    cache.get_or_fill("warm", fill).await.expect("a value");
+    hold(std::slice::from_ref(&cache), &["held"]).await;
+    // The command connection, then the subscriber's.
+    assert_eq!(proxy.accepted(), 2, "no other connection");
+
+    proxy.hold_new(true);
+    assert_eq!(proxy.blackhole(), 2);
+    let fresh = cache.get_or_fill("fresh", fill).await.expect("a value");
+    assert_eq!(fresh, MARKER);
+    assert_eq!(cache.get_local("fresh").as_deref(), Some(MARKER));
+    assert!(proxy.cut_connection(1), "the subscriber's connection");
+    until("the lost subscription is noticed", || {
+        cache.stats().l1_flushes_silence > 0
+    })
+    .await;
+    let stats = cache.stats();
+    assert_eq!(stats.fail_open_fills, 1, "{stats:?}");
+    assert_eq!(cache.get_local("held"), None, "{stats:?}");
+    assert_eq!(cache.get_local("warm"), None, "{stats:?}");
+    assert_eq!(
+        cache.get_local("fresh").as_deref(),
+        Some(MARKER),
+        "{stats:?}"
+    );
+    proxy.hold_new(false);
+}

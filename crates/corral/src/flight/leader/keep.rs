@@ -126,6 +126,9 @@ pub(super) async fn keep_value<V>(
     };
     stamps.take_moved();
     let home = cache.home(key);
+    // Filled without a lease while the store did not answer, but under
+    // versions this cache knew: kept as what it is, fresh from the source.
+    let alone = lease.is_none() && cache.tiers().l2.is_some();
     let keep_local = match (&cache.tiers().l2, lease) {
         (None, _) => true,
         (Some(_), None) => true,
@@ -155,11 +158,19 @@ pub(super) async fn keep_value<V>(
     let entry = keep_local
         .then(|| in_l1(cache, key, value, ttls, fail_safe))
         .flatten();
-    flight.retire(|| {
-        if let Some(entry) = entry {
+    let Some(entry) = entry else {
+        flight.retire(|| ());
+        return;
+    };
+    if alone {
+        flight.retire_unverified(|| {
+            cache.insert_filled_alone(key, home, &stamps, entry, UNVERIFIED_LIFETIME);
+        });
+    } else {
+        flight.retire(|| {
             cache.insert_in_l1(key, home, &stamps, entry);
-        }
-    });
+        });
+    }
 }
 
 /// The L1 entry of an answer, if the cache has an L1 and the answer can be
