@@ -89,8 +89,9 @@ impl Kept {
 /// Writes an answer into the cache's tiers and retires the flight: in the
 /// L2 only under the lease, fenced, and only while no tag or clear it was
 /// stamped with moved; in the L1 only if the L2 took it (or the fill ran
-/// without a lease because the L2 was unreachable) and no newer write
-/// detached the flight or moved its stamps meanwhile.
+/// without a lease because the L2 was unreachable: then marked as filled
+/// without the store, which a silence of the store keeps) and no newer
+/// write detached the flight or moved its stamps meanwhile.
 pub(super) async fn keep_value<V>(
     cache: &Inner<V>,
     flight: &mut Flight<V>,
