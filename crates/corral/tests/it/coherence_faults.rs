@@ -299,16 +299,11 @@ async fn a_partition_longer_than_the_bound_serves_nothing_old_after_it() {
     flushed_for_the_fault(&caches, |s| s.l1_flushes_silence);
 }
 
-/// A store whose tracked connection goes silent (no new connection can be
-/// made either): the first unanswered health check drops what the L1 holds
-/// on the store's word and keeps the fill made from the source while the
-/// store did not answer, whichever of the two comes first (a flight
-/// claimed before the drop still keeps a fill made without the store).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_store_drops_what_the_l1_holds_on_its_word_and_keeps_fills_made_without_it() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(server.port());
-    let store = RedisStore::connect(&proxy.url(), config())
+/// A cache with the L1 on a store through `proxy` with `config`, that
+/// waits for a silent store for 100 ms (its lease) before it fills without
+/// it; it holds `held`, written through the store.
+async fn held_through(proxy: &FaultProxy, config: RedisConfig) -> Cache<String> {
+    let store = RedisStore::connect(&proxy.url(), config)
         .await
         .expect("connect");
     let cache = Cache::<String>::builder("silence")
@@ -318,29 +313,52 @@ async fn a_silent_store_drops_what_the_l1_holds_on_its_word_and_keeps_fills_made
         .build()
         .expect("config");
     hold(std::slice::from_ref(&cache), &["held"]).await;
-    assert!(cache.get_local("held").is_some());
+    cache
+}
 
+/// The store's connections go silent and new ones hang: `cache` fills
+/// `fresh` from the source; `drop` (run after the fill) brings on the drop,
+/// waited for. Then the L1 keeps that fill and nothing in `dropped`.
+async fn fill_while_silent_then_drop(
+    proxy: &FaultProxy,
+    cache: &Cache<String>,
+    drop: impl FnOnce(),
+    dropped: &[&str],
+) {
     proxy.hold_new(true);
     assert!(proxy.blackhole() >= 2, "the command and subscriber links");
     let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
     let fresh = cache.get_or_fill("fresh", fill).await.expect("a value");
     assert_eq!(fresh, MARKER);
-    until("the silent connection is noticed", || {
+    drop();
+    until("the silence is noticed", || {
         cache.stats().l1_flushes_silence > 0
     })
     .await;
-    // The fill is at most a health interval and an operation timeout old:
-    // within the second a fill made without the store is kept.
     let stats = cache.stats();
     assert_eq!(stats.fail_open_fills, 1, "{stats:?}");
-    assert_eq!(cache.get_local("held"), None, "{stats:?}");
-    assert_eq!(
-        cache.get_local("fresh").as_deref(),
-        Some(MARKER),
-        "{stats:?}"
-    );
     assert_eq!(stats.l1_flushes_reconnect, 0, "{stats:?}");
+    for key in dropped {
+        assert_eq!(cache.get_local(key), None, "{key}: {stats:?}");
+    }
+    let kept = cache.get_local("fresh");
+    assert_eq!(kept.as_deref(), Some(MARKER), "{stats:?}");
     proxy.hold_new(false);
+}
+
+/// A store whose tracked connection goes silent (no new connection can be
+/// made either): the first unanswered health check drops what the L1 holds
+/// on the store's word and keeps the fill made from the source while the
+/// store did not answer, whichever of the two comes first (a flight
+/// claimed before the drop still keeps a fill made without the store; the
+/// fill is at most a health interval and an operation timeout old at the
+/// check, within the second such a fill is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_store_drops_what_the_l1_holds_on_its_word_and_keeps_fills_made_without_it() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let cache = held_through(&proxy, config()).await;
+    fill_while_silent_then_drop(&proxy, &cache, || {}, &["held"]).await;
 }
 
 /// A warm cache (it knows the store's versions) whose store goes silent
@@ -355,40 +373,12 @@ async fn a_fill_made_without_the_store_under_known_versions_outlives_the_drop() 
     // No health check during the test: the subscription's loss is the
     // drop, and it comes after the fill.
     let config = config().health_interval(Duration::from_secs(60));
-    let store = RedisStore::connect(&proxy.url(), config)
-        .await
-        .expect("connect");
-    let cache = Cache::<String>::builder("silence-warm")
-        .store(store)
-        .store_timeout(OP_TIMEOUT)
-        .lease_ttl(Duration::from_millis(100))
-        .build()
-        .expect("config");
-    let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
+    let cache = held_through(&proxy, config).await;
     // Filled under a lease: the cache reads (and keeps) the versions.
+    let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
     cache.get_or_fill("warm", fill).await.expect("a value");
-    hold(std::slice::from_ref(&cache), &["held"]).await;
     // The command connection, then the subscriber's.
     assert_eq!(proxy.accepted(), 2, "no other connection");
-
-    proxy.hold_new(true);
-    assert_eq!(proxy.blackhole(), 2);
-    let fresh = cache.get_or_fill("fresh", fill).await.expect("a value");
-    assert_eq!(fresh, MARKER);
-    assert_eq!(cache.get_local("fresh").as_deref(), Some(MARKER));
-    assert!(proxy.cut_connection(1), "the subscriber's connection");
-    until("the lost subscription is noticed", || {
-        cache.stats().l1_flushes_silence > 0
-    })
-    .await;
-    let stats = cache.stats();
-    assert_eq!(stats.fail_open_fills, 1, "{stats:?}");
-    assert_eq!(cache.get_local("held"), None, "{stats:?}");
-    assert_eq!(cache.get_local("warm"), None, "{stats:?}");
-    assert_eq!(
-        cache.get_local("fresh").as_deref(),
-        Some(MARKER),
-        "{stats:?}"
-    );
-    proxy.hold_new(false);
+    let cut = || assert!(proxy.cut_connection(1), "the subscriber's link");
+    fill_while_silent_then_drop(&proxy, &cache, cut, &["held", "warm"]).await;
 }
