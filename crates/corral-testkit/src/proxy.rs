@@ -167,6 +167,19 @@ impl FaultProxy {
         links.len()
     }
 
+    /// Closes only the `index`th connection accepted (from 0, in the order
+    /// they were accepted), both sides, as [`cut`](Self::cut) does all of
+    /// them. Returns whether there was such a connection.
+    pub fn cut_connection(&self, index: usize) -> bool {
+        let links = lock(&self.shared.links);
+        let Some(link) = links.get(index) else {
+            return false;
+        };
+        let _ = link.client.shutdown(Shutdown::Both);
+        let _ = link.target.shutdown(Shutdown::Both);
+        true
+    }
+
     /// Whether connections accepted from now on start blackholed (`true`:
     /// the host stays unreachable) or relay (`false`, the default).
     pub fn hold_new(&self, hold: bool) {

@@ -47,8 +47,10 @@
 //! `set`, `invalidate`, committed fill, tag invalidation and `clear` of
 //! any cache of the namespace to the others, which evict the key from their
 //! L1 (messages carry keys and tags, never values; a cache ignores its own).
-//! When the store's subscription is interrupted, messages may have been
-//! lost and the whole L1 is dropped. [`CacheBuilder::l1_lifetime`] bounds
+//! When the store's subscription is interrupted, messages may be lost:
+//! what the L1 holds on the store's word is dropped at once (copies filled
+//! from the source while the store did not answer are kept), and the whole
+//! L1 once the subscription is confirmed again. [`CacheBuilder::l1_lifetime`] bounds
 //! how long an L1 copy lives whatever happens to messages;
 //! [`CacheBuilder::backplane`]`(false)` leaves L1 copies to that bound.
 //!

@@ -246,6 +246,21 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V>> BoundedMap<K, V, W> {
         self.remove_entry(&mut order, hash, key, check)
     }
 
+    /// Removes every entry `keep` does not pass, returning them (to be
+    /// dropped by the caller, outside every lock).
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&V) -> bool) -> Vec<(K, V)> {
+        let mut order = lock(&self.order);
+        let mut removed = Vec::new();
+        for shard in &*self.shards {
+            let mut table = write(shard);
+            for slot in table.extract_if(|slot| !keep(&slot.value)) {
+                order.forget(slot.node);
+                removed.push((slot.key, slot.value));
+            }
+        }
+        removed
+    }
+
     pub(crate) fn clear(&self) {
         let mut order = lock(&self.order);
         for shard in &*self.shards {

@@ -326,6 +326,14 @@ impl TagTable {
         state.forgets += 1;
     }
 
+    /// Forgets every version (the store's reports may be getting lost),
+    /// keeping the L1 index: the entries that stay in the L1 stay indexed.
+    pub(crate) fn forget_versions(&self) {
+        let mut state = write(&self.state);
+        state.known.clear();
+        state.forgets += 1;
+    }
+
     /// Whether `stamps` are all current as far as this table knows (a
     /// forgotten version counts as moved), and if so indexes `key` under
     /// its tags for the L1, returning the id to insert it with: called
@@ -337,6 +345,27 @@ impl TagTable {
             return None;
         }
         Some(state.l1.admit(key, stamps.user_tags()))
+    }
+
+    /// [`admit_to_l1`](Self::admit_to_l1) for an entry filled while the
+    /// store did not answer, under `stamps` this table knew: checked while
+    /// they are all known; admitted unchecked (`false`) if one is no longer
+    /// known (forgotten since: the store's reports may be lost, and it
+    /// cannot be read); `None` only if one is known to have moved.
+    pub(crate) fn admit_filled_alone(
+        &self,
+        key: &str,
+        home: Home,
+        stamps: &Stamps,
+    ) -> Option<(u64, bool)> {
+        let mut state = write(&self.state);
+        let checked = match state.check(home, stamps) {
+            _ if !state.remember => true,
+            Some(true) => true,
+            Some(false) => return None,
+            None => false,
+        };
+        Some((state.l1.admit(key, stamps.user_tags()), checked))
     }
 
     /// Indexes `key` under `tags` for the L1 without checking versions (an

@@ -51,7 +51,10 @@ pub struct RedisConfig {
     /// connection, each check bounded by [`op_timeout`](Self::op_timeout):
     /// a connection that gives no answer is replaced, one whose server
     /// became a replica is left (see the [`RedisStore`] docs, "Dead
-    /// connections"). One check per connection per interval, whatever the
+    /// connections"). The first check a connection carrying invalidations
+    /// leaves unanswered also drops what the caches' L1s hold on the
+    /// store's word, within this interval and the operation timeout of a
+    /// silence (see "Coherence"). One check per connection per interval, whatever the
     /// traffic; the reads and writes themselves pay nothing for it.
     /// Default: **1 s**.
     pub health_interval: Duration,

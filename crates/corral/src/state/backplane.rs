@@ -7,14 +7,18 @@
 //! acted on the same way, whoever made them: they carry no origin, and the
 //! server reports none of this process's own writes. A flush — the server
 //! may have stopped reporting — drops the L1 and the tag versions as a lost
-//! backplane message does, counted by its reason.
+//! backplane message does, counted by its reason; but a silence (the
+//! server's reports may be getting lost while the store does not answer)
+//! drops only what the L1 holds on the store's word, keeping the fills made
+//! without it, and does not count as hearing from the store.
 //!
 //! Evictions go through the flight table ([`FlightTable::detach`]), the
 //! same way a local write does: a fill of the key already in flight here
 //! still answers its callers but no longer writes its value into the L1,
 //! and a read that started before the message does not keep what it read.
 //! A reset ([`FlightTable::reset`]) keeps every flight and read started
-//! before it out of the L1.
+//! before it out of the L1 (after a silence, but for fills made without the
+//! store).
 //!
 //! Each message and reset is counted once acted on, so whoever sees the
 //! count sees what it did.
@@ -25,6 +29,7 @@
 use std::sync::atomic::AtomicU64;
 
 use crate::data::tags::CLEAR;
+use crate::state::flight::Reset;
 use crate::state::inner::Inner;
 use crate::stats::Counters;
 use crate::store::{Change, ChangeSink, Event, FlushReason};
@@ -60,9 +65,21 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         if let Some(store) = &self.tiers().l2 {
             store.heard();
         }
-        self.flights().reset(|| {
+        self.flights().reset(Reset::Whole, || {
             self.tags().distrust();
             self.clear_l1();
+        });
+    }
+
+    /// Drops what the L1 holds on the store's word and the tag versions,
+    /// keeping the fills made while the store did not answer (fresh from
+    /// the source: no report of the store's could make them stale); reads
+    /// and flights started before keep nothing they hold on the store's
+    /// word. The store is not heard from: it is the one gone silent.
+    fn drop_store_word(&self) {
+        self.flights().reset(Reset::StoreWord, || {
+            self.tags().forget_versions();
+            self.keep_unverified_in_l1();
         });
     }
 }
@@ -85,13 +102,18 @@ impl<V: Clone + Send + Sync + 'static> ChangeSink for Inner<V> {
     }
 
     fn flushed(&self, reason: FlushReason) {
-        self.drop_everything();
+        if reason == FlushReason::Silence {
+            self.drop_store_word();
+        } else {
+            self.drop_everything();
+        }
         let counters = self.counters();
         Counters::bump(match reason {
             FlushReason::Reconnected => &counters.l1_flushes_reconnect,
             FlushReason::Failover => &counters.l1_flushes_failover,
             FlushReason::ServerFlush => &counters.l1_flushes_server_flush,
             FlushReason::Topology => &counters.l1_flushes_topology,
+            FlushReason::Silence => &counters.l1_flushes_silence,
         });
     }
 

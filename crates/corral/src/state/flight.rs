@@ -20,7 +20,8 @@
 //!   is still the table's flight for the key, checked under the table lock
 //!   (the same lock `detach` holds while a newer write lands), and only if
 //!   no [`FlightTable::reset`] happened since it was claimed (what it read
-//!   may have been missed by whatever keeps the tier current).
+//!   may have been missed by whatever keeps the tier current) — but for a
+//!   fill made without the store, which only a [`Reset::Whole`] stops.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -62,6 +63,8 @@ pub(crate) struct Flight<V> {
     id: u64,
     /// The table's [`resets`](FlightTable::resets) when it was claimed.
     resets: u64,
+    /// The table's [`whole_resets`](FlightTable::whole_resets) then.
+    whole_resets: u64,
     slot: Mutex<Slot<V>>,
     /// How many [`Wait`]s of the flight are alive: callers waiting for it.
     waiting: AtomicUsize,
@@ -80,10 +83,11 @@ struct Slot<V> {
 }
 
 impl<V: Clone> Flight<V> {
-    fn new(id: u64, resets: u64) -> Self {
+    fn new(id: u64, (resets, whole_resets): (u64, u64)) -> Self {
         Self {
             id,
             resets,
+            whole_resets,
             slot: Mutex::new(Slot {
                 outcome: None,
                 wakers: Vec::new(),
@@ -244,14 +248,31 @@ pub(crate) struct FlightTable<V> {
     /// replaced.
     writes: AtomicU64,
     /// Bumped under the table lock by every [`reset`](Self::reset): a
-    /// flight claimed before it writes nothing into the tier.
+    /// flight claimed before it writes nothing it holds on the store's
+    /// word into the tier.
     resets: AtomicU64,
+    /// Bumped with `resets` by every [`Reset::Whole`]: a flight claimed
+    /// before it writes nothing into the tier, not even a fill made
+    /// without the store.
+    whole_resets: AtomicU64,
     /// The writes lately detached, by key: locked inside the table lock.
     recent: Mutex<Recent>,
     /// How many flights the table holds, changed under the table lock: a
     /// glance that takes no lock (and may be a moment behind).
     running: AtomicUsize,
     flights: Mutex<FlightMap<V>>,
+}
+
+/// What a [`FlightTable::reset`] keeps out of the tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reset {
+    /// Everything a flight claimed before it would write: the tier was
+    /// dropped whole.
+    Whole,
+    /// What a flight claimed before it holds on the store's word (read from
+    /// it, or kept once the store took it); a fill made without the store
+    /// ([`Leadership::retire_unverified`]) is still kept.
+    StoreWord,
 }
 
 /// The result of [`FlightTable::claim`].
@@ -271,6 +292,7 @@ impl<V: Clone> FlightTable<V> {
             next_id: AtomicU64::new(1),
             writes: AtomicU64::new(0),
             resets: AtomicU64::new(0),
+            whole_resets: AtomicU64::new(0),
             recent: Mutex::new(Recent::new()),
             running: AtomicUsize::new(0),
             flights: Mutex::new(HashMap::default()),
@@ -298,7 +320,10 @@ impl<V: Clone> FlightTable<V> {
             return Claim::Ready(value);
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let resets = self.resets.load(Ordering::Relaxed);
+        let resets = (
+            self.resets.load(Ordering::Relaxed),
+            self.whole_resets.load(Ordering::Relaxed),
+        );
         let flight = Arc::new(Flight::new(id, resets));
         match of_key {
             Some(of_key) => of_key.others.push((error, Arc::clone(&flight))),
@@ -371,13 +396,17 @@ impl<V: Clone> FlightTable<V> {
     }
 
     /// [`detach_all`](Self::detach_all), and besides, no flight claimed
-    /// before it writes into the tier: for a tier dropped because what kept
-    /// it current may have missed changes, so nothing read before counts.
-    pub(crate) fn reset<R>(&self, newer_write: impl FnOnce() -> R) -> R {
+    /// before it writes into the tier what `what` says: for a tier dropped
+    /// (whole, or what it holds on the store's word) because what kept it
+    /// current may have missed changes, so nothing read before counts.
+    pub(crate) fn reset<R>(&self, what: Reset, newer_write: impl FnOnce() -> R) -> R {
         let _flights = lock(&self.flights);
         let number = self.writes.fetch_add(1, Ordering::Relaxed) + 1;
         lock(&self.recent).wrote_all(number);
         self.resets.fetch_add(1, Ordering::Relaxed);
+        if what == Reset::Whole {
+            self.whole_resets.fetch_add(1, Ordering::Relaxed);
+        }
         newer_write()
     }
 
@@ -448,6 +477,29 @@ impl<V: Clone> Leadership<V> {
     /// [`reset`](FlightTable::reset) happened since it was claimed; it
     /// returns whether it ran.
     pub(crate) fn retire(&mut self, if_current: impl FnOnce()) -> bool {
+        self.retire_if(if_current, |flight, table| {
+            flight.resets == table.resets.load(Ordering::Relaxed)
+        })
+    }
+
+    /// [`retire`](Self::retire) for a fill made without the store (what it
+    /// keeps is fresh from the source, on no word of the store's):
+    /// `if_current` runs unless a newer write detached the flight or a
+    /// [`Reset::Whole`] happened since it was claimed.
+    pub(crate) fn retire_unverified(&mut self, if_current: impl FnOnce()) -> bool {
+        self.retire_if(if_current, |flight, table| {
+            flight.whole_resets == table.whole_resets.load(Ordering::Relaxed)
+        })
+    }
+
+    /// Removes the flight from the table; runs `if_current` under the table
+    /// lock if the flight is still the key's and `unreset` (under the same
+    /// lock) says no reset since its claim concerns it.
+    fn retire_if(
+        &mut self,
+        if_current: impl FnOnce(),
+        unreset: impl FnOnce(&Flight<V>, &FlightTable<V>) -> bool,
+    ) -> bool {
         self.retired = true;
         let Some(table) = self.table.upgrade() else {
             return false;
@@ -457,7 +509,7 @@ impl<V: Clone> Leadership<V> {
             .get(&*self.key)
             .and_then(|of_key| of_key.get_by_id(self.flight.id))
             .is_some();
-        let unreset = self.flight.resets == table.resets.load(Ordering::Relaxed);
+        let unreset = unreset(&self.flight, &table);
         if current {
             if unreset {
                 if_current();
@@ -487,3 +539,36 @@ impl<V: Clone> Drop for Leadership<V> {
 #[cfg(all(test, shuttle))]
 #[path = "flight_model.rs"]
 mod model;
+
+#[cfg(all(test, not(shuttle)))]
+mod tests {
+    use super::*;
+
+    fn lead(table: &Arc<FlightTable<u32>>, key: &str) -> Leadership<u32> {
+        match table.claim(key, TypeId::of::<()>(), || None) {
+            Claim::Lead(leadership) => leadership,
+            _ => panic!("no flight of {key} yet"),
+        }
+    }
+
+    #[test]
+    fn a_store_word_reset_keeps_out_what_came_from_the_store_only() {
+        let table = Arc::new(FlightTable::new());
+        let (mut read, mut filled) = (lead(&table, "read"), lead(&table, "filled"));
+        let mark = table.write_mark();
+        table.reset(Reset::StoreWord, || ());
+        let mut kept = Vec::new();
+        assert!(!read.retire(|| kept.push("read")));
+        assert!(filled.retire_unverified(|| kept.push("filled")));
+        let mut kept_after = false;
+        table.keep_if_unchanged("other", mark, || kept_after = true);
+        assert_eq!(kept, ["filled"]);
+        assert!(!kept_after, "a read started before keeps nothing");
+
+        let mut filled = lead(&table, "filled");
+        table.reset(Reset::Whole, || ());
+        assert!(!filled.retire_unverified(|| kept.push("filled again")));
+        assert_eq!(kept, ["filled"]);
+        assert_eq!(table.len(), 0);
+    }
+}

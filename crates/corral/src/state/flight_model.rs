@@ -9,7 +9,7 @@ use std::sync::Arc;
 use shuttle::future::{block_on, spawn, yield_now};
 use shuttle::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 
-use super::{Claim, FlightTable, Outcome};
+use super::{Claim, FlightTable, Outcome, Reset};
 use crate::sync::{lock, Mutex};
 
 const ITERATIONS: usize = 2_000;
@@ -146,6 +146,48 @@ fn a_write_during_a_flight_is_never_overwritten_by_it() {
                 let _ = writer.await;
             });
             assert_eq!(*lock(&tier), Some(99), "the newer write wins");
+            assert_eq!(table.len(), 0);
+        },
+        ITERATIONS,
+    );
+}
+
+/// A silence reset racing two leaders claimed before it: whichever comes
+/// first, the tier ends up without what was read from the store and with
+/// what was filled without it.
+#[test]
+fn a_store_word_reset_racing_retirements_keeps_only_the_fill_made_without_the_store() {
+    shuttle::check_random(
+        || {
+            let table = Arc::new(FlightTable::<u32>::new());
+            // The tier: (key, filled without the store).
+            let tier: Arc<Mutex<Vec<(&str, bool)>>> = Arc::new(Mutex::new(Vec::new()));
+            let lead = |key| match table.claim(key, TypeId::of::<()>(), || None) {
+                Claim::Lead(leadership) => leadership,
+                _ => panic!("first claim leads"),
+            };
+            let (mut read, mut filled) = (lead("read"), lead("filled"));
+            let reset = {
+                let (table, tier) = (Arc::clone(&table), Arc::clone(&tier));
+                spawn(async move {
+                    table.reset(Reset::StoreWord, || {
+                        lock(&tier).retain(|(_, unverified)| *unverified);
+                    });
+                })
+            };
+            let retire = {
+                let tier = Arc::clone(&tier);
+                spawn(async move {
+                    read.retire(|| lock(&tier).push(("read", false)));
+                    yield_now().await;
+                    filled.retire_unverified(|| lock(&tier).push(("filled", true)));
+                })
+            };
+            block_on(async {
+                reset.await.expect("reset");
+                retire.await.expect("retire");
+            });
+            assert_eq!(*lock(&tier), [("filled", true)]);
             assert_eq!(table.len(), 0);
         },
         ITERATIONS,

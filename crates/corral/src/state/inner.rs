@@ -455,7 +455,7 @@ impl<V: 'static> Inner<V> {
         let Some(id) = self.tags.admit_to_l1(key, home, stamps) else {
             return false;
         };
-        self.put_in_l1(local, key, id, entry);
+        self.put_in_l1(local, key, id, entry, false);
         true
     }
 
@@ -468,15 +468,43 @@ impl<V: 'static> Inner<V> {
     {
         if let Some(local) = &self.tiers.l1 {
             let id = self.tags.admit_unverified(key, tags);
-            self.put_in_l1(local, key, id, entry);
+            self.put_in_l1(local, key, id, entry, true);
         }
     }
 
-    fn put_in_l1(&self, local: &LocalTier<V>, key: &str, id: u64, entry: InL1<V>)
+    /// Puts `entry` of `key`, filled from the source without a lease while
+    /// the store did not answer but under `stamps` this cache knew, in the
+    /// L1 as filled without the store (a silence keeps it), under the
+    /// flight table's lock: for its TTL while the stamps are current; for
+    /// `cap` at most if one is no longer known (forgotten meanwhile: the
+    /// store's reports may be lost); not at all if one moved.
+    pub(crate) fn insert_filled_alone(
+        &self,
+        key: &str,
+        home: Home,
+        stamps: &Stamps,
+        mut entry: InL1<V>,
+        cap: Duration,
+    ) where
+        V: Clone,
+    {
+        let Some(local) = &self.tiers.l1 else {
+            return;
+        };
+        let Some((id, checked)) = self.tags.admit_filled_alone(key, home, stamps) else {
+            return;
+        };
+        if !checked {
+            entry.ttls = entry.ttls.capped(cap);
+        }
+        self.put_in_l1(local, key, id, entry, true);
+    }
+
+    fn put_in_l1(&self, local: &LocalTier<V>, key: &str, id: u64, entry: InL1<V>, unverified: bool)
     where
         V: Clone,
     {
-        let left = local.insert(key, id, entry);
+        let left = local.insert(key, id, entry, unverified);
         self.tags.left_l1(&left);
     }
 
@@ -510,6 +538,19 @@ impl<V: 'static> Inner<V> {
     {
         if let Some(local) = &self.tiers.l1 {
             local.clear();
+        }
+    }
+
+    /// Drops every in-process copy held on the store's word (and its place
+    /// in the tag index), keeping those filled while the store did not
+    /// answer ([`insert_unverified_in_l1`](Self::insert_unverified_in_l1)).
+    pub(crate) fn keep_unverified_in_l1(&self)
+    where
+        V: Clone,
+    {
+        if let Some(local) = &self.tiers.l1 {
+            let left = local.keep_unverified();
+            self.tags.left_l1(&left);
         }
     }
 

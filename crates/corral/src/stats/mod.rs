@@ -260,6 +260,8 @@ counters! {
     l1_flushes_server_flush,
     /// Times the cache dropped its whole L1 and forgot its tag versions because its Redis Cluster's slot map changed while its masters stayed (a slot moved between them).
     l1_flushes_topology,
+    /// Times the cache dropped what its L1 holds on the store's word (read from the store, or kept once the store took it) and forgot its tag versions because a connection carrying the server's reports (the tracked connection, the backplane's subscription) gave no answer to a health check or was lost: reports may be getting lost. Once per silence; the copies filled from the source while the store did not answer are kept.
+    l1_flushes_silence,
     /// Fills started (the source of truth was called).
     fills,
     /// Callers that joined a fill already in flight instead of starting one.

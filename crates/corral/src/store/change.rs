@@ -11,11 +11,16 @@
 //! A store whose server reports changes itself (Redis client tracking)
 //! hands them on with [`ChangeSink::invalidated`] — changes by any client,
 //! without an origin — and says with [`ChangeSink::flushed`] when the
-//! server may have stopped reporting them, and why ([`FlushReason`]).
+//! server may have stopped reporting them, and why ([`FlushReason`]). A
+//! connection that carries those reports and stops answering makes the
+//! store say so once per silence ([`FlushReason::Silence`]): the caches
+//! drop what they hold on the store's word and keep what they filled
+//! without it.
 
 use crate::sync::lock_std;
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// The cache instance that made a change: a random 64-bit id drawn when the
@@ -115,17 +120,26 @@ pub enum FlushReason {
     /// slot moved between masters): a change around the move may have
     /// gone unreported.
     Topology,
+    /// A connection that carries the server's reports (the tracked
+    /// connection, the backplane's subscription) gave no answer to a health
+    /// check, or was lost, and no new one is confirmed yet: reports may be
+    /// held up or lost from now on. Only what is held on the store's word
+    /// (read from it, or written to it) is dropped; what was filled from
+    /// the source without the store, while it did not answer, is kept. Said
+    /// once per silence.
+    Silence,
 }
 
 impl FlushReason {
     /// Its name in metrics and logs: `reconnect`, `failover`,
-    /// `server_flush`, `topology`.
+    /// `server_flush`, `topology`, `silence`.
     pub const fn name(self) -> &'static str {
         match self {
             Self::Reconnected => "reconnect",
             Self::Failover => "failover",
             Self::ServerFlush => "server_flush",
             Self::Topology => "topology",
+            Self::Silence => "silence",
         }
     }
 }
@@ -189,7 +203,9 @@ pub trait ChangeSink: Send + Sync {
 
     /// Changes the server reported may have been missed, or everything
     /// changed (`reason`): drop every in-process copy and distrust what the
-    /// store's reports kept current. The default is [`lost`](Self::lost).
+    /// store's reports kept current ([`FlushReason::Silence`]: the copies
+    /// filled without the store may be kept). The default is
+    /// [`lost`](Self::lost).
     fn flushed(&self, reason: FlushReason) {
         let _ = reason;
         self.lost();
@@ -208,6 +224,9 @@ pub trait ChangeSink: Send + Sync {
 #[derive(Default)]
 pub(crate) struct Sinks {
     by_name: Mutex<HashMap<Arc<str>, Vec<WeakSink>>>,
+    /// Set by the first [`silenced`](Self::silenced) of a silence, until
+    /// [`answered`](Self::answered).
+    silent: AtomicBool,
 }
 
 type WeakSink = Weak<dyn ChangeSink>;
@@ -238,6 +257,29 @@ impl Sinks {
             .filter_map(Weak::upgrade)
             .collect()
     }
+
+    /// A connection that carries the server's reports stopped answering
+    /// (or was lost): the first time since the store was last
+    /// [`answered`](Self::answered), every live sink is flushed for
+    /// [`FlushReason::Silence`]. Returns whether it was.
+    pub(crate) fn silenced(&self) -> bool {
+        if self.silent.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        for sink in self.all_live() {
+            sink.flushed(FlushReason::Silence);
+        }
+        true
+    }
+
+    /// A connection that carries the server's reports answered (a health
+    /// check, a new connection, a subscription confirmed anew): the
+    /// silence, if any, is over, and the next one flushes again.
+    pub(crate) fn answered(&self) {
+        if self.silent.load(Ordering::Relaxed) {
+            self.silent.store(false, Ordering::Release);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -261,5 +303,34 @@ mod tests {
         assert_eq!(Change::decode("c|xyz|k"), None);
         assert_eq!(Change::decode("q|0123456789abcdef|k"), None);
         assert_eq!(Change::decode("corral:v:ns:v1:{0}:k"), None);
+    }
+
+    /// Counts the flushes it is told of, by reason.
+    #[derive(Default)]
+    struct Flushes(Mutex<Vec<FlushReason>>);
+
+    impl ChangeSink for Flushes {
+        fn changed(&self, _: &Change) {}
+        fn lost(&self) {}
+        fn flushed(&self, reason: FlushReason) {
+            lock_std(&self.0).push(reason);
+        }
+    }
+
+    #[test]
+    fn a_silence_flushes_once_until_the_store_answers() {
+        let sinks = Sinks::default();
+        let sink = Arc::new(Flushes::default());
+        let weak: Weak<dyn ChangeSink> = Arc::downgrade(&sink) as Weak<dyn ChangeSink>;
+        sinks.attach("ns", weak);
+        assert!(sinks.silenced());
+        assert!(!sinks.silenced(), "the same silence");
+        assert!(!sinks.silenced());
+        sinks.answered();
+        assert!(sinks.silenced(), "a new silence");
+        assert_eq!(
+            *lock_std(&sink.0),
+            [FlushReason::Silence, FlushReason::Silence]
+        );
     }
 }

@@ -31,6 +31,10 @@ pub(crate) struct LocalEntry<V> {
     until: u64,
     weight: u32,
     fail_safe: bool,
+    /// Filled from the source while the store did not answer: held on no
+    /// word of the store's, so kept when what is held on its word is
+    /// dropped ([`LocalTier::keep_unverified`]). Never read by a hit.
+    unverified: bool,
     /// The id of the insert that put it here (see [`Left`]).
     id: u64,
 }
@@ -165,11 +169,12 @@ impl<V: Clone> LocalTier<V> {
 
     /// Stores `value` written with `ttls` and already `age` old (read from
     /// a shared store, whose clock judged that age), weighing `weight`
-    /// toward the bound, as insert `id`. The copy goes quiet no later than
+    /// toward the bound, as insert `id`; `unverified`: filled while the
+    /// store did not answer. The copy goes quiet no later than
     /// the original, and never outlives the tier's lifetime cap. Returns
     /// the entries that left to make room (or this one, if it could not be
     /// admitted).
-    pub(crate) fn insert(&self, key: &str, id: u64, entry: InL1<V>) -> Vec<Left> {
+    pub(crate) fn insert(&self, key: &str, id: u64, entry: InL1<V>, unverified: bool) -> Vec<Left> {
         let InL1 {
             value,
             ttls,
@@ -195,6 +200,7 @@ impl<V: Clone> LocalTier<V> {
                 until,
                 weight: weight.max(1),
                 fail_safe,
+                unverified,
                 id,
             },
         );
@@ -207,6 +213,16 @@ impl<V: Clone> LocalTier<V> {
     /// Drops every entry.
     pub(crate) fn clear(&self) {
         self.map.clear();
+    }
+
+    /// Drops every entry but those filled while the store did not answer
+    /// (inserted `unverified`); returns those dropped.
+    pub(crate) fn keep_unverified(&self) -> Vec<Left> {
+        self.map
+            .retain(|entry| entry.unverified)
+            .into_iter()
+            .map(|(key, entry)| (key, entry.id))
+            .collect()
     }
 
     /// A thread passed a hit-counter milestone (see
@@ -253,16 +269,26 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
+    /// A tier of 16 entries on the default clock, in `shards` shards.
+    fn tier(shards: Option<usize>) -> LocalTier<u32> {
+        let clock = TierClock::Coarse(TickedClock::new("t"));
+        LocalTier::new(16, 16, clock, None, None, shards)
+    }
+
+    /// `value`, fresh for `ttl`.
+    fn entry(value: u32, ttl: Duration) -> InL1<u32> {
+        InL1 {
+            value: Some(value),
+            ttls: Ttls::simple(ttl),
+            fail_safe: false,
+            weight: 1,
+            age: Duration::ZERO,
+        }
+    }
+
     #[test]
     fn a_hot_tier_expires_entries_on_the_ticked_reading_and_never_early() {
-        let tier = LocalTier::<u32>::new(
-            16,
-            16,
-            TierClock::Coarse(TickedClock::new("t")),
-            None,
-            None,
-            None,
-        );
+        let tier = tier(None);
         // Two milestones in quick succession: as hot as a cache gets.
         tier.hit_milestone();
         tier.hit_milestone();
@@ -274,14 +300,7 @@ mod tests {
 
         let ttl = Duration::from_millis(30);
         let inserted = Instant::now();
-        let entry = InL1 {
-            value: Some(7),
-            ttls: Ttls::simple(ttl),
-            fail_safe: false,
-            weight: 1,
-            age: Duration::ZERO,
-        };
-        tier.insert("k", 1, entry);
+        tier.insert("k", 1, entry(7, ttl), false);
         let mut hits = 0_u64;
         while tier.get_quiet("k").is_some() {
             hits += 1;
@@ -294,6 +313,34 @@ mod tests {
             "expired early"
         );
         assert!(hits > 0, "the entry was never served");
+    }
+
+    #[test]
+    fn dropping_what_the_store_vouched_for_keeps_the_unverified_entries() {
+        let tier = tier(Some(4));
+        let minute = |value| entry(value, Duration::from_secs(60));
+        for i in 0..8_u32 {
+            tier.insert(&format!("store{i}"), u64::from(i), minute(i), false);
+            tier.insert(&format!("source{i}"), u64::from(100 + i), minute(i), true);
+        }
+        let mut left = tier.keep_unverified();
+        left.sort();
+        let want: Vec<Left> = (0..8_u32)
+            .map(|i| (format!("store{i}").into(), u64::from(i)))
+            .collect();
+        assert_eq!(left, want);
+        assert_eq!(tier.len(), 8);
+        for i in 0..8_u32 {
+            assert_eq!(tier.get_quiet(&format!("store{i}")), None);
+            assert_eq!(tier.get_quiet(&format!("source{i}")), Some(i));
+        }
+        // The room left is the tier's again: 8 more fit beside the 8 kept.
+        for i in 0..8_u32 {
+            assert!(tier
+                .insert(&format!("more{i}"), 200, minute(i), false)
+                .is_empty());
+        }
+        assert_eq!(tier.len(), 16);
     }
 
     /// The coarse clock's resolution: one scheduler tick, at most 10 ms

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corral::{Cache, RedisConfig, RedisStore};
+use corral::{Cache, RedisConfig, RedisStore, Stats};
 use corral_testkit::{until, FaultProxy, RedisServer};
 
 use crate::coherence_tracking::{hold, value_key};
@@ -178,12 +178,13 @@ async fn assert_nothing_old(caches: &[Cache<String>], keys: &[String], began: In
     );
 }
 
-/// The faulted caches dropped their L1 for a lost or replaced tracked
-/// connection; the third heard every change by tracking.
-fn flushed_for_the_fault(caches: &[Cache<String>]) {
+/// The faulted caches dropped their L1 (counted by `flushes`: for a lost
+/// or replaced tracked connection, or a silent one); the third heard every
+/// change by tracking.
+fn flushed_for_the_fault(caches: &[Cache<String>], flushes: fn(&Stats) -> u64) {
     for cache in &caches[..2] {
         let stats = cache.stats();
-        assert!(stats.l1_flushes_reconnect > 0, "{stats:?}");
+        assert!(flushes(&stats) > 0, "{stats:?}");
     }
     let stats = caches[2].stats();
     assert!(stats.tracking_invalidations >= KEYS as u64, "{stats:?}");
@@ -207,7 +208,7 @@ async fn frozen_connections_serve_nothing_old_after_the_bound() {
     until_connecting_anew(&proxies, &accepted, "both faulted stores connect anew").await;
     readers.stop().await;
     assert_nothing_old(&caches, &keys, began).await;
-    flushed_for_the_fault(&caches);
+    flushed_for_the_fault(&caches, |s| s.l1_flushes_reconnect);
 }
 
 /// The faulted stores' connections are closed (both ends told) and the
@@ -237,7 +238,7 @@ async fn cut_connections_serve_nothing_old_after_the_bound() {
     }
     readers.stop().await;
     assert_nothing_old(&caches, &keys, began).await;
-    flushed_for_the_fault(&caches);
+    flushed_for_the_fault(&caches, |s| s.l1_flushes_reconnect);
 }
 
 /// Redis is killed and started again on the same port (empty), and a plain
@@ -263,15 +264,10 @@ async fn a_killed_and_restarted_redis_serves_nothing_old_after_the_bound() {
 /// host unreachable, not just its connections) for longer than the bound,
 /// while a plain client changes every key; then the network comes back.
 ///
-/// Fails today: a silent tracked connection drops the L1 only once it is
-/// replaced, and while no new connection can be made the old one stays,
-/// so both faulted caches serve every old value until the partition heals
-/// and a health check after it connects anew. Dropping the L1 at the first
-/// unanswered health check passes this test but also drops the values a
-/// frozen store's fail-open fills keep in the L1, so each key is filled
-/// again (`store_trouble`'s frozen-store test counts one fill per key).
+/// No new connection can be made, so the silent one stays: the first
+/// health check it does not answer drops what each faulted L1 holds on the
+/// store's word, once however many checks follow unanswered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: an L1 keeps serving what it held while its tracked connection is silent and cannot be replaced"]
 async fn a_partition_longer_than_the_bound_serves_nothing_old_after_it() {
     let server = RedisServer::start();
     let (proxies, caches, keys, readers) = reading_fleet(&server).await;
@@ -290,10 +286,99 @@ async fn a_partition_longer_than_the_bound_serves_nothing_old_after_it() {
     )
     .await;
     tokio::time::sleep_until((began + bound()).into()).await;
+    // Still partitioned: nothing has answered since the silence began.
+    for cache in &caches[..2] {
+        let stats = cache.stats();
+        assert_eq!(stats.l1_flushes_silence, 1, "once per silence: {stats:?}");
+    }
     for proxy in &proxies {
         proxy.hold_new(false);
     }
     readers.stop().await;
     assert_nothing_old(&caches, &keys, began).await;
-    flushed_for_the_fault(&caches);
+    flushed_for_the_fault(&caches, |s| s.l1_flushes_silence);
+}
+
+/// A cache with the L1 on a store through `proxy` with `config`, that
+/// waits for a silent store for 100 ms (its lease) before it fills without
+/// it; it holds `held`, written through the store.
+async fn held_through(proxy: &FaultProxy, config: RedisConfig) -> Cache<String> {
+    let store = RedisStore::connect(&proxy.url(), config)
+        .await
+        .expect("connect");
+    let cache = Cache::<String>::builder("silence")
+        .store(store)
+        .store_timeout(OP_TIMEOUT)
+        .lease_ttl(Duration::from_millis(100))
+        .build()
+        .expect("config");
+    hold(std::slice::from_ref(&cache), &["held"]).await;
+    cache
+}
+
+/// The store's connections go silent and new ones hang: `cache` fills
+/// `fresh` from the source; `drop` (run after the fill) brings on the drop,
+/// waited for. Then the L1 keeps that fill and nothing in `dropped`.
+async fn fill_while_silent_then_drop(
+    proxy: &FaultProxy,
+    cache: &Cache<String>,
+    drop: impl FnOnce(),
+    dropped: &[&str],
+) {
+    proxy.hold_new(true);
+    assert!(proxy.blackhole() >= 2, "the command and subscriber links");
+    let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
+    let fresh = cache.get_or_fill("fresh", fill).await.expect("a value");
+    assert_eq!(fresh, MARKER);
+    drop();
+    until("the silence is noticed", || {
+        cache.stats().l1_flushes_silence > 0
+    })
+    .await;
+    let stats = cache.stats();
+    assert_eq!(stats.fail_open_fills, 1, "{stats:?}");
+    assert_eq!(stats.l1_flushes_reconnect, 0, "{stats:?}");
+    for key in dropped {
+        assert_eq!(cache.get_local(key), None, "{key}: {stats:?}");
+    }
+    let kept = cache.get_local("fresh");
+    assert_eq!(kept.as_deref(), Some(MARKER), "{stats:?}");
+    proxy.hold_new(false);
+}
+
+/// A store whose tracked connection goes silent (no new connection can be
+/// made either): the first unanswered health check drops what the L1 holds
+/// on the store's word and keeps the fill made from the source while the
+/// store did not answer, whichever of the two comes first (a flight
+/// claimed before the drop still keeps a fill made without the store; the
+/// fill is at most a health interval and an operation timeout old at the
+/// check, within the second such a fill is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_store_drops_what_the_l1_holds_on_its_word_and_keeps_fills_made_without_it() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    let cache = held_through(&proxy, config()).await;
+    fill_while_silent_then_drop(&proxy, &cache, || {}, &["held"]).await;
+}
+
+/// A warm cache (it knows the store's versions) whose store goes silent
+/// fills a key from the source under the versions it knows; then the
+/// backplane's subscription is lost (no health check runs meanwhile: the
+/// fill is kept before the drop). The drop takes what the L1 held on the
+/// store's word and keeps that fill, for its whole TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fill_made_without_the_store_under_known_versions_outlives_the_drop() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port());
+    // No health check during the test: the subscription's loss is the
+    // drop, and it comes after the fill.
+    let config = config().health_interval(Duration::from_secs(60));
+    let cache = held_through(&proxy, config).await;
+    // Filled under a lease: the cache reads (and keeps) the versions.
+    let fill = || async { Ok::<_, Infallible>(MARKER.to_owned()) };
+    cache.get_or_fill("warm", fill).await.expect("a value");
+    // The command connection, then the subscriber's.
+    assert_eq!(proxy.accepted(), 2, "no other connection");
+    let cut = || assert!(proxy.cut_connection(1), "the subscriber's link");
+    fill_while_silent_then_drop(&proxy, &cache, cut, &["held", "warm"]).await;
 }

@@ -89,8 +89,9 @@ impl Kept {
 /// Writes an answer into the cache's tiers and retires the flight: in the
 /// L2 only under the lease, fenced, and only while no tag or clear it was
 /// stamped with moved; in the L1 only if the L2 took it (or the fill ran
-/// without a lease because the L2 was unreachable) and no newer write
-/// detached the flight or moved its stamps meanwhile.
+/// without a lease because the L2 was unreachable: then marked as filled
+/// without the store, which a silence of the store keeps) and no newer
+/// write detached the flight or moved its stamps meanwhile.
 pub(super) async fn keep_value<V>(
     cache: &Inner<V>,
     flight: &mut Flight<V>,
@@ -117,7 +118,7 @@ pub(super) async fn keep_value<V>(
             }
             _ => None,
         };
-        flight.retire(|| {
+        flight.retire_unverified(|| {
             if let Some((entry, tags)) = entry {
                 cache.insert_unverified_in_l1(key, &tags, entry);
             }
@@ -126,6 +127,9 @@ pub(super) async fn keep_value<V>(
     };
     stamps.take_moved();
     let home = cache.home(key);
+    // Filled without a lease while the store did not answer, but under
+    // versions this cache knew: kept as what it is, fresh from the source.
+    let alone = lease.is_none() && cache.tiers().l2.is_some();
     let keep_local = match (&cache.tiers().l2, lease) {
         (None, _) => true,
         (Some(_), None) => true,
@@ -155,11 +159,19 @@ pub(super) async fn keep_value<V>(
     let entry = keep_local
         .then(|| in_l1(cache, key, value, ttls, fail_safe))
         .flatten();
-    flight.retire(|| {
-        if let Some(entry) = entry {
+    let Some(entry) = entry else {
+        flight.retire(|| ());
+        return;
+    };
+    if alone {
+        flight.retire_unverified(|| {
+            cache.insert_filled_alone(key, home, &stamps, entry, UNVERIFIED_LIFETIME);
+        });
+    } else {
+        flight.retire(|| {
             cache.insert_in_l1(key, home, &stamps, entry);
-        }
-    });
+        });
+    }
 }
 
 /// The L1 entry of an answer, if the cache has an L1 and the answer can be

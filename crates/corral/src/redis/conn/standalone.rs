@@ -34,8 +34,10 @@
 //! while the connection is up (a `PING` instead, once the server refused
 //! `ROLE`): an answer that names a replica is a demotion, found even by a
 //! store that writes nothing; after a check without an answer within
-//! `health_timeout` it connects anew (bounded by the connect timeout) and
-//! swaps the new connection in. Calls go on through the old connection
+//! `health_timeout` it tells the tracker (the caches drop what they hold
+//! on the store's word, once per silence: its reports may be lost), then
+//! connects anew (bounded by the connect timeout) and swaps the new
+//! connection in. Calls go on through the old connection
 //! until then, and keep it if no new connection can be made: a server
 //! that is only stalled (frozen, busy) answers on it again as soon as it
 //! resumes. The heartbeat holds the store only while it checks, and ends
@@ -509,6 +511,7 @@ async fn heartbeat(weak: Weak<Shared>) {
         };
         if answered {
             shared.unanswered.reset();
+            shared.tracker.answered();
         }
         match answer {
             Ok(Ok(reply)) if asks_role => judge_role(&shared, epoch, reply.extract_error()),
@@ -532,6 +535,10 @@ async fn heartbeat(weak: Weak<Shared>) {
                         + ": connecting anew",
                     timeout
                 );
+                // Its reports may be held up or lost: what the caches hold
+                // on the store's word goes now, not once a new connection
+                // is made (none may be, for as long as a partition lasts).
+                shared.tracker.silent();
                 replace(&shared, epoch).await;
             }
         }

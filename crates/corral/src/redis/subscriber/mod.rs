@@ -21,7 +21,13 @@
 //! replication link is up). A `PING`
 //! every `health_interval`, bounded by the operation timeout, finds a
 //! connection that died silently: it is dropped like a failed one, and the
-//! re-subscription tells the sinks that messages may have been lost.
+//! re-subscription tells the sinks that messages may have been lost. A
+//! connection that held subscriptions and ends (silent or failed) tells
+//! them at once too, once per silence: they drop what they hold on the
+//! store's word ([`Sinks::silenced`]), however long no new connection can
+//! be made.
+//!
+//! [`Sinks::silenced`]: crate::store::Sinks::silenced
 //!
 //! **Backplane sinks and lost messages.** A channel with sinks (caches
 //! keeping L1 copies or tag versions current through it) is *pending*

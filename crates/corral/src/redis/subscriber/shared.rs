@@ -111,6 +111,7 @@ impl Shared {
     /// the first one).
     pub(super) fn subscribed(&self, channels: &[Arc<str>]) {
         self.notifier.notify_all();
+        self.sinks.answered();
         for channel in channels {
             let lost = {
                 let mut book = self.book();
@@ -161,9 +162,20 @@ impl Shared {
         }
     }
 
-    /// The connection in use lost its subscriptions.
+    /// The connection in use lost its subscriptions: messages may be lost
+    /// until they are confirmed again. If it held any, the sinks drop what
+    /// they hold on the store's word, once per silence
+    /// ([`Sinks::silenced`]).
     pub(super) fn interrupted(&self) {
-        self.book().live.clear();
+        let was_live = {
+            let mut book = self.book();
+            let was_live = !book.live.is_empty();
+            book.live.clear();
+            was_live
+        };
+        if was_live {
+            self.sinks.silenced();
+        }
     }
 
     /// The ACL refused `channel`: it is logged, remembered (never asked for

@@ -27,6 +27,13 @@
 //!   before, so the store flushes every sink ([`ChangeSink::flushed`]);
 //!   so does a null invalidation (`FLUSHALL`, `FLUSHDB`). A cache resets
 //!   its flight table then, so no read started before keeps its value.
+//! - **Silence.** A tracked connection that gives no answer to a health
+//!   check may be partitioned: what the server pushes on it may be held up
+//!   or lost, whether or not a new connection can be made. At the first
+//!   such check of a silence ([`Tracker::silent`]) every sink drops what it
+//!   holds on the store's word and keeps what it filled without the store
+//!   (`FlushReason::Silence`); an answered check or a new connection ends
+//!   the silence.
 //! - **Fallback.** Where the server refuses RESP3 (Redis before 6, a
 //!   proxy) or `CLIENT TRACKING` (an ACL), the store runs without tracking
 //!   and says why once, at INFO level ([`enable`]): the backplane still
@@ -205,6 +212,7 @@ impl Tracker {
         server: Option<String>,
         failover: bool,
     ) {
+        self.answered();
         let moved = {
             let mut known = lock_std(&self.shared.server);
             let moved = matches!((&*known, &server), (Some(old), Some(new)) if old != new);
@@ -221,6 +229,27 @@ impl Tracker {
             };
             self.flush(reason);
         }
+    }
+
+    /// The tracked connection gave no answer to a health check: what the
+    /// server reports on it may be held up or lost. The first time in a
+    /// silence, every sink drops what it holds on the store's word
+    /// ([`FlushReason::Silence`]), whether or not a new connection can be
+    /// made.
+    pub(in crate::redis) fn silent(&self) {
+        if self.is_on() && self.shared.sinks.silenced() {
+            tracing::debug!(
+                store = %self.shared.store,
+                reason = FlushReason::Silence.name(),
+                "redis client tracking: caches drop what they hold on the store's word"
+            );
+        }
+    }
+
+    /// The tracked connection answered a health check: the next silence
+    /// flushes again.
+    pub(in crate::redis) fn answered(&self) {
+        self.shared.sinks.answered();
     }
 
     /// Tells every sink to drop what it keeps, for `reason`.
