@@ -3,8 +3,12 @@
 //! `SET EX`), 16 tasks each, in one run.
 //!
 //! ```text
-//! cargo run --release -p corral-cache --example fill_cost -- [MISSES]
+//! cargo run --release -p corral-cache --example fill_cost -- [MISSES] [corral,aside]
 //! ```
+//!
+//! Each side runs twice, alternately, on one `redis-server` the example
+//! starts. Under `valgrind --tool=callgrind`, two runs of different
+//! lengths of one side give its instructions per miss.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,6 +19,8 @@ use corral_testkit::RedisServer;
 use redis::AsyncCommands as _;
 
 const TASKS: u64 = 16;
+/// Pads each value to about 190 bytes.
+const PADDING: &str = "0000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000";
 
 fn config() -> RedisConfig {
     match std::env::var("TRACKING").as_deref() {
@@ -75,7 +81,9 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
         .get_multiplexed_async_connection()
         .await
         .expect("conn");
-    let _ = std::process::Command::new("redis-cli").args(["-p", &server.port().to_string(), "config", "resetstat"]).output();
+    let _ = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "config", "resetstat"])
+        .output();
     let (cpu0, rcpu0, t0) = (cpu_us(), redis_cpu_us(server.port()), Instant::now());
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
@@ -88,7 +96,7 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
                     break;
                 }
                 let key = format!("k:{i}");
-                let value = format!("value of {key}, about 190 bytes: {:0>160}", i);
+                let value = format!("value of {key}, about 190 bytes: {PADDING}");
                 if let Some(cache) = &cache {
                     let got = cache
                         .get_or_fill(&key, move || async move { Ok::<_, String>(value) })
@@ -118,12 +126,32 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
         rcpu as f64 / misses as f64
     );
     if std::env::var("STATS").is_ok() {
-        let out = std::process::Command::new("redis-cli").args(["-p", &server.port().to_string(), "info", "commandstats"]).output().expect("cli");
-        for line in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("cmdstat")) {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port().to_string(), "info", "commandstats"])
+            .output()
+            .expect("cli");
+        for line in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("cmdstat"))
+        {
             let name = line.split(':').next().unwrap_or("");
-            let calls: f64 = line.split("calls=").nth(1).and_then(|r| r.split(',').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            let usec: f64 = line.split(",usec=").nth(1).and_then(|r| r.split(',').next()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-            println!("    {name:28} {:6.2}/miss {:6.2} µs/call", calls / misses as f64, usec / calls.max(1.0));
+            let calls: f64 = line
+                .split("calls=")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            let usec: f64 = line
+                .split(",usec=")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0.0);
+            println!(
+                "    {name:28} {:6.2}/miss {:6.2} µs/call",
+                calls / misses as f64,
+                usec / calls.max(1.0)
+            );
         }
     }
 }
@@ -140,9 +168,14 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let server = RedisServer::start();
+        let sides = std::env::args()
+            .nth(2)
+            .unwrap_or_else(|| "corral,aside".into());
         for round in 0..2 {
-            run_side(&format!("corral{round}"), misses, &server, true).await;
-            run_side(&format!("aside{round}"), misses, &server, false).await;
+            for side in sides.split(',') {
+                let corral = side == "corral";
+                run_side(&format!("{side}{round}"), misses, &server, corral).await;
+            }
         }
     });
 }
