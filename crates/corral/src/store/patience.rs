@@ -14,6 +14,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::future::Either;
+use tokio::task::futures::TaskLocalFuture;
+
 /// How a patient caller bounds a store call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Patience {
@@ -52,18 +55,22 @@ pub(crate) fn current() -> Option<Patience> {
 }
 
 /// Runs `work` (store calls) with its caller waiting as `patience` says.
-pub(crate) async fn patiently<T>(patience: Patience, work: impl Future<Output = T>) -> T {
-    PATIENCE.scope(patience, work).await
+///
+/// A plain function, not an `async` one: the returned future holds `work`
+/// once (an `async` layer would keep a second copy of it, and these
+/// futures nest into every leader's task).
+pub(crate) fn patiently<W: Future>(patience: Patience, work: W) -> TaskLocalFuture<Patience, W> {
+    PATIENCE.scope(patience, work)
 }
 
 /// [`patiently`] if there is a `patience`; otherwise `work` as it is.
-pub(crate) async fn patiently_if<T>(
+pub(crate) fn patiently_if<W: Future>(
     patience: Option<Patience>,
-    work: impl Future<Output = T>,
-) -> T {
+    work: W,
+) -> Either<TaskLocalFuture<Patience, W>, W> {
     match patience {
-        Some(patience) => patiently(patience, work).await,
-        None => work.await,
+        Some(patience) => Either::Left(patiently(patience, work)),
+        None => Either::Right(work),
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -74,34 +76,90 @@ where
 /// key, one per key for a batch) every third of their TTL. A lost or
 /// failed renewal does not stop the work: the fenced commit still protects
 /// newer data.
-pub(crate) async fn while_renewing<V, T>(
-    inner: &Weak<Inner<V>>,
-    work: impl Future<Output = T>,
-    leases: &[&LeaseGuard],
-) -> T {
-    if leases.is_empty() {
-        return work.await;
-    }
-    tokio::pin!(work);
-    tokio::select! {
-        biased;
-        done = &mut work => done,
-        () = keep_renewed(inner, leases) => work.await,
+///
+/// A plain function returning a named future: it holds `work` once and a
+/// timer, and the renewals are made (boxed) only once the first third of
+/// the TTL passed, so a fill quicker than that allocates nothing for them.
+pub(crate) fn while_renewing<'a, V, W>(
+    inner: &'a Weak<Inner<V>>,
+    work: W,
+    leases: &'a [&'a LeaseGuard],
+) -> WhileRenewing<'a, V, W>
+where
+    V: Clone + Send + Sync + 'static,
+    W: Future,
+{
+    let period = leases.first().map(|first| renewal_period(first));
+    WhileRenewing {
+        work,
+        first_renewal: period.map(tokio::time::sleep),
+        leases: (inner, leases),
+        renewing: None,
     }
 }
 
-/// Renews `leases` (all asked with one request's TTLs) every third of
-/// their TTL, concurrently; returns once none is owned any more. A lease
-/// whose renewal failed (the store did not answer) is tried again next
-/// time.
+/// How often a lease is renewed.
+fn renewal_period(lease: &LeaseGuard) -> Duration {
+    (lease.lease_ttl() / 3).max(Duration::from_millis(10))
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`while_renewing`].
+    pub(crate) struct WhileRenewing<'a, V, W> {
+        #[pin]
+        work: W,
+        // Until the first renewal is due (`None`: nothing to renew, or
+        // the renewals started).
+        #[pin]
+        first_renewal: Option<tokio::time::Sleep>,
+        leases: (&'a Weak<Inner<V>>, &'a [&'a LeaseGuard]),
+        renewing: Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>,
+    }
+}
+
+impl<V, W> Future for WhileRenewing<'_, V, W>
+where
+    V: Clone + Send + Sync + 'static,
+    W: Future,
+{
+    type Output = W::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<W::Output> {
+        let mut this = self.project();
+        // The work first: its answer ends the renewals.
+        if let Poll::Ready(done) = this.work.poll(cx) {
+            return Poll::Ready(done);
+        }
+        let due = this
+            .first_renewal
+            .as_mut()
+            .as_pin_mut()
+            .map(|first| first.poll(cx));
+        if let Some(Poll::Ready(())) = due {
+            this.first_renewal.set(None);
+            let (inner, leases) = *this.leases;
+            *this.renewing = Some(Box::pin(keep_renewed(inner, leases)));
+        }
+        if let Some(renewing) = this.renewing {
+            if renewing.as_mut().poll(cx).is_ready() {
+                *this.renewing = None;
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// Renews `leases` (all asked with one request's TTLs) now and then every
+/// third of their TTL, concurrently; returns once none is owned any more.
+/// A lease whose renewal failed (the store did not answer) is tried again
+/// next time.
 async fn keep_renewed<V>(inner: &Weak<Inner<V>>, leases: &[&LeaseGuard]) {
     let Some(first) = leases.first() else {
         return;
     };
-    let period = (first.lease_ttl() / 3).max(Duration::from_millis(10));
+    let period = renewal_period(first);
     let mut owned = leases.to_vec();
-    while !owned.is_empty() {
-        tokio::time::sleep(period).await;
+    loop {
         let renewals = owned.iter().map(|lease| lease.renew());
         let renewed = futures_util::future::join_all(renewals).await;
         let Some(cache) = inner.upgrade() else {
@@ -122,6 +180,11 @@ async fn keep_renewed<V>(inner: &Weak<Inner<V>>, leases: &[&LeaseGuard]) {
             }
         }
         owned = still;
+        if owned.is_empty() {
+            return;
+        }
+        drop(cache);
+        tokio::time::sleep(period).await;
     }
 }
 

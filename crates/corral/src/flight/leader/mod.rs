@@ -295,12 +295,7 @@ where
         ttl: Duration,
     ) {
         match result {
-            Ok(Ok(answer)) => {
-                let patience = kept.lease.as_ref().map(|l| l.patience(self.clock.deadline));
-                let (inner, key) = (&self.inner, &*self.key);
-                let keeping = succeed(inner, &mut self.flight, key, ttl, answer, kept);
-                patiently_if(patience, keeping).await;
-            }
+            Ok(Ok(answer)) => self.keep(answer, kept, ttl).await,
             Ok(Err(failure)) => self.fail(kept, failure).await,
             Err(_) => {
                 if let Some(cache) = self.inner.upgrade() {
@@ -310,6 +305,22 @@ where
                 self.fail(kept, failure).await;
             }
         }
+    }
+
+    /// Keeps `answer` and hands it to the callers: a plain function, so
+    /// that the future awaited holds the keeping once.
+    fn keep(
+        &mut self,
+        answer: Answer<V>,
+        kept: Kept,
+        ttl: Duration,
+    ) -> impl Future<Output = ()> + '_ {
+        let patience = kept.lease.as_ref().map(|l| l.patience(self.clock.deadline));
+        let (inner, key) = (&self.inner, &*self.key);
+        patiently_if(
+            patience,
+            succeed(inner, &mut self.flight, key, ttl, answer, kept),
+        )
     }
 
     /// Takes a permit of the cache's fill budget, if it has one. `Err`: none

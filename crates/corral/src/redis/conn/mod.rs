@@ -242,9 +242,17 @@ impl Connection {
     }
 }
 
+/// `verb script numkeys keys.. args..`, built in buffers sized for it up
+/// front (growing them argument by argument reallocates each a few times).
 fn eval_cmd(verb: &str, script: &[u8], keys: &[&str], args: &[&[u8]]) -> Cmd {
-    let mut cmd = ::redis::cmd(verb);
-    cmd.arg(script).arg(keys.len());
+    let arg_count = 3 + keys.len() + args.len();
+    let data = verb.len()
+        + script.len()
+        + 20
+        + keys.iter().map(|key| key.len()).sum::<usize>()
+        + args.iter().map(|arg| arg.len()).sum::<usize>();
+    let mut cmd = Cmd::with_capacity(arg_count, data);
+    cmd.arg(verb).arg(script).arg(keys.len());
     for key in keys {
         cmd.arg(key.as_bytes());
     }
