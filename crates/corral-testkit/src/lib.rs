@@ -61,6 +61,7 @@ pub use cluster::RedisCluster;
 pub use gate::{until, until_repeating, until_yielding, Gate};
 pub use memcached::MemcachedServer;
 pub use monitor::{Executed, Monitor};
+pub use process::cpu_micros;
 pub use proxy::FaultProxy;
 pub use sentinel::{RedisSentinel, SENTINEL_MASTER_NAME};
 pub use server::{parse_command_stats, RedisServer, TlsFiles};

@@ -104,3 +104,21 @@ pub(crate) fn signal(pid: u32, signal: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// CPU time (user + system) of process `pid` so far (`"self"`: this one),
+/// in microseconds, from fields 14 and 15 of `/proc/<pid>/stat` (clock
+/// ticks of 10 ms); 0 where there is no such file (not Linux, or the
+/// process is gone).
+pub fn cpu_micros(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The command name (field 2) may hold spaces: count from its `)`.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |at: usize| {
+        fields
+            .get(at)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) * 1e6 / 100.0
+}

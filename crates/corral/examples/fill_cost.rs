@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::RedisServer;
+use corral_testkit::{cpu_micros, RedisServer};
 use redis::AsyncCommands as _;
 
 const TASKS: u64 = 16;
@@ -28,36 +28,6 @@ fn config() -> RedisConfig {
         Ok("bcast") => RedisConfig::default().tracking(corral::Tracking::Broadcast),
         _ => RedisConfig::default(),
     }
-}
-
-fn cpu_us() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    fields.iter().sum::<u64>() * 10_000
-}
-
-fn redis_cpu_us(port: u16) -> u64 {
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &port.to_string(), "info", "cpu"])
-        .output()
-        .expect("redis-cli");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut total = 0.0;
-    for line in text.lines() {
-        if let Some(v) = line
-            .strip_prefix("used_cpu_sys:")
-            .or_else(|| line.strip_prefix("used_cpu_user:"))
-        {
-            total += v.trim().parse::<f64>().unwrap_or(0.0);
-        }
-    }
-    (total * 1e6) as u64
 }
 
 async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) {
@@ -84,7 +54,8 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
     let _ = std::process::Command::new("redis-cli")
         .args(["-p", &server.port().to_string(), "config", "resetstat"])
         .output();
-    let (cpu0, rcpu0, t0) = (cpu_us(), redis_cpu_us(server.port()), Instant::now());
+    let server_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let (cpu0, rcpu0, t0) = (cpu_micros("self"), cpu_micros(&server_pid), Instant::now());
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let (next, cache, mut conn) = (Arc::clone(&next), cache.clone(), conn.clone());
@@ -117,13 +88,13 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
         task.await.expect("task");
     }
     let wall = t0.elapsed();
-    let cpu = cpu_us() - cpu0;
-    let rcpu = redis_cpu_us(server.port()) - rcpu0;
+    let cpu = cpu_micros("self") - cpu0;
+    let rcpu = cpu_micros(&server_pid) - rcpu0;
     println!(
         "{label:12} {:>8.0} misses/s  client CPU {:>6.1} µs/miss  redis CPU {:>6.1} µs/miss",
         misses as f64 / wall.as_secs_f64(),
-        cpu as f64 / misses as f64,
-        rcpu as f64 / misses as f64
+        cpu / misses as f64,
+        rcpu / misses as f64
     );
     if std::env::var("STATS").is_ok() {
         let out = std::process::Command::new("redis-cli")

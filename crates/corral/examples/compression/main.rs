@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use corral::codec::{Codec, Json, Postcard};
 use corral::store::MemoryStore;
 use corral::{Cache, Compression, RedisConfig, RedisStore};
-use corral_testkit::{FaultProxy, RedisServer};
+use corral_testkit::{cpu_micros, FaultProxy, RedisServer};
 use serde::{de::DeserializeOwned, Serialize};
 
 use payloads::{blob, orders, Blob, Order};
@@ -79,20 +79,6 @@ fn thread_cpu_ns() -> u64 {
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
-}
-
-/// CPU time (user + system) of process `pid` so far, in microseconds.
-fn process_cpu_us(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |at: usize| {
-        fields
-            .get(at)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) * 1e6 / 100.0
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -281,7 +267,7 @@ where
 /// Reads per second of [`tasks`] tasks each reading its own key for `ms`,
 /// and CPU µs per read of this process and of the server.
 async fn measure(reader: &Arc<dyn Reader>, ms: u64, server_pid: &str) -> (f64, f64, f64) {
-    let (client0, server0) = (process_cpu_us("self"), process_cpu_us(server_pid));
+    let (client0, server0) = (cpu_micros("self"), cpu_micros(server_pid));
     let start = Instant::now();
     let deadline = start + Duration::from_millis(ms);
     let tasks: Vec<_> = (0..tasks())
@@ -305,8 +291,8 @@ async fn measure(reader: &Arc<dyn Reader>, ms: u64, server_pid: &str) -> (f64, f
     let reads = reads.max(1) as f64;
     (
         reads / elapsed,
-        (process_cpu_us("self") - client0) / reads,
-        (process_cpu_us(server_pid) - server0) / reads,
+        (cpu_micros("self") - client0) / reads,
+        (cpu_micros(server_pid) - server0) / reads,
     )
 }
 

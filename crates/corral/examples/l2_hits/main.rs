@@ -73,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use corral::store::{Grant, LeaseRequest, Lookup, Store, StoreKey};
 use corral::{Cache, Capacity, RedisConfig, RedisStore, Tracking};
-use corral_testkit::RedisServer;
+use corral_testkit::{cpu_micros, RedisServer};
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::Value;
 
@@ -407,22 +407,6 @@ impl Ctx {
             }
         }
     }
-}
-
-/// CPU time (user + system) of process `pid` so far, in microseconds.
-fn cpu_micros(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which is in parentheses).
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |at: usize| {
-        fields
-            .get(at)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name.
-    (ticks(11) + ticks(12)) * 1e6 / 100.0
 }
 
 /// One timed loop: reads per second, and CPU microseconds per read spent

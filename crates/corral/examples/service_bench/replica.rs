@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use corral::{Cache, Capacity, RedisConfig, RedisStore};
-use corral_testkit::micros;
+use corral_testkit::{cpu_micros, micros};
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
@@ -184,7 +184,7 @@ impl Mark {
         }
         Self {
             at: Instant::now(),
-            cpu_us: cpu_us(),
+            cpu_us: cpu_us_now(),
             db_queries: load.db.queries(),
             writes: load.writes.load(Relaxed),
             errors: load.errors.load(Relaxed),
@@ -209,7 +209,7 @@ impl Mark {
             errors: load.errors.load(Relaxed) - self.errors,
             first_error: lock(&load.first_error).clone(),
             db_queries: load.db.queries() - self.db_queries,
-            cpu_us: cpu_us().saturating_sub(self.cpu_us),
+            cpu_us: cpu_us_now().saturating_sub(self.cpu_us),
             wall_us: micros(self.at.elapsed()),
             capped: load.stop.load(Relaxed),
             latencies: latencies.sparse(),
@@ -237,22 +237,6 @@ fn stats(service: &Service) -> BTreeMap<String, u64> {
     counters
         .filter_map(|(name, n)| Some((name.clone(), n.as_u64()?)))
         .collect()
-}
-
-/// This process's user + system CPU so far, in microseconds (fields 14
-/// and 15 of `/proc/self/stat`, in clock ticks of 10 ms); 0 where there
-/// is no `/proc`.
-fn cpu_us() -> u64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The command name (field 2) may hold spaces: count from its `)`.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<u64> = after
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|f| f.parse().ok())
-        .collect();
-    fields.iter().sum::<u64>() * 10_000
 }
 
 /// One client task: each phase, requests back to back while the phase
@@ -333,4 +317,9 @@ async fn update(load: &Load, id: u64) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// This process's user + system CPU so far, in microseconds.
+fn cpu_us_now() -> u64 {
+    cpu_micros("self") as u64
 }
