@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{Flight, LeaseGuard};
 use crate::data::entry::{Ttls, FLAG_FAIL_SAFE};
 use crate::data::freshness::{Answer, Fetched, Freshness};
-use crate::data::tags::Stamps;
+use crate::data::tags::{Home, Stamps};
 use crate::state::flight::Outcome;
 use crate::state::inner::{weight, Inner};
 use crate::stats::Counters;
@@ -134,26 +134,8 @@ pub(super) async fn keep_value<V>(
         (None, _) => true,
         (Some(_), None) => true,
         (Some(_), Some(lease)) => {
-            if !cache.stamps_current(home, &stamps).await {
-                // A tag or clear moved while the fill ran: the lease is
-                // released unused.
-                Counters::bump(&cache.counters().commits_refused);
-                lease.release().await;
-                false
-            } else {
-                let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
-                match cache.encode(key, value.as_ref(), ttls, flags, &stamps) {
-                    Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
-                    Err(message) => {
-                        // Too large or not encodable: nothing to store, and
-                        // the lease is released before the callers hear.
-                        Counters::bump(&cache.counters().encode_failures);
-                        tracing::warn!(cache = %cache.name(), %message, "filled value not stored");
-                        lease.release().await;
-                        false
-                    }
-                }
-            }
+            let answer = (key, value.as_ref(), ttls, fail_safe);
+            commit_under(cache, lease, answer, home, &stamps).await
         }
     };
     let entry = keep_local
@@ -171,6 +153,40 @@ pub(super) async fn keep_value<V>(
         flight.retire(|| {
             cache.insert_in_l1(key, home, &stamps, entry);
         });
+    }
+}
+
+/// Commits an answer (`key`, value, TTLs, whether it is a fail-safe
+/// re-cache) to the store under `lease`, fenced, unless a tag or clear it
+/// was stamped with moved or it cannot be encoded (then the lease is
+/// released unused). Whether the store took it.
+async fn commit_under<V>(
+    cache: &Inner<V>,
+    lease: LeaseGuard,
+    (key, value, ttls, fail_safe): (&str, Option<&V>, Ttls, bool),
+    home: Home,
+    stamps: &Stamps,
+) -> bool
+where
+    V: Clone + Send + Sync + 'static,
+{
+    if !cache.stamps_current(home, stamps).await {
+        // A tag or clear moved while the fill ran.
+        Counters::bump(&cache.counters().commits_refused);
+        lease.release().await;
+        return false;
+    }
+    let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
+    match cache.encode(key, value, ttls, flags, stamps) {
+        Ok(bytes) => lease.commit(cache, &bytes, ttls.physical).await,
+        Err(message) => {
+            // Too large or not encodable: nothing to store, and the lease
+            // is released before the callers hear.
+            Counters::bump(&cache.counters().encode_failures);
+            tracing::warn!(cache = %cache.name(), %message, "filled value not stored");
+            lease.release().await;
+            false
+        }
     }
 }
 
