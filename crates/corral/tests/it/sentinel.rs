@@ -445,6 +445,8 @@ async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
     let cache = cache(&store, "demoted", false);
     let listening = self::cache(&store, "demoted-l1", true);
     cache.set("k", "before".to_owned()).await.expect("set");
+    listening.set("k", "old".to_owned()).await.expect("set");
+    assert_eq!(listening.get_local("k"), Some("old".to_owned()));
     let old = group.master().port();
     tokio::task::block_in_place(|| group.swap_roles_by_hand());
     let took = set_until_ok(&cache, "k", "after").await;
@@ -468,6 +470,11 @@ async fn a_demoted_master_answering_readonly_is_left_for_the_new_one() {
     // The new master tracked nothing read before: the L1 was dropped.
     let stats = listening.stats();
     assert!(stats.l1_flushes_failover >= 1, "{stats:?}");
+    assert_eq!(
+        listening.get_local("k"),
+        None,
+        "no copy outlives the failover"
+    );
     // Messages published at the new master reach the store's L1 cache.
     let there = self::cache(&self::store(&group).await, "demoted-l1", true);
     support::until_heard(&there, &listening).await;
