@@ -7,7 +7,7 @@ use std::time::Duration;
 use ::redis::cluster::ClusterClientBuilder;
 use ::redis::io::tcp::socket2::TcpKeepalive;
 use ::redis::io::tcp::TcpSettings;
-use ::redis::{Client, IntoConnectionInfo as _};
+use ::redis::{Client, IntoConnectionInfo as _, ProtocolVersion, RedisResult};
 
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redis::errors::store_error;
@@ -133,6 +133,34 @@ impl KeepaliveTimes {
             user_timeout: Duration::from_secs(idle.saturating_mul(2)),
         }
     }
+}
+
+/// `client`, speaking `protocol` (a copy of it if it speaks another).
+pub(in crate::redis) fn speaking(
+    client: &Client,
+    protocol: ProtocolVersion,
+) -> RedisResult<Client> {
+    let info = client.get_connection_info();
+    if info.redis_settings().protocol() == protocol {
+        return Ok(client.clone());
+    }
+    let settings = info.redis_settings().clone().set_protocol(protocol);
+    Client::open(info.clone().set_redis_settings(settings))
+}
+
+/// `call`, or a timeout error after `timeout`.
+pub(in crate::redis) async fn within<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    tokio::time::timeout(timeout, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(::redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {timeout:?}"),
+            )))
+        })
 }
 
 /// `settings` with the keepalive and user timeout of

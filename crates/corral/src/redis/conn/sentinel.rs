@@ -19,7 +19,7 @@ use ::redis::{
     AsyncConnectionConfig, Client, ErrorKind, ProtocolVersion, RedisError, RedisResult, Value,
 };
 
-use super::client;
+use super::client::{self, speaking, within};
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::redact::redact_url;
 use crate::redis::RedisConfig;
@@ -265,35 +265,10 @@ impl Sentinels {
     }
 }
 
-/// `client`, speaking `protocol` (a copy of it if it speaks another).
-fn speaking(client: &Client, protocol: ProtocolVersion) -> RedisResult<Client> {
-    let info = client.get_connection_info();
-    if info.redis_settings().protocol() == protocol {
-        return Ok(client.clone());
-    }
-    let settings = info.redis_settings().clone().set_protocol(protocol);
-    Client::open(info.clone().set_redis_settings(settings))
-}
-
 /// Whether a `ROLE` reply's first element says `master`.
 pub(in crate::redis) fn is_master(role: Option<&Value>) -> bool {
     matches!(role, Some(Value::BulkString(role)) if role.as_slice() == b"master")
         || matches!(role, Some(Value::SimpleString(role)) if role == "master")
-}
-
-/// `call`, or a timeout error after `timeout`.
-async fn within<T>(
-    timeout: Duration,
-    call: impl std::future::Future<Output = RedisResult<T>>,
-) -> RedisResult<T> {
-    tokio::time::timeout(timeout, call)
-        .await
-        .unwrap_or_else(|_| {
-            Err(RedisError::from(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no connection within {timeout:?}"),
-            )))
-        })
 }
 
 /// An error classified as the server being unavailable.

@@ -160,10 +160,16 @@ impl Tracker {
 /// front of it) refusing RESP3 rather than being unreachable: it answered
 /// with an error, or closed the connection during the handshake.
 fn refused_resp3(error: &RedisError) -> bool {
-    if error.is_timeout() || error.is_connection_refusal() {
-        return false;
-    }
-    error.code().is_some()
-        || error.is_connection_dropped()
-        || matches!(error.kind(), ::redis::ErrorKind::Server(_))
+    answered_with_error(error)
+        || (error.is_connection_dropped() && !error.is_timeout() && !error.is_connection_refusal())
+}
+
+/// Whether a failed connection attempt was the server answering with an
+/// error: not an unreachable, silent or dying one (a timeout, a refused or
+/// dropped connection).
+pub(super) fn answered_with_error(error: &RedisError) -> bool {
+    !error.is_timeout()
+        && !error.is_connection_refusal()
+        && !error.is_connection_dropped()
+        && (error.code().is_some() || matches!(error.kind(), ::redis::ErrorKind::Server(_)))
 }

@@ -57,9 +57,11 @@ use ::redis::{
 };
 use tokio::sync::Notify;
 
+use super::enable::answered_with_error;
 use super::{Shared, Tracker};
 use crate::backoff::Backoff;
 use crate::data::tracking::Tracking;
+use crate::redis::conn::client::{speaking, within};
 use crate::redis::conn::cluster::{self, Master};
 use crate::store::FlushReason;
 
@@ -271,12 +273,12 @@ impl Tracker {
             .set_connection_timeout(Some(seeds.connect_timeout))
             .set_response_timeout(Some(timeout));
         for seed in &seeds.clients {
-            let made = tokio::time::timeout(
+            let made = within(
                 seeds.connect_timeout,
                 seed.get_multiplexed_async_connection_with_config(&config),
             )
             .await;
-            if let Ok(Ok(mut conn)) = made {
+            if let Ok(mut conn) = made {
                 if let Some(map) = slot_map(&mut conn, timeout).await {
                     return Some(map);
                 }
@@ -294,20 +296,21 @@ impl Tracker {
             .set_connection_timeout(Some(seeds.connect_timeout))
             .set_response_timeout(Some(self.shared.timeout))
             .set_push_sender(self.listener_pushes(Arc::clone(&dead)));
-        let made = tokio::time::timeout(
+        let made = within(
             seeds.connect_timeout,
             client.get_multiplexed_async_connection_with_config(&config),
         )
         .await;
         let conn = match made {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(error)) if answered(&error) => {
+            Ok(conn) => conn,
+            // A node that closes the connection in the handshake is taken
+            // for a dying one, not for one refusing RESP3.
+            Err(error) if answered_with_error(&error) => {
                 self.off(format!("a cluster node refused RESP3 (HELLO 3: {error})"));
                 self.broadcast_off();
                 return Err(Refusal::Off);
             }
-            Ok(Err(error)) => return Err(Refusal::Failed(error)),
-            Err(_) => return Err(Refusal::Failed(timed_out(seeds.connect_timeout))),
+            Err(error) => return Err(Refusal::Failed(error)),
         };
         let mut listener = Listener {
             node,
@@ -405,11 +408,7 @@ impl Seeds {
             },
             _ => ConnectionAddr::Tcp(host.to_owned(), port),
         };
-        let settings = info
-            .redis_settings()
-            .clone()
-            .set_protocol(ProtocolVersion::RESP3);
-        Client::open(info.set_addr(addr).set_redis_settings(settings))
+        speaking(&Client::open(info.set_addr(addr))?, ProtocolVersion::RESP3)
     }
 }
 
@@ -484,21 +483,4 @@ async fn slot_map(conn: &mut MultiplexedConnection, timeout: Duration) -> Option
     }
     map.sort_by(|a, b| (&a.1, a.2).cmp(&(&b.1, b.2)));
     Some(map)
-}
-
-/// Whether a failed connect was the server answering with an error (not
-/// an unreachable or dying node).
-fn answered(error: &RedisError) -> bool {
-    !error.is_timeout()
-        && !error.is_connection_refusal()
-        && !error.is_connection_dropped()
-        && (error.code().is_some() || matches!(error.kind(), ::redis::ErrorKind::Server(_)))
-}
-
-/// The error of a connect that took longer than `timeout`.
-fn timed_out(timeout: Duration) -> RedisError {
-    RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!("no connection within {timeout:?}"),
-    ))
 }
