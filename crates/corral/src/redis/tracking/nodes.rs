@@ -30,8 +30,10 @@
 //!   reads wait, bounded ([`Tracker::ready`]).
 //! - **Flushes.** Every health interval the task pings each listener and
 //!   reads the slot map (`CLUSTER SLOTS`, from a listener or else a seed);
-//!   a listener that broke or did not answer is dropped and the caches
-//!   flush at once ([`FlushReason::Reconnected`]); once every master has a
+//!   a listener that broke is dropped and the caches flush at once
+//!   ([`FlushReason::Reconnected`]); one that did not answer is dropped
+//!   and they drop what they hold on the store's word, once per silence
+//!   ([`FlushReason::Silence`]), as for a standalone store; once every master has a
 //!   listener again, they flush for what was kept meanwhile: for the
 //!   listener made anew, a master set that changed (a failover, a node
 //!   added or removed: [`FlushReason::Failover`]) or slots that moved
@@ -45,6 +47,7 @@
 //! [`FlushReason::Reconnected`]: crate::store::FlushReason::Reconnected
 //! [`FlushReason::Failover`]: crate::store::FlushReason::Failover
 //! [`FlushReason::Topology`]: crate::store::FlushReason::Topology
+//! [`FlushReason::Silence`]: crate::store::FlushReason::Silence
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -229,7 +232,9 @@ impl Tracker {
 
     /// Drops the listeners redis-rs saw end (whose end flushed the caches
     /// at once) and those that do not answer a `PING` in time (the caches
-    /// flush now); either way a flush is owed for the listener made anew.
+    /// drop what they hold on the store's word now, as for a standalone
+    /// store's silent connection: [`Tracker::silent`]); either way a flush
+    /// is owed for the listener made anew.
     async fn check_listeners(&self, nodes: &mut Nodes) {
         let timeout = self.shared.timeout;
         let pings = nodes.listeners.iter().map(|listener| {
@@ -248,10 +253,11 @@ impl Tracker {
         });
         let health = futures_util::future::join_all(pings).await;
         if health.iter().all(|h| *h == Health::Answered) {
+            self.answered();
             return;
         }
         if health.contains(&Health::Silent) {
-            self.flush(FlushReason::Reconnected);
+            self.silent();
         }
         owe(nodes, FlushReason::Reconnected);
         let mut health = health.into_iter();
