@@ -357,9 +357,9 @@ impl RedisStore {
     /// connection that breaks (the master died) or whose server answers
     /// `READONLY` (it was demoted to a replica) is made anew that way. The
     /// fences and the breaker work as on one server: a commit prepared
-    /// before a failover is refused by the new master unless its fence
-    /// holds the commit's token (a fence lost with unreplicated writes is
-    /// absent, and an absent fence refuses), and calls fail with
+    /// before a failover is refused by the new master unless its lease key
+    /// holds the commit's token (a lease lost with unreplicated writes is
+    /// absent, and an absent lease refuses), and calls fail with
     /// [`StoreErrorKind::Unavailable`] while no master answers. See
     /// "Sentinel" in the [`RedisStore`] docs.
     ///

@@ -1,5 +1,5 @@
 //! Where a logical key lives in Redis: the names of its value, lease and
-//! fence keys, and the channel its namespace is notified on. The layout is
+//! waiters keys, and the channel its namespace is notified on. The layout is
 //! described on [`RedisStore`](super::RedisStore).
 
 use crate::store::StoreKey;
@@ -59,10 +59,9 @@ use crate::data::key::fnv1a64_from;
 pub(super) struct KeyNames {
     /// `corral:v:<namespace>:{<b>}:<key>`: the envelope bytes.
     pub(super) value: String,
-    /// `corral:l:<namespace>:{<b>}:<key>`: the token of the fill lease.
+    /// `corral:g:<namespace>:{<b>}:<key>`: the fill lease, which is also
+    /// its fence (see [`scripts`](super::scripts)).
     pub(super) lease: String,
-    /// `corral:f:<namespace>:{<b>}:<key>`: the token of the last grant.
-    pub(super) fence: String,
     /// `corral:w:<namespace>:{<b>}:<key>`: present while a caller in
     /// another process waits for the lease's fill, so that only then does
     /// the fill's end wake anyone.
@@ -83,8 +82,7 @@ impl KeyNames {
             name
         };
         Self {
-            lease: name("l"),
-            fence: name("f"),
+            lease: name("g"),
             waiters: name("w"),
             value,
             bucket,
@@ -102,7 +100,7 @@ pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
 /// `namespace` lies, and no other key corral writes: `corral:v:<namespace>:{`
 /// and `corral:t:<namespace>:{`. A namespace holds no `{`, so the prefixes
 /// of two namespaces never overlap (one is never the start of the other),
-/// and leases and fences lie under neither.
+/// and leases and waiters marks lie under neither.
 pub(super) fn bcast_prefixes(namespace: &str) -> [String; 2] {
     ["v", "t"].map(|kind| format!("{PREFIX}{kind}:{namespace}:{{"))
 }
@@ -213,7 +211,8 @@ pub(super) enum Named<'a> {
     /// A tag's version, or one bucket's copy of it (the empty tag: the
     /// clear version): `corral:t:<namespace>:{<ns or b>}:<tag>`.
     Version { namespace: &'a str, tag: &'a str },
-    /// A lease, a fence or a waiters mark.
+    /// A lease or a waiters mark (or, from earlier versions, a separate
+    /// lease or fence).
     Guard,
 }
 
@@ -234,7 +233,7 @@ pub(super) fn named(name: &[u8]) -> Option<Named<'_>> {
             namespace,
             tag: rest,
         }),
-        "l" | "f" | "w" => Some(Named::Guard),
+        "g" | "w" | "l" | "f" => Some(Named::Guard),
         _ => None,
     }
 }
@@ -448,16 +447,20 @@ mod tests {
         let names = KeyNames::new(&StoreKey::new("users:v1", "user:42"));
         let h = BUCKET_TAGS[(fnv1a64(b"user:42") % 256) as usize];
         assert_eq!(names.value, format!("corral:v:users:v1:{{{h}}}:user:42"));
-        assert_eq!(names.lease, format!("corral:l:users:v1:{{{h}}}:user:42"));
-        assert_eq!(names.fence, format!("corral:f:users:v1:{{{h}}}:user:42"));
+        assert_eq!(names.lease, format!("corral:g:users:v1:{{{h}}}:user:42"));
+        assert_eq!(names.waiters, format!("corral:w:users:v1:{{{h}}}:user:42"));
         let key = StoreKey::new("users:v1", "user:42");
         assert_eq!(value_name(&key), names.value);
         assert_eq!(ValueName::new(&key).len(), names.value.len());
         let odd = KeyNames::new(&StoreKey::new("n:v1", "v:}{l:f:"));
-        assert!(odd.lease.starts_with("corral:l:n:v1:{"), "{}", odd.lease);
+        assert!(odd.lease.starts_with("corral:g:n:v1:{"), "{}", odd.lease);
         assert!(odd.lease.ends_with("}:v:}{l:f:"), "{}", odd.lease);
-        assert!(odd.fence.starts_with("corral:f:n:v1:{"), "{}", odd.fence);
-        assert!(odd.fence.ends_with("}:v:}{l:f:"), "{}", odd.fence);
+        assert!(
+            odd.waiters.starts_with("corral:w:n:v1:{"),
+            "{}",
+            odd.waiters
+        );
+        assert!(odd.waiters.ends_with("}:v:}{l:f:"), "{}", odd.waiters);
         assert_eq!(channel("users:v1"), "corral:users:v1:filled");
     }
 
@@ -498,7 +501,7 @@ mod tests {
             let odd = StoreKey::new("n{s}:v3", raw);
             assert_eq!(ValueName::new(&odd).slot(), slot(&value_name(&odd)));
             assert_eq!(slot(&names.lease), want, "{raw:?}");
-            assert_eq!(slot(&names.fence), want, "{raw:?}");
+            assert_eq!(slot(&names.waiters), want, "{raw:?}");
             let bucket = (fnv1a64(raw.as_bytes()) % 256) as usize;
             assert_eq!(usize::from(want), bucket * 64, "{raw:?}");
             let channel = bucket_channel("ns:v3", names.bucket);
@@ -561,12 +564,12 @@ mod tests {
         // A user key that spells another key's lease name still gets its own
         // tag, so its value key differs from that lease key.
         let victim = KeyNames::new(&StoreKey::new("ns:v1", "k"));
-        for internal in [&victim.lease, &victim.fence] {
+        for internal in [&victim.lease, &victim.waiters] {
             let suffix = internal.split_once("}:").map_or("", |(_, key)| key);
             let forged = KeyNames::new(&StoreKey::new("ns:v1", suffix));
             assert_ne!(&forged.value, internal);
             // Nor in a namespace that spells the kind letter.
-            let forged = KeyNames::new(&StoreKey::new("l:ns:v1", "k"));
+            let forged = KeyNames::new(&StoreKey::new("g:ns:v1", "k"));
             assert_ne!(&forged.value, internal);
         }
     }
@@ -584,7 +587,7 @@ mod tests {
                 })
             );
             assert_eq!(named(names.lease.as_bytes()), Some(Named::Guard));
-            assert_eq!(named(names.fence.as_bytes()), Some(Named::Guard));
+            assert_eq!(named(names.waiters.as_bytes()), Some(Named::Guard));
             let version = Named::Version {
                 namespace: "ns:v1",
                 tag: raw,
@@ -616,7 +619,7 @@ mod tests {
         for raw in ["k", "", "}x", "{a}:b"] {
             let names = KeyNames::new(&StoreKey::new("ns", raw));
             assert!(under(&names.value), "{}", names.value);
-            assert!(!under(&names.lease) && !under(&names.fence), "{raw:?}");
+            assert!(!under(&names.lease) && !under(&names.waiters), "{raw:?}");
             assert!(under(&tag_key("ns", raw)) && under(&copy_key("ns", 9, raw)));
             // A namespace that starts like this one lies under neither.
             let other = KeyNames::new(&StoreKey::new("ns:x", raw));

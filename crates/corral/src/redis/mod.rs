@@ -54,11 +54,10 @@ const MAX_TTL_MS: u64 = 1 << 42;
 pub struct RedisKeys {
     /// The key holding the value: `corral:v:<namespace>:{<bucket>}:<key>`.
     pub value: String,
-    /// The key holding the fill lease's token:
-    /// `corral:l:<namespace>:{<bucket>}:<key>`.
+    /// The key holding the fill lease, which is also its fence (its token
+    /// and hold: `<token>.<hold_ms>`):
+    /// `corral:g:<namespace>:{<bucket>}:<key>`.
     pub lease: String,
-    /// The key holding the fence: `corral:f:<namespace>:{<bucket>}:<key>`.
-    pub fence: String,
     /// The key marking that a caller in another process waits for the
     /// lease's fill: `corral:w:<namespace>:{<bucket>}:<key>`.
     pub waiters: String,
@@ -101,7 +100,7 @@ impl RedisStore {
     }
 
     /// The names of the Redis keys that hold `key`'s value, fill lease and
-    /// fence (see "Key layout"), to inspect them with `redis-cli`. They
+    /// waiters mark (see "Key layout"), to inspect them with `redis-cli`. They
     /// share one hash slot.
     ///
     /// ```
@@ -111,15 +110,14 @@ impl RedisStore {
     /// let names = RedisStore::keys_of(&StoreKey::new("users:v1", "user:42"));
     /// assert!(names.value.starts_with("corral:v:users:v1:{"));
     /// assert!(names.value.ends_with("}:user:42"));
-    /// assert!(names.lease.starts_with("corral:l:users:v1:{"));
-    /// assert!(names.fence.starts_with("corral:f:users:v1:{"));
+    /// assert!(names.lease.starts_with("corral:g:users:v1:{"));
+    /// assert!(names.waiters.starts_with("corral:w:users:v1:{"));
     /// ```
     pub fn keys_of(key: &StoreKey) -> RedisKeys {
         let names = KeyNames::new(key);
         RedisKeys {
             value: names.value,
             lease: names.lease,
-            fence: names.fence,
             waiters: names.waiters,
         }
     }
@@ -133,9 +131,10 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
     let names = keys::KeyNames::new(&store_key);
     let slot = keys::slot(&names.value);
     assert_eq!(keys::slot(&names.lease), slot, "lease in another slot");
-    assert_eq!(keys::slot(&names.fence), slot, "fence in another slot");
     assert_eq!(keys::slot(&names.waiters), slot, "waiters in another slot");
-    assert!(names.value != names.lease && names.lease != names.fence && names.value != names.fence);
+    assert!(
+        names.value != names.lease && names.lease != names.waiters && names.value != names.waiters
+    );
     assert_eq!(keys::value_name(&store_key), names.value);
     let _ = keys::namespace_of(&keys::channel(namespace));
     let _ = keys::tag_key(namespace, key);
@@ -143,7 +142,7 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
         // A BCAST prefix holds the namespace's values, not its guards.
         let [values, _] = keys::bcast_prefixes(namespace);
         assert!(names.value.starts_with(&values), "value outside its prefix");
-        assert!(!names.lease.starts_with(&values) && !names.fence.starts_with(&values));
+        assert!(!names.lease.starts_with(&values) && !names.waiters.starts_with(&values));
     }
     let (body, generation) = frame::unframe(bytes.to_vec());
     if let Some(generation) = generation {

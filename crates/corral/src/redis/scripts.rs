@@ -2,11 +2,21 @@
 //! each one round trip. (A plain read needs no script: see
 //! [`Connection::read`](super::conn::Connection::read).)
 //!
-//! Every per-key script but the lease request takes the same four keys —
-//! `KEYS[1]` value, `KEYS[2]` lease, `KEYS[3]` fence, `KEYS[4]` waiters
-//! mark, all in one hash slot (and those that touch the clear version's
-//! copy, `KEYS[5]`) — so cluster routing sees them; the lease request
-//! declares the value alone (see `GET_OR_LEASE`). A script that changes a key announces it
+//! Every per-key script but the lease request takes the same three keys —
+//! `KEYS[1]` value, `KEYS[2]` lease, `KEYS[3]` waiters mark, all in one
+//! hash slot (and those that touch the clear version's copy, `KEYS[4]`) —
+//! so cluster routing sees them; the lease request declares the value alone
+//! (see `GET_OR_LEASE`).
+//!
+//! **The lease is its own fence.** The lease key holds `<token>.<hold>`
+//! and lives `lease_ttl + hold` from its grant (or last renewal), `hold`
+//! being the leader's fill timeout in milliseconds. It is *live* (it
+//! blocks other grants) while more than `hold` is left of it, and it
+//! *fences* (its leader may still commit) for as long as it exists with
+//! the leader's token: a leader whose renewal was lost may commit until its
+//! hard timeout, unless another grant took the key over. A commit, a
+//! release, a write and an invalidation delete it, so no other write lands
+//! under an old token; no key outlives a fill. A script that changes a key announces it
 //! (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
 //! server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]` the channel (the
 //! namespace's, or on a cluster the sharded channel of the key's bucket,
@@ -84,6 +94,22 @@ end
     };
 }
 
+/// `owns(key)`: the hold of the lease in the lease key `key` if it is the
+/// lease of token `ARGV[1]`, else `nil`.
+macro_rules! lua_owns {
+    () => {
+        r"
+local function owns(key)
+  local held = read(key)
+  if held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '.' then
+    return tonumber(string.sub(held, #ARGV[1] + 2))
+  end
+  return nil
+end
+"
+    };
+}
+
 /// `announce(kind)`: publishes `kind .. ARGV[#ARGV]` on the channel
 /// `ARGV[#ARGV-1]` with the verb `ARGV[#ARGV-2]` (`PUBLISH` or `SPUBLISH`).
 macro_rules! lua_announce {
@@ -99,17 +125,18 @@ end
 /// Value if present (when the mode says so), else a lease grant, else
 /// "held"; for a refresh, a grant only over the generation it read.
 ///
-/// One key, `KEYS[1]`, the value. ARGV: token, lease_ms, fence_ms, mode
-/// (`0` grant only without a value, `1` grant over any value, `2` grant
-/// only over a present value whose embedded generation is ARGV[5], the
-/// empty string meaning "unframed, no generation"), expected generation,
-/// then the names of the lease, the fence, the waiters mark and the clear
-/// version's copy. Returns `{1, bytes, pttl}` (hit), `{2}` (granted),
-/// `{3, pttl}` (held) or `{4}` (changed).
+/// One key, `KEYS[1]`, the value. ARGV: token, lease_ms, fence_ms (the
+/// lease's time plus the hold), mode (`0` grant only without a value, `1`
+/// grant over any value, `2` grant only over a present value whose
+/// embedded generation is ARGV[5], the empty string meaning "unframed, no
+/// generation"), expected generation, then the names of the lease, the
+/// waiters mark and the clear version's copy. Returns `{1, bytes, pttl}`
+/// (hit), `{2}` (granted), `{3, pttl}` (held, with the lease's time left)
+/// or `{4}` (changed).
 ///
 /// Why the other keys are arguments. A script that writes nothing (a hit)
 /// makes the server's client tracking remember every key it declares, for
-/// the caller: declared, the lease, fence and mark would be tracked on
+/// the caller: declared, the lease and the mark would be tracked on
 /// every hit — doubling the script's server time (17 against 8 µs a hit,
 /// Redis 7.0) — and each later fill of the key would send the caller an
 /// invalidation of each, which it ignores. They share the value's hash
@@ -120,32 +147,32 @@ end
 /// shares (`COMMIT` its lease token, fresh per grant; `SET` a fresh random
 /// token) and `INVALIDATE` deletes the value, so "present with the expected
 /// generation" means "no write and no invalidation since the caller read
-/// it": any of them landing in between answers `{4}`. The fence is not
-/// consulted: a lease granted elsewhere over the same value is either
-/// alive (the `NX` below fails: `{3}`, the refresh stands down) or lapsed,
-/// and then its leftover fence must not block this grant, which moves the
-/// fence to the new token — so the lapsed leader's late commit is refused
-/// by `COMMIT`'s fence check.
+/// it": any of them landing in between answers `{4}`. A lease granted
+/// elsewhere over the same value is either live (`{3}`, the refresh stands
+/// down) or lapsed, and then it must not block this grant, which takes the
+/// key over with the new token — so the lapsed leader's late commit is
+/// refused by `COMMIT`'s token check.
 ///
 /// The clear version's copy guards the entry: a hit touches it (see
 /// `Connection::touch`), so it is never colder than the entries it serves.
 /// A caller that finds the lease held and will wait for it (modes `0` and
-/// `1`; a refresh stands down) sets the waiters mark for at least the
-/// lease's time left and its own fence time: the fill's end is announced
+/// `1`; a refresh stands down) sets the waiters mark for at least as long
+/// as the lease key and its own fence time: the fill's end is announced
 /// to it.
 ///
 /// A value key of another type reads as `''` (see `lua_read`): a hit the
 /// cache cannot decode, then a grant over "no generation", and `COMMIT`'s
 /// `SET` replaces it. A lease key that is broken — no expiry (`PTTL` -1),
-/// or contents that are not a lease token (another type, or not 1 to 64
-/// lowercase hex digits) — was not written by a live grant: it is taken
-/// over as if absent, so it cannot hold the key until `fill_timeout`.
+/// or contents that are not a lease (another type, or not 1 to 64
+/// lowercase hex digits, a dot and a hold) — was not written by a grant:
+/// it is taken over as if absent, so it cannot hold the key until
+/// `fill_timeout`.
 pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_generation!(),
         lua_read!(),
         r"
-local lease, fence, waiters, clear = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local lease, waiters, clear = ARGV[6], ARGV[7], ARGV[8]
 if ARGV[4] == '0' then
   local value = read(KEYS[1])
   if value then
@@ -158,77 +185,74 @@ elseif ARGV[4] == '2' then
     return {4}
   end
 end
-if not redis.call('SET', lease, ARGV[1], 'NX', 'PX', ARGV[2]) then
+local grant = ARGV[1] .. '.' .. math.max(0, tonumber(ARGV[3]) - tonumber(ARGV[2]))
+if not redis.call('SET', lease, grant, 'NX', 'PX', ARGV[3]) then
   local pttl = redis.call('PTTL', lease)
   local held = read(lease)
-  if pttl ~= -1 and held and #held <= 64 and string.find(held, '^[0-9a-f]+$') then
+  local hold = held and #held <= 96 and tonumber(string.match(held, '^[0-9a-f]+%.(%d+)$'))
+  if pttl ~= -1 and hold and pttl > hold then
     if ARGV[4] ~= '2' then
       redis.call('SET', waiters, '1', 'PX', math.max(pttl, tonumber(ARGV[3])))
     end
-    return {3, pttl}
+    return {3, pttl - hold}
   end
-  redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', lease, grant, 'PX', ARGV[3])
 end
-redis.call('SET', fence, ARGV[1], 'PX', ARGV[3])
 return {2}
 "
     ))
 });
 
-/// Extends the lease, and the fence if it still holds the token, when the
-/// lease is still owned; a waiters mark lives at least as long as the fence.
+/// Extends the lease its caller owns to `lease_ms` from now (plus its
+/// hold); a waiters mark lives at least `fence_ms` from now. A lapsed lease
+/// that no grant took over is owned still, and is live again.
 ///
 /// ARGV: token, lease_ms, fence_ms. Returns 1 (renewed) or 0 (not owned).
 pub(super) static RENEW: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
+        lua_owns!(),
         r"
-if read(KEYS[2]) ~= ARGV[1] then
+local hold = owns(KEYS[2])
+if not hold then
   return 0
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-if read(KEYS[3]) == ARGV[1] then
+redis.call('PEXPIRE', KEYS[2], hold + tonumber(ARGV[2]))
+if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
-end
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
 return 1
 ",
     ))
 });
 
-/// Fenced write (the token stays as the fence for the value's life),
-/// owner-checked unlock and notification: a stored value is announced when
-/// someone waits (the mark, which it clears) or it replaced a value; a
-/// refused one when someone waits. A stored value touches `KEYS[5]`, the
-/// clear version's copy guarding it (as `GET_OR_LEASE` does).
+/// Fenced write (stored only while the lease key holds the caller's
+/// token, live or lapsed), unlock and notification: a stored value is
+/// announced when someone waits (the mark, which it clears) or it replaced
+/// a value; a refused one when someone waits. A stored value touches
+/// `KEYS[4]`, the clear version's copy guarding it (as `GET_OR_LEASE`
+/// does).
 ///
 /// ARGV: token, bytes (framed with the token as generation), ttl_ms,
-/// verb, channel, message. Returns 1 (stored) or 0 (refused: the fence moved or
-/// expired).
+/// verb, channel, message. Returns 1 (stored) or 0 (refused: the lease key
+/// was taken over, deleted or expired).
 pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
+        lua_owns!(),
         lua_announce!(),
         r"
-if read(KEYS[3]) == ARGV[1] then
-  -- Every grant moves the fence: the lease is this one's, or lapsed.
-  redis.call('DEL', KEYS[2])
+if owns(KEYS[2]) then
   local replaced = redis.call('EXISTS', KEYS[1]) == 1
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
-  redis.pcall('TOUCH', KEYS[5])
+  redis.pcall('TOUCH', KEYS[4])
   redis.pcall('EXISTS', KEYS[1])
-  if redis.call('DEL', KEYS[4]) == 1 or replaced then
+  if redis.call('DEL', KEYS[2], KEYS[3]) == 2 or replaced then
     announce('c')
   end
   return 1
 end
-if read(KEYS[2]) == ARGV[1] then
-  redis.call('DEL', KEYS[2])
-end
-if redis.call('EXISTS', KEYS[4]) == 1 then
+if redis.call('EXISTS', KEYS[3]) == 1 then
   announce('r')
 end
 return 0
@@ -236,22 +260,20 @@ return 0
     ))
 });
 
-/// Owner-checked release of the lease and its fence, and notification of
-/// the waiters, if any (clearing their mark: woken, they ask again).
+/// Owner-checked release of the lease, and notification of the waiters,
+/// if any (clearing their mark: woken, they ask again).
 ///
 /// ARGV: token, verb, channel, message. Returns 0.
 pub(super) static RELEASE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
+        lua_owns!(),
         lua_announce!(),
         r"
-if read(KEYS[2]) == ARGV[1] then
+if owns(KEYS[2]) then
   redis.call('DEL', KEYS[2])
 end
-if read(KEYS[3]) == ARGV[1] then
-  redis.call('DEL', KEYS[3])
-end
-if redis.call('DEL', KEYS[4]) == 1 then
+if redis.call('DEL', KEYS[3]) == 1 then
   announce('r')
 end
 return 0
@@ -259,20 +281,19 @@ return 0
     ))
 });
 
-/// Unconditional write that drops the lease and the waiters mark (the
-/// announcement wakes them) and moves the fence to a new generation,
-/// touching `KEYS[5]` (as `COMMIT` does).
+/// Unconditional write that drops the lease (so no fill in flight commits
+/// over it) and the waiters mark (the announcement wakes them), touching
+/// `KEYS[4]` (as `COMMIT` does).
 ///
-/// ARGV: bytes (framed with the new token as generation), ttl_ms, new
-/// token, verb, channel, message. Returns 0.
+/// ARGV: bytes (framed with a new token as generation), ttl_ms, verb,
+/// channel, message. Returns 0.
 pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_announce!(),
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[2])
-redis.call('DEL', KEYS[2], KEYS[4])
-redis.pcall('TOUCH', KEYS[5])
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.pcall('TOUCH', KEYS[4])
 redis.pcall('EXISTS', KEYS[1])
 announce('s')
 return 0
@@ -280,15 +301,14 @@ return 0
     ))
 });
 
-/// Deletes value, lease, fence and waiters mark (the announcement wakes
-/// them).
+/// Deletes value, lease and waiters mark (the announcement wakes them).
 ///
 /// ARGV: verb, channel, message. Returns 0.
 pub(super) static INVALIDATE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_announce!(),
         r"
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 announce('i')
 return 0
 ",

@@ -139,7 +139,6 @@ impl Store for RedisStore {
                         mode,
                         expected,
                         names.lease.as_bytes(),
-                        names.fence.as_bytes(),
                         names.waiters.as_bytes(),
                         clear.as_bytes(),
                     ],
@@ -244,13 +243,7 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::COMMIT,
-                    &[
-                        &names.value,
-                        &names.lease,
-                        &names.fence,
-                        &names.waiters,
-                        &clear,
-                    ],
+                    &[&names.value, &names.lease, &names.waiters, &clear],
                     &[
                         lease.token().as_bytes(),
                         &framed,
@@ -318,17 +311,10 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::SET,
-                    &[
-                        &names.value,
-                        &names.lease,
-                        &names.fence,
-                        &names.waiters,
-                        &clear,
-                    ],
+                    &[&names.value, &names.lease, &names.waiters, &clear],
                     &[
                         &framed,
                         ttl_ms.as_bytes(),
-                        generation.as_bytes(),
                         verb,
                         channel.as_bytes(),
                         message.as_bytes(),

@@ -50,14 +50,13 @@ impl Counters {
     }
 }
 
-/// The Redis key of `user`'s `kind` (`v` value, `l` lease, `f` fence) in
+/// The Redis key of `user`'s `kind` (`v` value, `l` lease) in
 /// `namespace`.
 fn redis_key(namespace: &str, kind: char, user: &str) -> String {
     let names = corral::RedisStore::keys_of(&corral::store::StoreKey::new(namespace, user));
     match kind {
         'v' => names.value,
-        'l' => names.lease,
-        _ => names.fence,
+        _ => names.lease,
     }
 }
 
@@ -382,15 +381,25 @@ async fn fill_within(
 }
 
 /// Broken lease keys planted on Redis: no expiry, or contents that are not
-/// a lease token, or another type.
+/// a lease (a token, a dot and a hold), or another type.
 async fn broken_redis_leases(url: &str, cache: &Cache<String>) {
     let mut conn = redis_conn(url).await;
     let ns = cache.namespace().to_owned();
     let fills = Arc::new(AtomicUsize::new(0));
-    let token = "0123456789abcdef0123456789abcdef";
-    let cases: [(&str, &[&str]); 5] = [
+    let token = "0123456789abcdef0123456789abcdef.5000";
+    let cases: [(&str, &[&str]); 7] = [
         ("junk-no-ttl", &["SET", "{lease}", "junk"]),
-        ("token-no-ttl", &["SET", "{lease}", token]),
+        ("lease-no-ttl", &["SET", "{lease}", token]),
+        // A token without its hold.
+        (
+            "bare-token-with-ttl",
+            &["SET", "{lease}", &token[..32], "EX", "60"],
+        ),
+        // A hold that is not a number.
+        (
+            "token-and-junk-with-ttl",
+            &["SET", "{lease}", "0123456789abcdef.x", "EX", "60"],
+        ),
         (
             "junk-with-ttl",
             &["SET", "{lease}", "not a token", "EX", "60"],
@@ -489,7 +498,9 @@ async fn redis_a_live_lease_is_still_waited_for() {
     let cache = patient(store, "live");
     let mut conn = redis_conn(&server.url()).await;
     let lease = redis_key(cache.namespace(), 'l', "k");
-    let token = "0123456789abcdef0123456789abcdef";
+    // Another process's lease: its token, and a hold of 0 (live for as long
+    // as its key lives).
+    let token = "0123456789abcdef0123456789abcdef.0";
     let _: () = redis::cmd("SET")
         .arg(&lease)
         .arg(token)

@@ -273,7 +273,7 @@ async fn check_release_and_notify(a: &RedisStore, b: &RedisStore, ns: &str) {
         .ok(),
         Some(Commit::Stored)
     );
-    // Its commit is refused: its fence was dropped by the release.
+    // Its commit is refused: the release deleted its lease, the fence.
     assert_eq!(
         a.commit(&k, &lease, b"stale", TTL, corral::store::Origin::new(0))
             .await
@@ -356,8 +356,8 @@ async fn check_refused_after_lapse(a: &RedisStore, b: &RedisStore, ns: &str) {
         Some(Commit::Stored)
     );
     assert_eq!(value(a, &k).await.as_deref(), Some(&b"next"[..]));
-    // A lapsed leader whose fence is still current may commit (nobody else
-    // took over): the fence, not the lease, decides.
+    // A lapsed leader whose lease key still holds its token may commit
+    // (nobody else took over): the fence, not the lease's liveness, decides.
     let k2 = key(ns, "lapse-uncontended");
     let alone = grant(a, &k2, short).await;
     tokio::time::sleep(short + Duration::from_millis(100)).await;
@@ -670,7 +670,7 @@ async fn check_refresh_after_lapsed_lease(a: &RedisStore, b: &RedisStore, ns: &s
         ),
         "while the other refresh lives, this one waits its turn"
     );
-    // Sleep past the lease's TTL (Redis expires it; the fence stays).
+    // Sleep past the lease's TTL (it lapses; its key, the fence, stays).
     tokio::time::sleep(short + Duration::from_millis(100)).await;
     let refresh = match b.get_or_lease(&k, &over(read.clone(), LEASE)).await {
         Ok(Lookup::Granted(lease)) => lease,

@@ -21,8 +21,8 @@ fn lease_answer(command: &Executed) -> &'static str {
         // `GET value`, `SET lease NX` (refused), `PTTL lease`, `GET lease`,
         // `SET` of the waiters mark (the fill's end is announced to it).
         ["GET", "SET", "PTTL", "GET", "SET"] => "held",
-        // `GET value`, `SET lease NX`, `SET fence`.
-        ["GET", "SET", "SET"] => "granted",
+        // `GET value`, `SET lease NX`.
+        ["GET", "SET"] => "granted",
         _ => "something else",
     }
 }
@@ -78,10 +78,15 @@ fn named(command: &Executed) -> String {
         && first_call[0] == "GET"
         && command
             .args
-            .get(5)
-            .is_some_and(|fence| first_call[1] == *fence)
+            .get(4)
+            .is_some_and(|lease| first_call[1] == *lease)
+        && command
+            .lua
+            .get(1)
+            .is_some_and(|second| second.first().is_some_and(|call| call == "EXISTS"))
     {
-        // Reads the fence (`KEYS[3]`) first: the commit.
+        // Reads the lease (`KEYS[2]`), then whether a value or a waiter is
+        // there: the commit (a release deletes next, a renewal asks `PTTL`).
         "COMMIT"
     } else {
         "another script"

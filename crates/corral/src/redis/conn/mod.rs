@@ -191,7 +191,7 @@ impl Connection {
         .await
     }
 
-    /// Runs `lua` on the keys of `names` (value, lease, fence, waiters) with `args`: `EVALSHA`, or —
+    /// Runs `lua` on the keys of `names` (value, lease, waiters) with `args`: `EVALSHA`, or —
     /// when the server lost its script cache (a restart, `SCRIPT FLUSH`, a
     /// failover) — `EVAL` with the source, which also caches it again. The
     /// whole exchange is bounded by `timeout`.
@@ -205,7 +205,6 @@ impl Connection {
         let keys = [
             names.value.as_str(),
             names.lease.as_str(),
-            names.fence.as_str(),
             names.waiters.as_str(),
         ];
         self.invoke_on(lua, &keys, args, timeout).await

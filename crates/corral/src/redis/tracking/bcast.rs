@@ -2,7 +2,7 @@
 //! of a key under a registered prefix, read or not, and keeps nothing per
 //! key. The prefixes are each attached namespace's two
 //! ([`keys::bcast_prefixes`]: its values and its versions; leases and
-//! fences lie under neither).
+//! waiters marks lie under neither).
 //!
 //! - **A new connection** registers every prefix asked for so far before
 //!   it serves its first call, then records itself as the connection in

@@ -6,7 +6,7 @@
 //! An invalidation names keys: a value key's change evicts that key from
 //! the L1s (and forgets its remembered expiry); a tag or clear version's
 //! change makes the caches forget the version and evict what it guards;
-//! leases and fences, and keys corral does not write, are ignored. A null
+//! leases and waiters marks, and keys corral does not write, are ignored. A null
 //! invalidation (`FLUSHALL`, `FLUSHDB`) flushes every sink, and so does
 //! the end of a tracked connection (redis-rs's disconnection push), at
 //! once, before the store has made a new one.
