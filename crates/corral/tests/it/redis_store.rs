@@ -400,6 +400,23 @@ async fn check_renew(a: &RedisStore, b: &RedisStore, ns: &str) {
         Some(false),
         "committed leases are gone"
     );
+    // A lease that lapsed and that no grant took over is its leader's
+    // still: renewed, it is live again.
+    let k = key(ns, "renew-lapsed");
+    let lapsed = grant(a, &k, short).await;
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    assert_eq!(
+        a.renew(&k, &lapsed, &request(LEASE)).await.ok(),
+        Some(true),
+        "a lapsed lease no one took over"
+    );
+    assert!(
+        matches!(
+            b.get_or_lease(&k, &request(LEASE)).await,
+            Ok(Lookup::Held { .. })
+        ),
+        "live again"
+    );
 }
 
 async fn check_set_invalidate(a: &RedisStore, b: &RedisStore, ns: &str) {
