@@ -46,6 +46,10 @@ impl Side {
 pub(crate) struct Args {
     pub(crate) replicas: usize,
     pub(crate) concurrency: usize,
+    /// Requests per second over all replicas, started on a schedule
+    /// whether or not earlier ones finished (open loop); `None`: a closed
+    /// loop of `concurrency` tasks per replica.
+    pub(crate) rate: Option<f64>,
     /// The longest a measured period may last (then its replicas stop
     /// short of their requests).
     pub(crate) cap: Duration,
@@ -68,7 +72,7 @@ struct Raw {
     mixes: Vec<String>,
 }
 
-const USAGE: &str = "flags: --replicas N --concurrency C --warmup REQUESTS --requests REQUESTS \
+const USAGE: &str = "flags: --replicas N --concurrency C --rate REQUESTS_PER_SEC --warmup REQUESTS --requests REQUESTS \
      --cap SECS --ttl SECS --pool N --redis URL --json FILE --space fit,20x --mix read,write --writes FRACTION \
      --keys N --l1 N --sides corral,aside";
 
@@ -78,6 +82,7 @@ impl Args {
         let mut args = Args {
             replicas: 3,
             concurrency: 16,
+            rate: None,
             cap: Duration::from_secs(60),
             ttl: Duration::from_secs(60),
             pool: 4,
@@ -118,6 +123,11 @@ impl Args {
         match flag {
             "--replicas" => self.replicas = value.parse()?,
             "--concurrency" => self.concurrency = value.parse()?,
+            "--rate" => {
+                let rate: f64 = value.parse()?;
+                anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be more than 0");
+                self.rate = Some(rate);
+            }
             "--warmup" => raw.warmup = Some(value.parse()?),
             "--requests" => raw.requests = Some(value.parse()?),
             "--cap" => self.cap = secs(value)?,

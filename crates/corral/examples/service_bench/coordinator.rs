@@ -36,7 +36,9 @@ pub(crate) struct SideResult {
     /// Whether a replica reached the cap (the period is shorter than asked).
     pub(crate) capped: bool,
     pub(crate) p50_us: f64,
+    pub(crate) p90_us: f64,
     pub(crate) p99_us: f64,
+    pub(crate) p999_us: f64,
     /// Database reads (`SELECT`s).
     pub(crate) db_queries: u64,
     /// The replicas' user + system CPU, in microseconds.
@@ -109,6 +111,7 @@ pub(crate) async fn run_side(
             db: db.to_owned(),
             pool: args.pool,
             concurrency: args.concurrency,
+            rate: args.rate.map(|rate| rate / args.replicas as f64),
             ttl: args.ttl,
         };
         let exe = std::env::current_exe().context("this example's path")?;
@@ -177,7 +180,9 @@ fn add_up(
         secs: wall_us as f64 / 1e6,
         capped: reports.iter().any(|r| r.capped),
         p50_us: latencies.quantile_us(0.5),
+        p90_us: latencies.quantile_us(0.9),
         p99_us: latencies.quantile_us(0.99),
+        p999_us: latencies.quantile_us(0.999),
         db_queries: sum(|r| r.db_queries),
         client_cpu_us: sum(|r| r.cpu_us),
         redis_cpu_s,

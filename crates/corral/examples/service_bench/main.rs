@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p corral-cache --example service_bench -- \
-//!     [--replicas 3] [--concurrency 16] [--space fit,20x] [--mix read,write] \
+//!     [--replicas 3] [--concurrency 16 | --rate R] [--space fit,20x] [--mix read,write] \
 //!     [--writes 0.01] [--keys N --l1 N] [--warmup REQUESTS] [--requests REQUESTS] \
 //!     [--cap 60] [--ttl 60] [--sides corral,aside] [--pool 4] [--redis URL] [--json FILE]
 //! ```
@@ -38,6 +38,15 @@
 //!   `cache.invalidate(key)`;
 //! - cache-aside: one redis-rs `MultiplexedConnection`; `GET`, and on a
 //!   miss the query and `SET EX`; a write is the `UPDATE` and `DEL`.
+//!
+//! With `--rate R`, the load is an open loop instead: each replica starts
+//! R / replicas requests per second on a schedule (pacing tasks at least
+//! 2 ms apart each, as many as that takes), each request a task of its
+//! own, whether or not earlier ones finished, and a request's latency runs
+//! from its start. At a rate both sides sustain, the latencies are the
+//! service's own; a closed loop on a saturated machine measures its
+//! queues (the replicas, the Redis server and the database share the
+//! cores).
 //!
 //! Both sides serve the same number of requests, first the warm-up (not
 //! counted), then the measured period (at most `--cap` seconds): in a

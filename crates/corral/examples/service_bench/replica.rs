@@ -36,6 +36,10 @@ pub(crate) struct ReplicaConfig {
     pub(crate) db: String,
     pub(crate) pool: usize,
     pub(crate) concurrency: usize,
+    /// Requests per second this replica starts on a schedule (open loop);
+    /// `None`: `concurrency` tasks in a closed loop.
+    #[serde(default)]
+    pub(crate) rate: Option<f64>,
     pub(crate) ttl: Duration,
 }
 
@@ -114,7 +118,20 @@ async fn connect(config: &ReplicaConfig) -> anyhow::Result<Service> {
     })
 }
 
+/// The shortest time between two requests of one pacing task: tokio's
+/// timers tick in milliseconds.
+const PACE: Duration = Duration::from_millis(2);
+
 async fn serve(config: ReplicaConfig) -> anyhow::Result<()> {
+    // Open loop: enough pacing tasks that each starts a request at most
+    // every `PACE`.
+    let (tasks, period) = match config.rate {
+        Some(rate) => {
+            let tasks = ((rate * PACE.as_secs_f64()).ceil() as usize).max(config.concurrency);
+            (tasks, Some(Duration::from_secs_f64(tasks as f64 / rate)))
+        }
+        None => (config.concurrency, None),
+    };
     let load = Arc::new(Load {
         service: connect(&config).await?,
         db: Db::open(&config.db, config.pool)?,
@@ -122,17 +139,25 @@ async fn serve(config: ReplicaConfig) -> anyhow::Result<()> {
         writes_share: config.scenario.writes,
         remaining: AtomicI64::new(0),
         stop: AtomicBool::new(false),
-        finished: Barrier::new(config.concurrency + 1),
+        finished: Barrier::new(tasks + 1),
         writes: AtomicU64::new(0),
         errors: AtomicU64::new(0),
         first_error: Mutex::new(None),
-        latencies: (0..config.concurrency).map(|_| Mutex::default()).collect(),
+        latencies: (0..tasks).map(|_| Mutex::default()).collect(),
     });
     let (phase, phases) = watch::channel(0_u64);
-    for task in 0..config.concurrency {
+    for task in 0..tasks {
         // The same draws on both sides: the seed is the task's place.
         let seed = (config.index as u64) << 32 | task as u64;
-        tokio::spawn(client(Arc::clone(&load), phases.clone(), task, seed));
+        let load = Arc::clone(&load);
+        match period {
+            Some(period) => {
+                // Spread over the period, so the tasks' starts interleave.
+                let offset = period.mul_f64(task as f64 / tasks as f64);
+                tokio::spawn(pacer(load, phases.clone(), task, seed, period, offset))
+            }
+            None => tokio::spawn(client(load, phases.clone(), task, seed)),
+        };
     }
     println!("@ready");
     let mut orders = tokio::io::BufReader::new(tokio::io::stdin()).lines();
@@ -258,10 +283,54 @@ async fn client(load: Arc<Load>, mut phases: watch::Receiver<u64>, task: usize, 
     }
 }
 
-/// One request: a read, or with the write share an update.
-async fn request(load: &Load, task: usize, rng: &mut fastrand::Rng) {
+/// One pacing task of the open loop: each phase, one request started
+/// every `period` (first after `offset`), each a task of its own, while
+/// the phase has some left to start (and is not stopped); then, once its
+/// requests finished, the meeting at the phase's end.
+async fn pacer(
+    load: Arc<Load>,
+    mut phases: watch::Receiver<u64>,
+    task: usize,
+    seed: u64,
+    period: Duration,
+    offset: Duration,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut running = tokio::task::JoinSet::new();
+    while phases.changed().await.is_ok() {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
+        while load.remaining.fetch_sub(1, Relaxed) > 0 && !load.stop.load(Relaxed) {
+            ticks.tick().await;
+            let (id, write) = draw(&load, &mut rng);
+            running.spawn(answer(Arc::clone(&load), task, id, write));
+            while running.try_join_next().is_some() {}
+        }
+        while running.join_next().await.is_some() {}
+        load.finished.wait().await;
+    }
+}
+
+/// The user a request reads (or updates), and whether it updates it.
+fn draw(load: &Load, rng: &mut fastrand::Rng) -> (u64, bool) {
     let id = load.zipf.draw(rng);
     let write = load.writes_share > 0.0 && rng.f64() < load.writes_share;
+    (id, write)
+}
+
+/// [`request`] as a task of its own.
+async fn answer(load: Arc<Load>, task: usize, id: u64, write: bool) {
+    serve_one(&load, task, id, write).await;
+}
+
+/// One request: a read, or with the write share an update.
+async fn request(load: &Load, task: usize, rng: &mut fastrand::Rng) {
+    let (id, write) = draw(load, rng);
+    serve_one(load, task, id, write).await;
+}
+
+/// Serves a read of user `id` (or, if `write`, an update), recording its
+/// latency (or its error).
+async fn serve_one(load: &Load, task: usize, id: u64, write: bool) {
     let started = Instant::now();
     let outcome = if write {
         load.writes.fetch_add(1, Relaxed);

@@ -24,10 +24,12 @@ enum Format {
     Fixed(usize),
 }
 
-const ROWS: [Row; 14] = [
+const ROWS: [Row; 16] = [
     ("requests/s", |s| s.requests_per_sec, Format::Count),
     ("p50 (µs)", |s| s.p50_us, Format::Fixed(1)),
+    ("p90 (µs)", |s| s.p90_us, Format::Fixed(1)),
     ("p99 (µs)", |s| s.p99_us, Format::Fixed(1)),
+    ("p99.9 (µs)", |s| s.p999_us, Format::Fixed(1)),
     ("requests measured", |s| s.requests as f64, Format::Count),
     ("measured period (s)", |s| s.secs, Format::Fixed(1)),
     ("database queries", |s| s.db_queries as f64, Format::Count),
@@ -93,12 +95,15 @@ fn show(n: f64, format: Format) -> String {
 /// counters per replica and the commands by name.
 pub(crate) fn markdown(args: &Args, results: &[ScenarioResult]) -> String {
     let mut out = String::new();
+    let load = match args.rate {
+        Some(rate) => format!("requests started at {rate:.0}/s in all (open loop)"),
+        None => format!("{} client tasks each (closed loop)", args.concurrency),
+    };
     let _ = writeln!(
         out,
-        "{} replicas x {} client tasks each, Zipf(1.0) keys, TTL {} s, SQLite pool of {} per \
+        "{} replicas, {load}, Zipf(1.0) keys, TTL {} s, SQLite pool of {} per \
          replica; each side serves the same requests (warm-up, then measured, at most {} s)\n",
         args.replicas,
-        args.concurrency,
         args.ttl.as_secs_f64(),
         args.pool,
         args.cap.as_secs_f64(),
