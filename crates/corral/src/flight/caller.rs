@@ -52,8 +52,15 @@ use crate::stats::Counters;
 use crate::store::{patiently, BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
+/// Whether a call that found no quiet value in process reads the store
+/// before it claims a flight ([`fetch`]): a store-only cache; the others
+/// go straight to [`in_flight`].
+pub(crate) fn reads_ahead<V>(inner: &Inner<V>) -> bool {
+    inner.tiers().l2.is_some() && inner.tiers().l1.is_none()
+}
+
 /// The answer of `key` (already validated) for a call whose `fill`
-/// answers an [`Answer`].
+/// answers an [`Answer`], on a store-only cache ([`reads_ahead`]).
 pub(crate) async fn fetch<V, F, Fut, E>(
     inner: &Arc<Inner<V>>,
     key: &str,
@@ -85,8 +92,9 @@ where
     Box::pin(in_flight(inner, key, options, fill)).await
 }
 
-/// The rest of [`fetch`]: the in-process tier, then the key's flight.
-async fn in_flight<V, F, Fut, E>(
+/// The rest of [`fetch`], and all of a call on a cache with an L1 or
+/// without a store: the in-process tier, then the key's flight.
+pub(crate) async fn in_flight<V, F, Fut, E>(
     inner: &Arc<Inner<V>>,
     key: &str,
     options: FillOptions,

@@ -274,8 +274,8 @@ where
         let patience = lease
             .as_ref()
             .map(|lease| lease.patience(self.clock.deadline));
-        let leases: Vec<&LeaseGuard> = lease.iter().collect();
-        let stamps = while_renewing(&self.inner, patiently_if(patience, reading), &leases).await;
+        let leased = lease.as_ref();
+        let stamps = while_renewing(&self.inner, patiently_if(patience, reading), leased.as_slice()).await;
         // Filled while the store does not answer: kept in the L1 for a
         // moment even though the versions guarding it are unknown.
         let unverified =
@@ -375,7 +375,7 @@ where
         }
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());
-        let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        let leases = lease.as_slice();
         // A background refresh holds a refresh permit: its callers had the
         // stale value already, so it queues last and serves nobody.
         let refresh = self.permit.is_some();
@@ -389,7 +389,7 @@ where
             refresh,
         };
         let waiting = permit::wait_for_permit(&inner, demand, flight.deserted(), on_queue);
-        while_renewing(&inner, waiting, &leases).await
+        while_renewing(&inner, waiting, leases).await
     }
 
     /// The soft timeout passed with a fallback at hand: the callers get it
