@@ -54,7 +54,8 @@ impl LeaseGuard {
             .await;
         // A store that answered (an error, not an outage) wrote nothing.
         if result.as_ref().is_err_and(|error| !error.is_retryable()) {
-            self.release().await;
+            // Boxed: rare, and kept out of every leader's future.
+            Box::pin(self.release()).await;
         }
         match result {
             Ok(Commit::Stored) => {

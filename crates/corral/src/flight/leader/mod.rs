@@ -227,11 +227,15 @@ where
                 self.flight.retire(|| ());
                 return;
             }
+            // Boxed, as every rare path of this task: the task's future is
+            // as large as the largest step it awaits in place.
             Found::TimedOut => {
                 let failure = Failure::TimedOut(self.clock.fill_timeout);
-                return self.fail(Kept::leased(None), failure).await;
+                return Box::pin(self.fail(Kept::leased(None), failure)).await;
             }
-            Found::Overloaded(waited) => return self.overloaded(Kept::leased(None), waited).await,
+            Found::Overloaded(waited) => {
+                return Box::pin(self.overloaded(Kept::leased(None), waited)).await;
+            }
         };
         let permit = match fail_open {
             Some(permit) => {
@@ -239,10 +243,11 @@ where
                 self.clock = self.clock.restarted();
                 Some(permit)
             }
-            None => match self.take_permit(lease.as_ref()).await {
+            None if !self.has_budget() => None,
+            None => match Box::pin(self.take_permit(lease.as_ref())).await {
                 Ok(permit) => permit,
                 Err(Some(waited)) => {
-                    return self.overloaded(Kept::leased(lease), waited).await;
+                    return Box::pin(self.overloaded(Kept::leased(lease), waited)).await;
                 }
                 Err(None) => return,
             },
@@ -296,13 +301,13 @@ where
     ) {
         match result {
             Ok(Ok(answer)) => self.keep(answer, kept, ttl).await,
-            Ok(Err(failure)) => self.fail(kept, failure).await,
+            Ok(Err(failure)) => Box::pin(self.fail(kept, failure)).await,
             Err(_) => {
                 if let Some(cache) = self.inner.upgrade() {
                     Counters::bump(&cache.counters().fill_timeouts);
                 }
                 let failure = Failure::TimedOut(self.clock.fill_timeout);
-                self.fail(kept, failure).await;
+                Box::pin(self.fail(kept, failure)).await;
             }
         }
     }
@@ -350,6 +355,13 @@ where
         }
     }
 
+    /// Whether the cache has a fill budget (most have none).
+    fn has_budget(&self) -> bool {
+        self.inner
+            .upgrade()
+            .is_some_and(|cache| cache.budget().is_some())
+    }
+
     /// No fill-budget permit within its wait: a refresh gives up (its
     /// callers were served), a fill fails as overloaded.
     async fn overloaded(mut self, kept: Kept, waited: Duration) {
@@ -366,11 +378,7 @@ where
     /// once if the fill has to queue.
     async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Option<Waited> {
         // Most caches have no budget: nothing to gather, no lease to renew.
-        if self
-            .inner
-            .upgrade()
-            .is_none_or(|cache| cache.budget().is_none())
-        {
+        if !self.has_budget() {
             return None;
         }
         let inner = Weak::clone(&self.inner);
