@@ -383,7 +383,10 @@ impl TagTable {
             Some(false) => return None,
             None => false,
         };
-        Some((state.l1.admit(key, self.next_id(), stamps.user_tags()), checked))
+        Some((
+            state.l1.admit(key, self.next_id(), stamps.user_tags()),
+            checked,
+        ))
     }
 
     /// Indexes `key` under `tags` for the L1 without checking versions (an
@@ -391,7 +394,9 @@ impl TagTable {
     /// not be read): an invalidation of one of them still evicts it.
     /// Returns the id to insert it with.
     pub(crate) fn admit_unverified(&self, key: &str, tags: &[Arc<str>]) -> u64 {
-        write(&self.state).l1.admit(key, self.next_id(), tags.iter())
+        write(&self.state)
+            .l1
+            .admit(key, self.next_id(), tags.iter())
     }
 
     /// These L1 entries (key, insert id) left the L1: their keys leave the

@@ -259,7 +259,19 @@ where
         if let Some(permit) = permit {
             permit.finished(fill_started.elapsed(), matches!(result, Ok(Ok(_))));
         }
-        self.settle(result, kept, ttl).await;
+        // Kept or failed here, not in a step of its own: each async layer
+        // holds its own copy of what it is handed.
+        let failure = match result {
+            Ok(Ok(answer)) => return self.keep(answer, kept, ttl).await,
+            Ok(Err(failure)) => failure,
+            Err(_) => {
+                if let Some(cache) = self.inner.upgrade() {
+                    Counters::bump(&cache.counters().fill_timeouts);
+                }
+                Failure::TimedOut(self.clock.fill_timeout)
+            }
+        };
+        Box::pin(self.fail(kept, failure)).await;
     }
 
     /// What the fill's answer is kept with: the lease, and the versions
@@ -280,7 +292,12 @@ where
             .as_ref()
             .map(|lease| lease.patience(self.clock.deadline));
         let leased = lease.as_ref();
-        let stamps = while_renewing(&self.inner, patiently_if(patience, reading), leased.as_slice()).await;
+        let stamps = while_renewing(
+            &self.inner,
+            patiently_if(patience, reading),
+            leased.as_slice(),
+        )
+        .await;
         // Filled while the store does not answer: kept in the L1 for a
         // moment even though the versions guarding it are unknown.
         let unverified =
@@ -289,26 +306,6 @@ where
             lease,
             stamps,
             unverified,
-        }
-    }
-
-    /// Keeps the fill's answer and hands it to the callers, or fails.
-    async fn settle(
-        mut self,
-        result: Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>,
-        kept: Kept,
-        ttl: Duration,
-    ) {
-        match result {
-            Ok(Ok(answer)) => self.keep(answer, kept, ttl).await,
-            Ok(Err(failure)) => Box::pin(self.fail(kept, failure)).await,
-            Err(_) => {
-                if let Some(cache) = self.inner.upgrade() {
-                    Counters::bump(&cache.counters().fill_timeouts);
-                }
-                let failure = Failure::TimedOut(self.clock.fill_timeout);
-                Box::pin(self.fail(kept, failure)).await;
-            }
         }
     }
 
