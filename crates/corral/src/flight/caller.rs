@@ -45,7 +45,7 @@ use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Answer, Fetched, Judged, Standing};
 use crate::data::policy::FillOptions;
 use crate::flight::leader::{self, Fallback, FirstAnswer, FirstLookup, Job};
-use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, Look};
+use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, read_current_at, Look};
 use crate::state::flight::{Claim, Leadership};
 use crate::state::inner::{outcome_to_result, Inner};
 use crate::stats::Counters;
@@ -148,7 +148,9 @@ where
                     let fill_timeout = options.fill_timeout.unwrap_or(inner.policy().fill_timeout);
                     let request = leader::lease_request(inner, fill_timeout);
                     let job = move || Job::new(inner, key, options, fill, fallback, None);
-                    let first = FirstStep::new(inner, runtime, leadership, job);
+                    // Held here and borrowed by its step: a step taking it
+                    // by value would hold it twice.
+                    let mut first = FirstStep::new(inner, runtime, leadership, job);
                     if let Some(fetched) = first.run(store, request, fill_timeout).await {
                         return Ok(fetched);
                     }
@@ -262,7 +264,7 @@ where
     ///
     /// [`FirstReads`]: crate::tier::first_reads::FirstReads
     pub(crate) async fn run(
-        mut self,
+        &mut self,
         store: &SharedTier,
         request: LeaseRequest,
         fill_timeout: Duration,
@@ -305,13 +307,14 @@ where
     /// itself (or fills without one if the store failed). What the read of
     /// a key the store did not recall (`unknown`) found is counted.
     async fn read_recalled(
-        mut self,
+        &mut self,
         store: &SharedTier,
         key: &StoreKey,
         unknown: bool,
     ) -> Option<Fetched<V>> {
         let inner = self.inner;
-        let read = read_current(inner, store, self.lead.as_ref()?.0.key(), Look::Peek).await;
+        let read =
+            read_current_at(inner, store, self.lead.as_ref()?.0.key(), key, Look::Peek).await;
         if let (true, Ok(found)) = (unknown, &read) {
             store.first_reads().found(found.is_some());
         }

@@ -23,7 +23,7 @@ use crate::data::tags::Home;
 use crate::state::flight::{Leadership, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::Stored;
+use crate::store::{StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
 /// Whether a look at an entry counts what it finds wrong with it.
@@ -47,11 +47,25 @@ pub(crate) async fn read_current<V>(
 where
     V: Clone + Send + Sync + 'static,
 {
-    let skey = inner.store_key(key);
-    match store.call(store.get(&skey)).await? {
+    read_current_at(inner, store, key, &inner.store_key(key), look).await
+}
+
+/// [`read_current`] of `key` at `skey`, its address in the store, built
+/// already.
+pub(crate) async fn read_current_at<V>(
+    inner: &Inner<V>,
+    store: &SharedTier,
+    key: &str,
+    skey: &StoreKey,
+    look: Look,
+) -> Result<Option<Judged<V>>, StoreError>
+where
+    V: Clone + Send + Sync + 'static,
+{
+    match store.call(store.get(skey)).await? {
         // The key's version home from the address already built.
         Some(stored) => {
-            let home = store.version_home(&skey);
+            let home = store.version_home(skey);
             Ok(judge_at(inner, key, home, &stored, look).await)
         }
         None => Ok(None),
