@@ -72,6 +72,8 @@ pub(crate) struct TagTable {
     state: ShardedLock<TagState>,
     /// The id of the last L1 insert admitted (see [`L1Index`]).
     last_id: AtomicU64,
+    /// [`CLEAR`] and [`MOVED`], shared by the stamps of every fill.
+    names: [Arc<str>; 2],
 }
 
 /// Where a copy of a version lives in the store: a server or slot group
@@ -223,6 +225,7 @@ impl TagTable {
                 l1: L1Index::default(),
             }),
             last_id: AtomicU64::new(0),
+            names: [CLEAR.into(), MOVED.into()],
         }
     }
 
@@ -358,6 +361,21 @@ impl TagTable {
             return None;
         }
         Some(state.l1.admit(key, self.next_id(), stamps.user_tags()))
+    }
+
+    /// The versions a fill of an entry tagged `tags` reads before it runs:
+    /// [`CLEAR`], `tags` without duplicates, then [`MOVED`].
+    pub(crate) fn fill_wanted(&self, tags: &[Arc<str>]) -> Vec<Arc<str>> {
+        let [clear, moved] = &self.names;
+        let mut wanted = Vec::with_capacity(tags.len() + 2);
+        wanted.push(Arc::clone(clear));
+        for tag in tags {
+            if !wanted.contains(tag) {
+                wanted.push(Arc::clone(tag));
+            }
+        }
+        wanted.push(Arc::clone(moved));
+        wanted
     }
 
     /// A new L1 insert id, greater than every one before.

@@ -135,9 +135,8 @@ where
     V: Clone + 'static,
 {
     inner.counters().l2_hits.incr();
-    let key = flight.key().to_owned();
-    match inner.l1_copy(&key, &judged) {
-        Some(copy) => flight.retire(copy),
+    match inner.l1_copy(flight.key(), &judged) {
+        Some(copy) => flight.retire_with_key(copy),
         None => flight.retire(|| ()),
     };
     let fetched = judged.into_fetched();

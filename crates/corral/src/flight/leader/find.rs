@@ -74,7 +74,9 @@ where
             other => other,
         };
         drop(cache);
-        tokio::time::timeout_at(deadline, finder.find(first))
+        // Boxed: the leader's task is sized by the steps it awaits in
+        // place, and the cold key's grant above is the common path.
+        Box::pin(tokio::time::timeout_at(deadline, finder.find(first)))
             .await
             .unwrap_or(Found::TimedOut)
     }
@@ -122,7 +124,8 @@ where
                 Ok(Lookup::Granted(lease)) => Some(self.granted(&cache, lease)),
                 Ok(Lookup::Held { remaining }) => {
                     drop(cache);
-                    self.held(&mut listener, remaining).await
+                    // Boxed, as the wait for the store below: rare steps.
+                    Box::pin(self.held(&mut listener, remaining)).await
                 }
                 Err(error) if self.leader.flight.has_published() => {
                     // A refresh gives up: its callers were served.
@@ -131,7 +134,7 @@ where
                 }
                 Err(error) => {
                     drop(cache);
-                    self.ride_out(&mut listener, &error).await
+                    Box::pin(self.ride_out(&mut listener, &error)).await
                 }
             };
             if let Some(found) = found {
