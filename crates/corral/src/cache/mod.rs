@@ -410,7 +410,7 @@ where
                     .l1
                     .as_ref()
                     .map(|_| inner.flights().write_mark());
-                let judged = read_current(inner, store, key, Look::Counted)
+                let judged = read_current(inner, store, key, &inner.store_key(key), Look::Counted)
                     .await
                     .inspect_err(|error| inner.counters().store_failed(error))?;
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {

@@ -45,7 +45,7 @@ use crate::data::error::{Error, StoreError};
 use crate::data::freshness::{Answer, Fetched, Judged, Standing};
 use crate::data::policy::FillOptions;
 use crate::flight::leader::{self, Fallback, FirstAnswer, FirstLookup, Job};
-use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, read_current_at, Look};
+use crate::read::{count_l2_hit, finish_hit, judge_current, read_current, Look};
 use crate::state::flight::{Claim, Leadership};
 use crate::state::inner::{outcome_to_result, Inner};
 use crate::stats::Counters;
@@ -317,8 +317,7 @@ where
         unknown: bool,
     ) -> Option<Fetched<V>> {
         let inner = self.inner;
-        let read =
-            read_current_at(inner, store, self.lead.as_ref()?.0.key(), key, Look::Peek).await;
+        let read = read_current(inner, store, self.lead.as_ref()?.0.key(), key, Look::Peek).await;
         if let (true, Ok(found)) = (unknown, &read) {
             store.first_reads().found(found.is_some());
         }
@@ -368,7 +367,7 @@ where
     V: Clone + Send + Sync + 'static,
 {
     // One async layer over the read: each moves the judged entry once more.
-    match read_current(inner, store, key, Look::Peek).await {
+    match read_current(inner, store, key, &inner.store_key(key), Look::Peek).await {
         Ok(Some(judged)) if judged.standing == Standing::Fresh => {
             count_l2_hit(inner, &judged);
             ReadAhead::Fresh(judged.into_fetched())

@@ -37,22 +37,9 @@ pub(crate) enum Look {
     Peek,
 }
 
-/// Reads `key`'s entry from `store` and judges it ([`judge_current`]).
+/// Reads `key`'s entry from `store`, where its address is `skey`
+/// ([`Inner::store_key`]), and judges it ([`judge_current`]).
 pub(crate) async fn read_current<V>(
-    inner: &Inner<V>,
-    store: &SharedTier,
-    key: &str,
-    look: Look,
-) -> Result<Option<Judged<V>>, StoreError>
-where
-    V: Clone + Send + Sync + 'static,
-{
-    read_current_at(inner, store, key, &inner.store_key(key), look).await
-}
-
-/// [`read_current`] of `key` at `skey`, its address in the store, built
-/// already.
-pub(crate) async fn read_current_at<V>(
     inner: &Inner<V>,
     store: &SharedTier,
     key: &str,
