@@ -116,6 +116,16 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V>> BoundedMap<K, V, W> {
     where
         Q: Hash + Equivalent<K> + ?Sized,
     {
+        self.get_with(key, V::clone)
+    }
+
+    /// What `look` makes of the value of `key`, under the shard's read
+    /// lock (a read like [`get`](Self::get), without a copy).
+    #[inline]
+    pub(crate) fn get_with<Q, R>(&self, key: &Q, look: impl FnOnce(&V) -> R) -> Option<R>
+    where
+        Q: Hash + Equivalent<K> + ?Sized,
+    {
         let hash = self.hash(key);
         let table = read(self.shard(hash));
         let slot = table.find(hash, |slot| key.equivalent(&slot.key))?;
@@ -123,7 +133,7 @@ impl<K: Eq + Hash, V: Clone, W: Weighter<K, V>> BoundedMap<K, V, W> {
         if slot.references.load(Ordering::Relaxed) < MAX_REFERENCES {
             slot.references.fetch_add(1, Ordering::Relaxed);
         }
-        Some(slot.value.clone())
+        Some(look(&slot.value))
     }
 
     /// Inserts (or replaces) `key`; returns the entries evicted to make

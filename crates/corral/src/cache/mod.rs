@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::cache::get_or_fill::{FillOutput, GetOrFill, SlowFill};
 use crate::data::cause::{cause_fn, CauseFn, FillCause, FillError};
 use crate::data::error::Error;
-use crate::data::freshness::{Answer, Cached, Judged};
+use crate::data::freshness::{Answer, Cached, Fetched, Judged};
 use crate::data::key::validate_key;
 use crate::data::key::InvalidKey;
 use crate::data::key::MAX_TAGS;
@@ -328,12 +328,17 @@ where
                 .map(T::into_answer)
                 .map_err(|error| FillError::with_cause(Arc::new(error), cause))
         };
-        let fetch = caller::fetch(&self.inner, key, options, answer);
         // Mapped, not awaited in an async block: that would hold the fetch
-        // twice (captured, then pinned where it is awaited).
-        Box::pin(futures_util::FutureExt::map(fetch, |fetched| {
-            fetched.and_then(T::output)
-        }))
+        // twice (captured, then pinned where it is awaited). A cache with
+        // an L1 boxes the flight's future alone, not inside a read ahead.
+        let output = |fetched: Result<Fetched<V>, Error<E>>| fetched.and_then(T::output);
+        if caller::reads_ahead(&self.inner) {
+            let fetch = caller::fetch(&self.inner, key, options, answer);
+            Box::pin(futures_util::FutureExt::map(fetch, output))
+        } else {
+            let fetch = caller::in_flight(&self.inner, key, options, answer);
+            Box::pin(futures_util::FutureExt::map(fetch, output))
+        }
     }
 
     /// The in-process value of `key` if it is fresh and nothing is due for
@@ -405,7 +410,7 @@ where
                     .l1
                     .as_ref()
                     .map(|_| inner.flights().write_mark());
-                let judged = read_current(inner, store, key, Look::Counted)
+                let judged = read_current(inner, store, key, &inner.store_key(key), Look::Counted)
                     .await
                     .inspect_err(|error| inner.counters().store_failed(error))?;
                 if let Some(judged) = judged.as_ref().filter(|j| j.is_servable()) {

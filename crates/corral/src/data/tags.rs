@@ -36,6 +36,7 @@
 //! that carry the tag (indexed by tag here), a clear drops the whole L1.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::sync::ShardedLock;
@@ -69,6 +70,10 @@ pub(crate) struct TagTable {
     /// only when versions are learnt or forgotten: a read takes only its
     /// thread's slice of the lock, so concurrent reads do not contend.
     state: ShardedLock<TagState>,
+    /// The id of the last L1 insert admitted (see [`L1Index`]).
+    last_id: AtomicU64,
+    /// [`CLEAR`] and [`MOVED`], shared by the stamps of every fill.
+    names: [Arc<str>; 2],
 }
 
 /// Where a copy of a version lives in the store: a server or slot group
@@ -120,7 +125,6 @@ struct TagState {
 struct L1Index {
     by_key: HashMap<Box<str>, Indexed, foldhash::fast::RandomState>,
     by_tag: HashMap<Arc<str>, HashSet<Box<str>>, foldhash::fast::RandomState>,
-    next_id: u64,
 }
 
 /// A tagged L1 entry: the id of its insert and its tags.
@@ -130,11 +134,9 @@ struct Indexed {
 }
 
 impl L1Index {
-    /// Indexes `key` under `tags` (replacing what it was indexed under);
-    /// returns the id of the L1 insert that follows.
-    fn admit<'a>(&mut self, key: &str, tags: impl Iterator<Item = &'a Arc<str>>) -> u64 {
-        self.next_id += 1;
-        let id = self.next_id;
+    /// Indexes `key` under `tags` (replacing what it was indexed under) for
+    /// the L1 insert `id` that follows; returns `id`.
+    fn admit<'a>(&mut self, key: &str, id: u64, tags: impl Iterator<Item = &'a Arc<str>>) -> u64 {
         self.unindex(key);
         let tags: Box<[Arc<str>]> = tags.cloned().collect();
         if tags.is_empty() {
@@ -222,6 +224,8 @@ impl TagTable {
                 remember,
                 l1: L1Index::default(),
             }),
+            last_id: AtomicU64::new(0),
+            names: [CLEAR.into(), MOVED.into()],
         }
     }
 
@@ -340,11 +344,43 @@ impl TagTable {
     /// under the flight table's lock with the L1 insert, so an invalidation
     /// either sees the key indexed or the insert sees the version moved.
     pub(crate) fn admit_to_l1(&self, key: &str, home: Home, stamps: &Stamps) -> Option<u64> {
+        // An untagged entry of a key the index does not hold changes
+        // nothing in it: the check takes only this thread's slice of the
+        // lock (every L2 hit and fill of an untagged key comes here).
+        if stamps.user_tags().next().is_none() {
+            let state = read(&self.state);
+            if state.remember && state.check(home, stamps) != Some(true) {
+                return None;
+            }
+            if !state.l1.by_key.contains_key(key) {
+                return Some(self.next_id());
+            }
+        }
         let mut state = write(&self.state);
         if state.remember && state.check(home, stamps) != Some(true) {
             return None;
         }
-        Some(state.l1.admit(key, stamps.user_tags()))
+        Some(state.l1.admit(key, self.next_id(), stamps.user_tags()))
+    }
+
+    /// The versions a fill of an entry tagged `tags` reads before it runs:
+    /// [`CLEAR`], `tags` without duplicates, then [`MOVED`].
+    pub(crate) fn fill_wanted(&self, tags: &[Arc<str>]) -> Vec<Arc<str>> {
+        let [clear, moved] = &self.names;
+        let mut wanted = Vec::with_capacity(tags.len() + 2);
+        wanted.push(Arc::clone(clear));
+        for tag in tags {
+            if !wanted.contains(tag) {
+                wanted.push(Arc::clone(tag));
+            }
+        }
+        wanted.push(Arc::clone(moved));
+        wanted
+    }
+
+    /// A new L1 insert id, greater than every one before.
+    fn next_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// [`admit_to_l1`](Self::admit_to_l1) for an entry filled while the
@@ -365,7 +401,10 @@ impl TagTable {
             Some(false) => return None,
             None => false,
         };
-        Some((state.l1.admit(key, stamps.user_tags()), checked))
+        Some((
+            state.l1.admit(key, self.next_id(), stamps.user_tags()),
+            checked,
+        ))
     }
 
     /// Indexes `key` under `tags` for the L1 without checking versions (an
@@ -373,7 +412,9 @@ impl TagTable {
     /// not be read): an invalidation of one of them still evicts it.
     /// Returns the id to insert it with.
     pub(crate) fn admit_unverified(&self, key: &str, tags: &[Arc<str>]) -> u64 {
-        write(&self.state).l1.admit(key, tags.iter())
+        write(&self.state)
+            .l1
+            .admit(key, self.next_id(), tags.iter())
     }
 
     /// These L1 entries (key, insert id) left the L1: their keys leave the

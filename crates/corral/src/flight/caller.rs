@@ -52,8 +52,15 @@ use crate::stats::Counters;
 use crate::store::{patiently, BoxFuture, LeaseRequest, Listener, Lookup, StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
+/// Whether a call that found no quiet value in process reads the store
+/// before it claims a flight ([`fetch`]): a store-only cache; the others
+/// go straight to [`in_flight`].
+pub(crate) fn reads_ahead<V>(inner: &Inner<V>) -> bool {
+    inner.tiers().l2.is_some() && inner.tiers().l1.is_none()
+}
+
 /// The answer of `key` (already validated) for a call whose `fill`
-/// answers an [`Answer`].
+/// answers an [`Answer`], on a store-only cache ([`reads_ahead`]).
 pub(crate) async fn fetch<V, F, Fut, E>(
     inner: &Arc<Inner<V>>,
     key: &str,
@@ -85,8 +92,9 @@ where
     Box::pin(in_flight(inner, key, options, fill)).await
 }
 
-/// The rest of [`fetch`]: the in-process tier, then the key's flight.
-async fn in_flight<V, F, Fut, E>(
+/// The rest of [`fetch`], and all of a call on a cache with an L1 or
+/// without a store: the in-process tier, then the key's flight.
+pub(crate) async fn in_flight<V, F, Fut, E>(
     inner: &Arc<Inner<V>>,
     key: &str,
     options: FillOptions,
@@ -140,8 +148,14 @@ where
                     let fill_timeout = options.fill_timeout.unwrap_or(inner.policy().fill_timeout);
                     let request = leader::lease_request(inner, fill_timeout);
                     let job = move || Job::new(inner, key, options, fill, fallback, None);
-                    let first = FirstStep::new(inner, runtime, leadership, job);
-                    if let Some(fetched) = first.run(store, request, fill_timeout).await {
+                    // Held here and borrowed by its step: a step taking it
+                    // by value would hold it twice. The step is boxed apart:
+                    // two allocations under a kilobyte each cost glibc less
+                    // than one over it (served from its thread cache, no
+                    // consolidation).
+                    let mut first = FirstStep::new(inner, runtime, leadership, job);
+                    let step = Box::pin(first.run(store, request, fill_timeout));
+                    if let Some(fetched) = step.await {
                         return Ok(fetched);
                     }
                 }
@@ -254,7 +268,7 @@ where
     ///
     /// [`FirstReads`]: crate::tier::first_reads::FirstReads
     pub(crate) async fn run(
-        mut self,
+        &mut self,
         store: &SharedTier,
         request: LeaseRequest,
         fill_timeout: Duration,
@@ -297,13 +311,13 @@ where
     /// itself (or fills without one if the store failed). What the read of
     /// a key the store did not recall (`unknown`) found is counted.
     async fn read_recalled(
-        mut self,
+        &mut self,
         store: &SharedTier,
         key: &StoreKey,
         unknown: bool,
     ) -> Option<Fetched<V>> {
         let inner = self.inner;
-        let read = read_current(inner, store, self.lead.as_ref()?.0.key(), Look::Peek).await;
+        let read = read_current(inner, store, self.lead.as_ref()?.0.key(), key, Look::Peek).await;
         if let (true, Ok(found)) = (unknown, &read) {
             store.first_reads().found(found.is_some());
         }
@@ -353,7 +367,7 @@ where
     V: Clone + Send + Sync + 'static,
 {
     // One async layer over the read: each moves the judged entry once more.
-    match read_current(inner, store, key, Look::Peek).await {
+    match read_current(inner, store, key, &inner.store_key(key), Look::Peek).await {
         Ok(Some(judged)) if judged.standing == Standing::Fresh => {
             count_l2_hit(inner, &judged);
             ReadAhead::Fresh(judged.into_fetched())

@@ -23,7 +23,7 @@ use crate::data::tags::Home;
 use crate::state::flight::{Leadership, Outcome};
 use crate::state::inner::Inner;
 use crate::stats::Counters;
-use crate::store::Stored;
+use crate::store::{StoreKey, Stored};
 use crate::tier::shared::SharedTier;
 
 /// Whether a look at an entry counts what it finds wrong with it.
@@ -37,21 +37,22 @@ pub(crate) enum Look {
     Peek,
 }
 
-/// Reads `key`'s entry from `store` and judges it ([`judge_current`]).
+/// Reads `key`'s entry from `store`, where its address is `skey`
+/// ([`Inner::store_key`]), and judges it ([`judge_current`]).
 pub(crate) async fn read_current<V>(
     inner: &Inner<V>,
     store: &SharedTier,
     key: &str,
+    skey: &StoreKey,
     look: Look,
 ) -> Result<Option<Judged<V>>, StoreError>
 where
     V: Clone + Send + Sync + 'static,
 {
-    let skey = inner.store_key(key);
-    match store.call(store.get(&skey)).await? {
+    match store.call(store.get(skey)).await? {
         // The key's version home from the address already built.
         Some(stored) => {
-            let home = store.version_home(&skey);
+            let home = store.version_home(skey);
             Ok(judge_at(inner, key, home, &stored, look).await)
         }
         None => Ok(None),
@@ -121,9 +122,8 @@ where
     V: Clone + 'static,
 {
     inner.counters().l2_hits.incr();
-    let key = flight.key().to_owned();
-    match inner.l1_copy(&key, &judged) {
-        Some(copy) => flight.retire(copy),
+    match inner.l1_copy(flight.key(), &judged) {
+        Some(copy) => flight.retire_with_key(copy),
         None => flight.retire(|| ()),
     };
     let fetched = judged.into_fetched();

@@ -93,7 +93,18 @@ impl KeyNames {
 /// The key holding the version of `tag` in `namespace` on one server (the
 /// empty tag: the clear version): `corral:t:<namespace>:{<namespace>}:<tag>`.
 pub(super) fn tag_key(namespace: &str, tag: &str) -> String {
-    format!("{PREFIX}t:{namespace}:{{{namespace}}}:{tag}")
+    version_key(namespace, namespace, tag)
+}
+
+/// `corral:t:<namespace>:{<hash_tag>}:<tag>`, built in one allocation
+/// (every lease request and commit names the clear version's copy).
+fn version_key(namespace: &str, hash_tag: &str, tag: &str) -> String {
+    let parts = [PREFIX, "t:", namespace, ":{", hash_tag, "}:", tag];
+    let mut name = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+    for part in parts {
+        name.push_str(part);
+    }
+    name
 }
 
 /// The key prefixes under which every value key and every version key of
@@ -121,7 +132,7 @@ pub(super) fn home_tag(home: u32) -> &'static str {
 /// slot of the bucket's value keys, so a shard holds the copies that guard
 /// its own entries.
 pub(super) fn copy_key(namespace: &str, home: u32, tag: &str) -> String {
-    format!("{PREFIX}t:{namespace}:{{{}}}:{tag}", home_tag(home))
+    version_key(namespace, home_tag(home), tag)
 }
 
 /// The name of the clear version's copy that guards the entry of a value
@@ -241,7 +252,11 @@ pub(super) fn named(name: &[u8]) -> Option<Named<'_>> {
 /// The id under which listeners of `key` wait: the namespace and the user's
 /// key, which a backplane message names.
 pub(super) fn listener_id(namespace: &str, key: &str) -> String {
-    format!("{namespace}\u{0}{key}")
+    let mut id = String::with_capacity(namespace.len() + 1 + key.len());
+    id.push_str(namespace);
+    id.push('\0');
+    id.push_str(key);
+    id
 }
 
 /// The name of `key`'s value key alone (`corral:v:<namespace>:{<b>}:<key>`),

@@ -173,10 +173,7 @@ impl Store for RedisStore {
     /// remembered from that read, is not over.
     fn recalls(&self, key: &StoreKey) -> bool {
         let id = keys::ValueName::new(key).id();
-        self.inner
-            .expiries
-            .get(id)
-            .is_some_and(|known| known.is_live())
+        self.inner.expiries.is_live(id)
     }
 
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>> {

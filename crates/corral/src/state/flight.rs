@@ -477,6 +477,11 @@ impl<V: Clone> Leadership<V> {
     /// [`reset`](FlightTable::reset) happened since it was claimed; it
     /// returns whether it ran.
     pub(crate) fn retire(&mut self, if_current: impl FnOnce()) -> bool {
+        self.retire_with_key(|_| if_current())
+    }
+
+    /// [`retire`](Self::retire), `if_current` handed the flight's key.
+    pub(crate) fn retire_with_key(&mut self, if_current: impl FnOnce(&str)) -> bool {
         self.retire_if(if_current, |flight, table| {
             flight.resets == table.resets.load(Ordering::Relaxed)
         })
@@ -487,9 +492,10 @@ impl<V: Clone> Leadership<V> {
     /// `if_current` runs unless a newer write detached the flight or a
     /// [`Reset::Whole`] happened since it was claimed.
     pub(crate) fn retire_unverified(&mut self, if_current: impl FnOnce()) -> bool {
-        self.retire_if(if_current, |flight, table| {
-            flight.whole_resets == table.whole_resets.load(Ordering::Relaxed)
-        })
+        self.retire_if(
+            |_| if_current(),
+            |flight, table| flight.whole_resets == table.whole_resets.load(Ordering::Relaxed),
+        )
     }
 
     /// Removes the flight from the table; runs `if_current` under the table
@@ -497,7 +503,7 @@ impl<V: Clone> Leadership<V> {
     /// lock) says no reset since its claim concerns it.
     fn retire_if(
         &mut self,
-        if_current: impl FnOnce(),
+        if_current: impl FnOnce(&str),
         unreset: impl FnOnce(&Flight<V>, &FlightTable<V>) -> bool,
     ) -> bool {
         self.retired = true;
@@ -512,7 +518,7 @@ impl<V: Clone> Leadership<V> {
         let unreset = unreset(&self.flight, &table);
         if current {
             if unreset {
-                if_current();
+                if_current(&self.key);
             }
             if let Some(of_key) = flights.get_mut(&*self.key) {
                 if of_key.remove(self.flight.id) {

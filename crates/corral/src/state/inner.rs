@@ -396,7 +396,7 @@ impl<V: 'static> Inner<V> {
         V: Clone,
     {
         if let Some(copy) = self.l1_copy(key, judged) {
-            self.flights.keep_if_unchanged(key, mark, copy);
+            self.flights.keep_if_unchanged(key, mark, || copy(key));
         }
     }
 
@@ -404,19 +404,20 @@ impl<V: 'static> Inner<V> {
     /// L2's clock gave it, if its stamps are still current: to be run under
     /// the flight table's lock (a retiring flight's, or
     /// [`keep_if_unchanged`](crate::state::flight::FlightTable::keep_if_unchanged)).
-    /// `None` without an L1 or when the value cannot be weighed.
+    /// `None` without an L1 or when the value cannot be weighed. The copy
+    /// is handed `key` again (a retiring flight's own).
     pub(crate) fn l1_copy<'a>(
         &'a self,
-        key: &'a str,
+        key: &str,
         judged: &'a Judged<V>,
-    ) -> Option<impl FnOnce() + 'a>
+    ) -> Option<impl FnOnce(&str) + 'a>
     where
         V: Clone,
     {
         self.tiers.l1.as_ref()?;
         let weight = weight(self, key, judged.value.as_ref()).ok()?;
         let home = judged.home.unwrap_or_else(|| self.home(key));
-        Some(move || {
+        Some(move |key: &str| {
             self.insert_in_l1(
                 key,
                 home,

@@ -50,8 +50,7 @@ impl<V: Clone + Send + Sync + 'static> Inner<V> {
         tags: &[Arc<str>],
         from_store: bool,
     ) -> Option<Stamps> {
-        let mut wanted = Stamps::wanted(tags);
-        wanted.push(MOVED.into());
+        let wanted = self.tags().fill_wanted(tags);
         let versions = match (self.tags().lookup(home, &wanted), from_store) {
             (Known::All(versions), _) => versions,
             (Known::Unknown { .. }, true) => self.current_versions(home, &wanted).await.ok()?,

@@ -3,7 +3,7 @@
 //! A sick store (frozen, unreachable) would make every call pay the store
 //! timeout. The breaker counts consecutive calls that failed in silence —
 //! timed out or found the store unreachable while no other call got an
-//! answer since they started (see [`Pulse`]) — and, at the threshold,
+//! answer since they started (see [`Pulse`](crate::tier::pulse::Pulse)) — and, at the threshold,
 //! opens. A call that timed out while answers kept coming (queued behind
 //! many others in this process, say) is not a sign of a sick store and is
 //! not counted; an error the store *answered* with is an answer.
@@ -27,7 +27,6 @@
 //! breaker costs a call one atomic load before and, on an answer, one
 //! load after. Time is tokio's clock, so paused-time tests drive it.
 
-use std::future::Future;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -38,7 +37,6 @@ use tokio::time::Instant;
 
 use crate::data::error::{StoreError, StoreErrorKind};
 use crate::throttle::{warn_throttled, Throttle};
-use crate::tier::pulse::Pulse;
 
 /// The breaker's settings: open after `failures` consecutive failed store
 /// calls, for `cool_down`.
@@ -262,7 +260,7 @@ impl Breaker {
 
 /// Whether a call's outcome says the store is sick: it did not answer in
 /// time or could not be reached. An error it answered with is an answer.
-fn failed<T>(result: &Result<T, StoreError>) -> bool {
+pub(crate) fn failed<T>(result: &Result<T, StoreError>) -> bool {
     matches!(
         result,
         Err(error) if matches!(error.kind(), StoreErrorKind::Timeout | StoreErrorKind::Unavailable)
@@ -271,7 +269,7 @@ fn failed<T>(result: &Result<T, StoreError>) -> bool {
 
 impl Pass<'_> {
     /// Records the outcome of the call this pass let through; `failed`:
-    /// it failed in silence (see [`Pulse::unanswered`]).
+    /// it failed in silence (see [`Pulse::unanswered`](crate::tier::pulse::Pulse::unanswered)).
     pub(crate) fn ended(self, failed: bool) {
         match self {
             Pass::Closed(breaker) => breaker.closed_call_ended(failed),
@@ -294,52 +292,28 @@ impl Drop for Probe<'_> {
     }
 }
 
-/// Runs one store call through `breaker` (if any) under `timeout` (if
-/// any): refused at once while the breaker is open (unless it may probe
-/// it `eager`ly: see [`Breaker::admit`]), its outcome recorded otherwise,
-/// in the breaker and in the store's `pulse`.
-pub(crate) async fn guarded<T>(
-    breaker: Option<&Breaker>,
-    pulse: &Pulse,
-    timeout: Option<Duration>,
-    eager: bool,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    let pass = breaker.map(|breaker| breaker.admit(eager)).transpose()?;
-    let started = pulse.started();
-    let result = match timeout {
-        Some(timeout) => bounded(timeout, call).await,
-        None => call.await,
-    };
-    let silent = if failed(&result) {
-        pulse.unanswered(started)
-    } else {
-        pulse.answered();
-        false
-    };
-    if let Some(pass) = pass {
-        pass.ended(silent);
-    }
-    result
-}
-
-/// Runs one store call under `timeout`.
-async fn bounded<T>(
-    timeout: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::new(
-            StoreErrorKind::Timeout,
-            format!("no answer within {timeout:?}"),
-        )),
-    }
-}
-
 #[cfg(all(test, not(shuttle)))]
 mod tests {
     use super::*;
+    use crate::tier::call::Guarded;
+    use crate::tier::pulse::Pulse;
+    use std::future::Future;
+
+    /// Runs one store call through `breaker` (if any) under `timeout` (if
+    /// any), as a cache's calls outside a flight run: refused at once while
+    /// the breaker is open, its outcome recorded otherwise, in the breaker
+    /// and in the store's `pulse`.
+    fn guarded<'a, T, F>(
+        breaker: Option<&'a Breaker>,
+        pulse: &'a Pulse,
+        timeout: Option<Duration>,
+        call: F,
+    ) -> Guarded<'a, F>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        Guarded::new(breaker, pulse, timeout, call)
+    }
 
     const COOL_DOWN: Duration = Duration::from_secs(5);
 
@@ -476,42 +450,22 @@ mod tests {
         let pulse = Pulse::new();
         let hang = || std::future::pending::<Result<(), StoreError>>();
         let started = Instant::now();
-        let first = guarded(
-            Some(&breaker),
-            &pulse,
-            Some(Duration::from_secs(1)),
-            false,
-            hang(),
-        )
-        .await;
+        let first = guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()).await;
         assert!(first.expect_err("timed out").is_timeout());
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         let started = Instant::now();
-        let second = guarded(
-            Some(&breaker),
-            &pulse,
-            Some(Duration::from_secs(1)),
-            false,
-            hang(),
-        )
-        .await;
+        let second = guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()).await;
         assert!(second.expect_err("refused").is_breaker_open());
         assert_eq!(started.elapsed(), Duration::ZERO, "no timeout paid");
         // A probe cancelled mid-call leaves the probe to the next call.
         tokio::time::advance(COOL_DOWN).await;
         let cancelled = tokio::time::timeout(
             Duration::from_millis(10),
-            guarded(
-                Some(&breaker),
-                &pulse,
-                Some(Duration::from_secs(1)),
-                false,
-                hang(),
-            ),
+            guarded(Some(&breaker), &pulse, Some(Duration::from_secs(1)), hang()),
         )
         .await;
         assert!(cancelled.is_err());
-        let answered = guarded(Some(&breaker), &pulse, None, false, async { Ok(()) }).await;
+        let answered = guarded(Some(&breaker), &pulse, None, async { Ok(()) }).await;
         assert!(answered.is_ok());
         assert!(breaker.is_closed());
     }
@@ -530,7 +484,7 @@ mod tests {
                     tokio::time::sleep(Duration::from_millis(10 * place + 5)).await;
                     Ok::<(), StoreError>(())
                 };
-                guarded(Some(breaker), pulse, timeout, false, call).await
+                guarded(Some(breaker), pulse, timeout, call).await
             }
         });
         let results = futures_util::future::join_all(queued).await;
@@ -544,7 +498,7 @@ mod tests {
         // A store that answers nothing opens it.
         let hang = || std::future::pending::<Result<(), StoreError>>();
         for _ in 0..2 {
-            let _ = guarded(Some(&breaker), &pulse, timeout, false, hang()).await;
+            let _ = guarded(Some(&breaker), &pulse, timeout, hang()).await;
         }
         assert!(!breaker.is_closed());
         assert_eq!(breaker.opened(), 1);

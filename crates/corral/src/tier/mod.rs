@@ -3,6 +3,7 @@
 //! breaker and timeout, wrapped once and held by every caller of the store).
 
 pub(crate) mod breaker;
+pub(crate) mod call;
 pub(crate) mod first_reads;
 pub(crate) mod local;
 pub(crate) mod pulse;

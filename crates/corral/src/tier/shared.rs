@@ -11,9 +11,9 @@ use std::time::Duration;
 use crate::data::error::StoreError;
 use tokio::time::Instant;
 
-use crate::data::error::StoreErrorKind;
-use crate::store::{current_patience, Lease, Patience, Store, StoreKey};
-use crate::tier::breaker::{self, Breaker};
+use crate::store::{Lease, Patience, Store, StoreKey};
+use crate::tier::breaker::Breaker;
+use crate::tier::call::Guarded;
 use crate::tier::first_reads::FirstReads;
 use crate::tier::pulse::Pulse;
 
@@ -63,18 +63,11 @@ impl SharedTier {
     /// store keeps answering other calls, and fails once it has been
     /// silent for the patience's `silence` (or at its `limit`).
     #[inline]
-    pub(crate) async fn call<T>(
-        &self,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let breaker = self.breaker.as_deref();
-        match current_patience() {
-            None => breaker::guarded(breaker, &self.pulse, self.timeout(), false, call).await,
-            Some(patience) => {
-                let call = while_answering(&self.pulse, patience, call);
-                breaker::guarded(breaker, &self.pulse, None, patience.probe, call).await
-            }
-        }
+    pub(crate) fn call<T, F>(&self, call: F) -> Guarded<'_, F>
+    where
+        F: Future<Output = Result<T, StoreError>>,
+    {
+        Guarded::new(self.breaker.as_deref(), &self.pulse, self.timeout(), call)
     }
 
     /// The patience of a flight's store calls: a late answer beats a fill
@@ -133,38 +126,6 @@ impl SharedTier {
     /// The circuit breaker, if the cache has one.
     pub(crate) fn breaker(&self) -> Option<&Breaker> {
         self.breaker.as_deref()
-    }
-}
-
-/// Runs a patient call: it fails once the store has answered nothing, to
-/// any call, for `patience.silence` since it started (a call queued behind
-/// others that are being answered keeps waiting), or at `patience.limit`.
-async fn while_answering<T>(
-    pulse: &Pulse,
-    patience: Patience,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    tokio::pin!(call);
-    let started = Instant::now();
-    let limit = started + patience.limit;
-    let mut until = (started + patience.silence).min(limit);
-    loop {
-        if let Ok(answer) = tokio::time::timeout_at(until, &mut call).await {
-            return answer;
-        }
-        let heard = pulse.last_answer().filter(|at| *at > started);
-        match heard.map(|at| (at + patience.silence).min(limit)) {
-            Some(later) if later > Instant::now() => until = later,
-            _ => {
-                return Err(StoreError::new(
-                    StoreErrorKind::Timeout,
-                    format!(
-                        "no answer, to this call or any other, within {:?}",
-                        patience.silence
-                    ),
-                ))
-            }
-        }
     }
 }
 

@@ -37,11 +37,11 @@ where
         E: Send + Sync + 'static,
     {
         let fill_started = Instant::now();
-        let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        let leases = lease.as_slice();
         // The fill renews through its own handle: serving the fallback at
         // the soft timeout borrows the leader meanwhile.
         let inner = Weak::clone(&self.inner);
-        let filling = while_renewing(&inner, call_fill(&inner, fill), &leases);
+        let filling = while_renewing(&inner, call_fill(&inner, fill), leases);
         tokio::pin!(filling);
         let deadline = self.clock.deadline;
         let soft = self

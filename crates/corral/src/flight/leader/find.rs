@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::trouble::{turn_to_fail_open, Trouble, MAX_RETRY};
-use super::{lease_request, Fallback, FirstLookup, Leader, LeaseGuard};
+use super::{lease_request, Fallback, FirstAnswer, FirstLookup, Leader, LeaseGuard};
 use crate::budget::Permit;
 use crate::clock::sleep_until_some;
 use crate::data::error::StoreError;
@@ -53,7 +53,6 @@ where
         let key = cache.store_key(&self.key);
         let request = lease_request(&cache, self.clock.fill_timeout);
         let poll_interval = cache.policy().poll_interval;
-        drop(cache);
         let (deadline, soft_deadline) = (self.clock.deadline, self.clock.soft_deadline());
         let finder = Finder {
             leader: self,
@@ -65,7 +64,19 @@ where
             trouble: None,
             held: 0,
         };
-        tokio::time::timeout_at(deadline, finder.find(first))
+        // The leading caller's request was granted the lease (a cold
+        // key's usual first answer): nothing to look at or wait for.
+        let first = match first {
+            Some(FirstLookup {
+                answer: FirstAnswer::Ready(Ok(Lookup::Granted(lease))),
+                ..
+            }) => return finder.granted(&cache, lease),
+            other => other,
+        };
+        drop(cache);
+        // Boxed: the leader's task is sized by the steps it awaits in
+        // place, and the cold key's grant above is the common path.
+        Box::pin(tokio::time::timeout_at(deadline, finder.find(first)))
             .await
             .unwrap_or(Found::TimedOut)
     }
@@ -113,7 +124,8 @@ where
                 Ok(Lookup::Granted(lease)) => Some(self.granted(&cache, lease)),
                 Ok(Lookup::Held { remaining }) => {
                     drop(cache);
-                    self.held(&mut listener, remaining).await
+                    // Boxed, as the wait for the store below: rare steps.
+                    Box::pin(self.held(&mut listener, remaining)).await
                 }
                 Err(error) if self.leader.flight.has_published() => {
                     // A refresh gives up: its callers were served.
@@ -122,7 +134,7 @@ where
                 }
                 Err(error) => {
                     drop(cache);
-                    self.ride_out(&mut listener, &error).await
+                    Box::pin(self.ride_out(&mut listener, &error)).await
                 }
             };
             if let Some(found) = found {

@@ -173,7 +173,7 @@ where
     if !cache.stamps_current(home, stamps).await {
         // A tag or clear moved while the fill ran.
         Counters::bump(&cache.counters().commits_refused);
-        lease.release().await;
+        Box::pin(lease.release()).await;
         return false;
     }
     let flags = if fail_safe { FLAG_FAIL_SAFE } else { 0 };
@@ -184,7 +184,7 @@ where
             // is released before the callers hear.
             Counters::bump(&cache.counters().encode_failures);
             tracing::warn!(cache = %cache.name(), %message, "filled value not stored");
-            lease.release().await;
+            Box::pin(lease.release()).await;
             false
         }
     }

@@ -13,7 +13,13 @@ use crate::tier::shared::SharedTier;
 /// A granted lease. Committing uses it up; dropping it unused (the fill
 /// failed, panicked or timed out) releases it in the background so a
 /// waiter elsewhere can take over at once instead of at the lease's lapse.
-pub(crate) struct LeaseGuard {
+///
+/// Boxed: a leader's future moves it from step to step, and each step
+/// that holds it would otherwise hold its few hundred bytes.
+pub(crate) struct LeaseGuard(Box<Held>);
+
+/// What a [`LeaseGuard`] holds.
+struct Held {
     store: SharedTier,
     key: StoreKey,
     lease: Lease,
@@ -29,13 +35,13 @@ impl LeaseGuard {
         lease: Lease,
         request: LeaseRequest,
     ) -> Self {
-        Self {
+        Self(Box::new(Held {
             store,
             key,
             lease,
             request,
             armed: true,
-        }
+        }))
     }
 
     /// Commits `bytes` under the lease (fenced), counting the result;
@@ -44,17 +50,19 @@ impl LeaseGuard {
     /// released before this returns, so waiters in every process take over
     /// at once. Only a store that did not answer keeps it until it lapses.
     pub(super) async fn commit<V>(mut self, cache: &Inner<V>, bytes: &[u8], ttl: Duration) -> bool {
-        self.armed = false;
-        let result = self
+        let held = &mut *self.0;
+        held.armed = false;
+        let result = held
             .store
             .call(
-                self.store
-                    .commit(&self.key, &self.lease, bytes, ttl, cache.origin()),
+                held.store
+                    .commit(&held.key, &held.lease, bytes, ttl, cache.origin()),
             )
             .await;
         // A store that answered (an error, not an outage) wrote nothing.
         if result.as_ref().is_err_and(|error| !error.is_retryable()) {
-            self.release().await;
+            // Boxed: rare, and kept out of every leader's future.
+            Box::pin(self.release()).await;
         }
         match result {
             Ok(Commit::Stored) => {
@@ -75,10 +83,11 @@ impl LeaseGuard {
     /// Releases the lease unused and waits for the store's answer, so that
     /// the caller is answered only after waiters elsewhere can take over.
     pub(super) async fn release(mut self) {
-        self.armed = false;
-        let _ = self
+        let held = &mut *self.0;
+        held.armed = false;
+        let _ = held
             .store
-            .call(self.store.release(&self.key, &self.lease))
+            .call(held.store.release(&held.key, &held.lease))
             .await;
     }
 }
@@ -86,27 +95,29 @@ impl LeaseGuard {
 impl LeaseGuard {
     /// How long the lease lives unless renewed.
     pub(super) fn lease_ttl(&self) -> Duration {
-        self.request.lease_ttl
+        self.0.request.lease_ttl
     }
 
     /// The patience of the store calls made under this lease by a flight
     /// that ends at `deadline`.
     pub(super) fn patience(&self, deadline: Instant) -> Patience {
-        self.store.patience(self.request.lease_ttl, deadline)
+        self.0.store.patience(self.0.request.lease_ttl, deadline)
     }
 
     /// Renews the lease: whether this leader still owns it.
     pub(super) async fn renew(&self) -> Result<bool, StoreError> {
-        let renewing = self.store.renew(&self.key, &self.lease, &self.request);
-        self.store.call(renewing).await
+        let held = &*self.0;
+        let renewing = held.store.renew(&held.key, &held.lease, &held.request);
+        held.store.call(renewing).await
     }
 }
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        if self.armed {
-            self.store
-                .release_later(self.key.clone(), self.lease.clone());
+        let held = &*self.0;
+        if held.armed {
+            held.store
+                .release_later(held.key.clone(), held.lease.clone());
         }
     }
 }

@@ -227,11 +227,15 @@ where
                 self.flight.retire(|| ());
                 return;
             }
+            // Boxed, as every rare path of this task: the task's future is
+            // as large as the largest step it awaits in place.
             Found::TimedOut => {
                 let failure = Failure::TimedOut(self.clock.fill_timeout);
-                return self.fail(Kept::leased(None), failure).await;
+                return Box::pin(self.fail(Kept::leased(None), failure)).await;
             }
-            Found::Overloaded(waited) => return self.overloaded(Kept::leased(None), waited).await,
+            Found::Overloaded(waited) => {
+                return Box::pin(self.overloaded(Kept::leased(None), waited)).await;
+            }
         };
         let permit = match fail_open {
             Some(permit) => {
@@ -239,10 +243,11 @@ where
                 self.clock = self.clock.restarted();
                 Some(permit)
             }
-            None => match self.take_permit(lease.as_ref()).await {
+            None if !self.has_budget() => None,
+            None => match Box::pin(self.take_permit(lease.as_ref())).await {
                 Ok(permit) => permit,
                 Err(Some(waited)) => {
-                    return self.overloaded(Kept::leased(lease), waited).await;
+                    return Box::pin(self.overloaded(Kept::leased(lease), waited)).await;
                 }
                 Err(None) => return,
             },
@@ -254,7 +259,19 @@ where
         if let Some(permit) = permit {
             permit.finished(fill_started.elapsed(), matches!(result, Ok(Ok(_))));
         }
-        self.settle(result, kept, ttl).await;
+        // Kept or failed here, not in a step of its own: each async layer
+        // holds its own copy of what it is handed.
+        let failure = match result {
+            Ok(Ok(answer)) => return self.keep(answer, kept, ttl).await,
+            Ok(Err(failure)) => failure,
+            Err(_) => {
+                if let Some(cache) = self.inner.upgrade() {
+                    Counters::bump(&cache.counters().fill_timeouts);
+                }
+                Failure::TimedOut(self.clock.fill_timeout)
+            }
+        };
+        Box::pin(self.fail(kept, failure)).await;
     }
 
     /// What the fill's answer is kept with: the lease, and the versions
@@ -274,8 +291,13 @@ where
         let patience = lease
             .as_ref()
             .map(|lease| lease.patience(self.clock.deadline));
-        let leases: Vec<&LeaseGuard> = lease.iter().collect();
-        let stamps = while_renewing(&self.inner, patiently_if(patience, reading), &leases).await;
+        let leased = lease.as_ref();
+        let stamps = while_renewing(
+            &self.inner,
+            patiently_if(patience, reading),
+            leased.as_slice(),
+        )
+        .await;
         // Filled while the store does not answer: kept in the L1 for a
         // moment even though the versions guarding it are unknown.
         let unverified =
@@ -284,26 +306,6 @@ where
             lease,
             stamps,
             unverified,
-        }
-    }
-
-    /// Keeps the fill's answer and hands it to the callers, or fails.
-    async fn settle(
-        mut self,
-        result: Result<Result<Answer<V>, Failure>, tokio::time::error::Elapsed>,
-        kept: Kept,
-        ttl: Duration,
-    ) {
-        match result {
-            Ok(Ok(answer)) => self.keep(answer, kept, ttl).await,
-            Ok(Err(failure)) => self.fail(kept, failure).await,
-            Err(_) => {
-                if let Some(cache) = self.inner.upgrade() {
-                    Counters::bump(&cache.counters().fill_timeouts);
-                }
-                let failure = Failure::TimedOut(self.clock.fill_timeout);
-                self.fail(kept, failure).await;
-            }
         }
     }
 
@@ -350,6 +352,13 @@ where
         }
     }
 
+    /// Whether the cache has a fill budget (most have none).
+    fn has_budget(&self) -> bool {
+        self.inner
+            .upgrade()
+            .is_some_and(|cache| cache.budget().is_some())
+    }
+
     /// No fill-budget permit within its wait: a refresh gives up (its
     /// callers were served), a fill fails as overloaded.
     async fn overloaded(mut self, kept: Kept, waited: Duration) {
@@ -366,16 +375,12 @@ where
     /// once if the fill has to queue.
     async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Option<Waited> {
         // Most caches have no budget: nothing to gather, no lease to renew.
-        if self
-            .inner
-            .upgrade()
-            .is_none_or(|cache| cache.budget().is_none())
-        {
+        if !self.has_budget() {
             return None;
         }
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());
-        let leases: Vec<&LeaseGuard> = lease.into_iter().collect();
+        let leases = lease.as_slice();
         // A background refresh holds a refresh permit: its callers had the
         // stale value already, so it queues last and serves nobody.
         let refresh = self.permit.is_some();
@@ -389,7 +394,7 @@ where
             refresh,
         };
         let waiting = permit::wait_for_permit(&inner, demand, flight.deserted(), on_queue);
-        while_renewing(&inner, waiting, &leases).await
+        while_renewing(&inner, waiting, leases).await
     }
 
     /// The soft timeout passed with a fallback at hand: the callers get it

@@ -85,6 +85,15 @@ impl Expiries {
         self.map.as_ref()?.get(&id)
     }
 
+    /// Whether the value of `id` is remembered and its time to live not
+    /// over yet (no copy of its token taken).
+    pub(in crate::redis) fn is_live(&self, id: u64) -> bool {
+        self.map
+            .as_ref()
+            .and_then(|map| map.get_with(&id, Expiry::is_live))
+            .unwrap_or(false)
+    }
+
     /// Remembers that `generation` of `id` had `remaining` to live when
     /// `asked` (when its `PTTL` was sent: the deadline errs early).
     pub(in crate::redis) fn learn(
@@ -164,8 +173,10 @@ mod tests {
                 "foreign generations are not kept"
             );
         }
+        assert!(expiries.is_live(7));
         expiries.forget(7);
         assert!(expiries.get(7).is_none());
+        assert!(!expiries.is_live(7));
         assert!(Expiries::new(0).get(7).is_none());
     }
 }
