@@ -29,7 +29,8 @@
 //! - `get/mux in timeout`: the baseline inside `tokio::time::timeout`, as
 //!   every call of the store is bounded;
 //! - `evalsha/get3`: `EVALSHA` of the store's former read script (`GET`
-//!   value, `PTTL` value, `GET` fence);
+//!   value, `PTTL` value, `GET` of a third key in its slot, as the former
+//!   fence);
 //! - `evalsha/get2`: `EVALSHA` of a script doing only `GET` + `PTTL`;
 //! - `fcall_ro/get2`: `FCALL_RO` of a function doing `GET` + `PTTL`;
 //! - `pipe/pttl+get`: a pipeline of `PTTL` and `GET` (one round trip), on
@@ -196,7 +197,8 @@ struct Names {
     store_key: StoreKey,
     value: String,
     lease: String,
-    fence: String,
+    /// A third key in the slot, for `evalsha/get3`.
+    third: String,
 }
 
 struct Ctx {
@@ -228,7 +230,7 @@ fn names(namespace: &str, user: String) -> Names {
         store_key,
         value: keys.value,
         lease: keys.lease,
-        fence: keys.fence,
+        third: keys.waiters,
         user,
     }
 }
@@ -277,7 +279,7 @@ impl Ctx {
                     .arg(3)
                     .arg(&k.value)
                     .arg(&k.lease)
-                    .arg(&k.fence)
+                    .arg(&k.third)
                     .query_async(&mut self.mgr.clone())
                     .await
                     .expect("EVALSHA");
