@@ -181,3 +181,7 @@ where
         Poll::Ready(result)
     }
 }
+
+#[cfg(all(test, not(shuttle)))]
+#[path = "breaker_tests.rs"]
+mod breaker_tests;
