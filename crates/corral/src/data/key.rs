@@ -94,6 +94,30 @@ fn first_control(key: &str) -> Option<usize> {
     })
 }
 
+/// Appends the `digits` low hexadecimal digits of `value` to `out`,
+/// lowercase and zero-padded (at most 32), without the formatter.
+pub(crate) fn push_hex(out: &mut String, value: u128, digits: usize) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for shift in (0..digits.min(32)).rev() {
+        out.push(char::from(HEX[(value >> (4 * shift)) as usize & 0xf]));
+    }
+}
+
+/// Appends `value` in decimal to `out`, without the formatter.
+pub(crate) fn push_decimal(out: &mut String, mut value: u64) {
+    let mut digits = [0_u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&digit| char::from(digit)));
+}
+
 /// 64-bit FNV-1a of `bytes`: fixed by its specification, so every process
 /// and version of corral derives the same hash for a key (Redis hash tags, trace labels) (unlike `std`'s
 /// `DefaultHasher`, whose algorithm may change).
@@ -145,6 +169,23 @@ pub(crate) fn valid_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn hex_and_decimal_without_the_formatter() {
+        for value in [0_u128, 1, 0xab, u128::from(u64::MAX), u128::MAX] {
+            let mut hex = String::new();
+            super::push_hex(&mut hex, value, 32);
+            assert_eq!(hex, format!("{value:032x}"));
+        }
+        let mut short = String::new();
+        super::push_hex(&mut short, 0x1234_5678_9abc_def0_u128, 16);
+        assert_eq!(short, "123456789abcdef0");
+        for value in [0_u64, 7, 10, 999, 1_000_000, u64::MAX] {
+            let mut text = String::new();
+            super::push_decimal(&mut text, value);
+            assert_eq!(text, value.to_string());
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -160,7 +160,9 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
 /// Milliseconds for `PX`/`PEXPIRE`: at least 1, at most [`MAX_TTL_MS`].
 fn millis(duration: Duration) -> String {
     let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-    ms.clamp(1, MAX_TTL_MS).to_string()
+    let mut text = String::with_capacity(20);
+    crate::data::key::push_decimal(&mut text, ms.clamp(1, MAX_TTL_MS));
+    text
 }
 
 #[cfg(test)]

@@ -65,8 +65,10 @@ impl RedisStore {
 
     /// A fresh random lease token: 128 bits as 32 hex digits.
     fn token(&self) -> String {
-        let mut rng = lock_std(&self.inner.rng);
-        format!("{:032x}", rng.u128(..))
+        let value = lock_std(&self.inner.rng).u128(..);
+        let mut token = String::with_capacity(32);
+        crate::data::key::push_hex(&mut token, value, 32);
+        token
     }
 
     async fn run(
@@ -95,7 +97,12 @@ fn tag_version(reply: &Value) -> Option<Arc<str>> {
 /// The tail of a backplane message about `key` from `origin`; the scripts
 /// put the kind letter in front.
 fn message(origin: Origin, key: &str) -> String {
-    format!("|{}|{key}", origin.to_hex())
+    let mut message = String::with_capacity(18 + key.len());
+    message.push('|');
+    crate::data::key::push_hex(&mut message, u128::from(origin.id()), 16);
+    message.push('|');
+    message.push_str(key);
+    message
 }
 
 fn int(what: &str, reply: &Value) -> Result<i64, StoreError> {

@@ -41,7 +41,9 @@ impl Origin {
 
     /// The id as 16 lowercase hex digits (how stores write it).
     pub fn to_hex(self) -> String {
-        format!("{:016x}", self.0)
+        let mut hex = String::with_capacity(16);
+        crate::data::key::push_hex(&mut hex, u128::from(self.0), 16);
+        hex
     }
 
     /// Parses [`to_hex`](Self::to_hex)'s form.
