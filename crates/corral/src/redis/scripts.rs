@@ -163,8 +163,9 @@ end
 /// A value key of another type reads as `''` (see `lua_read`): a hit the
 /// cache cannot decode, then a grant over "no generation", and `COMMIT`'s
 /// `SET` replaces it. A lease key that is broken — no expiry (`PTTL` -1),
-/// or contents that are not a lease (another type, or not 1 to 64
-/// lowercase hex digits, a dot and a hold) — was not written by a grant:
+/// or contents that are not a lease (another type, or not lowercase hex
+/// digits, a dot and a hold in digits, 96 bytes at most) — was not
+/// written by a grant:
 /// it is taken over as if absent, so it cannot hold the key until
 /// `fill_timeout`.
 pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
