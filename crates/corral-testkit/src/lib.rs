@@ -64,7 +64,7 @@ pub use monitor::{Executed, Monitor};
 pub use process::cpu_micros;
 pub use proxy::FaultProxy;
 pub use sentinel::{RedisSentinel, SENTINEL_MASTER_NAME};
-pub use server::{parse_command_stats, RedisServer, TlsFiles};
+pub use server::{parse_command_stats, parse_command_times, CommandTime, RedisServer, TlsFiles};
 pub use stampede::{micros, Callers, Stampede, StampedeReport, Tally};
 pub use traces::{capture, Captured};
 pub use worker::{Worker, ANSWER_TIMEOUT};

@@ -339,6 +339,17 @@ impl RedisServer {
         parse_command_stats(&info)
     }
 
+    /// [`command_stats`](Self::command_stats) with each command's time:
+    /// name to its calls and microseconds (`INFO commandstats`' `usec`).
+    ///
+    /// # Panics
+    ///
+    /// If the server does not answer within 5 s.
+    pub fn command_times(&self) -> BTreeMap<String, CommandTime> {
+        let info = self.request(&["INFO", "commandstats"]);
+        parse_command_times(&info)
+    }
+
     /// Resets the server's statistics (`CONFIG RESETSTAT`), so
     /// [`command_stats`](Self::command_stats) counts from zero.
     ///
@@ -549,15 +560,49 @@ pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
 /// `cmdstat_get:calls=3,usec=5,usec_per_call=1.67,rejected_calls=0,failed_calls=0`
 /// into command name (lower case) to number of calls.
 pub fn parse_command_stats(info: &str) -> BTreeMap<String, u64> {
+    parse_command_times(info)
+        .into_iter()
+        .map(|(name, time)| (name, time.calls))
+        .collect()
+}
+
+/// One command's calls and time, as `INFO commandstats` reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CommandTime {
+    /// Calls since the last `CONFIG RESETSTAT`.
+    pub calls: u64,
+    /// Microseconds spent in them.
+    pub usec: u64,
+}
+
+impl CommandTime {
+    /// Microseconds per call; 0 without calls.
+    pub fn usec_per_call(&self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.usec as f64 / self.calls as f64
+        }
+    }
+}
+
+/// [`parse_command_stats`] with each command's time (a line without
+/// `calls=` is left out; one without `usec=` counts 0 µs).
+pub fn parse_command_times(info: &str) -> BTreeMap<String, CommandTime> {
     info.lines()
         .filter_map(|line| {
             let (name, fields) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_ascii_lowercase(), calls))
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|n| n.parse().ok())
+            };
+            let time = CommandTime {
+                calls: field("calls")?,
+                usec: field("usec").unwrap_or(0),
+            };
+            Some((name.to_ascii_lowercase(), time))
         })
         .collect()
 }
@@ -577,6 +622,10 @@ mod tests {
         assert_eq!(stats["get"], 3);
         assert_eq!(stats["config|resetstat"], 1);
         assert_eq!(stats["evalsha"], 12);
+        let times = super::parse_command_times(info);
+        assert_eq!(times["get"].usec, 5);
+        assert_eq!(times["config|resetstat"].usec, 9);
+        assert_eq!(times["evalsha"].calls, 12);
     }
 
     #[test]

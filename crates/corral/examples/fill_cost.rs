@@ -51,9 +51,7 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
         .get_multiplexed_async_connection()
         .await
         .expect("conn");
-    let _ = std::process::Command::new("redis-cli")
-        .args(["-p", &server.port().to_string(), "config", "resetstat"])
-        .output();
+    server.reset_stats();
     let server_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
     let (cpu0, rcpu0, t0) = (cpu_micros("self"), cpu_micros(&server_pid), Instant::now());
     let mut tasks = Vec::new();
@@ -97,31 +95,11 @@ async fn run_side(label: &str, misses: u64, server: &RedisServer, corral: bool) 
         rcpu / misses as f64
     );
     if std::env::var("STATS").is_ok() {
-        let out = std::process::Command::new("redis-cli")
-            .args(["-p", &server.port().to_string(), "info", "commandstats"])
-            .output()
-            .expect("cli");
-        for line in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| l.starts_with("cmdstat"))
-        {
-            let name = line.split(':').next().unwrap_or("");
-            let calls: f64 = line
-                .split("calls=")
-                .nth(1)
-                .and_then(|r| r.split(',').next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
-            let usec: f64 = line
-                .split(",usec=")
-                .nth(1)
-                .and_then(|r| r.split(',').next())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0.0);
+        for (name, time) in server.command_times() {
             println!(
-                "    {name:28} {:6.2}/miss {:6.2} µs/call",
-                calls / misses as f64,
-                usec / calls.max(1.0)
+                "    cmdstat_{name:20} {:6.2}/miss {:6.2} µs/call",
+                time.calls as f64 / misses as f64,
+                time.usec_per_call()
             );
         }
     }

@@ -4,28 +4,12 @@
 use std::collections::BTreeMap;
 
 use redis::aio::MultiplexedConnection;
-use serde::{Deserialize, Serialize};
 
 /// The benchmark's own commands, left out of the counts.
 const OWN: [&str; 3] = ["info", "config", "flushall"];
 
 /// One command's calls and time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub(crate) struct CommandStat {
-    pub(crate) calls: u64,
-    pub(crate) usec: u64,
-}
-
-impl CommandStat {
-    /// Microseconds per call; 0 without calls.
-    pub(crate) fn usec_per_call(&self) -> f64 {
-        if self.calls == 0 {
-            0.0
-        } else {
-            self.usec as f64 / self.calls as f64
-        }
-    }
-}
+pub(crate) use corral_testkit::CommandTime as CommandStat;
 
 /// The commands the server ran since its last `CONFIG RESETSTAT`, but the
 /// benchmark's own, by name (`get`, `evalsha`, `client|tracking`, ...).
@@ -43,32 +27,18 @@ pub(crate) async fn command_stats(
 }
 
 fn parse_command_stats(info: &str) -> BTreeMap<String, CommandStat> {
-    let mut stats = BTreeMap::new();
-    for line in info.lines() {
-        let Some((name, fields)) = line
-            .trim()
-            .strip_prefix("cmdstat_")
-            .and_then(|l| l.split_once(':'))
-        else {
-            continue;
-        };
-        if OWN
-            .iter()
-            .any(|own| name == *own || name.starts_with(&format!("{own}|")))
-        {
-            continue;
-        }
-        let mut stat = CommandStat::default();
-        for field in fields.split(',') {
-            match field.split_once('=') {
-                Some(("calls", n)) => stat.calls = n.parse().unwrap_or(0),
-                Some(("usec", n)) => stat.usec = n.parse().unwrap_or(0),
-                _ => {}
-            }
-        }
-        stats.insert(name.to_owned(), stat);
-    }
-    stats
+    let own = |name: &str| {
+        OWN.iter().any(|own| {
+            name == *own
+                || name
+                    .strip_prefix(own)
+                    .is_some_and(|sub| sub.starts_with('|'))
+        })
+    };
+    corral_testkit::parse_command_times(info)
+        .into_iter()
+        .filter(|(name, _)| !own(name))
+        .collect()
 }
 
 /// The server's user + system CPU so far, in seconds (`INFO cpu`).
