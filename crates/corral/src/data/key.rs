@@ -104,6 +104,7 @@ pub(crate) fn push_hex(out: &mut String, value: u128, digits: usize) {
 }
 
 /// Appends `value` in decimal to `out`, without the formatter.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) fn push_decimal(out: &mut String, mut value: u64) {
     let mut digits = [0_u8; 20];
     let mut at = digits.len();

@@ -99,8 +99,7 @@ impl MemcachedStore {
     }
 
     fn token(&self) -> Arc<str> {
-        let mut rng = lock_std(&self.inner.rng);
-        format!("{:032x}", rng.u128(..)).into()
+        crate::store::new_token(&mut lock_std(&self.inner.rng)).into()
     }
 
     fn new_version(&self) -> Arc<str> {

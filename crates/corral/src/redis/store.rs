@@ -65,10 +65,7 @@ impl RedisStore {
 
     /// A fresh random lease token: 128 bits as 32 hex digits.
     fn token(&self) -> String {
-        let value = lock_std(&self.inner.rng).u128(..);
-        let mut token = String::with_capacity(32);
-        crate::data::key::push_hex(&mut token, value, 32);
-        token
+        crate::store::new_token(&mut lock_std(&self.inner.rng))
     }
 
     async fn run(

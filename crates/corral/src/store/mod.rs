@@ -235,7 +235,17 @@ pub(crate) fn is_version(bytes: &[u8]) -> bool {
 /// A new random tag version: 16 hex digits (64 random bits; a version only
 /// has to differ from the earlier versions of its own tag).
 pub(crate) fn new_version(rng: &mut fastrand::Rng) -> Arc<str> {
-    format!("{:016x}", rng.u64(..)).into()
+    let mut version = String::with_capacity(16);
+    crate::data::key::push_hex(&mut version, u128::from(rng.u64(..)), 16);
+    version.into()
+}
+
+/// A new random lease token: 32 hex digits (128 random bits, drawn per
+/// grant, so a store that lost a lease never matches an old token again).
+pub(crate) fn new_token(rng: &mut fastrand::Rng) -> String {
+    let mut token = String::with_capacity(32);
+    crate::data::key::push_hex(&mut token, rng.u128(..), 32);
+    token
 }
 
 /// A fill lease granted to one leader.

@@ -192,7 +192,7 @@ impl MemoryStore {
 }
 
 fn token(rng: &mut fastrand::Rng) -> Arc<str> {
-    format!("{:032x}", rng.u128(..)).into()
+    super::new_token(rng).into()
 }
 
 /// How a new version of `tag` is announced.
