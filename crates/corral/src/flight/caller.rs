@@ -75,11 +75,7 @@ where
 {
     // Without an L1, a caller reads the store before it claims a flight
     // (see the module docs), unless a flight of the key runs: then it joins.
-    let l2_only = inner
-        .tiers()
-        .l2
-        .as_ref()
-        .filter(|_| inner.tiers().l1.is_none());
+    let l2_only = inner.tiers().l2.as_ref().filter(|_| reads_ahead(inner));
     if let Some(store) = l2_only.filter(|_| !inner.flights().is_running(key)) {
         match read_ahead(inner, store, key).await {
             ReadAhead::Fresh(fetched) => return Ok(fetched),

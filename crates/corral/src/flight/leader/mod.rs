@@ -372,12 +372,9 @@ where
 
     /// Waits for a permit of the cache's fill budget (renewing the lease
     /// meanwhile; `None`: the cache has none); a value at hand is served at
-    /// once if the fill has to queue.
+    /// once if the fill has to queue. Asked only of a cache with a budget
+    /// (most have none: their leaders neither come here nor box this).
     async fn wait_for_permit(&mut self, lease: Option<&LeaseGuard>) -> Option<Waited> {
-        // Most caches have no budget: nothing to gather, no lease to renew.
-        if !self.has_budget() {
-            return None;
-        }
         let inner = Weak::clone(&self.inner);
         let flight = Arc::clone(self.flight.flight());
         let leases = lease.as_slice();
