@@ -492,6 +492,7 @@ impl RedisStore {
                 rng: Mutex::new(crate::rng::seeded()),
                 subscriber,
                 expiries: parts.expiries,
+                absences: super::read::absences::Absences::new(),
                 tracker: parts.tracker,
                 config,
             }),

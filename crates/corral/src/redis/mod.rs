@@ -8,6 +8,7 @@
 //! | `config.rs` | [`RedisConfig`] |
 //! | `connect.rs` | the constructors: the store assembled around its connection and subscriber |
 //! | `store.rs` | `impl Store`: leases, commits, writes, tags, one round trip each |
+//! | `grant.rs` | the lease of a key a plain read found absent, in plain commands |
 //! | `read/` | the read path: batched reads (`batch/`), their own connections (`lanes.rs`, `resp.rs`), the expiries remembered (`expiries.rs`) |
 //! | `conn/` | the command connection: one server (`standalone.rs`, found through Sentinel in `sentinel.rs`) or a cluster (`cluster.rs`); clients from URLs and TLS (`client.rs`) |
 //! | `subscriber/` | the pub/sub connection: wake-ups and backplane messages |
@@ -19,6 +20,7 @@ mod conn;
 mod connect;
 mod errors;
 mod frame;
+mod grant;
 mod keys;
 pub(crate) mod read;
 mod scripts;
@@ -33,6 +35,7 @@ use std::time::Duration;
 pub use self::config::RedisConfig;
 use self::conn::Connection;
 use self::keys::KeyNames;
+use self::read::absences::Absences;
 use self::read::batch::Reads;
 use self::read::expiries::Expiries;
 use self::subscriber::Subscriber;
@@ -79,6 +82,9 @@ struct Inner {
     /// The expiries of the values read (shared with `tracker`, which
     /// forgets a changed key's).
     expiries: Arc<Expiries>,
+    /// The keys plain reads lately found absent: their lease requests go
+    /// in plain commands.
+    absences: Absences,
     /// Client tracking of the reads.
     tracker: Tracker,
 }
@@ -159,10 +165,16 @@ pub(crate) fn fuzz_keys(namespace: &str, key: &str, bytes: &[u8]) {
 
 /// Milliseconds for `PX`/`PEXPIRE`: at least 1, at most [`MAX_TTL_MS`].
 fn millis(duration: Duration) -> String {
-    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     let mut text = String::with_capacity(20);
-    crate::data::key::push_decimal(&mut text, ms.clamp(1, MAX_TTL_MS));
+    crate::data::key::push_decimal(&mut text, ms(duration));
     text
+}
+
+/// `duration` in whole milliseconds as sent to Redis: at least 1, at most
+/// [`MAX_TTL_MS`].
+fn ms(duration: Duration) -> u64 {
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    ms.clamp(1, MAX_TTL_MS)
 }
 
 #[cfg(test)]

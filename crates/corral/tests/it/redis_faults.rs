@@ -47,7 +47,9 @@ const INSIDE_SCRIPTS: [&str; 8] = [
 const NOT_OPERATIONS: [&str; 4] = ["ping", "role", "subscribe", "config|resetstat"];
 
 /// Round trips since the last reset: top-level commands (scripts), plus the
-/// plain reads — one pipelined `PTTL` + `GET` each, counted by their `PTTL`.
+/// plain reads — one pipelined `PTTL` + `GET` each, counted by their `PTTL`
+/// (as is the plain lease request of a key just read absent, `SET NX` +
+/// `PTTL` + `GET`).
 /// A script answering "lease held" runs one `PTTL` too, and the versions
 /// script one per version it finds: `held` is how many such `PTTL`s there
 /// were.
@@ -91,8 +93,8 @@ async fn round_trips_per_operation() {
     );
     assert_eq!(
         stats.get("evalsha"),
-        Some(&2),
-        "lease and commit are scripts"
+        Some(&1),
+        "the commit is a script; the lease of a key just read absent is not"
     );
 
     server.reset_stats();
@@ -106,7 +108,9 @@ async fn round_trips_per_operation() {
     // (reads of a store-only cache are not coalesced); with one, only the
     // flight's leader talks to Redis.
     let (store_only, herd) = cold_herd(&server, &cache, "herd", 0).await;
-    assert_eq!(store_only.get("evalsha"), Some(&2), "{store_only:?}");
+    // The leader's lease request follows its own read of the absent key:
+    // plain commands (`SET NX`); the commit is the one script.
+    assert_eq!(store_only.get("evalsha"), Some(&1), "{store_only:?}");
     assert!(herd <= 10_002, "10,000 callers cost {herd} round trips");
     let with_l1 = Cache::<String>::builder("faults")
         .store(store.clone())
@@ -166,19 +170,26 @@ async fn round_trips_per_operation() {
         "from the leader"
     );
     let stats = server.command_stats();
-    // The leader: its first read, the lease, the commit. The waiter: its
-    // first read, the lease script finding the lease held, and — woken by
+    // The leader: its first read, the lease (plain commands: the read
+    // found the key absent), the commit. The waiter: its first read, the
+    // plain lease request, whose `SET NX` finds the lease key taken, so the
+    // lease script decides (held: it sets the waiters mark), and — woken by
     // the commit — the lease script again, which finds the value. Its cache
     // is new, so it also reads the namespace's clear version once (the
     // versions script), then keeps it while the backplane keeps it current.
     assert_eq!(other.stats().lease_waits, 1);
-    assert_eq!(stats.get("evalsha"), Some(&5), "{stats:?}");
+    assert_eq!(stats.get("evalsha"), Some(&4), "{stats:?}");
     assert_eq!(stats.get("mget"), None, "{stats:?}");
-    // PTTL: two plain reads, one inside each script that found the lease
-    // held or the value present, and one in the versions script, which
-    // found the clear version.
-    assert_eq!(stats.get("pttl"), Some(&5), "{stats:?}");
-    eprintln!("waiter in another process: 4 round trips");
+    // PTTL: two plain reads, two plain lease requests, one inside each
+    // script that found the lease held or the value present, and one in
+    // the versions script, which found the clear version.
+    assert_eq!(stats.get("pttl"), Some(&7), "{stats:?}");
+    assert_eq!(
+        round_trips(&stats, 3),
+        3 + 5,
+        "leader and waiter: {stats:?}"
+    );
+    eprintln!("waiter in another process: 5 round trips");
 }
 
 /// Waits until `subscribers` stores listen on `cache`'s channel.

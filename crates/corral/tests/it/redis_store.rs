@@ -658,6 +658,49 @@ async fn generations<S: Store>(a: &S, b: &S, ns: &str) {
 /// lapsed while its fence lives on, does not block the next refresh over
 /// that value (no livelock until the fence expires); the lapsed leader's
 /// late commit is still refused.
+/// A lease request right after the store's own plain read found the key
+/// absent goes in plain commands (`SET NX`, then the value read again):
+/// granted while the key stays absent; held (the script decides once the
+/// lease key is taken) for another store; and a hit, its lease handed back,
+/// when a value landed between the read and the request.
+async fn check_lease_after_a_plain_miss(a: &RedisStore, b: &RedisStore, ns: &str) {
+    let k = key(ns, "after-a-miss");
+    assert_eq!(value(a, &k).await, None);
+    let lease = grant(a, &k, LEASE).await;
+    assert_eq!(value(b, &k).await, None);
+    match b.get_or_lease(&k, &request(LEASE)).await {
+        Ok(Lookup::Held { remaining: Some(_) }) => {}
+        other => panic!("expected the lease held, got {other:?}"),
+    }
+    let origin = corral::store::Origin::new(0);
+    assert_eq!(
+        a.commit(&k, &lease, b"filled", TTL, origin).await.ok(),
+        Some(Commit::Stored)
+    );
+    assert_eq!(value(b, &k).await.as_deref(), Some(&b"filled"[..]));
+
+    let k = key(ns, "landed-meanwhile");
+    assert_eq!(value(a, &k).await, None);
+    b.set(&k, b"landed", TTL, origin).await.expect("set");
+    match a.get_or_lease(&k, &request(LEASE)).await {
+        Ok(Lookup::Hit(stored)) => {
+            assert_eq!(stored.bytes, b"landed");
+            assert!(stored.remaining.is_some_and(|left| left <= TTL));
+        }
+        other => panic!("expected the value that landed, got {other:?}"),
+    }
+    // The lease taken for nothing is gone: a grant over the value is
+    // not held up by it.
+    let over_any = LeaseRequest {
+        grant: Grant::OverAnyValue,
+        ..request(LEASE)
+    };
+    assert!(
+        matches!(b.get_or_lease(&k, &over_any).await, Ok(Lookup::Granted(_))),
+        "a lease was left behind"
+    );
+}
+
 async fn check_refresh_after_lapsed_lease(a: &RedisStore, b: &RedisStore, ns: &str) {
     let k = key(ns, "refresh-after-lapse");
     let over = |generation, lease| LeaseRequest {
@@ -753,6 +796,7 @@ mod standalone {
         check_namespaces,
         check_generations,
         check_refresh_after_lapsed_lease,
+        check_lease_after_a_plain_miss,
     );
 }
 
@@ -1335,6 +1379,7 @@ async fn cluster_contract() {
         check_namespaces(&a, &b, ns).await;
         check_generations(&a, &b, ns).await;
         check_refresh_after_lapsed_lease(&a, &b, ns).await;
+        check_lease_after_a_plain_miss(&a, &b, ns).await;
     })
     .await;
     eprintln!("cluster contract ran in {:?}", begun.elapsed());

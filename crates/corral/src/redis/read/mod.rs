@@ -3,6 +3,7 @@
 //! flight) or many (one pipeline per hash slot), after the namespace's
 //! first subscription.
 
+pub(in crate::redis) mod absences;
 pub(in crate::redis) mod batch;
 pub(in crate::redis) mod expiries;
 #[cfg(feature = "test-hooks")]
@@ -89,6 +90,7 @@ impl RedisStore {
             match self.inner.reads.get(name, timeout, tracked).await? {
                 Value::Nil => {
                     expiries.forget(id);
+                    self.inner.absences.note(id);
                     return Ok(None);
                 }
                 Value::BulkString(bytes) => {
@@ -112,7 +114,10 @@ impl RedisStore {
                 expiries.learn_read(id, &stored, asked);
                 Ok(Some(stored))
             }
-            Value::Nil => Ok(None),
+            Value::Nil => {
+                self.inner.absences.note(id);
+                Ok(None)
+            }
             other => Err(unexpected("get", &other)),
         }
     }
