@@ -253,11 +253,14 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::COMMIT,
-                    &[&names.value, &names.lease, &names.waiters, &clear],
+                    &[&names.value],
                     &[
                         lease.token().as_bytes(),
                         &framed,
                         ttl_ms.as_bytes(),
+                        names.lease.as_bytes(),
+                        names.waiters.as_bytes(),
+                        clear.as_bytes(),
                         verb,
                         channel.as_bytes(),
                         message.as_bytes(),
@@ -321,10 +324,13 @@ impl Store for RedisStore {
                 .connection
                 .invoke_on(
                     &scripts::SET,
-                    &[&names.value, &names.lease, &names.waiters, &clear],
+                    &[&names.value],
                     &[
                         &framed,
                         ttl_ms.as_bytes(),
+                        names.lease.as_bytes(),
+                        names.waiters.as_bytes(),
+                        clear.as_bytes(),
                         verb,
                         channel.as_bytes(),
                         message.as_bytes(),

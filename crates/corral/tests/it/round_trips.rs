@@ -76,17 +76,16 @@ fn named(command: &Executed) -> String {
         "GET_OR_LEASE"
     } else if first_call.len() == 2
         && first_call[0] == "GET"
-        && command
-            .args
-            .get(4)
-            .is_some_and(|lease| first_call[1] == *lease)
+        && first_call[1].starts_with("corral:g:")
+        && command.args.get(2).is_some_and(|keys| keys == "1")
         && command
             .lua
             .get(1)
             .is_some_and(|second| second.first().is_some_and(|call| call == "EXISTS"))
     {
-        // Reads the lease (`KEYS[2]`), then whether a value or a waiter is
-        // there: the commit (a release deletes next, a renewal asks `PTTL`).
+        // Declares the value alone, reads the lease (named in its
+        // arguments), then whether a value or a waiter is there: the commit
+        // (a release and a renewal declare three keys).
         "COMMIT"
     } else {
         "another script"
@@ -151,6 +150,7 @@ async fn a_hundred_thousand_callers_on_a_cold_key_cost_one_fill_and_three_comman
         commit.ran("SET", &commit.args[3]),
         "the value key was written: {commit:?}"
     );
+    assert_eq!(commit.args[2], "1", "the commit declares the value alone");
 
     // Every caller was answered from the flight: the value is in the L1,
     // and the next read sends nothing.
