@@ -4,9 +4,9 @@
 //!
 //! [`Absences`]: super::read::absences::Absences
 //!
-//! `SET <lease> <token>.<hold> NX PX <fence>`, then `PTTL` and `GET` of
-//! the value and a `TOUCH` of its clear version's copy, pipelined in one
-//! round trip (on a cluster all four name keys of one hash slot).
+//! `SET <lease> <token>.<hold> NX PX <fence>`, then `GET` of the value,
+//! pipelined in one round trip (on a cluster both name keys of one hash
+//! slot).
 //!
 //! Why `SET` goes first. Once `SET ... NX` has written the lease key, no
 //! other leader's key exists (neither live nor fencing), so no commit can
@@ -19,33 +19,31 @@
 //! but fencing, or broken — makes `SET ... NX` write nothing: then
 //! [`scripts::GET_OR_LEASE`](super::scripts::GET_OR_LEASE) answers, as it
 //! did before (held, with the waiters mark set atomically; or taken over).
-//! A value found present under the fresh lease is a hit: the lease is
-//! released (waking anyone who began waiting for it) and the value
-//! returned.
-
-use std::time::Instant;
+//! A value found present under the fresh lease (it landed since the read)
+//! is rare: the lease is released (waking anyone who began waiting for it)
+//! and the script answers too, with the value and its time to live (and
+//! the touch of the clear version a hit makes). So the usual miss pays a
+//! `SET` and a `GET`, no `PTTL` and no `TOUCH` (the commit touches).
 
 use ::redis::Value;
 
 use super::conn::answered;
 use super::errors::unexpected;
-use super::keys::{self, KeyNames};
-use super::read::stored;
+use super::keys::KeyNames;
 use super::RedisStore;
 use crate::data::error::StoreError;
 use crate::store::{Lease, LeaseRequest, Lookup, Store, StoreKey};
 
 impl RedisStore {
     /// [`Grant::IfNoValue`](crate::store::Grant::IfNoValue) without a
-    /// script, for a key lately read absent. `None`: the lease key exists,
-    /// and the script must decide.
+    /// script, for a key lately read absent. `None`: the script must
+    /// decide (the lease key exists, or a value landed).
     pub(super) async fn lease_plainly(
         &self,
         key: &StoreKey,
         names: &KeyNames,
         token: &str,
         request: &LeaseRequest,
-        clear: &str,
     ) -> Result<Option<Lookup>, StoreError> {
         let lease_ms = super::ms(request.lease_ttl);
         let fence_ms = super::ms(request.fence_ttl);
@@ -53,38 +51,30 @@ impl RedisStore {
         grant.push_str(token);
         grant.push('.');
         crate::data::key::push_decimal(&mut grant, fence_ms.saturating_sub(lease_ms));
-        let mut pipe = ::redis::Pipeline::with_capacity(4);
+        let mut pipe = ::redis::Pipeline::with_capacity(2);
         pipe.cmd("SET")
             .arg(&names.lease)
             .arg(&grant)
             .arg("NX")
             .arg("PX")
             .arg(fence_ms);
-        pipe.cmd("PTTL")
-            .arg(&names.value)
-            .cmd("GET")
-            .arg(&names.value);
-        self.inner.connection.touch(&mut pipe, clear);
+        pipe.cmd("GET").arg(&names.value);
         pipe.ignore_errors();
         let timeout = crate::store::stretched(self.inner.config.op_timeout);
-        let asked = Instant::now();
         let replies = match self.inner.connection.pipelined(&pipe, timeout).await? {
-            Value::Array(items) => <[Value; 3]>::try_from(items)
+            Value::Array(items) => <[Value; 2]>::try_from(items)
                 .map_err(|items| unexpected("get_or_lease", &Value::Array(items)))?,
             other => return Err(unexpected("get_or_lease", &other)),
         };
-        let [set, pttl, value] = replies;
+        let [set, value] = replies;
         match (answered(set)?, answered(value)?) {
             (Value::Nil, _) => Ok(None),
             (Value::Okay, Value::Nil) => Ok(Some(Lookup::Granted(Lease::new(token.to_owned())))),
-            (Value::Okay, Value::BulkString(bytes)) => {
-                // Present after all: a hit, and the lease, taken for
-                // nothing, goes back.
+            (Value::Okay, Value::BulkString(_)) => {
+                // Present after all: the lease, taken for nothing, goes
+                // back, and the script reads the value with its expiry.
                 Box::pin(self.release(key, &Lease::new(token.to_owned()))).await?;
-                let found = stored(bytes, &pttl);
-                let id = keys::ValueName::new(key).id();
-                self.inner.expiries.learn_read(id, &found, asked);
-                Ok(Some(Lookup::Hit(found)))
+                Ok(None)
             }
             (set, value) => Err(unexpected("get_or_lease", &Value::Array(vec![set, value]))),
         }

@@ -131,7 +131,7 @@ impl Store for RedisStore {
             let clear = self.clear_copy(key);
             let read_absent = || self.inner.absences.take(keys::ValueName::new(key).id());
             if request.grant == Grant::IfNoValue && read_absent() {
-                let plainly = self.lease_plainly(key, &names, &token, request, &clear);
+                let plainly = self.lease_plainly(key, &names, &token, request);
                 if let Some(lookup) = Box::pin(plainly).await? {
                     let lookup = Ok(lookup);
                     self.went_ahead(ahead, &lookup);

@@ -48,12 +48,13 @@ const NOT_OPERATIONS: [&str; 4] = ["ping", "role", "subscribe", "config|resetsta
 
 /// Round trips since the last reset: top-level commands (scripts), plus the
 /// plain reads — one pipelined `PTTL` + `GET` each, counted by their `PTTL`
-/// (as is the plain lease request of a key just read absent, `SET NX` +
-/// `PTTL` + `GET`).
-/// A script answering "lease held" runs one `PTTL` too, and the versions
-/// script one per version it finds: `held` is how many such `PTTL`s there
-/// were.
-fn round_trips(stats: &BTreeMap<String, u64>, held: u64) -> u64 {
+/// — plus `plain_leases`, the plain lease requests (`SET NX` + `GET`, one
+/// pipeline each: a leader's request right after its own read found the
+/// key absent), which commandstats cannot tell from the scripts' own
+/// commands. A script answering "lease held" runs one `PTTL` too, and the
+/// versions script one per version it finds: `held` is how many such
+/// `PTTL`s there were.
+fn round_trips(stats: &BTreeMap<String, u64>, held: u64, plain_leases: u64) -> u64 {
     let scripts: u64 = stats
         .iter()
         .filter(|(name, _)| {
@@ -62,7 +63,7 @@ fn round_trips(stats: &BTreeMap<String, u64>, held: u64) -> u64 {
         .map(|(_, calls)| calls)
         .sum();
     let reads = stats.get("pttl").copied().unwrap_or(0).saturating_sub(held);
-    scripts + reads
+    scripts + reads + plain_leases
 }
 
 fn ok(value: &str) -> impl FnOnce() -> std::future::Ready<Result<String, String>> + Send + 'static {
@@ -87,7 +88,7 @@ async fn round_trips_per_operation() {
     cache.get_or_fill("cold", ok("v")).await.expect("cold miss");
     let stats = server.command_stats();
     assert_eq!(
-        round_trips(&stats, 0),
+        round_trips(&stats, 0, 1),
         3,
         "leader cold miss: the first read, lease + commit; {stats:?}"
     );
@@ -96,18 +97,19 @@ async fn round_trips_per_operation() {
         Some(&1),
         "the commit is a script; the lease of a key just read absent is not"
     );
+    assert_eq!(stats.get("set"), Some(&2), "SET NX and the commit's SET");
 
     server.reset_stats();
     cache.get_or_fill("cold", ok("other")).await.expect("hit");
     let stats = server.command_stats();
-    assert_eq!(round_trips(&stats, 0), 1, "L2 hit: {stats:?}");
+    assert_eq!(round_trips(&stats, 0, 0), 1, "L2 hit: {stats:?}");
     assert_eq!(stats.get("evalsha"), None, "an L2 hit runs no script");
 
     // 10,000 concurrent callers in one process: one lease and one commit.
     // Without an L1 each caller reads the store before it joins the flight
     // (reads of a store-only cache are not coalesced); with one, only the
     // flight's leader talks to Redis.
-    let (store_only, herd) = cold_herd(&server, &cache, "herd", 0).await;
+    let (store_only, herd) = cold_herd(&server, &cache, "herd", (0, 1)).await;
     // The leader's lease request follows its own read of the absent key:
     // plain commands (`SET NX`); the commit is the one script.
     assert_eq!(store_only.get("evalsha"), Some(&1), "{store_only:?}");
@@ -119,7 +121,7 @@ async fn round_trips_per_operation() {
         .expect("config");
     // Its versions script reads the expiry of the two versions it finds
     // (the clear version's and the one a tag move changes).
-    let (with_l1, herd) = cold_herd(&server, &with_l1, "herd-l1", 2).await;
+    let (with_l1, herd) = cold_herd(&server, &with_l1, "herd-l1", (2, 0)).await;
     // The flight's first step is the lease script, which would have
     // returned a present value (no plain read before it); the cache is
     // new, so it reads the namespace's clear version once (the versions
@@ -180,12 +182,12 @@ async fn round_trips_per_operation() {
     assert_eq!(other.stats().lease_waits, 1);
     assert_eq!(stats.get("evalsha"), Some(&4), "{stats:?}");
     assert_eq!(stats.get("mget"), None, "{stats:?}");
-    // PTTL: two plain reads, two plain lease requests, one inside each
-    // script that found the lease held or the value present, and one in
-    // the versions script, which found the clear version.
-    assert_eq!(stats.get("pttl"), Some(&7), "{stats:?}");
+    // PTTL: two plain reads, one inside each script that found the lease
+    // held or the value present, and one in the versions script, which
+    // found the clear version.
+    assert_eq!(stats.get("pttl"), Some(&5), "{stats:?}");
     assert_eq!(
-        round_trips(&stats, 3),
+        round_trips(&stats, 3, 2),
         3 + 5,
         "leader and waiter: {stats:?}"
     );
@@ -198,12 +200,13 @@ async fn round_trips_per_operation() {
 /// round trips meanwhile.
 /// 10,000 callers of `key` on a cold key: the commands the server ran,
 /// and the round trips, knowing that the scripts ran `script_pttls`
-/// `PTTL`s (not plain reads).
+/// `PTTL`s (not plain reads) and that `plain_leases` lease requests were
+/// plain commands.
 async fn cold_herd(
     server: &RedisServer,
     cache: &Cache<String>,
     key: &'static str,
-    script_pttls: u64,
+    (script_pttls, plain_leases): (u64, u64),
 ) -> (BTreeMap<String, u64>, u64) {
     server.reset_stats();
     let (coalesced, fills) = (cache.stats().coalesced, cache.stats().fills);
@@ -231,7 +234,7 @@ async fn cold_herd(
     }
     assert_eq!(cache.stats().fills, fills + 1, "one fill");
     let stats = server.command_stats();
-    let trips = round_trips(&stats, script_pttls);
+    let trips = round_trips(&stats, script_pttls, plain_leases);
     (stats, trips)
 }
 
@@ -273,7 +276,10 @@ async fn a_long_fill_costs_three_round_trips_plus_renewals() {
     assert_eq!(value.expect("value"), "v");
     let renewals = cache.stats().lease_renewals;
     assert!(renewals >= 3, "a fill of 3+ leases was renewed: {renewals}");
-    assert_eq!(round_trips(&server.command_stats(), 0), 3 + renewals);
+    let stats = server.command_stats();
+    assert_eq!(round_trips(&stats, 0, 1), 3 + renewals, "{stats:?}");
+    // The plain lease's `SET NX` and the commit's `SET`.
+    assert_eq!(stats.get("set"), Some(&2), "{stats:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

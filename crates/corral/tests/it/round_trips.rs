@@ -296,3 +296,65 @@ async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_miss_where_reads_mostly_hit_is_a_plain_read_a_plain_lease_and_the_commit() {
+    let server = RedisServer::start();
+    let filler = new_cache(&server, "warm", 1).await;
+    for i in 0..16 {
+        let key = format!("k{i}");
+        let fill = || async { Ok::<_, String>("v".to_owned()) };
+        assert_eq!(filler.get_or_fill(&key, fill).await.expect("fill"), "v");
+    }
+    // Another process's cache: its first sixteen reads of keys it does not
+    // recall all hit, so it reads such keys plainly first from then on.
+    let reader = new_cache(&server, "warm", 2).await;
+    for i in 0..16 {
+        let key = format!("k{i}");
+        let never = || async { Ok::<_, String>("never".to_owned()) };
+        assert_eq!(reader.get_or_fill(&key, never).await.expect("hit"), "v");
+    }
+    // Its first fill also reads the version that tells a tag moved during
+    // a fill (the versions script), once.
+    let first = || async { Ok::<_, String>("first".to_owned()) };
+    assert_eq!(
+        reader.get_or_fill("first", first).await.expect("fill"),
+        "first"
+    );
+    let mut monitor = server.monitor();
+    let fill = || async { Ok::<_, String>("cold".to_owned()) };
+    assert_eq!(
+        reader.get_or_fill("cold", fill).await.expect("fill"),
+        "cold"
+    );
+    // A plain read may carry the `TOUCH` of the clear version guarding the
+    // entry (when its turn is due: `redis/read/touches.rs`); left out here.
+    let commands: Vec<Executed> = monitor
+        .commands()
+        .into_iter()
+        .filter(|command| command.name() != "TOUCH")
+        .collect();
+    assert_eq!(
+        names(&commands),
+        [
+            // The plain read, which finds the key absent.
+            "PTTL", "GET",
+            // The lease in plain commands, one pipeline: `SET NX` wrote the
+            // lease key, so the `GET` after it that finds no value means
+            // no commit can land before this one.
+            "SET", "GET", // The fenced write, unlock and notification.
+            "COMMIT",
+        ],
+        "{commands:#?}"
+    );
+    assert!(
+        commands[2].args.iter().any(|arg| arg == "NX"),
+        "{commands:#?}"
+    );
+    assert!(
+        commands[2].args[1].starts_with("corral:g:"),
+        "{commands:#?}"
+    );
+    assert_eq!(commands[3].args[1], commands[0].args[1], "the value read");
+    assert_eq!(reader.stats().fills, 2);
+}
