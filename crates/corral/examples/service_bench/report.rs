@@ -108,13 +108,56 @@ pub(crate) fn markdown(args: &Args, results: &[ScenarioResult]) -> String {
         args.pool,
         args.cap.as_secs_f64(),
     );
+    let closed = args
+        .rate
+        .is_none()
+        .then_some(args.replicas * args.concurrency);
     for result in results {
-        scenario(&mut out, result);
+        scenario(&mut out, result, closed);
     }
     out
 }
 
-fn scenario(out: &mut String, result: &ScenarioResult) {
+/// In a closed loop of `tasks` client tasks, Little's law: a side serving
+/// X requests/s spends `tasks / X` on a request on average. A side with an
+/// L1 answers its hits in about a microsecond, so the requests that left
+/// the L1 (a share `m`: L2 hits, fills, callers that joined a fill, writes)
+/// carry nearly all of that time: about `tasks / (m · X)` each. At equal
+/// throughput that is `1 / m` times cache-aside's mean, and the p99 (a
+/// request of that share whenever `m` > 1%) follows it: the closed loop
+/// itself sets the tail's ratio, whatever the cache does. The open loop
+/// (`--rate`) measures latency instead.
+fn closed_loop_tail(out: &mut String, tasks: usize, sides: &[SideResult]) {
+    let Some(cached) = sides.iter().find(|side| side.stats.contains_key("hits")) else {
+        return;
+    };
+    let counter = |name: &str| cached.stats.get(name).copied().unwrap_or(0) as f64;
+    let left = counter("l2_hits") + counter("misses") + counter("coalesced") + cached.writes as f64;
+    let share = left / cached.requests.max(1) as f64;
+    let tasks = tasks as f64;
+    let mean = |side: &SideResult| tasks / side.requests_per_sec.max(1.0) * 1e6;
+    let _ = write!(
+        out,
+        "\nclosed loop: {:.1}% of {}'s requests left the L1; with {tasks} client tasks at \
+         {} requests/s their mean latency is about {:.0} µs (Little's law: tasks / (share × \
+         rate)), the p99's order",
+        share * 100.0,
+        cached.side,
+        count(cached.requests_per_sec),
+        mean(cached) / share.max(1e-9),
+    );
+    if let Some(aside) = sides.iter().find(|side| !side.stats.contains_key("hits")) {
+        let _ = write!(
+            out,
+            "; every request of {} is such a request, at {:.0} µs on average",
+            aside.side,
+            mean(aside)
+        );
+    }
+    out.push('\n');
+}
+
+fn scenario(out: &mut String, result: &ScenarioResult, closed: Option<usize>) {
     let (s, sides) = (&result.scenario, &result.sides);
     let _ = writeln!(
         out,
@@ -173,6 +216,9 @@ fn scenario(out: &mut String, result: &ScenarioResult) {
         errors.join(" | "),
         if ratio { " |" } else { "" }
     );
+    if let Some(tasks) = closed {
+        closed_loop_tail(out, tasks, sides);
+    }
     for side in sides {
         if side.capped {
             let _ = writeln!(out, "\n{}'s measured period reached the cap", side.side);
