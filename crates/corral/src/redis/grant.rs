@@ -36,8 +36,9 @@ use crate::store::{Lease, LeaseRequest, Lookup, Store, StoreKey};
 
 impl RedisStore {
     /// [`Grant::IfNoValue`](crate::store::Grant::IfNoValue) without a
-    /// script, for a key lately read absent. `None`: the script must
-    /// decide (the lease key exists, or a value landed).
+    /// script, for a key lately read absent: `Some` is always a grant.
+    /// `None`: the script must decide (the lease key exists, or a value
+    /// landed and this request's lease was released).
     pub(super) async fn lease_plainly(
         &self,
         key: &StoreKey,
@@ -73,7 +74,7 @@ impl RedisStore {
             (Value::Okay, Value::BulkString(_)) => {
                 // Present after all: the lease, taken for nothing, goes
                 // back, and the script reads the value with its expiry.
-                Box::pin(self.release(key, &Lease::new(token.to_owned()))).await?;
+                self.release(key, &Lease::new(token.to_owned())).await?;
                 Ok(None)
             }
             (set, value) => Err(unexpected("get_or_lease", &Value::Array(vec![set, value]))),

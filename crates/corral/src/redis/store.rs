@@ -126,18 +126,17 @@ impl Store for RedisStore {
             let ahead = self.ahead_of_backplane(key.namespace()).await;
             let names = KeyNames::new(key);
             let token = self.token();
+            let read_absent = || self.inner.absences.take(keys::ValueName::new(key).id());
+            if request.grant == Grant::IfNoValue && read_absent() {
+                // A grant, like the script's, reads nothing kept: no
+                // `went_ahead`.
+                if let Some(granted) = self.lease_plainly(key, &names, &token, request).await? {
+                    return Ok(granted);
+                }
+            }
             let lease_ms = millis(request.lease_ttl);
             let fence_ms = millis(request.fence_ttl);
             let clear = self.clear_copy(key);
-            let read_absent = || self.inner.absences.take(keys::ValueName::new(key).id());
-            if request.grant == Grant::IfNoValue && read_absent() {
-                let plainly = self.lease_plainly(key, &names, &token, request);
-                if let Some(lookup) = Box::pin(plainly).await? {
-                    let lookup = Ok(lookup);
-                    self.went_ahead(ahead, &lookup);
-                    return lookup;
-                }
-            }
             let asked = std::time::Instant::now();
             let reply = self
                 .inner

@@ -6,9 +6,10 @@
 //! absent whose id falls in it. A key overwritten by another in its slot,
 //! or never noted, is asked for with the script, which answers every case
 //! in one round trip; a noted key is asked for in plain commands, which
-//! cost the server less when the key is still absent and a second round
-//! trip when a value landed meanwhile. Either request is correct whatever
-//! the hint says.
+//! cost the server less when the key is still absent, one round trip more
+//! when another lease is out (the script then answers), two when a value
+//! landed meanwhile (the release, then the script). Either request is
+//! correct whatever the hint says.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
