@@ -70,13 +70,16 @@ impl Absences {
 
     /// Whether key `id` was read absent within [`FRESH`]; forgets it.
     pub(in crate::redis) fn take(&self, id: u64) -> bool {
+        self.take_at(id, self.now_ms())
+    }
+
+    /// [`take`](Self::take) at `now_ms` on the memory's clock.
+    fn take_at(&self, id: u64, now_ms: u64) -> bool {
         let slot = self.slot(id);
         if slot.id.load(Ordering::Relaxed) != id {
             return false;
         }
-        let age = self
-            .now_ms()
-            .saturating_sub(slot.at_ms.load(Ordering::Relaxed));
+        let age = now_ms.saturating_sub(slot.at_ms.load(Ordering::Relaxed));
         slot.id
             .compare_exchange(id, 0, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
@@ -105,15 +108,11 @@ mod tests {
     fn a_miss_older_than_fresh_is_no_hint() {
         let absences = Absences::new();
         absences.note(9);
-        // Read absent at the memory's start, which began longer ago
-        // than `FRESH`.
-        absences.slot(9).at_ms.store(0, Ordering::Relaxed);
-        let mut absences = absences;
-        let Some(earlier) = absences.began.checked_sub(FRESH * 2) else {
-            return; // a clock too young to go back
-        };
-        absences.began = earlier;
-        assert!(!absences.take(9));
+        let noted = absences.slot(9).at_ms.load(Ordering::Relaxed);
+        let fresh = u64::try_from(FRESH.as_millis()).expect("fits");
+        assert!(!absences.take_at(9, noted + fresh + 1));
         assert!(!absences.take(9), "forgotten too");
+        absences.note(9);
+        assert!(absences.take_at(9, noted + fresh), "still fresh");
     }
 }
