@@ -34,6 +34,19 @@ use super::RedisStore;
 use crate::data::error::StoreError;
 use crate::store::{Lease, LeaseRequest, Lookup, Store, StoreKey};
 
+/// What a lease key holds once granted: `<token>.<hold>`, the hold being
+/// the fence's time beyond the lease's in milliseconds (see
+/// [`scripts`](super::scripts)). Written here alone, for the lease script
+/// and the plain request.
+pub(super) fn lease_value(token: &str, request: &LeaseRequest) -> String {
+    let hold = super::ms(request.fence_ttl).saturating_sub(super::ms(request.lease_ttl));
+    let mut grant = String::with_capacity(token.len() + 21);
+    grant.push_str(token);
+    grant.push('.');
+    crate::data::key::push_decimal(&mut grant, hold);
+    grant
+}
+
 impl RedisStore {
     /// [`Grant::IfNoValue`](crate::store::Grant::IfNoValue) without a
     /// script, for a key lately read absent: `Some` is always a grant.
@@ -44,18 +57,13 @@ impl RedisStore {
         key: &StoreKey,
         names: &KeyNames,
         token: &str,
-        request: &LeaseRequest,
+        grant: &str,
+        fence_ms: &str,
     ) -> Result<Option<Lookup>, StoreError> {
-        let lease_ms = super::ms(request.lease_ttl);
-        let fence_ms = super::ms(request.fence_ttl);
-        let mut grant = String::with_capacity(token.len() + 21);
-        grant.push_str(token);
-        grant.push('.');
-        crate::data::key::push_decimal(&mut grant, fence_ms.saturating_sub(lease_ms));
         let mut pipe = ::redis::Pipeline::with_capacity(2);
         pipe.cmd("SET")
             .arg(&names.lease)
-            .arg(&grant)
+            .arg(grant)
             .arg("NX")
             .arg("PX")
             .arg(fence_ms);

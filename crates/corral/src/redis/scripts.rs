@@ -126,12 +126,14 @@ end
 /// Value if present (when the mode says so), else a lease grant, else
 /// "held"; for a refresh, a grant only over the generation it read.
 ///
-/// One key, `KEYS[1]`, the value. ARGV: token, lease_ms, fence_ms (the
-/// lease's time plus the hold), mode (`0` grant only without a value, `1`
-/// grant over any value, `2` grant only over a present value whose
-/// embedded generation is ARGV[5], the empty string meaning "unframed, no
-/// generation"), expected generation, then the names of the lease, the
-/// waiters mark and the clear version's copy. Returns `{1, bytes, pttl}`
+/// One key, `KEYS[1]`, the value. ARGV: the lease key's contents to grant
+/// (`<token>.<hold>`, as [`lease_value`](super::grant::lease_value)
+/// writes them for the plain request too), fence_ms (the lease's time plus
+/// the hold), mode (`0` grant only without a value, `1` grant over any
+/// value, `2` grant only over a present value whose embedded generation is
+/// ARGV[4], the empty string meaning "unframed, no generation"), expected
+/// generation, then the names of the lease, the waiters mark and the
+/// clear version's copy. Returns `{1, bytes, pttl}`
 /// (hit), `{2}` (granted), `{3, pttl}` (held, with the lease's time left)
 /// or `{4}` (changed).
 ///
@@ -174,31 +176,31 @@ pub(super) static GET_OR_LEASE: LazyLock<Lua> = LazyLock::new(|| {
         lua_generation!(),
         lua_read!(),
         r"
-local lease, waiters, clear = ARGV[6], ARGV[7], ARGV[8]
-if ARGV[4] == '0' then
+local grant, fence = ARGV[1], ARGV[2]
+local lease, waiters, clear = ARGV[5], ARGV[6], ARGV[7]
+if ARGV[3] == '0' then
   local value = read(KEYS[1])
   if value then
     redis.pcall('TOUCH', clear)
     return {1, value, redis.call('PTTL', KEYS[1])}
   end
-elseif ARGV[4] == '2' then
+elseif ARGV[3] == '2' then
   local value = read(KEYS[1])
-  if not value or generation(value) ~= ARGV[5] then
+  if not value or generation(value) ~= ARGV[4] then
     return {4}
   end
 end
-local grant = ARGV[1] .. '.' .. math.max(0, tonumber(ARGV[3]) - tonumber(ARGV[2]))
-if not redis.call('SET', lease, grant, 'NX', 'PX', ARGV[3]) then
+if not redis.call('SET', lease, grant, 'NX', 'PX', fence) then
   local pttl = redis.call('PTTL', lease)
   local held = read(lease)
   local hold = held and #held <= 96 and tonumber(string.match(held, '^[0-9a-f]+%.(%d+)$'))
   if pttl ~= -1 and hold and pttl > hold then
-    if ARGV[4] ~= '2' then
-      redis.call('SET', waiters, '1', 'PX', math.max(pttl, tonumber(ARGV[3])))
+    if ARGV[3] ~= '2' then
+      redis.call('SET', waiters, '1', 'PX', math.max(pttl, tonumber(fence)))
     end
     return {3, pttl - hold}
   end
-  redis.call('SET', lease, grant, 'PX', ARGV[3])
+  redis.call('SET', lease, grant, 'PX', fence)
 end
 return {2}
 "

@@ -12,7 +12,7 @@ use super::conn::Connection;
 use super::errors::{bounded, unexpected};
 use super::keys::{self, KeyNames};
 use super::read::{remaining, stored, Ahead};
-use super::{frame, millis, scripts, RedisStore};
+use super::{frame, grant, millis, scripts, RedisStore};
 use crate::data::error::StoreError;
 use crate::store::{
     is_version, new_version, BoxFuture, ChangeSink, Commit, Grant, Lease, LeaseRequest, Listener,
@@ -96,7 +96,7 @@ fn tag_version(reply: &Value) -> Option<Arc<str>> {
 fn message(origin: Origin, key: &str) -> String {
     let mut message = String::with_capacity(18 + key.len());
     message.push('|');
-    crate::data::key::push_hex(&mut message, u128::from(origin.id()), 16);
+    origin.push_hex(&mut message);
     message.push('|');
     message.push_str(key);
     message
@@ -126,16 +126,17 @@ impl Store for RedisStore {
             let ahead = self.ahead_of_backplane(key.namespace()).await;
             let names = KeyNames::new(key);
             let token = self.token();
-            let read_absent = || self.inner.absences.take(keys::ValueName::new(key).id());
-            if request.grant == Grant::IfNoValue && read_absent() {
+            let grant = grant::lease_value(&token, request);
+            let fence_ms = millis(request.fence_ttl);
+            let id = keys::ValueName::new(key).id();
+            if request.grant == Grant::IfNoValue && self.inner.absences.take(id) {
                 // A grant, like the script's, reads nothing kept: no
                 // `went_ahead`.
-                if let Some(granted) = self.lease_plainly(key, &names, &token, request).await? {
+                let plainly = self.lease_plainly(key, &names, &token, &grant, &fence_ms);
+                if let Some(granted) = plainly.await? {
                     return Ok(granted);
                 }
             }
-            let lease_ms = millis(request.lease_ttl);
-            let fence_ms = millis(request.fence_ttl);
             let clear = self.clear_copy(key);
             let asked = std::time::Instant::now();
             let reply = self
@@ -145,8 +146,7 @@ impl Store for RedisStore {
                     &scripts::GET_OR_LEASE,
                     &[&names.value],
                     &[
-                        token.as_bytes(),
-                        lease_ms.as_bytes(),
+                        grant.as_bytes(),
                         fence_ms.as_bytes(),
                         mode,
                         expected,
@@ -163,7 +163,6 @@ impl Store for RedisStore {
                         let found = stored(std::mem::take(bytes), pttl);
                         // Remembered as a plain read's is: the next read of
                         // this value may be a plain GET.
-                        let id = keys::ValueName::new(key).id();
                         self.inner.expiries.learn_read(id, &found, asked);
                         let hit = Ok(Lookup::Hit(found));
                         self.went_ahead(ahead, &hit);
