@@ -170,24 +170,24 @@ pub(crate) fn valid_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn hex_and_decimal_without_the_formatter() {
         for value in [0_u128, 1, 0xab, u128::from(u64::MAX), u128::MAX] {
             let mut hex = String::new();
-            super::push_hex(&mut hex, value, 32);
+            push_hex(&mut hex, value, 32);
             assert_eq!(hex, format!("{value:032x}"));
         }
         let mut short = String::new();
-        super::push_hex(&mut short, 0x1234_5678_9abc_def0_u128, 16);
+        push_hex(&mut short, 0x1234_5678_9abc_def0_u128, 16);
         assert_eq!(short, "123456789abcdef0");
         for value in [0_u64, 7, 10, 999, 1_000_000, u64::MAX] {
             let mut text = String::new();
-            super::push_decimal(&mut text, value);
+            push_decimal(&mut text, value);
             assert_eq!(text, value.to_string());
         }
     }
-
-    use super::*;
 
     #[test]
     fn accepts_braces_colons_unicode_and_max_length() {

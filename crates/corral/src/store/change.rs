@@ -42,8 +42,13 @@ impl Origin {
     /// The id as 16 lowercase hex digits (how stores write it).
     pub fn to_hex(self) -> String {
         let mut hex = String::with_capacity(16);
-        crate::data::key::push_hex(&mut hex, u128::from(self.0), 16);
+        self.push_hex(&mut hex);
         hex
+    }
+
+    /// Appends [`to_hex`](Self::to_hex)'s form to `out`.
+    pub(crate) fn push_hex(self, out: &mut String) {
+        crate::data::key::push_hex(out, u128::from(self.0), 16);
     }
 
     /// Parses [`to_hex`](Self::to_hex)'s form.
