@@ -23,7 +23,11 @@
 //! is rare: the lease is released (waking anyone who began waiting for it)
 //! and the script answers too, with the value and its time to live (and
 //! the touch of the clear version a hit makes). So the usual miss pays a
-//! `SET` and a `GET`, no `PTTL` and no `TOUCH` (the commit touches).
+//! `SET` and a `GET`, no `PTTL` and no `TOUCH` (the commit touches when
+//! its turn is due).
+//!
+//! Its grant is [`Lease::over_no_value`]: the `GET` under the new lease
+//! found none.
 
 use ::redis::Value;
 
@@ -78,7 +82,9 @@ impl RedisStore {
         let [set, value] = replies;
         match (answered(set)?, answered(value)?) {
             (Value::Nil, _) => Ok(None),
-            (Value::Okay, Value::Nil) => Ok(Some(Lookup::Granted(Lease::new(token.to_owned())))),
+            (Value::Okay, Value::Nil) => Ok(Some(Lookup::Granted(Lease::over_no_value(
+                token.to_owned(),
+            )))),
             (Value::Okay, Value::BulkString(_)) => {
                 // Present after all: the lease, taken for nothing, goes
                 // back, and the script reads the value with its expiry.

@@ -31,11 +31,22 @@
 //! those waiting for it, and those that may keep the value it replaces.
 //! A caller that finds the lease held (and will wait) sets the waiters
 //! mark; a commit over a present value may replace a copy kept anywhere.
-//! So `COMMIT` announces only when the mark was set or a value was
-//! present, and `RELEASE` (and a refused commit) only when the mark is
-//! set: the fill of a key that was absent, with no one waiting elsewhere,
-//! the usual cold miss, tells no one. (An L1 keeps a copy no longer than
-//! its value lives in the store, so an absent value has no copy to evict.)
+//! So `COMMIT` announces only when the mark was set or its lease was
+//! granted where a value may be present ([`Lease::over_value`]), and
+//! `RELEASE` (and a refused commit) only when the mark is set: the fill of
+//! a key that was absent at its grant, with no one waiting elsewhere, the
+//! usual cold miss, tells no one. (An L1 keeps a copy no longer than its
+//! value lives in the store, so an absent value has no copy to evict; and
+//! every cache's write of the key meanwhile drops the lease, so the commit
+//! is refused.) The grant knows what the commit would otherwise read again.
+//!
+//! [`Lease::over_value`]: crate::store::Lease::over_value
+//!
+//! **The clear version's touches.** An argument naming the clear
+//! version's copy may be empty: the script then does not touch it. The
+//! store names it only when its turn is due (see `read/touches.rs`), as
+//! for the plain reads' touches: one touch per copy per interval keeps it
+//! as warm as the entries under it, at Redis's one-second idle resolution.
 //!
 //! A write ends the server's client tracking of the key for the writer
 //! too, so a script that writes a key its caller goes on keeping (`COMMIT`
@@ -133,7 +144,7 @@ end
 /// value, `2` grant only over a present value whose embedded generation is
 /// ARGV[4], the empty string meaning "unframed, no generation"), expected
 /// generation, then the names of the lease, the waiters mark and the
-/// clear version's copy. Returns `{1, bytes, pttl}`
+/// clear version's copy (empty: no touch). Returns `{1, bytes, pttl}`
 /// (hit), `{2}` (granted), `{3, pttl}` (held, with the lease's time left)
 /// or `{4}` (changed).
 ///
@@ -156,8 +167,9 @@ end
 /// key over with the new token — so the lapsed leader's late commit is
 /// refused by `COMMIT`'s token check.
 ///
-/// The clear version's copy guards the entry: a hit touches it (see
-/// `Connection::touch`), so it is never colder than the entries it serves.
+/// The clear version's copy guards the entry: a hit touches it when its
+/// turn is due (see `Connection::touch`), so it is never colder than the
+/// entries it serves.
 /// A caller that finds the lease held and will wait for it (modes `0` and
 /// `1`; a refresh stands down) sets the waiters mark for at least as long
 /// as the lease key and its own fence time: the fill's end is announced
@@ -181,7 +193,9 @@ local lease, waiters, clear = ARGV[5], ARGV[6], ARGV[7]
 if ARGV[3] == '0' then
   local value = read(KEYS[1])
   if value then
-    redis.pcall('TOUCH', clear)
+    if clear ~= '' then
+      redis.pcall('TOUCH', clear)
+    end
     return {1, value, redis.call('PTTL', KEYS[1])}
   end
 elseif ARGV[3] == '2' then
@@ -232,9 +246,10 @@ return 1
 
 /// Fenced write (stored only while the lease key holds the caller's
 /// token, live or lapsed), unlock and notification: a stored value is
-/// announced when someone waits (the mark, which it clears) or it replaced
-/// a value; a refused one when someone waits. A stored value touches
-/// the clear version's copy guarding it (as `GET_OR_LEASE` does).
+/// announced when someone waits (the mark, which it clears) or the lease
+/// was granted where a value may be present; a refused one when someone
+/// waits. A stored value touches the clear version's copy guarding it (as
+/// `GET_OR_LEASE` does) when it is named.
 ///
 /// One key, `KEYS[1]`, the value; the others are arguments, as for
 /// `GET_OR_LEASE`: on Redis 7.0 every read inside a script makes client
@@ -244,9 +259,10 @@ return 1
 /// three runs each of `service_bench --space 20x --mix read`).
 ///
 /// ARGV: token, bytes (framed with the token as generation), ttl_ms, the
-/// names of the lease, the waiters mark and the clear version's copy,
-/// verb, channel, message. Returns 1 (stored) or 0 (refused: the lease key
-/// was taken over, deleted or expired).
+/// names of the lease, the waiters mark and the clear version's copy
+/// (empty: no touch), `1` if the lease was granted where a value may be
+/// present (else `0`), verb, channel, message. Returns 1 (stored) or 0
+/// (refused: the lease key was taken over, deleted or expired).
 pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_read!(),
@@ -255,11 +271,12 @@ pub(super) static COMMIT: LazyLock<Lua> = LazyLock::new(|| {
         r"
 local lease, waiters, clear = ARGV[4], ARGV[5], ARGV[6]
 if owns(lease) then
-  local replaced = redis.call('EXISTS', KEYS[1]) == 1
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  redis.pcall('TOUCH', clear)
+  if clear ~= '' then
+    redis.pcall('TOUCH', clear)
+  end
   redis.pcall('EXISTS', KEYS[1])
-  if redis.call('DEL', lease, waiters) == 2 or replaced then
+  if redis.call('DEL', lease, waiters) == 2 or ARGV[7] == '1' then
     announce('c')
   end
   return 1
@@ -295,19 +312,21 @@ return 0
 
 /// Unconditional write that drops the lease (so no fill in flight commits
 /// over it) and the waiters mark (the announcement wakes them), touching
-/// the clear version's copy (as `COMMIT` does). One key declared, the
-/// value, for the reason `COMMIT` gives.
+/// the clear version's copy when named (as `COMMIT` does). One key
+/// declared, the value, for the reason `COMMIT` gives.
 ///
 /// ARGV: bytes (framed with a new token as generation), ttl_ms, the names
-/// of the lease, the waiters mark and the clear version's copy, verb,
-/// channel, message. Returns 0.
+/// of the lease, the waiters mark and the clear version's copy (empty: no
+/// touch), verb, channel, message. Returns 0.
 pub(super) static SET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
         lua_announce!(),
         r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', ARGV[3], ARGV[4])
-redis.pcall('TOUCH', ARGV[5])
+if ARGV[5] ~= '' then
+  redis.pcall('TOUCH', ARGV[5])
+end
 redis.pcall('EXISTS', KEYS[1])
 announce('s')
 return 0

@@ -3,7 +3,7 @@
 //! the key's channel; and the names and tokens the operations use.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::redis::Value;
 
@@ -61,6 +61,27 @@ impl RedisStore {
     /// The clear version's copy guarding `key`'s entry.
     fn clear_copy(&self, key: &StoreKey) -> String {
         self.version_key(key.namespace(), self.version_home(key), "")
+    }
+
+    /// The clear version's copy a script reading or writing `key` touches:
+    /// named only when its turn is due (see `read/touches.rs`), else empty.
+    fn clear_copy_due(&self, key: &StoreKey) -> String {
+        match self.inner.reads.touch(&keys::ValueName::new(key)) {
+            Some(_) => self.clear_copy(key),
+            None => String::new(),
+        }
+    }
+
+    /// Remembers the expiry of the value this store just wrote to `key`
+    /// with `generation` and `ttl`, the write sent at `asked`: its time
+    /// to live began after that, so the deadline errs early, as a read's
+    /// does, and the next plain read of it needs no `PTTL`.
+    fn learn_written(&self, key: &StoreKey, generation: &str, ttl: Duration, asked: Instant) {
+        let id = keys::ValueName::new(key).id();
+        let lived = Duration::from_millis(super::ms(ttl));
+        self.inner
+            .expiries
+            .learn(id, &Arc::from(generation), lived, asked);
     }
 
     /// A fresh random lease token: 128 bits as 32 hex digits.
@@ -137,8 +158,8 @@ impl Store for RedisStore {
                     return Ok(granted);
                 }
             }
-            let clear = self.clear_copy(key);
-            let asked = std::time::Instant::now();
+            let clear = self.clear_copy_due(key);
+            let asked = Instant::now();
             let reply = self
                 .inner
                 .connection
@@ -168,6 +189,9 @@ impl Store for RedisStore {
                         self.went_ahead(ahead, &hit);
                         hit
                     }
+                    [Value::Int(2)] if request.grant == Grant::IfNoValue => {
+                        Ok(Lookup::Granted(Lease::over_no_value(token)))
+                    }
                     [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
                     [Value::Int(3), pttl] => Ok(Lookup::Held {
                         remaining: remaining(pttl),
@@ -180,8 +204,8 @@ impl Store for RedisStore {
         })
     }
 
-    /// A key whose value this store read and whose time to live, as
-    /// remembered from that read, is not over.
+    /// A key whose value this store read or wrote and whose time to live,
+    /// as remembered from then, is not over.
     fn recalls(&self, key: &StoreKey) -> bool {
         let id = keys::ValueName::new(key).id();
         self.inner.expiries.is_live(id)
@@ -245,7 +269,9 @@ impl Store for RedisStore {
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let framed = frame::frame(lease.token(), bytes);
-            let clear = self.clear_copy(key);
+            let clear = self.clear_copy_due(key);
+            let over_value: &[u8] = if lease.over_value() { b"1" } else { b"0" };
+            let asked = Instant::now();
             let reply = self
                 .inner
                 .connection
@@ -259,6 +285,7 @@ impl Store for RedisStore {
                         names.lease.as_bytes(),
                         names.waiters.as_bytes(),
                         clear.as_bytes(),
+                        over_value,
                         verb,
                         channel.as_bytes(),
                         message.as_bytes(),
@@ -267,6 +294,7 @@ impl Store for RedisStore {
                 )
                 .await?;
             Ok(if int("commit", &reply)? == 1 {
+                self.learn_written(key, lease.token(), ttl, asked);
                 Commit::Stored
             } else {
                 Commit::Refused
@@ -316,7 +344,8 @@ impl Store for RedisStore {
             let ttl_ms = millis(ttl);
             let generation = self.token();
             let framed = frame::frame(&generation, bytes);
-            let clear = self.clear_copy(key);
+            let clear = self.clear_copy_due(key);
+            let asked = Instant::now();
             let reply = self
                 .inner
                 .connection
@@ -337,6 +366,9 @@ impl Store for RedisStore {
                 )
                 .await?;
             let written = int("set", &reply).map(drop);
+            if written.is_ok() {
+                self.learn_written(key, &generation, ttl, asked);
+            }
             self.went_ahead(ahead, &written);
             written
         })

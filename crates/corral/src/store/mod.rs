@@ -252,19 +252,42 @@ pub(crate) fn new_token(rng: &mut fastrand::Rng) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     token: Arc<str>,
+    over_value: bool,
 }
 
 impl Lease {
-    /// A lease with this token (also the fence its commit must match).
+    /// A lease with this token (also the fence its commit must match),
+    /// granted where a value may be present: its commit may replace one.
     pub fn new(token: impl Into<Arc<str>>) -> Self {
         Self {
             token: token.into(),
+            over_value: true,
+        }
+    }
+
+    /// A lease with this token granted where no value was present. Until
+    /// its commit, the only writes of the key are ones that end the lease
+    /// (a write or an invalidation by the cache drops it, so the commit is
+    /// refused) or writes by something other than a cache: its commit
+    /// replaces no value any cache keeps, so a store need not tell other
+    /// caches of it.
+    pub fn over_no_value(token: impl Into<Arc<str>>) -> Self {
+        Self {
+            token: token.into(),
+            over_value: false,
         }
     }
 
     /// The lease's token.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// Whether the lease was granted where a value may be present
+    /// ([`new`](Self::new)) rather than where none was
+    /// ([`over_no_value`](Self::over_no_value)).
+    pub fn over_value(&self) -> bool {
+        self.over_value
     }
 }
 
@@ -372,9 +395,9 @@ pub trait Store: Send + Sync + Debug + 'static {
     fn get<'a>(&'a self, key: &'a StoreKey) -> BoxFuture<'a, Result<Option<Stored>, StoreError>>;
 
     /// Whether this store remembers `key` holding a value it expects to be
-    /// alive (read before, its time to live not yet over): a hint, never a
-    /// promise. A cache with an L1 asks such a key with a plain
-    /// [`get`](Store::get), a store's cheapest request, and any other key
+    /// alive (read or written before, its time to live not yet over): a
+    /// hint, never a promise. A cache with an L1 asks such a key with a
+    /// plain [`get`](Store::get), a store's cheapest request, and any other key
     /// with [`get_or_lease`](Store::get_or_lease), which answers a value or
     /// grants the lease in one request. The default remembers nothing.
     fn recalls(&self, key: &StoreKey) -> bool {

@@ -194,7 +194,10 @@ async fn concurrent_reads_of_distinct_keys_take_fewer_commands_than_reads() {
 
     // Keys read for the first time: each needs its PTTL, sent in the
     // batch's pipeline before its MGET.
-    let fresh = names_seeded(&store, "fresh", 20).await;
+    // Written by another process's store: this one knows none of their
+    // expiries (its own writes' it would).
+    let writer = connect(&server, config()).await;
+    let fresh = names_seeded(&writer, "fresh", 20).await;
     server.reset_stats();
     let keys: Vec<StoreKey> = fresh.iter().map(|name| key(name)).collect();
     let reads = within(
@@ -230,10 +233,11 @@ async fn names_seeded(store: &RedisStore, prefix: &str, n: usize) -> Vec<String>
 async fn a_lone_read_is_the_command_it_was() {
     let server = RedisServer::start();
     let store = connect(&server, config()).await;
-    let names = names_seeded(&store, "lone", 1).await;
+    let writer = connect(&server, config()).await;
+    let names = names_seeded(&writer, "lone", 1).await;
     let k = key(&names[0]);
     server.reset_stats();
-    // First read of the write: PTTL + GET.
+    // First read of another process's write: PTTL + GET.
     assert!(store.get(&k).await.expect("read").is_some());
     let stats = server.command_stats();
     assert_eq!(

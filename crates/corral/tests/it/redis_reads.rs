@@ -1,6 +1,8 @@
-//! How `RedisStore` reads: a write read once costs `PTTL` + `GET`; read
-//! again it is a plain `GET`, its remaining time aged from the first read;
-//! a new write is read with its own `PTTL` again. On a real redis-server.
+//! How `RedisStore` reads: another process's write read once costs `PTTL`
+//! + `GET`; read again it is a plain `GET`, its remaining time aged from
+//! the first read; a new write is read with its own `PTTL` again. A
+//! store's own writes are plain `GET`s from the start. On a real
+//! redis-server.
 
 use std::time::Duration;
 
@@ -23,18 +25,33 @@ fn count(server: &RedisServer, command: &str) -> u64 {
 #[tokio::test]
 async fn a_write_read_again_is_a_plain_get_until_it_changes() {
     let server = RedisServer::start();
-    let store = store(&server, RedisConfig::default()).await;
+    // Two processes' stores: the writer knows the expiry of what it wrote,
+    // the reader learns it from its first read.
+    let writer = store(&server, RedisConfig::default()).await;
+    let reader = store(&server, RedisConfig::default()).await;
     let key = StoreKey::new("reads:v1", "k");
-    store
+    writer
         .set(&key, b"first", Duration::from_secs(60), ORIGIN)
         .await
         .expect("set");
 
     server.reset_stats();
-    let first = store.get(&key).await.expect("read").expect("present");
+    let own = writer.get(&key).await.expect("read").expect("present");
+    assert_eq!(own.bytes, b"first");
+    let left = own.remaining.expect("ttl");
+    assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(55), "{left:?}");
+    assert_eq!(
+        (count(&server, "pttl"), count(&server, "get")),
+        (0, 1),
+        "its own write: a plain GET"
+    );
+
+    server.reset_stats();
+    let first = reader.get(&key).await.expect("read").expect("present");
+    assert_eq!(first.generation, own.generation);
     assert_eq!((count(&server, "pttl"), count(&server, "get")), (1, 1));
     for _ in 0..5 {
-        let again = store.get(&key).await.expect("read").expect("present");
+        let again = reader.get(&key).await.expect("read").expect("present");
         assert_eq!(again.bytes, b"first");
         assert_eq!(again.generation, first.generation);
         let (left, before) = (again.remaining.expect("ttl"), first.remaining.expect("ttl"));
@@ -46,13 +63,14 @@ async fn a_write_read_again_is_a_plain_get_until_it_changes() {
         "read again: plain GETs"
     );
 
-    // Another write: its generation is new, so its own PTTL is read.
-    store
+    // Another write: its generation is new, so the reader reads its own
+    // PTTL; the writer needs none.
+    writer
         .set(&key, b"second", Duration::from_secs(5), ORIGIN)
         .await
         .expect("set");
     server.reset_stats();
-    let second = store.get(&key).await.expect("read").expect("present");
+    let second = reader.get(&key).await.expect("read").expect("present");
     assert_eq!(second.bytes, b"second");
     assert_ne!(second.generation, first.generation);
     let left = second.remaining.expect("ttl");
@@ -61,11 +79,14 @@ async fn a_write_read_again_is_a_plain_get_until_it_changes() {
         "the new write's TTL: {left:?}"
     );
     assert_eq!(count(&server, "pttl"), 1);
-    let _ = store.get(&key).await.expect("read");
+    let _ = reader.get(&key).await.expect("read");
+    let own = writer.get(&key).await.expect("read").expect("present");
+    assert_eq!(own.generation, second.generation);
+    assert!(own.remaining.expect("ttl") <= Duration::from_secs(5));
     assert_eq!(count(&server, "pttl"), 1, "then plain GETs again");
 
-    store.invalidate(&key, ORIGIN).await.expect("invalidate");
-    assert!(store.get(&key).await.expect("read").is_none());
+    writer.invalidate(&key, ORIGIN).await.expect("invalidate");
+    assert!(reader.get(&key).await.expect("read").is_none());
 }
 
 #[tokio::test]

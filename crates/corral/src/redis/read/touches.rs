@@ -8,8 +8,9 @@
 //! then never idle more than a quarter second longer than the last entry
 //! read under it. So a read touches the copy only when its turn is due,
 //! and otherwise sends exactly what it sent before (a lone `GET` stays a
-//! lone `GET`). The lease script touches on every hit: inside a script
-//! it costs no reply and no round trip.
+//! lone `GET`). The scripts that read or write a value (the lease
+//! request's hit, the commit, the write) take the same turns: they name
+//! the copy only when it is due.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

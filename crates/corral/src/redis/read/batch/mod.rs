@@ -307,10 +307,10 @@ impl Reads {
         }
     }
 
-    /// The clear version's copy a lone read of `name` touches, if its turn
-    /// is due ([`Touches`]).
+    /// The clear version's copy a lone read (or a script) of `name`
+    /// touches, if its turn is due ([`Touches`]).
     #[inline]
-    fn touch<'a>(&self, name: &ValueName<'a>) -> Option<ClearCopy<'a>> {
+    pub(in crate::redis) fn touch<'a>(&self, name: &ValueName<'a>) -> Option<ClearCopy<'a>> {
         let copy = ClearCopy::of(name, self.shared.connection.is_cluster());
         copy.due(|base| self.shared.touches.due(base))
             .then_some(copy)
