@@ -39,7 +39,10 @@ async fn a_write_read_again_is_a_plain_get_until_it_changes() {
     let own = writer.get(&key).await.expect("read").expect("present");
     assert_eq!(own.bytes, b"first");
     let left = own.remaining.expect("ttl");
-    assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(55), "{left:?}");
+    assert!(
+        left <= Duration::from_secs(60) && left > Duration::from_secs(55),
+        "{left:?}"
+    );
     assert_eq!(
         (count(&server, "pttl"), count(&server, "get")),
         (0, 1),
