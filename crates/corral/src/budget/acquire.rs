@@ -21,7 +21,9 @@ use crate::tier::shared::SharedTier;
 pub(crate) struct Permit {
     budget: FillBudget,
     _local: LocalPermit,
-    _fleet: Option<FleetPermit>,
+    /// Boxed: a fleet permit is rare (a fleet budget) and large (its key,
+    /// lease and renewal task), and every granted wait carries the field.
+    _fleet: Option<Box<FleetPermit>>,
 }
 
 impl Permit {
@@ -108,7 +110,7 @@ impl FillBudget {
                     () = &mut deserted => return self.abandoned(started),
                 };
                 match taken {
-                    Ok(permit) => (Some(permit), Some(Ok(()))),
+                    Ok(permit) => (Some(Box::new(permit)), Some(Ok(()))),
                     Err(None) => return self.overloaded(started),
                     Err(Some(error)) => (None, Some(Err(Box::new(error)))),
                 }

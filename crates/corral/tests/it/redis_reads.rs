@@ -1,7 +1,7 @@
-//! How `RedisStore` reads: another process's write read once costs `PTTL`
-//! + `GET`; read again it is a plain `GET`, its remaining time aged from
-//! the first read; a new write is read with its own `PTTL` again. A
-//! store's own writes are plain `GET`s from the start. On a real
+//! How `RedisStore` reads: another process's write read once costs a
+//! `PTTL` and a `GET`; read again it is a plain `GET`, its remaining time
+//! aged from the first read; a new write is read with its own `PTTL`
+//! again. A store's own writes are plain `GET`s from the start. On a real
 //! redis-server.
 
 use std::time::Duration;
