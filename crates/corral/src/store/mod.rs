@@ -397,9 +397,10 @@ pub trait Store: Send + Sync + Debug + 'static {
     /// Whether this store remembers `key` holding a value it expects to be
     /// alive (read or written before, its time to live not yet over): a
     /// hint, never a promise. A cache with an L1 asks such a key with a
-    /// plain [`get`](Store::get), a store's cheapest request, and any other key
-    /// with [`get_or_lease`](Store::get_or_lease), which answers a value or
-    /// grants the lease in one request. The default remembers nothing.
+    /// plain [`get`](Store::get), a store's cheapest request, and any
+    /// other key with [`get_or_lease`](Store::get_or_lease), which answers
+    /// a value or grants the lease in one request. The default remembers
+    /// nothing.
     fn recalls(&self, key: &StoreKey) -> bool {
         let _ = key;
         false
