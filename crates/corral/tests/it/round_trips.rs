@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use corral::{Cache, RedisConfig, RedisStore};
-use corral_testkit::{until, Executed, Gate, RedisServer};
+use corral_testkit::{until, Executed, Gate, Monitor, RedisServer};
 
 use crate::support::l1_cache;
 
@@ -92,6 +92,17 @@ fn named(command: &Executed) -> String {
 
 fn names(commands: &[Executed]) -> Vec<String> {
     commands.iter().map(named).collect()
+}
+
+/// The commands recorded since the last call, but the `TOUCH`es of clear
+/// versions a read sends only when their turn is due
+/// (`redis/read/touches.rs`).
+fn untouched(monitor: &mut Monitor<'_>) -> Vec<Executed> {
+    monitor
+        .commands()
+        .into_iter()
+        .filter(|command| command.name() != "TOUCH")
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,11 +291,7 @@ async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
     // Pipelined with the read, the touch of the clear version guarding the
     // entry when its turn is due (the lease request's hit took the turn a
     // moment ago: `redis/read/touches.rs`); left out here.
-    let commands: Vec<Executed> = monitor
-        .commands()
-        .into_iter()
-        .filter(|command| command.name() != "TOUCH")
-        .collect();
+    let commands = untouched(&mut monitor);
     assert_eq!(
         names(&commands),
         [
@@ -302,11 +309,7 @@ async fn an_l1_miss_on_a_value_the_store_recalls_is_one_plain_get() {
     // knows its expiry from the commit and reads it plainly at once.
     let third = l1_cache(&store, "recall");
     assert_eq!(third.get_or_fill("k", never).await.expect("hit"), "v");
-    let commands: Vec<Executed> = monitor
-        .commands()
-        .into_iter()
-        .filter(|command| command.name() != "TOUCH")
-        .collect();
+    let commands = untouched(&mut monitor);
     assert_eq!(names(&commands), ["GET", "TAG_VERSIONS"], "{commands:#?}");
     assert_eq!(third.stats().l2_hits, 1);
     assert_eq!(
@@ -350,11 +353,7 @@ async fn a_miss_where_reads_mostly_hit_is_a_plain_read_a_plain_lease_and_the_com
     );
     // A plain read may carry the `TOUCH` of the clear version guarding the
     // entry (when its turn is due: `redis/read/touches.rs`); left out here.
-    let commands: Vec<Executed> = monitor
-        .commands()
-        .into_iter()
-        .filter(|command| command.name() != "TOUCH")
-        .collect();
+    let commands = untouched(&mut monitor);
     assert_eq!(
         names(&commands),
         [
