@@ -58,26 +58,23 @@ impl RedisStore {
         }
     }
 
-    /// The clear version's copy guarding `key`'s entry.
-    fn clear_copy(&self, key: &StoreKey) -> String {
+    /// The name of the clear version's copy guarding the entry of value
+    /// `name` that a script reading or writing it touches: given only when
+    /// its turn is due (see `read/touches.rs`), else empty.
+    fn clear_copy_due(&self, name: &keys::ValueName<'_>) -> String {
+        if self.inner.reads.touch(name).is_none() {
+            return String::new();
+        }
+        let key = name.key();
         self.version_key(key.namespace(), self.version_home(key), "")
     }
 
-    /// The clear version's copy a script reading or writing `key` touches:
-    /// named only when its turn is due (see `read/touches.rs`), else empty.
-    fn clear_copy_due(&self, key: &StoreKey) -> String {
-        match self.inner.reads.touch(&keys::ValueName::new(key)) {
-            Some(_) => self.clear_copy(key),
-            None => String::new(),
-        }
-    }
-
-    /// Remembers the expiry of the value this store just wrote to `key`
-    /// with `generation` and `ttl`, the write sent at `asked`: its time
-    /// to live began after that, so the deadline errs early, as a read's
-    /// does, and the next plain read of it needs no `PTTL`.
-    fn learn_written(&self, key: &StoreKey, generation: &str, ttl: Duration, asked: Instant) {
-        let id = keys::ValueName::new(key).id();
+    /// Remembers the expiry of the value this store just wrote (`id`, as
+    /// [`ValueName::id`](keys::ValueName::id)) with `generation` and `ttl`,
+    /// the write sent at `asked`: its time to live began after that, so the
+    /// deadline errs early, as a read's does, and the next plain read of it
+    /// needs no `PTTL`.
+    fn learn_written(&self, id: u64, generation: &str, ttl: Duration, asked: Instant) {
         let lived = Duration::from_millis(super::ms(ttl));
         self.inner
             .expiries
@@ -149,7 +146,8 @@ impl Store for RedisStore {
             let token = self.token();
             let grant = grant::lease_value(&token, request);
             let fence_ms = millis(request.fence_ttl);
-            let id = keys::ValueName::new(key).id();
+            let value_name = keys::ValueName::new(key);
+            let id = value_name.id();
             if request.grant == Grant::IfNoValue && self.inner.absences.take(id) {
                 // A grant, like the script's, reads nothing kept: no
                 // `went_ahead`.
@@ -158,7 +156,7 @@ impl Store for RedisStore {
                     return Ok(granted);
                 }
             }
-            let clear = self.clear_copy_due(key);
+            let clear = self.clear_copy_due(&value_name);
             let asked = Instant::now();
             let reply = self
                 .inner
@@ -269,7 +267,8 @@ impl Store for RedisStore {
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
             let framed = frame::frame(lease.token(), bytes);
-            let clear = self.clear_copy_due(key);
+            let value_name = keys::ValueName::new(key);
+            let clear = self.clear_copy_due(&value_name);
             let over_value: &[u8] = if lease.over_value() { b"1" } else { b"0" };
             let asked = Instant::now();
             let reply = self
@@ -294,7 +293,7 @@ impl Store for RedisStore {
                 )
                 .await?;
             Ok(if int("commit", &reply)? == 1 {
-                self.learn_written(key, lease.token(), ttl, asked);
+                self.learn_written(value_name.id(), lease.token(), ttl, asked);
                 Commit::Stored
             } else {
                 Commit::Refused
@@ -344,7 +343,8 @@ impl Store for RedisStore {
             let ttl_ms = millis(ttl);
             let generation = self.token();
             let framed = frame::frame(&generation, bytes);
-            let clear = self.clear_copy_due(key);
+            let value_name = keys::ValueName::new(key);
+            let clear = self.clear_copy_due(&value_name);
             let asked = Instant::now();
             let reply = self
                 .inner
@@ -367,7 +367,7 @@ impl Store for RedisStore {
                 .await?;
             let written = int("set", &reply).map(drop);
             if written.is_ok() {
-                self.learn_written(key, &generation, ttl, asked);
+                self.learn_written(value_name.id(), &generation, ttl, asked);
             }
             self.went_ahead(ahead, &written);
             written
