@@ -22,10 +22,11 @@
 //! replicas as such, so a value's named expiry holds on a promoted replica
 //! as it does on the server that wrote it.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
-use ::redis::{RedisResult, Value};
+use ::redis::Value;
 
 /// One reading of the server's clock.
 #[derive(Clone, Copy, Debug)]
@@ -37,22 +38,33 @@ pub(in crate::redis) struct ServerClock {
 }
 
 impl ServerClock {
-    /// The server's clock, read with `TIME` on `conn` within `timeout`:
-    /// `Ok(None)` where no reading came in time, an error where the server
-    /// answered with one (an ACL without `+time`). Without a reading,
-    /// values are read with their `PTTL`.
+    /// The server's clock, read with `TIME` on `conn` within `timeout`;
+    /// `None` where no reading came: no answer in time, a broken
+    /// connection (which its next call finds out), or a server that
+    /// refuses `TIME` (an ACL without `+time`), which sets `refused`, and
+    /// then is not asked again. Without a reading, values are read with
+    /// their `PTTL`.
     pub(in crate::redis) async fn read(
         conn: &mut MultiplexedConnection,
         timeout: Duration,
-    ) -> RedisResult<Option<Self>> {
+        refused: &AtomicBool,
+    ) -> Option<Self> {
+        if refused.load(Ordering::Relaxed) {
+            return None;
+        }
         let sent = Instant::now();
-        let Ok(reply) =
-            tokio::time::timeout(timeout, conn.req_packed_command(&::redis::cmd("TIME"))).await
-        else {
-            return Ok(None);
-        };
-        let reply = reply.and_then(Value::extract_error)?;
-        Ok(Self::of_reply(sent, Instant::now(), &reply))
+        let reply = tokio::time::timeout(timeout, conn.req_packed_command(&::redis::cmd("TIME")))
+            .await
+            .ok()?;
+        match reply.and_then(Value::extract_error) {
+            Ok(reply) => Self::of_reply(sent, Instant::now(), &reply),
+            Err(error) => {
+                if !error.is_unrecoverable_error() {
+                    refused.store(true, Ordering::Relaxed);
+                }
+                None
+            }
+        }
     }
 
     /// The reading of a `TIME` reply (`[seconds, microseconds]`), sent at

@@ -444,21 +444,23 @@ async fn connect_once(
     time_refused: &AtomicBool,
 ) -> RedisResult<(Made, Option<ServerClock>)> {
     let mut made = tracker.connect(source, config, timeout).await?;
-    if time_refused.load(Ordering::Relaxed) {
-        return Ok((made, None));
-    }
-    // No answer in time, or a broken connection (which its first call
-    // finds out): no reading.
-    let clock = match ServerClock::read(&mut made.conn, timeout).await {
-        Ok(clock) => clock,
-        Err(error) => {
-            if !error.is_unrecoverable_error() {
-                time_refused.store(true, Ordering::Relaxed);
-            }
-            None
-        }
-    };
+    let clock = ServerClock::read(&mut made.conn, timeout, time_refused).await;
     Ok((made, clock))
+}
+
+/// Keeps `clock`, a reading taken on the connection of `epoch`, if that is
+/// still the current one.
+fn keep_reading(shared: &Shared, epoch: u64, clock: ServerClock) {
+    if let State::Up {
+        epoch: current,
+        clock: kept,
+        ..
+    } = &mut *write(&shared.state)
+    {
+        if *current == epoch {
+            *kept = Some(clock);
+        }
+    }
 }
 
 /// Puts the connection `attempt` made in use (as epoch `epoch + 1`), or
@@ -516,8 +518,9 @@ fn say_connected(store: &str, reason: Reason, failures: u64, began: Instant) {
 /// its server's `ROLE` (`PING` once the server refused `ROLE`): an answer
 /// that names a replica leaves it ([`leave_replica`]); no answer (an error
 /// reply is an answer) within `health_timeout` replaces it ([`replace`]).
-/// Ends with the store (the task holds it only while it judges or
-/// replaces, not across its pauses or the check).
+/// Ends with the store (the task holds it only while it reads the
+/// server's clock, judges or replaces, not across its pauses or the
+/// check).
 async fn heartbeat(weak: Weak<Shared>) {
     let Some(interval) = weak.upgrade().map(|s| s.reconnect.health_interval) else {
         return;
@@ -525,7 +528,7 @@ async fn heartbeat(weak: Weak<Shared>) {
     let (role, ping) = (::redis::cmd("ROLE"), ::redis::cmd("PING"));
     loop {
         tokio::time::sleep(interval).await;
-        let (mut conn, epoch, timeout, asks_role, asks_time) = {
+        let (mut conn, epoch, timeout, asks_role) = {
             let Some(shared) = weak.upgrade() else {
                 return;
             };
@@ -537,22 +540,14 @@ async fn heartbeat(weak: Weak<Shared>) {
                 *epoch,
                 shared.reconnect.health_timeout,
                 !shared.role_refused.load(Ordering::Relaxed),
-                !shared.time_refused.load(Ordering::Relaxed),
             )
         };
         let check = if asks_role { &role } else { &ping };
         let answer = tokio::time::timeout(timeout, conn.req_packed_command(check)).await;
-        // A fresh reading of the server's clock keeps the drift between
-        // the clocks to one interval's; a server that refused it is not
-        // asked again.
-        let clock = match &answer {
-            Ok(Ok(_)) if asks_time => ServerClock::read(&mut conn, timeout).await,
-            _ => Ok(None),
-        };
-        drop(conn);
         let Some(shared) = weak.upgrade() else {
             return;
         };
+        let fine = matches!(answer, Ok(Ok(_)));
         // The one rule of `unanswered`: it starts afresh when the server
         // answers a health check (an error reply is an answer), the silence
         // it warns of being over. Nothing else resets it: a connection made
@@ -566,27 +561,6 @@ async fn heartbeat(weak: Weak<Shared>) {
         if answered {
             shared.unanswered.reset();
             shared.tracker.answered();
-        }
-        let clock = match clock {
-            Ok(clock) => clock,
-            Err(error) => {
-                if !error.is_unrecoverable_error() {
-                    shared.time_refused.store(true, Ordering::Relaxed);
-                }
-                None
-            }
-        };
-        if let Some(reading) = clock {
-            if let State::Up {
-                epoch: current,
-                clock,
-                ..
-            } = &mut *write(&shared.state)
-            {
-                if *current == epoch {
-                    *clock = Some(reading);
-                }
-            }
         }
         match answer {
             Ok(Ok(reply)) if asks_role => judge_role(&shared, epoch, reply.extract_error()),
@@ -615,6 +589,13 @@ async fn heartbeat(weak: Weak<Shared>) {
                 // is made (none may be, for as long as a partition lasts).
                 shared.tracker.silent();
                 replace(&shared, epoch).await;
+            }
+        }
+        // A fresh reading of the server's clock keeps the drift between
+        // the clocks to one interval's.
+        if fine {
+            if let Some(clock) = ServerClock::read(&mut conn, timeout, &shared.time_refused).await {
+                keep_reading(&shared, epoch, clock);
             }
         }
     }
