@@ -90,8 +90,9 @@ impl RedisServer {
 ///   `SUBSCRIBE`s and keep-alive `PING`s): a connection that `CLIENT LIST`
 ///   flags `P`, or that sent a `SUBSCRIBE`-family command, is left out
 ///   whole;
-/// - a bare `PING` or `ROLE` (no argument) from any connection: a health
-///   check on its own schedule, not part of the operation a test records;
+/// - a bare `PING`, `ROLE` or `TIME` (no argument) from any connection: a
+///   health check (and its reading of the server's clock) on its own
+///   schedule, not part of the operation a test records;
 /// - the recorder's own marker connection (`CLIENT LIST`, `ECHO`);
 /// - script commands, which are kept with the command that ran them.
 ///
@@ -189,7 +190,9 @@ impl<'a> Monitor<'a> {
                 continue;
             }
             if args.len() == 1
-                && (args[0].eq_ignore_ascii_case("PING") || args[0].eq_ignore_ascii_case("ROLE"))
+                && ["PING", "ROLE", "TIME"]
+                    .iter()
+                    .any(|check| args[0].eq_ignore_ascii_case(check))
             {
                 continue;
             }
@@ -354,6 +357,7 @@ mod tests {
         // argument is kept.
         server.request(&["PING"]);
         server.cli(&["ROLE"]);
+        server.cli(&["TIME"]);
         server.request(&["PING", "hello"]);
 
         let commands = monitor.commands();

@@ -6,7 +6,9 @@
 //!  0     1    tag 0xC0 (a byte that never occurs in UTF-8 text)
 //!  1     1    n: length of the generation token, 1..=64
 //!  2     n    the token: lowercase hex digits (the lease token of a
-//!             commit, a fresh random token of a `set`)
+//!             commit, a fresh random token of a `set`), followed, where
+//!             the writer knew the server's clock, by 12 more: the
+//!             value's expiry on that clock (see `with_expiry`)
 //!  2+n   ...  the envelope bytes, unchanged
 //! ```
 //!
@@ -67,6 +69,33 @@ pub(super) fn frame(token: &str, envelope: &[u8]) -> Vec<u8> {
     framed
 }
 
+/// The length of the random tokens `RedisStore` draws.
+pub(super) const DRAWN: usize = 32;
+
+/// Hex digits of an expiry in a generation: 48 bits of milliseconds.
+const EXPIRY_DIGITS: usize = 12;
+
+/// The generation of a write of drawn `token` (32 hex digits) that expires
+/// at `expiry_ms` on the server's clock (see [`clock`](super::clock)): the
+/// token, then the expiry in 12 hex digits. Any generation is compared
+/// whole, so it stays one write's own; a reader that finds the expiry in
+/// it needs no `PTTL`. Past 48 bits, the token alone.
+pub(super) fn with_expiry(token: &str, expiry_ms: u64) -> String {
+    if expiry_ms >> (4 * EXPIRY_DIGITS) != 0 {
+        return token.to_owned();
+    }
+    format!("{token}{expiry_ms:012x}")
+}
+
+/// The expiry (ms, on the server's clock) a generation names: one of
+/// [`with_expiry`]'s, a drawn token and 12 hex digits.
+pub(super) fn expiry_of(generation: &str) -> Option<u64> {
+    if generation.len() != DRAWN + EXPIRY_DIGITS || !is_token(generation.as_bytes()) {
+        return None;
+    }
+    u64::from_str_radix(&generation[DRAWN..], 16).ok()
+}
+
 /// Splits a stored value into its envelope bytes and its generation
 /// (`None` for an unframed value), reusing the buffer.
 pub(super) fn unframe(mut bytes: Vec<u8>) -> (Vec<u8>, Option<Arc<str>>) {
@@ -81,10 +110,10 @@ pub(super) fn unframe(mut bytes: Vec<u8>) -> (Vec<u8>, Option<Arc<str>>) {
 }
 
 /// The envelope bytes of a stored value framed with exactly `token` (a
-/// valid token), reusing the buffer; `None` for any other value. What
-/// [`unframe`] gives when the generation is `token`, without checking the
-/// token's digits again or building a string of it.
-pub(super) fn unframe_as(mut bytes: Vec<u8>, token: &str) -> Option<Vec<u8>> {
+/// valid token), reusing the buffer; the value untouched if it is any
+/// other. What [`unframe`] gives when the generation is `token`, without
+/// checking the token's digits again or building a string of it.
+pub(super) fn unframe_as(mut bytes: Vec<u8>, token: &str) -> Result<Vec<u8>, Vec<u8>> {
     let framed = match bytes.as_slice() {
         [TAG, n, rest @ ..] => {
             usize::from(*n) == token.len() && rest.get(..token.len()) == Some(token.as_bytes())
@@ -92,10 +121,10 @@ pub(super) fn unframe_as(mut bytes: Vec<u8>, token: &str) -> Option<Vec<u8>> {
         _ => false,
     };
     if !framed {
-        return None;
+        return Err(bytes);
     }
     strip(&mut bytes, 2 + token.len());
-    Some(bytes)
+    Ok(bytes)
 }
 
 /// Removes the first `header` bytes (at most `bytes.len()`) in place: the
@@ -175,21 +204,51 @@ mod tests {
         let framed = frame(TOKEN, b"CRL\0 envelope");
         assert_eq!(
             unframe_as(framed.clone(), TOKEN).as_deref(),
-            Some(&b"CRL\0 envelope"[..])
+            Ok(&b"CRL\0 envelope"[..])
         );
         let other = "1123456789abcdef0123456789abcdef";
-        assert_eq!(unframe_as(framed.clone(), other), None);
-        assert_eq!(
-            unframe_as(framed[..2 + TOKEN.len() - 1].to_vec(), TOKEN),
-            None
-        );
+        assert_eq!(unframe_as(framed.clone(), other), Err(framed.clone()));
+        let short = framed[..2 + TOKEN.len() - 1].to_vec();
+        assert_eq!(unframe_as(short.clone(), TOKEN), Err(short));
         assert_eq!(
             unframe_as(frame(TOKEN, b"").to_vec(), TOKEN),
-            Some(Vec::new())
+            Ok(Vec::new())
         );
-        assert_eq!(unframe_as(frame(&TOKEN[1..], b"e"), TOKEN), None);
-        assert_eq!(unframe_as(b"CRL\0legacy".to_vec(), TOKEN), None);
-        assert_eq!(unframe_as(Vec::new(), TOKEN), None);
+        let shorter = frame(&TOKEN[1..], b"e");
+        assert_eq!(unframe_as(shorter.clone(), TOKEN), Err(shorter));
+        assert_eq!(
+            unframe_as(b"CRL\0legacy".to_vec(), TOKEN),
+            Err(b"CRL\0legacy".to_vec())
+        );
+        assert_eq!(unframe_as(Vec::new(), TOKEN), Err(Vec::new()));
+    }
+
+    #[test]
+    fn a_generation_may_name_its_expiry() {
+        let expiry = 1_700_000_001_260;
+        let generation = with_expiry(TOKEN, expiry);
+        assert_eq!(generation.len(), DRAWN + EXPIRY_DIGITS);
+        assert!(generation.starts_with(TOKEN));
+        assert_eq!(expiry_of(&generation), Some(expiry));
+        // Framed, it is a generation like any other (the Lua rule too: at
+        // most 64 lowercase hex digits).
+        let (bytes, read) = unframe(frame(&generation, b"e"));
+        assert_eq!(
+            (bytes.as_slice(), read.as_deref()),
+            (&b"e"[..], Some(&*generation))
+        );
+        assert_eq!(expiry_of(TOKEN), None, "a drawn token alone names none");
+        assert_eq!(expiry_of(&generation.to_uppercase()), None);
+        assert_eq!(expiry_of(&generation[1..]), None);
+        assert_eq!(
+            with_expiry(TOKEN, 1 << 48),
+            TOKEN,
+            "past 48 bits: the token"
+        );
+        assert_eq!(
+            expiry_of(&with_expiry(TOKEN, (1 << 48) - 1)),
+            Some((1 << 48) - 1)
+        );
     }
 
     #[test]

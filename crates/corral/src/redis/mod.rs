@@ -15,6 +15,7 @@
 //! | `tracking/` | client tracking: turned on for each command connection, its invalidations handed to the caches, the flushes, the fallback |
 //! | `keys.rs`, `frame.rs`, `scripts.rs`, `errors.rs` | key names, the value frame, the Lua scripts, errors |
 
+mod clock;
 mod config;
 mod conn;
 mod connect;

@@ -81,6 +81,17 @@ impl RedisStore {
             .learn(id, &Arc::from(generation), lived, asked);
     }
 
+    /// The generation a write of `token` living `ttl`, sent at `at`, frames
+    /// its value with: the token, and the value's expiry on the server's
+    /// clock where this store has a reading of it (see
+    /// [`frame::with_expiry`]), so that its readers need no `PTTL`.
+    fn generation_of(&self, token: &str, ttl: Duration, at: Instant) -> String {
+        match self.inner.connection.server_clock() {
+            Some(clock) => frame::with_expiry(token, clock.expiry(super::ms(ttl), at)),
+            None => token.to_owned(),
+        }
+    }
+
     /// A fresh random lease token: 128 bits as 32 hex digits.
     fn token(&self) -> String {
         crate::store::new_token(&mut lock_std(&self.inner.rng))
@@ -266,11 +277,12 @@ impl Store for RedisStore {
             let (verb, channel) = self.key_channel(key.namespace(), &names);
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
-            let framed = frame::frame(lease.token(), bytes);
+            let asked = Instant::now();
+            let generation = self.generation_of(lease.token(), ttl, asked);
+            let framed = frame::frame(&generation, bytes);
             let value_name = keys::ValueName::new(key);
             let clear = self.clear_copy_due(&value_name);
             let over_value: &[u8] = if lease.over_value() { b"1" } else { b"0" };
-            let asked = Instant::now();
             let reply = self
                 .inner
                 .connection
@@ -293,7 +305,7 @@ impl Store for RedisStore {
                 )
                 .await?;
             Ok(if int("commit", &reply)? == 1 {
-                self.learn_written(value_name.id(), lease.token(), ttl, asked);
+                self.learn_written(value_name.id(), &generation, ttl, asked);
                 Commit::Stored
             } else {
                 Commit::Refused
@@ -341,11 +353,11 @@ impl Store for RedisStore {
             let (verb, channel) = self.key_channel(key.namespace(), &names);
             let message = message(origin, key.key());
             let ttl_ms = millis(ttl);
-            let generation = self.token();
+            let asked = Instant::now();
+            let generation = self.generation_of(&self.token(), ttl, asked);
             let framed = frame::frame(&generation, bytes);
             let value_name = keys::ValueName::new(key);
             let clear = self.clear_copy_due(&value_name);
-            let asked = Instant::now();
             let reply = self
                 .inner
                 .connection

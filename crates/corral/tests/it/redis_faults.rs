@@ -35,26 +35,28 @@ fn cache(store: &RedisStore, lease: Duration) -> Cache<String> {
 }
 
 /// Commands Redis counts when corral's scripts run them: not round trips.
-/// (`get` and `pttl` are also the pipelined read: see [`round_trips`];
-/// `touch`, of the clear version, rides in a read's pipeline or in the
-/// lease script.)
+/// (`get` is also the plain read and the plain lease's check, `pttl` the
+/// read of bytes that name no expiry: see [`round_trips`]; `touch`, of the
+/// clear version, rides in a read's pipeline or in the lease script.)
 const INSIDE_SCRIPTS: [&str; 8] = [
     "get", "set", "del", "pexpire", "pttl", "publish", "touch", "exists",
 ];
 /// Not an operation's traffic: the health checks (the subscriber's `PING`,
-/// the command connection's `ROLE`) and the fixture's own `CONFIG
-/// RESETSTAT`.
-const NOT_OPERATIONS: [&str; 4] = ["ping", "role", "subscribe", "config|resetstat"];
+/// the command connection's `ROLE` and its reading of the server's clock,
+/// `TIME`) and the fixture's own `CONFIG RESETSTAT`.
+const NOT_OPERATIONS: [&str; 5] = ["ping", "role", "time", "subscribe", "config|resetstat"];
 
-/// Round trips since the last reset: top-level commands (scripts), plus the
-/// plain reads — one pipelined `PTTL` + `GET` each, counted by their `PTTL`
-/// — plus `plain_leases`, the plain lease requests (`SET NX` + `GET`, one
-/// pipeline each: a leader's request right after its own read found the
-/// key absent), which commandstats cannot tell from the scripts' own
-/// commands. A script answering "lease held" runs one `PTTL` too, and the
-/// versions script one per version it finds: `held` is how many such
-/// `PTTL`s there were.
-fn round_trips(stats: &BTreeMap<String, u64>, held: u64, plain_leases: u64) -> u64 {
+/// Round trips since the last reset: top-level commands (scripts, `MGET`
+/// batches), plus the reads of bytes that name no expiry — one pipelined
+/// `PTTL` + `GET` each, counted by their `PTTL` — plus `plain`, the plain
+/// requests the caller knows were made: reads sent alone (a `GET`) and
+/// plain lease requests (`SET NX` + `GET`, one pipeline each: a leader's
+/// request right after its own read found the key absent), which
+/// commandstats cannot tell from the scripts' own `GET` and `SET`. A
+/// script answering "lease held" runs one `PTTL` too, and the versions
+/// script one per version it finds: `held` is how many such `PTTL`s there
+/// were.
+fn round_trips(stats: &BTreeMap<String, u64>, held: u64, plain: u64) -> u64 {
     let scripts: u64 = stats
         .iter()
         .filter(|(name, _)| {
@@ -63,7 +65,7 @@ fn round_trips(stats: &BTreeMap<String, u64>, held: u64, plain_leases: u64) -> u
         .map(|(_, calls)| calls)
         .sum();
     let reads = stats.get("pttl").copied().unwrap_or(0).saturating_sub(held);
-    scripts + reads + plain_leases
+    scripts + reads + plain
 }
 
 fn ok(value: &str) -> impl FnOnce() -> std::future::Ready<Result<String, String>> + Send + 'static {
@@ -88,9 +90,16 @@ async fn round_trips_per_operation() {
     cache.get_or_fill("cold", ok("v")).await.expect("cold miss");
     let stats = server.command_stats();
     assert_eq!(
-        round_trips(&stats, 0, 1),
+        round_trips(&stats, 0, 2),
         3,
         "leader cold miss: the first read, lease + commit; {stats:?}"
+    );
+    // The first read's `GET`, the plain lease's and the commit's own (its
+    // fence); no `PTTL` anywhere.
+    assert_eq!(
+        (stats.get("get"), stats.get("pttl")),
+        (Some(&3), None),
+        "{stats:?}"
     );
     assert_eq!(
         stats.get("evalsha"),
@@ -187,12 +196,12 @@ async fn round_trips_per_operation() {
     assert_eq!(other.stats().lease_waits, 1);
     assert_eq!(stats.get("evalsha"), Some(&4), "{stats:?}");
     assert_eq!(stats.get("mget"), None, "{stats:?}");
-    // PTTL: two plain reads, one inside each script that found the lease
-    // held or the value present, and one in the versions script, which
-    // found the clear version.
-    assert_eq!(stats.get("pttl"), Some(&5), "{stats:?}");
+    // PTTL: one inside each script that found the lease held or the value
+    // present, and one in the versions script, which found the clear
+    // version; the plain reads (each a lone `GET`) need none.
+    assert_eq!(stats.get("pttl"), Some(&3), "{stats:?}");
     assert_eq!(
-        round_trips(&stats, 3, 2),
+        round_trips(&stats, 3, 4),
         3 + 5,
         "leader and waiter: {stats:?}"
     );
@@ -205,13 +214,13 @@ async fn round_trips_per_operation() {
 /// round trips meanwhile.
 /// 10,000 callers of `key` on a cold key: the commands the server ran,
 /// and the round trips, knowing that the scripts ran `script_pttls`
-/// `PTTL`s (not plain reads) and that `plain_leases` lease requests were
-/// plain commands.
+/// `PTTL`s (not plain reads) and that `plain` requests were plain commands
+/// (see [`round_trips`]).
 async fn cold_herd(
     server: &RedisServer,
     cache: &Cache<String>,
     key: &'static str,
-    (script_pttls, plain_leases): (u64, u64),
+    (script_pttls, plain): (u64, u64),
 ) -> (BTreeMap<String, u64>, u64) {
     server.reset_stats();
     let (coalesced, fills) = (cache.stats().coalesced, cache.stats().fills);
@@ -239,7 +248,7 @@ async fn cold_herd(
     }
     assert_eq!(cache.stats().fills, fills + 1, "one fill");
     let stats = server.command_stats();
-    let trips = round_trips(&stats, script_pttls, plain_leases);
+    let trips = round_trips(&stats, script_pttls, plain);
     (stats, trips)
 }
 
@@ -282,7 +291,8 @@ async fn a_long_fill_costs_three_round_trips_plus_renewals() {
     let renewals = cache.stats().lease_renewals;
     assert!(renewals >= 3, "a fill of 3+ leases was renewed: {renewals}");
     let stats = server.command_stats();
-    assert_eq!(round_trips(&stats, 0, 1), 3 + renewals, "{stats:?}");
+    // The first read and the plain lease: plain requests.
+    assert_eq!(round_trips(&stats, 0, 2), 3 + renewals, "{stats:?}");
     // The plain lease's `SET NX` and the commit's `SET`.
     assert_eq!(stats.get("set"), Some(&2), "{stats:?}");
 }

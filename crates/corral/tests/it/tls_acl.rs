@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use corral::store::{Store, StoreKey};
 use corral::{Cache, Error, RedisConfig, RedisStore, StoreErrorKind};
 use corral_testkit::{log_tail, RedisServer, TlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
@@ -418,11 +419,22 @@ async fn a_user_refused_role_is_checked_with_ping() {
     assert!(
         errors
             .lines()
-            .any(|line| line.trim() == "errorstat_NOPERM:count=1"),
-        "ROLE refused once: {errors:?}"
+            .any(|line| line.trim() == "errorstat_NOPERM:count=2"),
+        "ROLE refused once, and TIME (asked as the connection was made): {errors:?}"
     );
     let cache = cache(&store, "allowed", false);
     cache.set("k", "v".into()).await.expect("set");
+    // Without the server's clock, a value names no expiry: read with its
+    // `PTTL`.
+    server.reset_stats();
+    let other = connect(&server, &url, config()).await;
+    let read = other
+        .get(&StoreKey::new(cache.namespace(), "k"))
+        .await
+        .expect("read")
+        .expect("present");
+    assert!(read.remaining.is_some());
+    assert_eq!(server.command_stats().get("pttl"), Some(&1));
 }
 
 /// A wrong password fails `connect` with `Denied`, and nothing shows it.

@@ -15,6 +15,7 @@ use ::redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
 use self::cluster::Cluster;
 use self::standalone::Standalone;
 use crate::data::error::StoreError;
+use crate::redis::clock::ServerClock;
 use crate::redis::errors::{bounded, store_error, unexpected};
 use crate::redis::keys::{ClearCopy, KeyNames, ValueName};
 use crate::redis::scripts::{self, Lua};
@@ -133,6 +134,16 @@ impl Connection {
     pub(in crate::redis) fn epoch(&self) -> Option<u64> {
         match self {
             Self::Standalone(conn) => conn.epoch(),
+            Self::Cluster(_) => None,
+        }
+    }
+
+    /// The standalone connection's reading of its server's clock (see
+    /// [`ServerClock`]); `None` on a cluster (each node keeps its own
+    /// clock), while reconnecting, or where the server gave none.
+    pub(in crate::redis) fn server_clock(&self) -> Option<ServerClock> {
+        match self {
+            Self::Standalone(conn) => conn.server_clock(),
             Self::Cluster(_) => None,
         }
     }

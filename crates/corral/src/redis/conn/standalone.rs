@@ -59,6 +59,7 @@ use tokio::time::Instant;
 
 use super::sentinel::{is_master, Source};
 use crate::backoff::{doubled, Backoff};
+use crate::redis::clock::ServerClock;
 use crate::redis::tracking::{Made, Tracker};
 use crate::sync::{read, write};
 use crate::throttle::{warn_throttled, Throttle};
@@ -101,6 +102,8 @@ struct Shared {
     moves: watch::Sender<u64>,
     /// Set once the server refused `ROLE`: the heartbeat sends `PING`.
     role_refused: AtomicBool,
+    /// Set once the server refused `TIME`: the heartbeat reads no clock.
+    time_refused: AtomicBool,
     /// Rations the heartbeat's warnings while the server stays silent.
     unanswered: Throttle,
     /// Client tracking, turned on for each connection made.
@@ -114,6 +117,9 @@ enum State {
         conn: MultiplexedConnection,
         epoch: u64,
         since: Instant,
+        /// Its server's clock, read as it was made and at each answered
+        /// health check.
+        clock: Option<ServerClock>,
     },
     /// The connection broke and a task is connecting anew. `failed` is the
     /// error of its last failed attempt, if any.
@@ -139,11 +145,10 @@ impl Standalone {
             .set_connection_timeout(Some(reconnect.connect_timeout))
             .set_response_timeout(None);
         let mut attempt = 1;
-        let made = loop {
-            match tracker
-                .connect(&source, &config, reconnect.connect_timeout)
-                .await
-            {
+        let time_refused = AtomicBool::new(false);
+        let (made, clock) = loop {
+            let timeout = reconnect.connect_timeout;
+            match connect_once(&tracker, &source, &config, timeout, &time_refused).await {
                 Ok(made) => break made,
                 Err(e) if attempt < reconnect.initial_attempts && e.is_unrecoverable_error() => {
                     let pause = doubled(reconnect.min_delay, attempt - 1, reconnect.max_delay);
@@ -162,10 +167,12 @@ impl Standalone {
                 conn: made.conn,
                 epoch: 0,
                 since: Instant::now(),
+                clock,
             }),
             settled: Notify::new(),
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
+            time_refused,
             unanswered: Throttle::default(),
             tracker,
         });
@@ -200,6 +207,7 @@ impl Standalone {
             settled: Notify::new(),
             moves: watch::Sender::new(0),
             role_refused: AtomicBool::new(false),
+            time_refused: AtomicBool::new(false),
             unanswered: Throttle::default(),
             tracker,
         });
@@ -259,6 +267,15 @@ impl Standalone {
     pub(in crate::redis) fn epoch(&self) -> Option<u64> {
         match &*read(&self.shared.state) {
             State::Up { epoch, .. } => Some(*epoch),
+            State::Reconnecting { .. } => None,
+        }
+    }
+
+    /// The current connection's reading of its server's clock, if it has
+    /// one.
+    pub(in crate::redis) fn server_clock(&self) -> Option<ServerClock> {
+        match &*read(&self.shared.state) {
+            State::Up { clock, .. } => *clock,
             State::Reconnecting { .. } => None,
         }
     }
@@ -383,14 +400,14 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
         let Some(shared) = weak.upgrade() else {
             return;
         };
-        let attempt = shared
-            .tracker
-            .connect(
-                &shared.source,
-                &shared.config,
-                shared.reconnect.connect_timeout,
-            )
-            .await;
+        let attempt = connect_once(
+            &shared.tracker,
+            &shared.source,
+            &shared.config,
+            shared.reconnect.connect_timeout,
+            &shared.time_refused,
+        )
+        .await;
         if let Err(error) = &attempt {
             failures += 1;
             if failures == 1 {
@@ -415,20 +432,52 @@ async fn reconnecting(weak: Weak<Shared>, epoch: u64, reason: Reason) {
     }
 }
 
+/// One connection to `source`'s server, made by `tracker` (tracking on
+/// where it can be), and its server's clock read on it before it serves a
+/// call (unless `TIME` was refused before: `time_refused`, which a refusal
+/// sets), each step bounded by `timeout`.
+async fn connect_once(
+    tracker: &Tracker,
+    source: &Source,
+    config: &AsyncConnectionConfig,
+    timeout: Duration,
+    time_refused: &AtomicBool,
+) -> RedisResult<(Made, Option<ServerClock>)> {
+    let mut made = tracker.connect(source, config, timeout).await?;
+    let clock = ServerClock::read(&mut made.conn, timeout, time_refused).await;
+    Ok((made, clock))
+}
+
+/// Keeps `clock`, a reading taken on the connection of `epoch`, if that is
+/// still the current one.
+fn keep_reading(shared: &Shared, epoch: u64, clock: ServerClock) {
+    if let State::Up {
+        epoch: current,
+        clock: kept,
+        ..
+    } = &mut *write(&shared.state)
+    {
+        if *current == epoch {
+            *kept = Some(clock);
+        }
+    }
+}
+
 /// Puts the connection `attempt` made in use (as epoch `epoch + 1`), or
 /// its error for calls to fail with: whether the connection before was
 /// tracked, and its server, if one was made.
 fn install(
     shared: &Shared,
     epoch: u64,
-    attempt: RedisResult<Made>,
+    attempt: RedisResult<(Made, Option<ServerClock>)>,
 ) -> Option<(bool, Option<String>)> {
     let (state, made) = match attempt {
-        Ok(made) => {
+        Ok((made, clock)) => {
             let up = State::Up {
                 conn: made.conn,
                 epoch: epoch + 1,
                 since: Instant::now(),
+                clock,
             };
             (up, Some((made.was_on, made.server)))
         }
@@ -469,8 +518,9 @@ fn say_connected(store: &str, reason: Reason, failures: u64, began: Instant) {
 /// its server's `ROLE` (`PING` once the server refused `ROLE`): an answer
 /// that names a replica leaves it ([`leave_replica`]); no answer (an error
 /// reply is an answer) within `health_timeout` replaces it ([`replace`]).
-/// Ends with the store (the task holds it only while it judges or
-/// replaces, not across its pauses or the check).
+/// Ends with the store (the task holds it only while it reads the
+/// server's clock, judges or replaces, not across its pauses or the
+/// check).
 async fn heartbeat(weak: Weak<Shared>) {
     let Some(interval) = weak.upgrade().map(|s| s.reconnect.health_interval) else {
         return;
@@ -485,20 +535,19 @@ async fn heartbeat(weak: Weak<Shared>) {
             let State::Up { conn, epoch, .. } = &*read(&shared.state) else {
                 continue;
             };
-            let asks_role = !shared.role_refused.load(Ordering::Relaxed);
             (
                 conn.clone(),
                 *epoch,
                 shared.reconnect.health_timeout,
-                asks_role,
+                !shared.role_refused.load(Ordering::Relaxed),
             )
         };
         let check = if asks_role { &role } else { &ping };
         let answer = tokio::time::timeout(timeout, conn.req_packed_command(check)).await;
-        drop(conn);
         let Some(shared) = weak.upgrade() else {
             return;
         };
+        let fine = matches!(answer, Ok(Ok(_)));
         // The one rule of `unanswered`: it starts afresh when the server
         // answers a health check (an error reply is an answer), the silence
         // it warns of being over. Nothing else resets it: a connection made
@@ -542,6 +591,13 @@ async fn heartbeat(weak: Weak<Shared>) {
                 replace(&shared, epoch).await;
             }
         }
+        // A fresh reading of the server's clock keeps the drift between
+        // the clocks to one interval's.
+        if fine {
+            if let Some(clock) = ServerClock::read(&mut conn, timeout, &shared.time_refused).await {
+                keep_reading(&shared, epoch, clock);
+            }
+        }
     }
 }
 
@@ -579,18 +635,23 @@ fn judge_role(shared: &Arc<Shared>, epoch: u64, reply: RedisResult<Value>) {
 /// connect timeout, the current one stays (calls go on through it).
 async fn replace(shared: &Shared, epoch: u64) {
     let timeout = shared.reconnect.connect_timeout;
-    let connect = shared
-        .tracker
-        .connect(&shared.source, &shared.config, timeout);
+    let connect = connect_once(
+        &shared.tracker,
+        &shared.source,
+        &shared.config,
+        timeout,
+        &shared.time_refused,
+    );
     let attempt = tokio::time::timeout(timeout, connect).await;
     match attempt {
-        Ok(Ok(made)) => {
+        Ok(Ok((made, clock))) => {
             let mut state = write(&shared.state);
             if matches!(&*state, State::Up { epoch: current, .. } if *current == epoch) {
                 *state = State::Up {
                     conn: made.conn,
                     epoch: epoch + 1,
                     since: Instant::now(),
+                    clock,
                 };
                 drop(state);
                 tracing::info!(store = %shared.reconnect.store, "redis connection replaced");

@@ -9,7 +9,9 @@
 //! and a known generation's remaining time is the remembered deadline minus
 //! now — Redis's reading, aged on the local clock, as the L1 ages its
 //! copies. An unknown generation (a new write, a forgotten key) is read
-//! again with its `PTTL`.
+//! again with its `PTTL`, unless its generation names its expiry on the
+//! server's clock ([`frame::with_expiry`]): then the plain `GET` brings
+//! all, and what it teaches is remembered the same way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,15 +19,14 @@ use std::time::{Duration, Instant};
 use quick_cache::UnitWeighter;
 
 use crate::bounded_map::BoundedMap;
+use crate::redis::frame;
 use crate::store::Stored;
 
 type Map = BoundedMap<u64, Expiry, UnitWeighter>;
 
-/// The length of the generation tokens `RedisStore` draws.
-const TOKEN_LEN: usize = 32;
-
 /// When the value of one generation expires. Generations are the tokens
-/// `RedisStore` draws (32 lowercase hex digits), kept as the read that
+/// `RedisStore` draws (32 lowercase hex digits, and the expiry some
+/// name: [`frame::with_expiry`]), kept as the read that
 /// learnt them found them: a plain `GET` compares its frame's token with
 /// this one byte for byte (no digit checked or parsed again) and hands this
 /// one on as the value's generation, so the reads of one write share one
@@ -56,12 +57,14 @@ impl Expiry {
     }
 }
 
-/// Whether `generation` is a token `RedisStore` draws.
+/// Whether `generation` is one `RedisStore` writes: a token it draws,
+/// alone or naming its value's expiry.
 fn is_drawn(generation: &str) -> bool {
-    generation.len() == TOKEN_LEN
+    (generation.len() == frame::DRAWN
         && generation
             .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+        || frame::expiry_of(generation).is_some()
 }
 
 /// The remembered expiries of one store, bounded by entries.
@@ -103,6 +106,16 @@ impl Expiries {
         remaining: Duration,
         asked: Instant,
     ) {
+        self.learn_deadline(id, generation, asked + remaining);
+    }
+
+    /// Remembers that `generation` of `id` expires at `deadline`.
+    pub(in crate::redis) fn learn_deadline(
+        &self,
+        id: u64,
+        generation: &Arc<str>,
+        deadline: Instant,
+    ) {
         let Some(map) = &self.map else {
             return;
         };
@@ -113,7 +126,7 @@ impl Expiries {
             id,
             Expiry {
                 token: Arc::clone(generation),
-                deadline: asked + remaining,
+                deadline,
             },
         );
     }
@@ -159,6 +172,7 @@ mod tests {
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
         assert!(Arc::ptr_eq(&kept, &token), "the token read is handed on");
         assert!(is_drawn(&format!("{:032x}", u128::MAX)));
+        assert!(is_drawn(&frame::with_expiry(&token, 1_700_000_000_000)));
         for foreign in [
             "short".to_owned(),
             format!("{:032X}", 0xabc_u128),

@@ -13,11 +13,12 @@ mod resp;
 mod touches;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::redis::Value;
 
 use crate::data::error::StoreError;
+use crate::redis::clock::ServerClock;
 use crate::redis::errors::unexpected;
 #[cfg(doc)]
 use crate::redis::subscriber::Subscriber;
@@ -75,26 +76,34 @@ impl RedisStore {
         read
     }
 
-    /// The value of `key`, if present: a plain `GET` of a write whose
-    /// expiry is remembered, else (or when the `GET` finds another write)
-    /// a pipelined `PTTL` + `GET`; batched with the reads in flight.
+    /// The value of `key`, if present: a plain `GET` where the write's
+    /// expiry is remembered or the store reads the server's clock (a
+    /// generation may name the expiry), else (or when the `GET` finds a
+    /// write that tells neither) a pipelined `PTTL` + `GET`; batched with
+    /// the reads in flight.
     async fn read_value(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
         let name = keys::ValueName::new(key);
         let id = name.id();
         let timeout = self.inner.config.op_timeout;
         let tracked = self.inner.tracker.tracked_reads(key.namespace());
         let expiries = &self.inner.expiries;
-        if let Some(known) = expiries.get(id) {
+        let known = expiries.get(id);
+        let clock = self.inner.connection.server_clock();
+        if known.is_some() || clock.is_some() {
             // A plain GET; its frame tells whether it is the write whose
-            // expiry is remembered.
-            match self.inner.reads.get(name, timeout, tracked).await? {
+            // expiry is remembered, or names its expiry.
+            let bytes = match self.inner.reads.get(name, timeout, tracked).await? {
                 Value::Nil => {
                     expiries.forget(id);
                     self.inner.absences.note(id);
                     return Ok(None);
                 }
-                Value::BulkString(bytes) => {
-                    if let Some(bytes) = frame::unframe_as(bytes, known.token()) {
+                Value::BulkString(bytes) => bytes,
+                other => return Err(unexpected("get", &other)),
+            };
+            let bytes = match known {
+                Some(known) => match frame::unframe_as(bytes, known.token()) {
+                    Ok(bytes) => {
                         let (remaining, generation) = known.remaining();
                         return Ok(Some(Stored {
                             bytes,
@@ -102,11 +111,19 @@ impl RedisStore {
                             generation: Some(generation),
                         }));
                     }
+                    Err(bytes) => bytes,
+                },
+                None => bytes,
+            };
+            if let Some(stored) = clock.and_then(|clock| named_expiry(&clock, bytes)) {
+                if let (Some(generation), Some(remaining)) = (&stored.generation, stored.remaining)
+                {
+                    expiries.learn(id, generation, remaining, Instant::now());
                 }
-                other => return Err(unexpected("get", &other)),
+                return Ok(Some(stored));
             }
         }
-        let asked = std::time::Instant::now();
+        let asked = Instant::now();
         let (pttl, value) = self.inner.reads.read(name, timeout, tracked).await?;
         match value {
             Value::BulkString(bytes) => {
@@ -173,6 +190,22 @@ pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
         remaining: remaining(pttl),
         generation,
     }
+}
+
+/// A value read without its `PTTL` whose generation names its expiry on
+/// the server's clock, as `clock` places it on this process's; `None` for
+/// any other (read again with its `PTTL`).
+fn named_expiry(clock: &ServerClock, bytes: Vec<u8>) -> Option<Stored> {
+    let (bytes, generation) = frame::unframe(bytes);
+    let expiry = frame::expiry_of(generation.as_deref()?)?;
+    let remaining = clock.deadline(expiry).map_or(Duration::ZERO, |deadline| {
+        deadline.saturating_duration_since(Instant::now())
+    });
+    Some(Stored {
+        bytes,
+        remaining: Some(remaining),
+        generation,
+    })
 }
 
 /// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
