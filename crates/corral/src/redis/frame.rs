@@ -96,6 +96,12 @@ pub(super) fn expiry_of(generation: &str) -> Option<u64> {
     u64::from_str_radix(&generation[DRAWN..], 16).ok()
 }
 
+/// Whether `generation` is one `RedisStore` writes: a drawn token, alone
+/// or naming its value's expiry ([`with_expiry`]).
+pub(super) fn is_written(generation: &str) -> bool {
+    [DRAWN, DRAWN + EXPIRY_DIGITS].contains(&generation.len()) && is_token(generation.as_bytes())
+}
+
 /// Splits a stored value into its envelope bytes and its generation
 /// (`None` for an unframed value), reusing the buffer.
 pub(super) fn unframe(mut bytes: Vec<u8>) -> (Vec<u8>, Option<Arc<str>>) {

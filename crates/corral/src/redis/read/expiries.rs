@@ -57,16 +57,6 @@ impl Expiry {
     }
 }
 
-/// Whether `generation` is one `RedisStore` writes: a token it draws,
-/// alone or naming its value's expiry.
-fn is_drawn(generation: &str) -> bool {
-    (generation.len() == frame::DRAWN
-        && generation
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        || frame::expiry_of(generation).is_some()
-}
-
 /// The remembered expiries of one store, bounded by entries.
 pub(in crate::redis) struct Expiries {
     /// Keyed by the FNV-1a hash of the value key's name; a colliding key
@@ -119,7 +109,7 @@ impl Expiries {
         let Some(map) = &self.map else {
             return;
         };
-        if !is_drawn(generation) {
+        if !frame::is_written(generation) {
             return;
         }
         map.insert(
@@ -171,8 +161,11 @@ mod tests {
         let (left, kept) = expiry.remaining();
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
         assert!(Arc::ptr_eq(&kept, &token), "the token read is handed on");
-        assert!(is_drawn(&format!("{:032x}", u128::MAX)));
-        assert!(is_drawn(&frame::with_expiry(&token, 1_700_000_000_000)));
+        assert!(frame::is_written(&format!("{:032x}", u128::MAX)));
+        assert!(frame::is_written(&frame::with_expiry(
+            &token,
+            1_700_000_000_000
+        )));
         for foreign in [
             "short".to_owned(),
             format!("{:032X}", 0xabc_u128),
@@ -180,7 +173,7 @@ mod tests {
             format!("{:031x}", 1),
             format!("{:033x}", 1),
         ] {
-            assert!(!is_drawn(&foreign), "{foreign}");
+            assert!(!frame::is_written(&foreign), "{foreign}");
             expiries.learn(8, &foreign.into(), Duration::from_secs(1), asked);
             assert!(
                 expiries.get(8).is_none(),

@@ -115,10 +115,9 @@ impl RedisStore {
                 },
                 None => bytes,
             };
-            if let Some(stored) = clock.and_then(|clock| named_expiry(&clock, bytes)) {
-                if let (Some(generation), Some(remaining)) = (&stored.generation, stored.remaining)
-                {
-                    expiries.learn(id, generation, remaining, Instant::now());
+            if let Some((stored, deadline)) = clock.and_then(|clock| named_expiry(&clock, bytes)) {
+                if let Some(generation) = &stored.generation {
+                    expiries.learn_deadline(id, generation, deadline);
                 }
                 return Ok(Some(stored));
             }
@@ -193,19 +192,20 @@ pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
 }
 
 /// A value read without its `PTTL` whose generation names its expiry on
-/// the server's clock, as `clock` places it on this process's; `None` for
-/// any other (read again with its `PTTL`).
-fn named_expiry(clock: &ServerClock, bytes: Vec<u8>) -> Option<Stored> {
+/// the server's clock, and that expiry as `clock` places it on this
+/// process's (now, if it was past at the reading); `None` for any other
+/// (read again with its `PTTL`).
+fn named_expiry(clock: &ServerClock, bytes: Vec<u8>) -> Option<(Stored, Instant)> {
     let (bytes, generation) = frame::unframe(bytes);
     let expiry = frame::expiry_of(generation.as_deref()?)?;
-    let remaining = clock.deadline(expiry).map_or(Duration::ZERO, |deadline| {
-        deadline.saturating_duration_since(Instant::now())
-    });
-    Some(Stored {
+    let now = Instant::now();
+    let deadline = clock.deadline(expiry).unwrap_or(now);
+    let stored = Stored {
         bytes,
-        remaining: Some(remaining),
+        remaining: Some(deadline.saturating_duration_since(now)),
         generation,
-    })
+    };
+    Some((stored, deadline))
 }
 
 /// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
