@@ -74,12 +74,15 @@ pub struct RedisConfig {
     /// **10 s**.
     pub tcp_keepalive: Option<Duration>,
     /// How many keys the store remembers the expiry of, so that reading a
-    /// value already read (the same write) is a plain `GET` (see the
-    /// [`RedisStore`] docs, "Round trips"). 0: every read sends `PTTL` with
-    /// its `GET`. Each key takes about 230 bytes (its slot in the table,
-    /// and the generation's token, shared with the values read of that
-    /// write), whatever the values' size. Default: **65,536** (about
-    /// 14 MiB).
+    /// value already read (the same write) is a plain `GET` where the value
+    /// does not name its expiry itself, and whether a key holds a value,
+    /// which picks a flight's first request (see the [`RedisStore`] docs,
+    /// "Round trips"). 0: every read of a value that names no expiry sends
+    /// `PTTL` with its `GET`, and no key is recalled (each flight's first
+    /// request is chosen as for a key never read). Each key takes about 250 bytes (its slot in the expiries'
+    /// table, the generation's token, shared with the values read of that
+    /// write, and 16 bytes in the table of keys holding a value), whatever
+    /// the values' size. Default: **65,536** (about 15 MiB).
     pub read_memory: usize,
     /// How changes made outside this process reach the caches' in-process
     /// copies ([`Tracking`]). Default: **[`Tracking::Keys`]**.

@@ -93,7 +93,24 @@ pub(super) fn expiry_of(generation: &str) -> Option<u64> {
     if generation.len() != DRAWN + EXPIRY_DIGITS || !is_token(generation.as_bytes()) {
         return None;
     }
-    u64::from_str_radix(&generation[DRAWN..], 16).ok()
+    named_expiry(generation)
+}
+
+/// [`expiry_of`] for a generation [`unframe`] gave (its digits checked
+/// there): the length and the expiry's digits alone are read.
+pub(super) fn named_expiry(generation: &str) -> Option<u64> {
+    let digits = generation
+        .as_bytes()
+        .get(DRAWN..)
+        .filter(|digits| digits.len() == EXPIRY_DIGITS)?;
+    digits.iter().try_fold(0_u64, |expiry, &digit| {
+        let value = match digit {
+            b'0'..=b'9' => digit - b'0',
+            b'a'..=b'f' => digit - b'a' + 10,
+            _ => return None,
+        };
+        Some(expiry << 4 | u64::from(value))
+    })
 }
 
 /// Whether `generation` is one `RedisStore` writes: a drawn token, alone
@@ -246,6 +263,11 @@ mod tests {
         assert_eq!(expiry_of(TOKEN), None, "a drawn token alone names none");
         assert_eq!(expiry_of(&generation.to_uppercase()), None);
         assert_eq!(expiry_of(&generation[1..]), None);
+        // What a read's frame gave: only the expiry's digits are read.
+        assert_eq!(named_expiry(read.as_deref().expect("framed")), Some(expiry));
+        assert_eq!(named_expiry(TOKEN), None);
+        assert_eq!(named_expiry(&generation[..DRAWN + EXPIRY_DIGITS - 1]), None);
+        assert_eq!(named_expiry(&generation.to_uppercase()), None);
         assert_eq!(
             with_expiry(TOKEN, 1 << 48),
             TOKEN,

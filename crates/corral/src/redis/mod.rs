@@ -9,7 +9,7 @@
 //! | `connect.rs` | the constructors: the store assembled around its connection and subscriber |
 //! | `store.rs` | `impl Store`: leases, commits, writes, tags, one round trip each |
 //! | `grant.rs` | the lease of a key a plain read found absent, in plain commands |
-//! | `read/` | the read path: batched reads (`batch/`), their own connections (`lanes.rs`, `resp.rs`), the expiries remembered (`expiries.rs`) |
+//! | `read/` | the read path: batched reads (`batch/`), their own connections (`lanes.rs`, `resp.rs`), the expiries remembered (`expiries.rs`) and the keys recalled (`recall.rs`) |
 //! | `conn/` | the command connection: one server (`standalone.rs`, found through Sentinel in `sentinel.rs`) or a cluster (`cluster.rs`); clients from URLs and TLS (`client.rs`) |
 //! | `subscriber/` | the pub/sub connection: wake-ups and backplane messages |
 //! | `tracking/` | client tracking: turned on for each command connection, its invalidations handed to the caches, the flushes, the fallback |

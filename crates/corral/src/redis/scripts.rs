@@ -2,8 +2,8 @@
 //! each one round trip. (A plain read needs no script: see
 //! [`Connection::read`](super::conn::Connection::read).)
 //!
-//! The per-key scripts that keep a lease (`RENEW`, `RELEASE`) and the
-//! invalidation take the same three keys — `KEYS[1]` value, `KEYS[2]`
+//! The per-key scripts that keep a lease (`RENEW`, `RELEASE`) take the
+//! same three keys — `KEYS[1]` value, `KEYS[2]`
 //! lease, `KEYS[3]` waiters mark, all in one hash slot — so cluster routing
 //! sees them; the lease request, the commit and the write, which read keys
 //! the caller keeps tracked, declare the value alone and name the others
@@ -17,8 +17,9 @@
 //! the leader's token: a leader whose renewal was lost may commit until its
 //! hard timeout, unless another grant took the key over. A commit, a
 //! release, a write and an invalidation delete it, so no other write lands
-//! under an old token; no key outlives a fill. A script that changes a key announces it
-//! (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
+//! under an old token; no key outlives a fill. (An invalidation is no
+//! script: a `DEL` of the three keys, then its announcement, pipelined.)
+//! A script that changes a key announces it (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
 //! server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]` the channel (the
 //! namespace's, or on a cluster the sharded channel of the key's bucket,
 //! in the key's slot), and the message is a one-letter kind followed by
@@ -159,7 +160,7 @@ end
 ///
 /// Mode 2 invariants. Every write embeds a generation no other write
 /// shares (`COMMIT` its lease token, fresh per grant; `SET` a fresh random
-/// token) and `INVALIDATE` deletes the value, so "present with the expected
+/// token) and an invalidation deletes the value, so "present with the expected
 /// generation" means "no write and no invalidation since the caller read
 /// it": any of them landing in between answers `{4}`. A lease granted
 /// elsewhere over the same value is either live (`{3}`, the refresh stands
@@ -334,20 +335,6 @@ return 0
     ))
 });
 
-/// Deletes value, lease and waiters mark (the announcement wakes them).
-///
-/// ARGV: verb, channel, message. Returns 0.
-pub(super) static INVALIDATE: LazyLock<Lua> = LazyLock::new(|| {
-    Lua::new(concat!(
-        lua_announce!(),
-        r"
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-announce('i')
-return 0
-",
-    ))
-});
-
 /// Moves a tag (or, for the empty tag, the namespace's clear version) to a
 /// new version and announces it, on one server. One key: `KEYS[1]` the
 /// tag's version key. (A cluster moves each bucket's copy with a plain
@@ -414,7 +401,7 @@ return versions
 });
 
 /// Every script, for loading them all at connect.
-pub(super) fn all() -> [&'static Lua; 8] {
+pub(super) fn all() -> [&'static Lua; 7] {
     [
         &*TAG_VERSIONS,
         &*INVALIDATE_TAG,
@@ -423,6 +410,5 @@ pub(super) fn all() -> [&'static Lua; 8] {
         &*COMMIT,
         &*RELEASE,
         &*SET,
-        &*INVALIDATE,
     ]
 }

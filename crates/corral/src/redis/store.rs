@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ::redis::Value;
 
 use super::conn::cluster;
-use super::conn::Connection;
+use super::conn::{answered, Connection};
 use super::errors::{bounded, unexpected};
 use super::keys::{self, KeyNames};
 use super::read::{remaining, stored, Ahead};
@@ -75,10 +75,15 @@ impl RedisStore {
     /// deadline errs early, as a read's does, and the next plain read of it
     /// needs no `PTTL`.
     fn learn_written(&self, id: u64, generation: &str, ttl: Duration, asked: Instant) {
-        let lived = Duration::from_millis(super::ms(ttl));
-        self.inner
-            .expiries
-            .learn(id, &Arc::from(generation), lived, asked);
+        let deadline = asked + Duration::from_millis(super::ms(ttl));
+        if frame::expiry_of(generation).is_some() {
+            // Its readers learn the expiry from its frame.
+            self.inner.expiries.recall(id, deadline);
+        } else {
+            self.inner
+                .expiries
+                .learn_deadline(id, &Arc::from(generation), deadline);
+        }
     }
 
     /// The generation a write of `token` living `ttl`, sent at `at`, frames
@@ -124,11 +129,24 @@ fn tag_version(reply: &Value) -> Option<Arc<str>> {
 /// put the kind letter in front.
 fn message(origin: Origin, key: &str) -> String {
     let mut message = String::with_capacity(18 + key.len());
+    push_message(&mut message, origin, key);
+    message
+}
+
+/// The announcement of a change of `kind` (see [`scripts`]) that a script
+/// would publish with [`message`], for plain commands.
+fn announced(kind: char, origin: Origin, key: &str) -> String {
+    let mut message = String::with_capacity(19 + key.len());
+    message.push(kind);
+    push_message(&mut message, origin, key);
+    message
+}
+
+fn push_message(message: &mut String, origin: Origin, key: &str) {
     message.push('|');
-    origin.push_hex(&mut message);
+    origin.push_hex(message);
     message.push('|');
     message.push_str(key);
-    message
 }
 
 fn int(what: &str, reply: &Value) -> Result<i64, StoreError> {
@@ -392,17 +410,39 @@ impl Store for RedisStore {
         origin: Origin,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            // Plain commands, pipelined: `DEL` of the three keys is atomic
+            // by itself, and the announcement follows it on the connection,
+            // so whoever hears it finds them gone. (A fill that lands in
+            // between is evicted by the announcement: a miss, never a stale
+            // copy.)
             let names = KeyNames::new(key);
             let (verb, channel) = self.key_channel(key.namespace(), &names);
-            let message = message(origin, key.key());
-            let reply = self
-                .run(
-                    &scripts::INVALIDATE,
-                    &names,
-                    &[verb, channel.as_bytes(), message.as_bytes()],
-                )
-                .await?;
-            int("invalidate", &reply).map(drop)
+            let mut pipe = ::redis::Pipeline::with_capacity(2);
+            pipe.cmd("DEL")
+                .arg(&names.value)
+                .arg(&names.lease)
+                .arg(&names.waiters);
+            let mut publish = ::redis::Cmd::new();
+            publish
+                .arg(verb)
+                .arg(&channel)
+                .arg(announced('i', origin, key.key()));
+            pipe.add_command(publish);
+            pipe.ignore_errors();
+            let timeout = crate::store::stretched(self.inner.config.op_timeout);
+            let connection = &self.inner.connection;
+            match connection
+                .pipelined_as(&pipe, timeout, "invalidate")
+                .await?
+            {
+                Value::Array(replies) if replies.len() == 2 => {
+                    for reply in replies {
+                        answered(reply)?;
+                    }
+                    Ok(())
+                }
+                other => Err(unexpected("invalidate", &other)),
+            }
         })
     }
 

@@ -173,13 +173,24 @@ impl Connection {
         }
     }
 
-    /// Sends `pipe` and reads its replies, bounded by `timeout`.
+    /// Sends `pipe` of reads and reads its replies, bounded by `timeout`.
     pub(in crate::redis) async fn pipelined(
         &self,
         pipe: &::redis::Pipeline,
         timeout: Duration,
     ) -> Result<Value, StoreError> {
-        bounded(timeout, "read", async {
+        self.pipelined_as(pipe, timeout, "read").await
+    }
+
+    /// Sends `pipe` (the commands of `what`, as errors name it) and reads
+    /// its replies, bounded by `timeout`.
+    pub(in crate::redis) async fn pipelined_as(
+        &self,
+        pipe: &::redis::Pipeline,
+        timeout: Duration,
+        what: &'static str,
+    ) -> Result<Value, StoreError> {
+        bounded(timeout, what, async {
             match self {
                 Self::Standalone(conn) => conn.query_pipeline(pipe).await,
                 Self::Cluster(conn) => conn.query_pipeline(pipe).await,

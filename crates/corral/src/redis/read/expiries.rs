@@ -11,13 +11,20 @@
 //! copies. An unknown generation (a new write, a forgotten key) is read
 //! again with its `PTTL`, unless its generation names its expiry on the
 //! server's clock ([`frame::with_expiry`]): then the plain `GET` brings
-//! all, and what it teaches is remembered the same way.
+//! all, and only that the key holds a value is remembered.
+//!
+//! Whether a key is expected to hold a value ([`Expiries::is_live`], the
+//! flight's choice of its first request) is kept apart, in a lock-free
+//! table ([`Recall`]) that every read and write of a value teaches: a look
+//! at it is one or two atomic loads, where the map above costs a lock and
+//! a lookup in a table of up to `read_memory` entries.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quick_cache::UnitWeighter;
 
+use super::recall::Recall;
 use crate::bounded_map::BoundedMap;
 use crate::redis::frame;
 use crate::store::Stored;
@@ -38,11 +45,6 @@ pub(in crate::redis) struct Expiry {
 }
 
 impl Expiry {
-    /// Whether the value's time to live is not over yet.
-    pub(in crate::redis) fn is_live(&self) -> bool {
-        self.deadline > Instant::now()
-    }
-
     /// The generation's token.
     pub(in crate::redis) fn token(&self) -> &str {
         &self.token
@@ -62,6 +64,8 @@ pub(in crate::redis) struct Expiries {
     /// Keyed by the FNV-1a hash of the value key's name; a colliding key
     /// holds another generation and is read with its `PTTL`.
     map: Option<Map>,
+    /// The keys expected to hold a value, and until when.
+    recall: Option<Recall>,
 }
 
 impl Expiries {
@@ -70,6 +74,7 @@ impl Expiries {
     pub(in crate::redis) fn new(entries: usize) -> Self {
         Self {
             map: (entries > 0).then(|| Map::new(entries, entries as u64, UnitWeighter)),
+            recall: Recall::new(entries),
         }
     }
 
@@ -78,13 +83,22 @@ impl Expiries {
         self.map.as_ref()?.get(&id)
     }
 
-    /// Whether the value of `id` is remembered and its time to live not
-    /// over yet (no copy of its token taken).
+    /// Whether a value of `id` was read or written and its time to live
+    /// is not over yet, as far as the store recalls (a hint: see
+    /// [`Recall`]).
     pub(in crate::redis) fn is_live(&self, id: u64) -> bool {
-        self.map
+        self.recall
             .as_ref()
-            .and_then(|map| map.get_with(&id, Expiry::is_live))
-            .unwrap_or(false)
+            .is_some_and(|recall| recall.is_live(id))
+    }
+
+    /// Records that a value of `id` lives until `deadline`, without its
+    /// generation: a value whose frame names its expiry needs none
+    /// remembered to be read with a plain `GET`.
+    pub(in crate::redis) fn recall(&self, id: u64, deadline: Instant) {
+        if let Some(recall) = &self.recall {
+            recall.learn(id, deadline);
+        }
     }
 
     /// Remembers that `generation` of `id` had `remaining` to live when
@@ -112,6 +126,7 @@ impl Expiries {
         if !frame::is_written(generation) {
             return;
         }
+        self.recall(id, deadline);
         map.insert(
             id,
             Expiry {
@@ -134,6 +149,9 @@ impl Expiries {
         if let Some(map) = &self.map {
             map.remove(&id);
         }
+        if let Some(recall) = &self.recall {
+            recall.forget(id);
+        }
     }
 }
 
@@ -141,6 +159,7 @@ impl std::fmt::Debug for Expiries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Expiries")
             .field("entries", &self.map.as_ref().map_or(0, Map::len))
+            .field("recall", &self.recall)
             .finish()
     }
 }
@@ -156,7 +175,6 @@ mod tests {
         let asked = Instant::now();
         expiries.learn(7, &token, Duration::from_secs(60), asked);
         let expiry = expiries.get(7).expect("remembered");
-        assert!(expiry.is_live());
         assert_eq!(expiry.token(), &*token);
         let (left, kept) = expiry.remaining();
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));

@@ -1,6 +1,6 @@
-//! The read path of [`RedisStore`]: one key (a plain `GET` of a write whose
-//! expiry is remembered, else `PTTL` + `GET`, batched with the reads in
-//! flight) or many (one pipeline per hash slot), after the namespace's
+//! The read path of [`RedisStore`]: one key (a plain `GET` of a write that
+//! names its expiry or whose expiry is remembered, else `PTTL` + `GET`,
+//! batched with the reads in flight) or many (one pipeline per hash slot), after the namespace's
 //! first subscription.
 
 pub(in crate::redis) mod absences;
@@ -9,6 +9,7 @@ pub(in crate::redis) mod expiries;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod fuzz;
 pub(in crate::redis) mod lanes;
+mod recall;
 mod resp;
 mod touches;
 
@@ -20,6 +21,7 @@ use ::redis::Value;
 use crate::data::error::StoreError;
 use crate::redis::clock::ServerClock;
 use crate::redis::errors::unexpected;
+use crate::redis::read::expiries::Expiry;
 #[cfg(doc)]
 use crate::redis::subscriber::Subscriber;
 #[cfg(doc)]
@@ -76,22 +78,25 @@ impl RedisStore {
         read
     }
 
-    /// The value of `key`, if present: a plain `GET` where the write's
-    /// expiry is remembered or the store reads the server's clock (a
-    /// generation may name the expiry), else (or when the `GET` finds a
-    /// write that tells neither) a pipelined `PTTL` + `GET`; batched with
-    /// the reads in flight.
+    /// The value of `key`, if present: a plain `GET` where the store reads
+    /// the server's clock (a generation may name the expiry) or the
+    /// write's expiry is remembered, else (or when the `GET` finds a write
+    /// that tells neither) a pipelined `PTTL` + `GET`; batched with the
+    /// reads in flight.
     async fn read_value(&self, key: &StoreKey) -> Result<Option<Stored>, StoreError> {
         let name = keys::ValueName::new(key);
         let id = name.id();
         let timeout = self.inner.config.op_timeout;
         let tracked = self.inner.tracker.tracked_reads(key.namespace());
         let expiries = &self.inner.expiries;
-        let known = expiries.get(id);
         let clock = self.inner.connection.server_clock();
+        // With the clock, the remembered expiries are looked up only for a
+        // value whose frame does not name its own.
+        let known = match clock {
+            Some(_) => None,
+            None => expiries.get(id),
+        };
         if known.is_some() || clock.is_some() {
-            // A plain GET; its frame tells whether it is the write whose
-            // expiry is remembered, or names its expiry.
             let bytes = match self.inner.reads.get(name, timeout, tracked).await? {
                 Value::Nil => {
                     expiries.forget(id);
@@ -101,25 +106,29 @@ impl RedisStore {
                 Value::BulkString(bytes) => bytes,
                 other => return Err(unexpected("get", &other)),
             };
-            let bytes = match known {
-                Some(known) => match frame::unframe_as(bytes, known.token()) {
-                    Ok(bytes) => {
-                        let (remaining, generation) = known.remaining();
-                        return Ok(Some(Stored {
-                            bytes,
-                            remaining: Some(remaining),
-                            generation: Some(generation),
-                        }));
-                    }
-                    Err(bytes) => bytes,
-                },
-                None => bytes,
-            };
-            if let Some((stored, deadline)) = clock.and_then(|clock| named_expiry(&clock, bytes)) {
-                if let Some(generation) = &stored.generation {
-                    expiries.learn_deadline(id, generation, deadline);
+            if let Some(clock) = clock {
+                let (bytes, generation) = frame::unframe(bytes);
+                if let Some(deadline) = named_deadline(&clock, generation.as_deref()) {
+                    expiries.recall(id, deadline);
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    return Ok(Some(Stored {
+                        bytes,
+                        remaining: Some(remaining),
+                        generation,
+                    }));
                 }
-                return Ok(Some(stored));
+                if let Some(stored) = as_remembered(expiries.get(id), bytes, generation) {
+                    return Ok(Some(stored));
+                }
+            } else if let Some(known) = known {
+                if let Ok(bytes) = frame::unframe_as(bytes, known.token()) {
+                    let (remaining, generation) = known.remaining();
+                    return Ok(Some(Stored {
+                        bytes,
+                        remaining: Some(remaining),
+                        generation: Some(generation),
+                    }));
+                }
             }
         }
         let asked = Instant::now();
@@ -191,21 +200,33 @@ pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
     }
 }
 
-/// A value read without its `PTTL` whose generation names its expiry on
-/// the server's clock, and that expiry as `clock` places it on this
-/// process's (now, if it was past at the reading); `None` for any other
+/// Where a value read without its `PTTL` expires, if its generation (as
+/// [`frame::unframe`] gave it) names its expiry on the server's clock:
+/// that expiry as `clock` places it on this process's (now, if it was past
+/// at the reading).
+fn named_deadline(clock: &ServerClock, generation: Option<&str>) -> Option<Instant> {
+    let expiry = frame::named_expiry(generation?)?;
+    Some(clock.deadline(expiry).unwrap_or_else(Instant::now))
+}
+
+/// A value read without its `PTTL` whose generation is the one `known`
+/// remembers, with the remembered remaining time; `None` for any other
 /// (read again with its `PTTL`).
-fn named_expiry(clock: &ServerClock, bytes: Vec<u8>) -> Option<(Stored, Instant)> {
-    let (bytes, generation) = frame::unframe(bytes);
-    let expiry = frame::expiry_of(generation.as_deref()?)?;
-    let now = Instant::now();
-    let deadline = clock.deadline(expiry).unwrap_or(now);
-    let stored = Stored {
+fn as_remembered(
+    known: Option<Expiry>,
+    bytes: Vec<u8>,
+    generation: Option<Arc<str>>,
+) -> Option<Stored> {
+    let known = known?;
+    if generation.as_deref() != Some(known.token()) {
+        return None;
+    }
+    let (remaining, generation) = known.remaining();
+    Some(Stored {
         bytes,
-        remaining: Some(deadline.saturating_duration_since(now)),
-        generation,
-    };
-    Some((stored, deadline))
+        remaining: Some(remaining),
+        generation: Some(generation),
+    })
 }
 
 /// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
