@@ -79,10 +79,13 @@ pub struct RedisConfig {
     /// which picks a flight's first request (see the [`RedisStore`] docs,
     /// "Round trips"). 0: every read of a value that names no expiry sends
     /// `PTTL` with its `GET`, and no key is recalled (each flight's first
-    /// request is chosen as for a key never read). Each key takes about 250 bytes (its slot in the expiries'
-    /// table, the generation's token, shared with the values read of that
-    /// write, and 16 bytes in the table of keys holding a value), whatever
-    /// the values' size. Default: **65,536** (about 15 MiB).
+    /// request is chosen as for a key never read). Every key takes 16 bytes
+    /// in the table of keys holding a value (allocated in full); a key whose
+    /// value names no expiry also takes about 230 in the table of expiries
+    /// (its slot, and the generation's token, shared with the values read
+    /// of that write), whatever the values' size. On one server whose clock
+    /// the store reads, corral's own values name their expiry. Default:
+    /// **65,536** (1 MiB, and up to about 14 MiB more).
     pub read_memory: usize,
     /// How changes made outside this process reach the caches' in-process
     /// copies ([`Tracking`]). Default: **[`Tracking::Keys`]**.
