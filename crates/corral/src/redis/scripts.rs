@@ -1,13 +1,15 @@
 //! The Lua scripts: one per store operation that writes or takes a lease,
 //! each one round trip. (A plain read needs no script: see
-//! [`Connection::read`](super::conn::Connection::read).)
+//! [`Connection::read`](super::conn::Connection::read); nor does an
+//! invalidation: a `DEL` of its three keys, then its announcement,
+//! pipelined.)
 //!
 //! The per-key scripts that keep a lease (`RENEW`, `RELEASE`) take the
-//! same three keys — `KEYS[1]` value, `KEYS[2]`
-//! lease, `KEYS[3]` waiters mark, all in one hash slot — so cluster routing
-//! sees them; the lease request, the commit and the write, which read keys
-//! the caller keeps tracked, declare the value alone and name the others
-//! in arguments (see `GET_OR_LEASE` and `COMMIT`).
+//! same three keys — `KEYS[1]` value, `KEYS[2]` lease, `KEYS[3]` waiters
+//! mark, all in one hash slot — so cluster routing sees them; the lease
+//! request, the commit and the write, which read keys the caller keeps
+//! tracked, declare the value alone and name the others in arguments (see
+//! `GET_OR_LEASE` and `COMMIT`).
 //!
 //! **The lease is its own fence.** The lease key holds `<token>.<hold>`
 //! and lives `lease_ttl + hold` from its grant (or last renewal), `hold`
@@ -17,12 +19,11 @@
 //! the leader's token: a leader whose renewal was lost may commit until its
 //! hard timeout, unless another grant took the key over. A commit, a
 //! release, a write and an invalidation delete it, so no other write lands
-//! under an old token; no key outlives a fill. (An invalidation is no
-//! script: a `DEL` of the three keys, then its announcement, pipelined.)
-//! A script that changes a key announces it (`announce`, below): `ARGV[#ARGV-2]` is the verb (`PUBLISH` on one
-//! server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]` the channel (the
-//! namespace's, or on a cluster the sharded channel of the key's bucket,
-//! in the key's slot), and the message is a one-letter kind followed by
+//! under an old token; no key outlives a fill. A script that changes a
+//! key announces it (`announce`, below): `ARGV[#ARGV-2]` is the verb
+//! (`PUBLISH` on one server, `SPUBLISH` on a cluster), `ARGV[#ARGV-1]`
+//! the channel (the namespace's, or on a cluster the sharded channel of
+//! the key's bucket, in the key's slot), and the message is a one-letter kind followed by
 //! `ARGV[#ARGV]` (`|<origin>|<key>`), so waiters of the key wake up and
 //! other caches' L1s evict it. Kinds: `c` committed fill, `r`
 //! released or refused (wakes waiters only), `s` set, `i` invalidated, `t`
@@ -160,8 +161,8 @@ end
 ///
 /// Mode 2 invariants. Every write embeds a generation no other write
 /// shares (`COMMIT` its lease token, fresh per grant; `SET` a fresh random
-/// token) and an invalidation deletes the value, so "present with the expected
-/// generation" means "no write and no invalidation since the caller read
+/// token) and an invalidation deletes the value, so "present with the
+/// expected generation" means "no write and no invalidation since the caller read
 /// it": any of them landing in between answers `{4}`. A lease granted
 /// elsewhere over the same value is either live (`{3}`, the refresh stands
 /// down) or lapsed, and then it must not block this grant, which takes the
