@@ -8,15 +8,23 @@
 //!
 //! - a write sent at `at` runs at a server time of at least
 //!   `server + (at - answered)`, so its expiry is at least that plus its
-//!   time to live ([`ServerClock::expiry`]): the deadline it names comes
-//!   no later than the server's own;
+//!   time to live ([`ServerClock::expiry`], the reading rounded down to
+//!   the millisecond): the deadline it names comes no later than the
+//!   server's own;
 //! - the server's clock reaches `expiry` no sooner than
 //!   `sent + (expiry - server)` on this process's clock
-//!   ([`ServerClock::deadline`]).
+//!   ([`ServerClock::deadline`], the reading rounded up).
 //!
-//! The error is one `TIME` round trip, plus the drift between the two
-//! clocks since the reading, which the health check renews every
-//! `health_interval`. A reading belongs to one connection: a new one (a
+//! Between readings the server's wall clock and this process's monotonic
+//! one may drift apart: a kernel slews a clock by at most 500 parts per
+//! million, and both directions take that much of the time since the
+//! reading off ([`MAX_DRIFT`]), so they err early while the clocks are
+//! only slewed. The error is then one `TIME` round trip, the rounding to
+//! whole milliseconds, and that allowance, renewed with the reading at
+//! every health check (`health_interval`); a clock stepped by more is not
+//! allowed for. (What the clocks may drift after the deadline is placed
+//! is not either, as for a remaining time read with `PTTL` and aged on
+//! this process's clock.) A reading belongs to one connection: a new one (a
 //! failover reaches another server) reads the clock again. Redis keeps a
 //! key's expiry as an absolute time of its own clock, and hands it to its
 //! replicas as such, so a value's named expiry holds on a promoted replica
@@ -28,13 +36,19 @@ use std::time::{Duration, Instant};
 use ::redis::aio::{ConnectionLike, MultiplexedConnection};
 use ::redis::Value;
 
+/// The most two clocks drift apart, as a fraction of the time since a
+/// reading: 500 parts per million, 1/2000 (the most a kernel slews).
+const MAX_DRIFT: u32 = 2000;
+
 /// One reading of the server's clock.
 #[derive(Clone, Copy, Debug)]
 pub(in crate::redis) struct ServerClock {
     sent: Instant,
     answered: Instant,
-    /// The server's time, in milliseconds since the Unix epoch.
-    server_ms: u64,
+    /// The server's time, in microseconds since the Unix epoch: rounded
+    /// down to a millisecond for a write's expiry, up for a reader's
+    /// deadline, so both err early.
+    server_us: u64,
 }
 
 impl ServerClock {
@@ -85,34 +99,40 @@ impl ServerClock {
             Value::Int(n) => u64::try_from(*n).ok(),
             _ => None,
         };
-        let server_ms = number(seconds)?
-            .checked_mul(1000)?
-            .checked_add(number(micros)? / 1000)?;
+        let server_us = number(seconds)?
+            .checked_mul(1_000_000)?
+            .checked_add(number(micros)?)?;
         Some(Self {
             sent,
             answered: answered.max(sent),
-            server_ms,
+            server_us,
         })
     }
 
     /// The server time (ms) at which a value written with `ttl`, sent at
     /// `at`, expires at the earliest.
     pub(in crate::redis) fn expiry(&self, ttl_ms: u64, at: Instant) -> u64 {
+        let server_ms = self.server_us / 1000;
         let server_at = if at >= self.answered {
-            self.server_ms
-                .saturating_add(millis(at.duration_since(self.answered)))
+            let since = millis(at.duration_since(self.answered));
+            server_ms
+                .saturating_add(since)
+                .saturating_sub(since.div_ceil(u64::from(MAX_DRIFT)))
         } else {
-            self.server_ms
-                .saturating_sub(millis_up(self.answered.duration_since(at)))
+            server_ms.saturating_sub(millis_up(self.answered.duration_since(at)))
         };
         server_at.saturating_add(ttl_ms)
     }
 
     /// When, on this process's clock, the server's clock reaches `expiry`
-    /// (ms) at the earliest; `None` if that was before the reading.
-    pub(in crate::redis) fn deadline(&self, expiry_ms: u64) -> Option<Instant> {
-        let left = expiry_ms.checked_sub(self.server_ms)?;
-        self.sent.checked_add(Duration::from_millis(left))
+    /// (ms) at the earliest, as placed at `now`; `None` if that was before
+    /// the reading.
+    pub(in crate::redis) fn deadline(&self, expiry_ms: u64, now: Instant) -> Option<Instant> {
+        let left = expiry_ms.checked_sub(self.server_us.div_ceil(1000))?;
+        let since = now.saturating_duration_since(self.sent);
+        self.sent
+            .checked_add(Duration::from_millis(left))?
+            .checked_sub(since / MAX_DRIFT)
     }
 }
 
@@ -148,32 +168,47 @@ mod tests {
         let answered = sent + Duration::from_millis(4);
         let clock = ServerClock::of_reply(sent, answered, &time("1700000000", "250999"))
             .expect("a TIME reply");
-        assert_eq!(clock.server_ms, 1_700_000_000_250);
+        assert_eq!(clock.server_us, 1_700_000_000_250_999);
         // A write sent 10 ms after the answer runs at server time 260 at
-        // the earliest.
+        // the earliest (the reading rounded down), less the drift allowed
+        // in 10 ms (rounded up to 1 ms).
         let at = answered + Duration::from_millis(10);
-        assert_eq!(clock.expiry(1000, at), 1_700_000_001_260);
+        assert_eq!(clock.expiry(1000, at), 1_700_000_001_259);
+        let later = answered + Duration::from_secs(10);
+        assert_eq!(clock.expiry(0, later), 1_700_000_010_245, "10 s: 5 ms");
         // Sent before the answer: the time between is taken off, rounded up.
         let early = answered - Duration::from_micros(1500);
         assert_eq!(clock.expiry(1000, early), 1_700_000_001_248);
-        // The server reaches 1 s past its reading 1 s after `sent` at the
-        // earliest: never later than it does.
+        // The server reaches 1 s past its reading (rounded up to 251) 1 s
+        // after `sent` at the earliest: never later than it does. Placed
+        // 10 s after the reading, the drift allowed in those 10 s is taken
+        // off.
         assert_eq!(
-            clock.deadline(1_700_000_001_250),
+            clock.deadline(1_700_000_001_251, sent),
             Some(sent + Duration::from_secs(1))
         );
-        assert_eq!(clock.deadline(1_700_000_000_250), Some(sent));
         assert_eq!(
-            clock.deadline(1_700_000_000_249),
+            clock.deadline(1_700_000_011_251, sent + Duration::from_secs(10)),
+            Some(sent + Duration::from_secs(11) - Duration::from_millis(5))
+        );
+        assert_eq!(clock.deadline(1_700_000_000_251, sent), Some(sent));
+        assert_eq!(
+            clock.deadline(1_700_000_000_250, sent),
             None,
-            "before the reading"
+            "before the reading: 250.999 ms is past 250"
         );
         // The round trip of a write and read back, through one reading: the
-        // reader's deadline is no later than `at + ttl` plus the reading's
-        // round trip.
-        let deadline = clock.deadline(clock.expiry(1000, at)).expect("ahead");
+        // reader's deadline is no later than `at + ttl`, and earlier by at
+        // most the reading's round trip and a millisecond of rounding each
+        // way.
+        let deadline = clock.deadline(clock.expiry(1000, at), at).expect("ahead");
         assert!(deadline <= at + Duration::from_secs(1));
-        assert!(deadline >= at + Duration::from_secs(1) - Duration::from_millis(4));
+        assert!(deadline >= at + Duration::from_secs(1) - Duration::from_millis(4 + 2 + 2));
+        // A reading on a whole millisecond rounds neither way.
+        let whole = ServerClock::of_reply(sent, answered, &time("1700000000", "250000"))
+            .expect("a TIME reply");
+        assert_eq!(whole.deadline(1_700_000_000_250, sent), Some(sent));
+        assert_eq!(whole.expiry(0, answered), 1_700_000_000_250);
     }
 
     #[test]

@@ -206,7 +206,8 @@ pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
 /// at the reading).
 fn named_deadline(clock: &ServerClock, generation: Option<&str>) -> Option<Instant> {
     let expiry = frame::named_expiry(generation?)?;
-    Some(clock.deadline(expiry).unwrap_or_else(Instant::now))
+    let now = Instant::now();
+    Some(clock.deadline(expiry, now).unwrap_or(now))
 }
 
 /// A value read without its `PTTL` whose generation is the one `known`
