@@ -108,9 +108,10 @@ impl RedisStore {
             };
             if let Some(clock) = clock {
                 let (bytes, generation) = frame::unframe(bytes);
-                if let Some(deadline) = named_deadline(&clock, generation.as_deref()) {
+                let now = Instant::now();
+                if let Some(deadline) = named_deadline(&clock, generation.as_deref(), now) {
                     expiries.recall(id, deadline);
-                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    let remaining = deadline.saturating_duration_since(now);
                     return Ok(Some(Stored {
                         bytes,
                         remaining: Some(remaining),
@@ -202,11 +203,10 @@ pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
 
 /// Where a value read without its `PTTL` expires, if its generation (as
 /// [`frame::unframe`] gave it) names its expiry on the server's clock:
-/// that expiry as `clock` places it on this process's (now, if it was past
-/// at the reading).
-fn named_deadline(clock: &ServerClock, generation: Option<&str>) -> Option<Instant> {
+/// that expiry as `clock` places it on this process's at `now` (`now`, if
+/// it was past at the reading).
+fn named_deadline(clock: &ServerClock, generation: Option<&str>, now: Instant) -> Option<Instant> {
     let expiry = frame::named_expiry(generation?)?;
-    let now = Instant::now();
     Some(clock.deadline(expiry, now).unwrap_or(now))
 }
 
