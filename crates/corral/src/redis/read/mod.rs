@@ -1,7 +1,7 @@
 //! The read path of [`RedisStore`]: one key (a plain `GET` of a write that
 //! names its expiry or whose expiry is remembered, else `PTTL` + `GET`,
-//! batched with the reads in flight) or many (one pipeline per hash slot), after the namespace's
-//! first subscription.
+//! batched with the reads in flight) or many (one pipeline per hash slot),
+//! after the namespace's first subscription.
 
 pub(in crate::redis) mod absences;
 pub(in crate::redis) mod batch;
