@@ -50,12 +50,14 @@ impl Expiry {
         &self.token
     }
 
-    /// What is left of the value's life, and its generation.
-    pub(in crate::redis) fn remaining(self) -> (Duration, Arc<str>) {
-        (
-            self.deadline.saturating_duration_since(Instant::now()),
-            self.token,
-        )
+    /// The value read with `bytes` (its envelope, unframed), this
+    /// generation's: what is left of its life and its token.
+    pub(in crate::redis) fn stored(self, bytes: Vec<u8>) -> Stored {
+        Stored {
+            bytes,
+            remaining: Some(self.deadline.saturating_duration_since(Instant::now())),
+            generation: Some(self.token),
+        }
     }
 }
 
@@ -176,7 +178,11 @@ mod tests {
         expiries.learn(7, &token, Duration::from_secs(60), asked);
         let expiry = expiries.get(7).expect("remembered");
         assert_eq!(expiry.token(), &*token);
-        let (left, kept) = expiry.remaining();
+        let stored = expiry.stored(Vec::new());
+        let (left, kept) = (
+            stored.remaining.expect("a remaining time"),
+            stored.generation.expect("a generation"),
+        );
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
         assert!(Arc::ptr_eq(&kept, &token), "the token read is handed on");
         assert!(frame::is_written(&format!("{:032x}", u128::MAX)));

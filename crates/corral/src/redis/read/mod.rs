@@ -21,7 +21,6 @@ use ::redis::Value;
 use crate::data::error::StoreError;
 use crate::redis::clock::ServerClock;
 use crate::redis::errors::unexpected;
-use crate::redis::read::expiries::Expiry;
 #[cfg(doc)]
 use crate::redis::subscriber::Subscriber;
 #[cfg(doc)]
@@ -118,17 +117,15 @@ impl RedisStore {
                         generation,
                     }));
                 }
-                if let Some(stored) = as_remembered(expiries.get(id), bytes, generation) {
-                    return Ok(Some(stored));
+                let remembered = expiries.get(id);
+                if let Some(known) =
+                    remembered.filter(|known| generation.as_deref() == Some(known.token()))
+                {
+                    return Ok(Some(known.stored(bytes)));
                 }
             } else if let Some(known) = known {
                 if let Ok(bytes) = frame::unframe_as(bytes, known.token()) {
-                    let (remaining, generation) = known.remaining();
-                    return Ok(Some(Stored {
-                        bytes,
-                        remaining: Some(remaining),
-                        generation: Some(generation),
-                    }));
+                    return Ok(Some(known.stored(bytes)));
                 }
             }
         }
@@ -208,26 +205,6 @@ pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
 fn named_deadline(clock: &ServerClock, generation: Option<&str>, now: Instant) -> Option<Instant> {
     let expiry = frame::named_expiry(generation?)?;
     Some(clock.deadline(expiry, now).unwrap_or(now))
-}
-
-/// A value read without its `PTTL` whose generation is the one `known`
-/// remembers, with the remembered remaining time; `None` for any other
-/// (read again with its `PTTL`).
-fn as_remembered(
-    known: Option<Expiry>,
-    bytes: Vec<u8>,
-    generation: Option<Arc<str>>,
-) -> Option<Stored> {
-    let known = known?;
-    if generation.as_deref() != Some(known.token()) {
-        return None;
-    }
-    let (remaining, generation) = known.remaining();
-    Some(Stored {
-        bytes,
-        remaining: Some(remaining),
-        generation: Some(generation),
-    })
 }
 
 /// A `PTTL` reply as a remaining time (`None` for "no expiry" or "absent").
