@@ -73,12 +73,19 @@ pub(crate) struct Db {
 }
 
 impl Db {
-    /// A pool of at most `size` connections over `path`.
-    pub(crate) fn open(path: &str, size: usize) -> anyhow::Result<Self> {
+    /// A pool of `size` connections over `path`, each opened before the
+    /// first request, one at a time: a request then only waits for an idle
+    /// one (see [`user_json`](Self::user_json)).
+    pub(crate) async fn open(path: &str, size: usize) -> anyhow::Result<Self> {
         let pool = Config::new(path)
             .builder(Runtime::Tokio1)?
             .max_size(size)
             .build()?;
+        let mut opened = Vec::with_capacity(size);
+        for _ in 0..size {
+            opened.push(pool.get().await.map_err(|e| anyhow::anyhow!("pool: {e}"))?);
+        }
+        drop(opened);
         let queries = Arc::new(AtomicU64::new(0));
         Ok(Self { pool, queries })
     }
@@ -89,7 +96,18 @@ impl Db {
     }
 
     /// User `id` as JSON (a fill's query); an error if there is none.
+    ///
+    /// The query is a task of its own, so a caller dropped meanwhile (a
+    /// fill past its timeout) does not cancel the pool's `get`: deadpool
+    /// would then open another connection while the first one's open goes
+    /// on, on a blocking thread, and under overload hundreds of such opens
+    /// pile up on SQLite's open lock.
     pub(crate) async fn user_json(&self, id: u64) -> anyhow::Result<String> {
+        let db = self.clone();
+        tokio::spawn(async move { db.query_user(id).await }).await?
+    }
+
+    async fn query_user(&self, id: u64) -> anyhow::Result<String> {
         self.queries.fetch_add(1, Relaxed);
         let conn = self
             .pool

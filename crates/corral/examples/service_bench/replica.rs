@@ -134,7 +134,7 @@ async fn serve(config: ReplicaConfig) -> anyhow::Result<()> {
     };
     let load = Arc::new(Load {
         service: connect(&config).await?,
-        db: Db::open(&config.db, config.pool)?,
+        db: Db::open(&config.db, config.pool).await?,
         zipf: Zipf::new(config.scenario.keys),
         writes_share: config.scenario.writes,
         remaining: AtomicI64::new(0),

@@ -28,4 +28,21 @@ impl Zipf {
         let at = self.cdf.partition_point(|&p| p < u);
         at.min(self.cdf.len() - 1) as u64 + 1
     }
+
+    /// The keys expected to be read for the first time between the
+    /// `before`-th and the `after`-th draw (the replicas' draws pooled, as
+    /// one Redis sees them; nothing expiring or evicted): the sum over the
+    /// ranks of e^(-before·p) - e^(-after·p), each rank drawn with
+    /// probability p independently.
+    pub(crate) fn first_reads(&self, before: u64, after: u64) -> f64 {
+        let mut below = 0.0;
+        self.cdf
+            .iter()
+            .map(|&at| {
+                let p = at - below;
+                below = at;
+                (-(before as f64) * p).exp() - (-(after as f64) * p).exp()
+            })
+            .sum()
+    }
 }

@@ -1,6 +1,9 @@
-//! The lease request of a key a plain read just found absent, in plain
-//! commands: the miss of a namespace whose reads mostly hit needs no script
-//! to take its lease. (Which keys: [`Absences`].)
+//! The lease request of a key in plain commands, no script: asked for a
+//! key a plain read just found absent (a namespace whose reads mostly
+//! hit; which keys: [`Absences`]), and for every key where values name
+//! their expiry on the server's clock (a standalone server or Sentinel:
+//! see [`clock`](super::clock)), so that a cold miss costs the server a
+//! `SET` and a `GET`, not a script, in the same one round trip.
 //!
 //! [`Absences`]: super::read::absences::Absences
 //!
@@ -15,25 +18,27 @@
 //! every commit made before the grant. Read first, a commit landing between
 //! the read and the grant would be filled again.
 //!
-//! What the script still decides. A lease key that exists — live, lapsed
-//! but fencing, or broken — makes `SET ... NX` write nothing: then
-//! [`scripts::GET_OR_LEASE`](super::scripts::GET_OR_LEASE) answers, as it
-//! did before (held, with the waiters mark set atomically; or taken over).
-//! A value found present under the fresh lease (it landed since the read)
-//! is rare: the lease is released (waking anyone who began waiting for it)
-//! and the script answers too, with the value and its time to live (and
-//! the touch of the clear version a hit makes). So the usual miss pays a
-//! `SET` and a `GET`, no `PTTL` and no `TOUCH` (the commit touches when
-//! its turn is due).
-//!
-//! Its grant is [`Lease::over_no_value`]: the `GET` under the new lease
-//! found none.
+//! What each answer means:
+//! - granted, no value: the grant ([`Lease::over_no_value`]). The usual
+//!   cold miss: a `SET` and a `GET`, no `PTTL`, no `TOUCH` (the commit
+//!   touches when its turn is due).
+//! - a value, granted or not: a hit, when the value names its expiry
+//!   (else the script reads it with its `PTTL`). A lease taken for nothing
+//!   goes back first ([`RELEASE`](super::scripts::RELEASE), which wakes
+//!   anyone who began waiting for it): a round trip and a script that only
+//!   a hit among keys that mostly miss pays (a cache asks this way only
+//!   while most such reads miss: see `FirstReads`).
+//! - not granted, no value: the lease key exists — live, lapsed but
+//!   fencing, or broken — and
+//!   [`scripts::GET_OR_LEASE`](super::scripts::GET_OR_LEASE) answers, as
+//!   it did before (held, with the waiters mark set atomically; or taken
+//!   over).
 
 use ::redis::Value;
 
 use super::conn::answered;
 use super::errors::unexpected;
-use super::keys::KeyNames;
+use super::keys::{KeyNames, ValueName};
 use super::RedisStore;
 use crate::data::error::StoreError;
 use crate::store::{Lease, LeaseRequest, Lookup, Store, StoreKey};
@@ -53,9 +58,10 @@ pub(super) fn lease_value(token: &str, request: &LeaseRequest) -> String {
 
 impl RedisStore {
     /// [`Grant::IfNoValue`](crate::store::Grant::IfNoValue) without a
-    /// script, for a key lately read absent: `Some` is always a grant.
-    /// `None`: the script must decide (the lease key exists, or a value
-    /// landed and this request's lease was released).
+    /// script: `Ok(lookup)` is a grant or a hit. `Err(present)`: the
+    /// script must decide (the lease key exists, or a value that names no
+    /// expiry is present, and this request's lease, if it took one, was
+    /// released); `present` tells whether a value was found.
     pub(super) async fn lease_plainly(
         &self,
         key: &StoreKey,
@@ -63,7 +69,7 @@ impl RedisStore {
         token: &str,
         grant: &str,
         fence_ms: &str,
-    ) -> Result<Option<Lookup>, StoreError> {
+    ) -> Result<Result<Lookup, bool>, StoreError> {
         let mut pipe = ::redis::Pipeline::with_capacity(2);
         pipe.cmd("SET")
             .arg(&names.lease)
@@ -80,18 +86,24 @@ impl RedisStore {
             other => return Err(unexpected("get_or_lease", &other)),
         };
         let [set, value] = replies;
-        match (answered(set)?, answered(value)?) {
-            (Value::Nil, _) => Ok(None),
-            (Value::Okay, Value::Nil) => Ok(Some(Lookup::Granted(Lease::over_no_value(
-                token.to_owned(),
-            )))),
-            (Value::Okay, Value::BulkString(_)) => {
-                // Present after all: the lease, taken for nothing, goes
-                // back, and the script reads the value with its expiry.
-                self.release(key, &Lease::new(token.to_owned())).await?;
-                Ok(None)
+        let granted = match answered(set)? {
+            Value::Okay => true,
+            Value::Nil => false,
+            other => return Err(unexpected("get_or_lease", &other)),
+        };
+        let bytes = match answered(value)? {
+            Value::Nil if granted => {
+                return Ok(Ok(Lookup::Granted(Lease::over_no_value(token.to_owned()))))
             }
-            (set, value) => Err(unexpected("get_or_lease", &Value::Array(vec![set, value]))),
+            Value::Nil => return Ok(Err(false)),
+            Value::BulkString(bytes) => bytes,
+            other => return Err(unexpected("get_or_lease", &other)),
+        };
+        if granted {
+            // Present after all: the lease, taken for nothing, goes back.
+            self.release(key, &Lease::new(token.to_owned())).await?;
         }
+        let id = ValueName::new(key).id();
+        Ok(self.named_value(id, bytes).map(Lookup::Hit).ok_or(true))
     }
 }

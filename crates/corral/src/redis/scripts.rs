@@ -2,7 +2,8 @@
 //! each one round trip. (A plain read needs no script: see
 //! [`Connection::read`](super::conn::Connection::read); nor does an
 //! invalidation: a `DEL` of its three keys, then its announcement,
-//! pipelined.)
+//! pipelined; nor, mostly, a lease request over no value: a `SET NX` and a
+//! `GET`, pipelined, see [`grant`](super::grant).)
 //!
 //! The per-key scripts that keep a lease (`RENEW`, `RELEASE`) take the
 //! same three keys — `KEYS[1]` value, `KEYS[2]` lease, `KEYS[3]` waiters

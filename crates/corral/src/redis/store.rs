@@ -177,12 +177,41 @@ impl Store for RedisStore {
             let fence_ms = millis(request.fence_ttl);
             let value_name = keys::ValueName::new(key);
             let id = value_name.id();
-            if request.grant == Grant::IfNoValue && self.inner.absences.take(id) {
-                // A grant, like the script's, reads nothing kept: no
-                // `went_ahead`.
+            // Plain commands for a key just read absent, and for others
+            // while such requests mostly find no value and a value found
+            // would name its expiry (see `grant`); not for a key likely
+            // present: one this store recalls, or a waiter's.
+            let absences = &self.inner.absences;
+            let if_no_value = request.grant == Grant::IfNoValue;
+            let noted = if_no_value && absences.take(id);
+            let unnoted = if_no_value
+                && !noted
+                && !absences.take_awaited(id)
+                && !self.inner.expiries.is_live(id);
+            let mut learn = unnoted;
+            if noted
+                || (unnoted
+                    && self.inner.connection.server_clock().is_some()
+                    && absences.plain_unnoted())
+            {
                 let plainly = self.lease_plainly(key, &names, &token, &grant, &fence_ms);
-                if let Some(granted) = plainly.await? {
-                    return Ok(granted);
+                match plainly.await? {
+                    Ok(lookup) => {
+                        let hit = matches!(lookup, Lookup::Hit(_));
+                        if unnoted {
+                            absences.found_unnoted(hit);
+                        }
+                        // A grant, like the script's, reads nothing kept.
+                        if hit {
+                            self.went_ahead(ahead, &Ok::<(), ()>(()));
+                        }
+                        return Ok(lookup);
+                    }
+                    Err(present) if unnoted => {
+                        absences.found_unnoted(present);
+                        learn = false;
+                    }
+                    Err(_) => {}
                 }
             }
             let clear = self.clear_copy_due(&value_name);
@@ -205,6 +234,11 @@ impl Store for RedisStore {
                     self.inner.config.op_timeout,
                 )
                 .await?;
+            if learn {
+                let present =
+                    matches!(&reply, Value::Array(items) if items.first() == Some(&Value::Int(1)));
+                absences.found_unnoted(present);
+            }
             match reply {
                 Value::Array(mut items) => match items.as_mut_slice() {
                     [Value::Int(1), Value::BulkString(bytes), pttl] => {
@@ -220,9 +254,14 @@ impl Store for RedisStore {
                         Ok(Lookup::Granted(Lease::over_no_value(token)))
                     }
                     [Value::Int(2)] => Ok(Lookup::Granted(Lease::new(token))),
-                    [Value::Int(3), pttl] => Ok(Lookup::Held {
-                        remaining: remaining(pttl),
-                    }),
+                    [Value::Int(3), pttl] => {
+                        if if_no_value {
+                            absences.note_awaited(id);
+                        }
+                        Ok(Lookup::Held {
+                            remaining: remaining(pttl),
+                        })
+                    }
                     [Value::Int(4)] => Ok(Lookup::Changed),
                     _ => Err(unexpected("get_or_lease", &Value::Array(items))),
                 },
@@ -416,6 +455,8 @@ impl Store for RedisStore {
             // between is evicted by the announcement: a miss, never a stale
             // copy.)
             let names = KeyNames::new(key);
+            // The value is gone: no longer recalled, whoever answers first.
+            self.inner.expiries.forget(keys::ValueName::new(key).id());
             let (verb, channel) = self.key_channel(key.namespace(), &names);
             let mut pipe = ::redis::Pipeline::with_capacity(2);
             pipe.cmd("DEL")

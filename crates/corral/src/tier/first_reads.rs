@@ -1,8 +1,9 @@
 //! How a flight asks the store for a key this process does not recall:
 //! with the read-or-lease request (one round trip whether the value is
-//! there or not, a script's server time either way), or with a plain read
-//! first (a `GET`'s server time for a hit; a miss then asks for the lease:
-//! one round trip more).
+//! there or not; on Redis a script's server time for a hit, and for a
+//! miss a `SET` and a `GET` where values name their expiry), or with a
+//! plain read first (a `GET`'s server time for a hit; a miss then asks for
+//! the lease: one round trip more).
 //!
 //! Which one is cheaper depends on what such reads find. When most miss
 //! (a cold start, a herd on new keys, keys that expired), the request

@@ -170,12 +170,13 @@ async fn opens_on_a_frozen_redis_probes_once_and_closes_after_thaw() {
 
     server.thaw();
     // Redis got 2 reads that timed out, 1 lease request and 1 probe while
-    // frozen (each read is one plain GET: a value names its expiry, and the
-    // lease script reads the value with one more), and nothing from the
-    // skipped calls.
+    // frozen (each read is one plain GET: a value names its expiry; the
+    // lease request is plain too, a `SET NX` and a `GET`), and nothing
+    // from the skipped calls.
     let commands = server.command_stats();
     assert_eq!(commands.get("get"), Some(&4), "{commands:?}");
-    assert_eq!(commands.get("evalsha"), Some(&1), "{commands:?}");
+    assert_eq!(commands.get("set"), Some(&1), "{commands:?}");
+    assert_eq!(commands.get("evalsha"), None, "{commands:?}");
 
     // After the cool-down the probe finds Redis answering (unless the
     // store's subscription came back first, which closes it): closed.

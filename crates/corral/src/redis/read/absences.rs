@@ -11,8 +11,19 @@
 //! another lease is out (the script then answers), two when a value landed
 //! meanwhile (the release, then the script). Either request is correct
 //! whatever the hint says.
+//!
+//! A key not noted is asked for in plain commands too where its value,
+//! if present, names its expiry (see `grant`), while such requests lately
+//! found no value: a running share of those that found one, learnt from
+//! the script's answers too, so it follows the traffic either way. A
+//! plain request that finds a value costs a release (a round trip and a
+//! script): past a quarter of them finding one, the script is cheaper.
+//! A key likely present goes to the script, and stays out of the share:
+//! one the store recalls holding a value, and one whose lease the script
+//! found held elsewhere (*awaited*: its next request, the waiter's once
+//! woken, most likely finds the holder's value).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How many keys are remembered at most.
@@ -22,6 +33,10 @@ const SLOTS: usize = 64;
 /// its first step, so a miss older than this was a read alone (a `peek`),
 /// and another process may well have filled the key since.
 const FRESH: Duration = Duration::from_secs(1);
+
+/// Lease requests of keys not noted, counted before the share of those
+/// that found a value is halved (old requests weigh half as much).
+const WINDOW: u32 = 256;
 
 /// One remembered miss: the key's id and when it was read, in
 /// milliseconds since the memory began (written id last, read id first; a
@@ -38,6 +53,14 @@ struct Slot {
 pub(in crate::redis) struct Absences {
     began: Instant,
     slots: [Slot; SLOTS],
+    /// The ids of keys whose lease was lately found held elsewhere, one
+    /// per slot (lossy like `slots`, with no age: a waiter asks again
+    /// within its fill's timeout).
+    awaited: [AtomicU64; SLOTS],
+    /// Lease requests of keys not noted, and of them those that found a
+    /// value.
+    unnoted: AtomicU32,
+    present: AtomicU32,
 }
 
 impl Absences {
@@ -49,6 +72,9 @@ impl Absences {
                 id: AtomicU64::new(0),
                 at_ms: AtomicU64::new(0),
             }),
+            awaited: std::array::from_fn(|_| AtomicU64::new(0)),
+            unnoted: AtomicU32::new(0),
+            present: AtomicU32::new(0),
         }
     }
 
@@ -71,6 +97,41 @@ impl Absences {
     /// Whether key `id` was read absent within [`FRESH`]; forgets it.
     pub(in crate::redis) fn take(&self, id: u64) -> bool {
         self.take_at(id, self.now_ms())
+    }
+
+    /// The lease of key `id` was found held elsewhere: its next request
+    /// will likely find the holder's value.
+    pub(in crate::redis) fn note_awaited(&self, id: u64) {
+        self.awaited[(id % SLOTS as u64) as usize].store(id, Ordering::Relaxed);
+    }
+
+    /// Whether key `id`'s lease was lately found held elsewhere; forgets
+    /// it.
+    pub(in crate::redis) fn take_awaited(&self, id: u64) -> bool {
+        self.awaited[(id % SLOTS as u64) as usize]
+            .compare_exchange(id, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Whether a key not noted is best asked for in plain commands: while
+    /// fewer than a quarter of such requests lately found a value.
+    pub(in crate::redis) fn plain_unnoted(&self) -> bool {
+        self.present.load(Ordering::Relaxed) * 4 < self.unnoted.load(Ordering::Relaxed).max(1)
+    }
+
+    /// A lease request of a key not noted found a value (`present`) or
+    /// none.
+    pub(in crate::redis) fn found_unnoted(&self, present: bool) {
+        if present {
+            self.present.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.unnoted.fetch_add(1, Ordering::Relaxed) + 1 >= WINDOW {
+            // Racing updates may be lost here: the share stays roughly right.
+            self.unnoted.store(WINDOW / 2, Ordering::Relaxed);
+            let present = self.present.load(Ordering::Relaxed);
+            self.present
+                .store((present / 2).min(WINDOW / 2), Ordering::Relaxed);
+        }
     }
 
     /// [`take`](Self::take) at `now_ms` on the memory's clock.
@@ -102,6 +163,40 @@ mod tests {
         absences.note(7 + SLOTS as u64);
         assert!(!absences.take(7), "its slot went to another key");
         assert!(absences.take(7 + SLOTS as u64));
+    }
+
+    #[test]
+    fn an_awaited_key_is_taken_once() {
+        let absences = Absences::new();
+        assert!(!absences.take_awaited(5));
+        absences.note_awaited(5);
+        assert!(absences.take_awaited(5));
+        assert!(!absences.take_awaited(5), "taken once");
+        absences.note_awaited(5);
+        absences.note_awaited(5 + SLOTS as u64);
+        assert!(!absences.take_awaited(5), "its slot went to another key");
+    }
+
+    #[test]
+    fn keys_not_noted_go_plain_while_few_requests_find_a_value() {
+        let absences = Absences::new();
+        assert!(absences.plain_unnoted(), "nothing learnt: plain");
+        absences.found_unnoted(true);
+        assert!(!absences.plain_unnoted(), "one of one found a value");
+        for _ in 0..3 {
+            absences.found_unnoted(false);
+        }
+        assert!(!absences.plain_unnoted(), "one in four: the script");
+        absences.found_unnoted(false);
+        assert!(absences.plain_unnoted(), "one in five: plain");
+        for _ in 0..WINDOW {
+            absences.found_unnoted(true);
+        }
+        assert!(!absences.plain_unnoted(), "values took over");
+        for _ in 0..WINDOW * 2 {
+            absences.found_unnoted(false);
+        }
+        assert!(absences.plain_unnoted(), "misses took over again");
     }
 
     #[test]

@@ -187,6 +187,26 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// A value read with a plain `GET` outside the read path (the plain
+    /// lease request's), if its frame names its expiry on the server's
+    /// clock: recalled as a plain read's is. `None` if the store reads no
+    /// clock or the value names no expiry (another type's `''`, a write
+    /// of an older build): its expiry then takes a `PTTL`.
+    pub(in crate::redis) fn named_value(&self, id: u64, bytes: Vec<u8>) -> Option<Stored> {
+        let clock = self.inner.connection.server_clock()?;
+        let (bytes, generation) = frame::unframe(bytes);
+        let now = Instant::now();
+        let deadline = named_deadline(&clock, generation.as_deref(), now)?;
+        self.inner.expiries.recall(id, deadline);
+        Some(Stored {
+            bytes,
+            remaining: Some(deadline.saturating_duration_since(now)),
+            generation,
+        })
+    }
+}
+
 /// A value read with its `PTTL`: envelope bytes, remaining time and the
 /// generation from its frame.
 pub(in crate::redis) fn stored(bytes: Vec<u8>, pttl: &Value) -> Stored {
