@@ -26,8 +26,10 @@
 //!   (else the script reads it with its `PTTL`). A lease taken for nothing
 //!   goes back first ([`RELEASE`](super::scripts::RELEASE), which wakes
 //!   anyone who began waiting for it): a round trip and a script that only
-//!   a hit among keys that mostly miss pays (a cache asks this way only
-//!   while most such reads miss: see `FirstReads`).
+//!   a hit among keys that mostly miss pays (a cache asks this way first
+//!   only while fewer than a quarter of such reads hit: see `FirstReads`;
+//!   and the store goes back to the script past a quarter: see
+//!   [`Absences`]).
 //! - not granted, no value: the lease key exists — live, lapsed but
 //!   fencing, or broken — and
 //!   [`scripts::GET_OR_LEASE`](super::scripts::GET_OR_LEASE) answers, as
