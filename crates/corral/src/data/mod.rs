@@ -11,6 +11,7 @@ pub(crate) mod error;
 pub(crate) mod freshness;
 pub(crate) mod key;
 pub(crate) mod policy;
+pub(crate) mod share;
 pub(crate) mod stamps;
 pub(crate) mod tags;
 pub(crate) mod tracking;

@@ -21,20 +21,15 @@
 //! The share is this cache's alone (no state outside the instance), learnt
 //! from both kinds of read, so it follows the traffic either way.
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use crate::data::share::Share;
 
 /// Reads of keys not recalled, before the share is trusted.
 const TRUSTED_AFTER: u32 = 16;
 
-/// The window: once this many reads are counted, both counts are halved,
-/// so old reads weigh half as much as new ones.
-const WINDOW: u32 = 256;
-
 /// The running share of hits among reads of keys the store did not recall.
 #[derive(Debug, Default)]
 pub(crate) struct FirstReads {
-    reads: AtomicU32,
-    hits: AtomicU32,
+    hits: Share,
 }
 
 impl FirstReads {
@@ -43,22 +38,14 @@ impl FirstReads {
     /// hit.
     #[inline]
     pub(crate) fn read_plainly(&self) -> bool {
-        let reads = self.reads.load(Relaxed);
-        reads >= TRUSTED_AFTER && self.hits.load(Relaxed) * 4 >= reads
+        let (reads, hits) = self.hits.counts();
+        reads >= TRUSTED_AFTER && hits * 4 >= reads
     }
 
     /// A read of a key the store did not recall found a value (`hit`) or
     /// none.
     pub(crate) fn found(&self, hit: bool) {
-        if hit {
-            self.hits.fetch_add(1, Relaxed);
-        }
-        if self.reads.fetch_add(1, Relaxed) + 1 >= WINDOW {
-            // Racing updates may be lost here: the share stays roughly right.
-            self.reads.store(WINDOW / 2, Relaxed);
-            let hits = self.hits.load(Relaxed);
-            self.hits.store((hits / 2).min(WINDOW / 2), Relaxed);
-        }
+        self.hits.count(hit);
     }
 }
 
@@ -74,15 +61,15 @@ mod tests {
             reads.found(true);
         }
         assert!(reads.read_plainly(), "every read hit");
-        for _ in 0..WINDOW {
+        for _ in 0..256 {
             reads.found(false);
         }
         assert!(!reads.read_plainly(), "misses took over");
-        for i in 0..WINDOW * 2 {
+        for i in 0..512 {
             reads.found(i % 3 == 0);
         }
         assert!(reads.read_plainly(), "one in three hit");
-        for i in 0..WINDOW * 2 {
+        for i in 0..512 {
             reads.found(i % 5 == 0);
         }
         assert!(!reads.read_plainly(), "one in five hit");

@@ -23,8 +23,10 @@
 //! found held elsewhere (*awaited*: its next request, the waiter's once
 //! woken, most likely finds the holder's value).
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::data::share::Share;
 
 /// How many keys are remembered at most.
 const SLOTS: usize = 64;
@@ -33,10 +35,6 @@ const SLOTS: usize = 64;
 /// its first step, so a miss older than this was a read alone (a `peek`),
 /// and another process may well have filled the key since.
 const FRESH: Duration = Duration::from_secs(1);
-
-/// Lease requests of keys not noted, counted before the share of those
-/// that found a value is halved (old requests weigh half as much).
-const WINDOW: u32 = 256;
 
 /// One remembered miss: the key's id and when it was read, in
 /// milliseconds since the memory began (written id last, read id first; a
@@ -59,8 +57,7 @@ pub(in crate::redis) struct Absences {
     awaited: [AtomicU64; SLOTS],
     /// Lease requests of keys not noted, and of them those that found a
     /// value.
-    unnoted: AtomicU32,
-    present: AtomicU32,
+    unnoted: Share,
 }
 
 impl Absences {
@@ -73,8 +70,7 @@ impl Absences {
                 at_ms: AtomicU64::new(0),
             }),
             awaited: std::array::from_fn(|_| AtomicU64::new(0)),
-            unnoted: AtomicU32::new(0),
-            present: AtomicU32::new(0),
+            unnoted: Share::default(),
         }
     }
 
@@ -116,22 +112,14 @@ impl Absences {
     /// Whether a key not noted is best asked for in plain commands: while
     /// fewer than a quarter of such requests lately found a value.
     pub(in crate::redis) fn plain_unnoted(&self) -> bool {
-        self.present.load(Ordering::Relaxed) * 4 < self.unnoted.load(Ordering::Relaxed).max(1)
+        let (asked, present) = self.unnoted.counts();
+        present * 4 < asked.max(1)
     }
 
     /// A lease request of a key not noted found a value (`present`) or
     /// none.
     pub(in crate::redis) fn found_unnoted(&self, present: bool) {
-        if present {
-            self.present.fetch_add(1, Ordering::Relaxed);
-        }
-        if self.unnoted.fetch_add(1, Ordering::Relaxed) + 1 >= WINDOW {
-            // Racing updates may be lost here: the share stays roughly right.
-            self.unnoted.store(WINDOW / 2, Ordering::Relaxed);
-            let present = self.present.load(Ordering::Relaxed);
-            self.present
-                .store((present / 2).min(WINDOW / 2), Ordering::Relaxed);
-        }
+        self.unnoted.count(present);
     }
 
     /// [`take`](Self::take) at `now_ms` on the memory's clock.
@@ -189,14 +177,6 @@ mod tests {
         assert!(!absences.plain_unnoted(), "one in four: the script");
         absences.found_unnoted(false);
         assert!(absences.plain_unnoted(), "one in five: plain");
-        for _ in 0..WINDOW {
-            absences.found_unnoted(true);
-        }
-        assert!(!absences.plain_unnoted(), "values took over");
-        for _ in 0..WINDOW * 2 {
-            absences.found_unnoted(false);
-        }
-        assert!(absences.plain_unnoted(), "misses took over again");
     }
 
     #[test]
