@@ -106,17 +106,10 @@ impl RedisStore {
                 other => return Err(unexpected("get", &other)),
             };
             if let Some(clock) = clock {
-                let (bytes, generation) = frame::unframe(bytes);
-                let now = Instant::now();
-                if let Some(deadline) = named_deadline(&clock, generation.as_deref(), now) {
-                    expiries.recall(id, deadline);
-                    let remaining = deadline.saturating_duration_since(now);
-                    return Ok(Some(Stored {
-                        bytes,
-                        remaining: Some(remaining),
-                        generation,
-                    }));
-                }
+                let (bytes, generation) = match self.named(&clock, id, bytes) {
+                    Ok(stored) => return Ok(Some(stored)),
+                    Err(unnamed) => unnamed,
+                };
                 let remembered = expiries.get(id);
                 if let Some(known) =
                     remembered.filter(|known| generation.as_deref() == Some(known.token()))
@@ -195,11 +188,26 @@ impl RedisStore {
     /// of an older build): its expiry then takes a `PTTL`.
     pub(in crate::redis) fn named_value(&self, id: u64, bytes: Vec<u8>) -> Option<Stored> {
         let clock = self.inner.connection.server_clock()?;
+        self.named(&clock, id, bytes).ok()
+    }
+
+    /// `bytes` of key `id` read with a plain `GET`, unframed: the value if
+    /// its generation names its expiry on `clock` (recalled until then),
+    /// else its envelope and generation.
+    #[inline]
+    fn named(
+        &self,
+        clock: &ServerClock,
+        id: u64,
+        bytes: Vec<u8>,
+    ) -> Result<Stored, (Vec<u8>, Option<Arc<str>>)> {
         let (bytes, generation) = frame::unframe(bytes);
         let now = Instant::now();
-        let deadline = named_deadline(&clock, generation.as_deref(), now)?;
+        let Some(deadline) = named_deadline(clock, generation.as_deref(), now) else {
+            return Err((bytes, generation));
+        };
         self.inner.expiries.recall(id, deadline);
-        Some(Stored {
+        Ok(Stored {
             bytes,
             remaining: Some(deadline.saturating_duration_since(now)),
             generation,
